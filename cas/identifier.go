@@ -1,0 +1,63 @@
+package cas
+
+import (
+	"fmt"
+
+	flatbuffers "github.com/google/flatbuffers/go"
+
+	"github.com/ledgerfs/ledgerfs/store/schema"
+)
+
+// ObjectIdentifier names an object: the index of the key it is encrypted with
+// (always 0: ledgerfs does not encrypt) and the digest of its root piece.
+type ObjectIdentifier struct {
+	KeyIndex uint32
+	Digest   Digest
+}
+
+// BuildIdentifier adds id to b and returns its offset.
+func BuildIdentifier(b *flatbuffers.Builder, id ObjectIdentifier) flatbuffers.UOffsetT {
+	d := b.CreateByteVector([]byte(id.Digest))
+	schema.ObjectIdentifierStorageStart(b)
+	schema.ObjectIdentifierStorageAddKeyIndex(b, id.KeyIndex)
+	schema.ObjectIdentifierStorageAddObjectDigest(b, d)
+	return schema.ObjectIdentifierStorageEnd(b)
+}
+
+// IdentifierFrom converts a decoded ObjectIdentifierStorage, validating the
+// digest.
+func IdentifierFrom(s *schema.ObjectIdentifierStorage) (ObjectIdentifier, error) {
+	if s == nil {
+		return ObjectIdentifier{}, fmt.Errorf("cas: missing object identifier")
+	}
+	d, err := ParseDigest(s.ObjectDigestBytes())
+	if err != nil {
+		return ObjectIdentifier{}, err
+	}
+	return ObjectIdentifier{KeyIndex: s.KeyIndex(), Digest: Digest(string(d))}, nil
+}
+
+// EncodeIdentifier serializes id as a size-prefixed ObjectIdentifierStorage.
+func EncodeIdentifier(id ObjectIdentifier) []byte {
+	b := flatbuffers.NewBuilder(64)
+	b.FinishSizePrefixed(BuildIdentifier(b, id))
+	return b.FinishedBytes()
+}
+
+// DecodeIdentifier parses a size-prefixed ObjectIdentifierStorage at the start
+// of buf and returns it with the bytes that follow it.
+func DecodeIdentifier(buf []byte) (id ObjectIdentifier, rest []byte, err error) {
+	err = Decode("object identifier", func() error {
+		n, body, err := SizePrefixed(buf)
+		if err != nil {
+			return err
+		}
+		id, err = IdentifierFrom(schema.GetRootAsObjectIdentifierStorage(body, 0))
+		rest = buf[4+n:]
+		return err
+	})
+	return id, rest, err
+}
+
+// String shows the digest.
+func (id ObjectIdentifier) String() string { return id.Digest.String() }

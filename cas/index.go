@@ -1,0 +1,84 @@
+package cas
+
+import (
+	"fmt"
+
+	flatbuffers "github.com/google/flatbuffers/go"
+
+	"github.com/ledgerfs/ledgerfs/store/schema"
+)
+
+// IndexChild is one entry of a FileIndex: a piece and the number of content
+// bytes under it.
+type IndexChild struct {
+	Size uint64
+	ID   ObjectIdentifier
+}
+
+// FileIndex is a piece that lists, in order, the pieces an object's content is
+// made of.
+type FileIndex struct {
+	Size     uint64
+	Children []IndexChild
+}
+
+// EncodeFileIndex serializes a FileIndex.
+func EncodeFileIndex(ix FileIndex) []byte {
+	b := flatbuffers.NewBuilder(64 + 80*len(ix.Children))
+	offs := make([]flatbuffers.UOffsetT, len(ix.Children))
+	for i, c := range ix.Children {
+		id := BuildIdentifier(b, c.ID)
+		schema.ObjectChildStart(b)
+		schema.ObjectChildAddSize(b, c.Size)
+		schema.ObjectChildAddObjectIdentifier(b, id)
+		offs[i] = schema.ObjectChildEnd(b)
+	}
+	schema.FileIndexStartChildrenVector(b, len(offs))
+	for i := len(offs) - 1; i >= 0; i-- {
+		b.PrependUOffsetT(offs[i])
+	}
+	children := b.EndVector(len(offs))
+	schema.FileIndexStart(b)
+	schema.FileIndexAddSize(b, ix.Size)
+	schema.FileIndexAddChildren(b, children)
+	b.Finish(schema.FileIndexEnd(b))
+	return b.FinishedBytes()
+}
+
+// DecodeFileIndex parses a FileIndex and checks that its sizes add up.
+func DecodeFileIndex(buf []byte) (FileIndex, error) {
+	var ix FileIndex
+	err := Decode("file index", func() error {
+		if err := CheckRoot(buf); err != nil {
+			return err
+		}
+		fb := schema.GetRootAsFileIndex(buf, 0)
+		ix.Size = fb.Size()
+		n := fb.ChildrenLength()
+		if n == 0 {
+			return fmt.Errorf("index has no children")
+		}
+		ix.Children = make([]IndexChild, n)
+		var sum uint64
+		var c schema.ObjectChild
+		for i := 0; i < n; i++ {
+			if !fb.Children(&c, i) {
+				return fmt.Errorf("child %d missing", i)
+			}
+			id, err := IdentifierFrom(c.ObjectIdentifier(nil))
+			if err != nil {
+				return fmt.Errorf("child %d: %w", i, err)
+			}
+			ix.Children[i] = IndexChild{Size: c.Size(), ID: id}
+			if sum+c.Size() < sum {
+				return fmt.Errorf("child sizes overflow")
+			}
+			sum += c.Size()
+		}
+		if sum != ix.Size {
+			return fmt.Errorf("children hold %d bytes, index says %d", sum, ix.Size)
+		}
+		return nil
+	})
+	return ix, err
+}

@@ -1,0 +1,187 @@
+package cas
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+)
+
+// Source returns stored pieces by digest (never inline ones).
+type Source interface {
+	Get(d Digest) ([]byte, error)
+}
+
+// GetPiece returns a piece's verified content, inline or stored.
+func GetPiece(src Source, d Digest) ([]byte, error) {
+	if d.IsInline() {
+		return d.InlineData(), nil
+	}
+	data, err := src.Get(d)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Verify(data); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// Reader reads an object at any offset. It walks the index tree by sizes, so
+// a read touches only the pieces that hold the bytes asked for; it keeps the
+// last few pieces it fetched, which makes sequential reads fetch each piece
+// once. A Reader is safe for concurrent use.
+type Reader struct {
+	src  Source
+	root Digest
+	size uint64
+
+	mu    sync.Mutex
+	cache [8]cached
+	next  int
+}
+
+type cached struct {
+	d     Digest
+	data  []byte
+	index *FileIndex
+	ends  []uint64 // cumulative child ends, for index pieces
+}
+
+// NewReader opens the object id for reading.
+func NewReader(src Source, id ObjectIdentifier) (*Reader, error) {
+	r := &Reader{src: src, root: id.Digest}
+	p, err := r.piece(id.Digest)
+	if err != nil {
+		return nil, err
+	}
+	if p.index != nil {
+		r.size = p.index.Size
+	} else {
+		r.size = uint64(len(p.data))
+	}
+	return r, nil
+}
+
+// Size is the object's length in bytes.
+func (r *Reader) Size() uint64 { return r.size }
+
+func (r *Reader) piece(d Digest) (cached, error) {
+	r.mu.Lock()
+	for _, c := range r.cache {
+		if c.d == d && c.d != "" {
+			r.mu.Unlock()
+			return c, nil
+		}
+	}
+	r.mu.Unlock()
+	data, err := GetPiece(r.src, d)
+	if err != nil {
+		return cached{}, fmt.Errorf("read piece %s: %w", d, err)
+	}
+	c := cached{d: d, data: data}
+	if d.IsIndex() {
+		ix, err := DecodeFileIndex(data)
+		if err != nil {
+			return cached{}, fmt.Errorf("read piece %s: %w", d, err)
+		}
+		c.index = &ix
+		c.data = nil
+		c.ends = make([]uint64, len(ix.Children))
+		var sum uint64
+		for i, ch := range ix.Children {
+			sum += ch.Size
+			c.ends[i] = sum
+		}
+	}
+	r.mu.Lock()
+	r.cache[r.next] = c
+	r.next = (r.next + 1) % len(r.cache)
+	r.mu.Unlock()
+	return c, nil
+}
+
+// ReadAt implements io.ReaderAt.
+func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("cas: negative offset %d", off)
+	}
+	n := 0
+	for n < len(p) {
+		pos := uint64(off) + uint64(n)
+		if pos >= r.size {
+			return n, io.EOF
+		}
+		m, err := r.readAt(r.root, p[n:], pos, 0)
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			return n, fmt.Errorf("cas: index of %s is inconsistent at offset %d", r.root, pos)
+		}
+		n += m
+	}
+	return n, nil
+}
+
+const maxIndexDepth = 16
+
+// readAt copies from the piece d, which starts at offset 0 of its own
+// content, bytes from pos on into p, staying within one leaf chunk.
+func (r *Reader) readAt(d Digest, p []byte, pos uint64, depth int) (int, error) {
+	if depth > maxIndexDepth {
+		return 0, fmt.Errorf("cas: index of %s is too deep", r.root)
+	}
+	c, err := r.piece(d)
+	if err != nil {
+		return 0, err
+	}
+	if c.index == nil {
+		if pos >= uint64(len(c.data)) {
+			return 0, nil
+		}
+		return copy(p, c.data[pos:]), nil
+	}
+	i := sort.Search(len(c.ends), func(i int) bool { return c.ends[i] > pos })
+	if i == len(c.ends) {
+		return 0, nil
+	}
+	start := c.ends[i] - c.index.Children[i].Size
+	return r.readAt(c.index.Children[i].ID.Digest, p, pos-start, depth+1)
+}
+
+// Walk visits the pieces of the object id. pre is called on a piece before
+// its children and returns whether to visit them; post is called after them,
+// so post sees children before their parents. post may be nil.
+func Walk(src Source, id ObjectIdentifier, pre func(d Digest) (bool, error), post func(d Digest) error) error {
+	return walk(src, id.Digest, pre, post, 0)
+}
+
+func walk(src Source, d Digest, pre func(d Digest) (bool, error), post func(d Digest) error, depth int) error {
+	if depth > maxIndexDepth {
+		return fmt.Errorf("cas: index of %s is too deep", d)
+	}
+	descend, err := pre(d)
+	if err != nil || !descend {
+		return err
+	}
+	if d.IsIndex() {
+		data, err := GetPiece(src, d)
+		if err != nil {
+			return err
+		}
+		ix, err := DecodeFileIndex(data)
+		if err != nil {
+			return err
+		}
+		for _, c := range ix.Children {
+			if err := walk(src, c.ID.Digest, pre, post, depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	if post != nil {
+		return post(d)
+	}
+	return nil
+}
