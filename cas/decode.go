@@ -52,3 +52,13 @@ func CheckRoot(buf []byte) error {
 	}
 	return nil
 }
+
+// CheckVector rejects a vector length that cannot fit in buf: every element
+// takes at least 4 bytes, so a larger count is corrupt (and would otherwise
+// make the decoder allocate whatever the count says).
+func CheckVector(what string, n int, buf []byte) error {
+	if n < 0 || n > len(buf)/4 {
+		return fmt.Errorf("%s: %d elements cannot fit in %d bytes", what, n, len(buf))
+	}
+	return nil
+}

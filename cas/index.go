@@ -58,6 +58,9 @@ func DecodeFileIndex(buf []byte) (FileIndex, error) {
 		if n == 0 {
 			return fmt.Errorf("index has no children")
 		}
+		if err := CheckVector("children", n, buf); err != nil {
+			return err
+		}
 		ix.Children = make([]IndexChild, n)
 		var sum uint64
 		var c schema.ObjectChild
