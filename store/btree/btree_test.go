@@ -1,0 +1,356 @@
+package btree
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/restic/chunker"
+	"pgregory.net/rapid"
+
+	"github.com/ledgerfs/ledgerfs/cas"
+)
+
+const testPol = chunker.Pol(0x3DA3358B4DC173)
+
+type memPieces struct {
+	mu  sync.Mutex
+	m   map[cas.Digest][]byte
+	new int
+}
+
+func (p *memPieces) Put(d cas.Digest, b []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.m[d]; !ok {
+		p.m[d] = b
+		p.new++
+	}
+	return nil
+}
+
+func (p *memPieces) Get(d cas.Digest) ([]byte, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b, ok := p.m[d]
+	if !ok {
+		return nil, cas.ErrNotFound
+	}
+	return b, nil
+}
+
+func newStore(t testing.TB, cached bool) (*Store, *memPieces) {
+	p := &memPieces{m: map[cas.Digest][]byte{}}
+	var nc *NodeCache
+	if cached {
+		var err error
+		nc, err = NewNodeCache(16 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+	}
+	return NewStore(p, testPol, nc), p
+}
+
+func entry(k string, v int) Entry {
+	val := fmt.Sprintf("value-%d", v)
+	return Entry{Key: k, Value: cas.ObjectIdentifier{Digest: cas.ComputeDigest(cas.KindBlob, false, []byte(val))}, Meta: Meta{Size: uint64(len(val))}}
+}
+
+func build(t tb, s *Store, root cas.ObjectIdentifier, ops func(tr *Tree)) cas.ObjectIdentifier {
+	t.Helper()
+	tr := s.Open(root)
+	ops(tr)
+	id, _, err := tr.Write()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func contents(t tb, s *Store, root cas.ObjectIdentifier) []Entry {
+	t.Helper()
+	var out []Entry
+	it := s.Open(root).Seek("")
+	for it.Next() {
+		out = append(out, it.Entry())
+	}
+	if it.Err() != nil {
+		t.Fatal(it.Err())
+	}
+	return out
+}
+
+// tb is what the helpers need of *testing.T and *rapid.T alike.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
+type op struct {
+	A string
+	V int
+}
+
+func opGen(lo, hi int) *rapid.Generator[op] {
+	return rapid.Custom(func(t *rapid.T) op {
+		return op{A: keyGen.Draw(t, "key"), V: rapid.IntRange(lo, hi).Draw(t, "v")}
+	})
+}
+
+// keyGen draws keys from a small alphabet so that edits collide, with a
+// share of long keys and keys of higher levels.
+var keyGen = rapid.OneOf(
+	rapid.StringMatching(`[ab/]{0,6}`),
+	rapid.StringMatching(`k[0-9]{1,4}`),
+)
+
+// The same final set of entries gives the same root, whatever the edits that
+// led there, and iteration returns exactly that set in order.
+func TestHistoryIndependence(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s, _ := newStore(t, rapid.Bool().Draw(rt, "cached"))
+		model := map[string]Entry{}
+		root := EmptyRoot
+		batches := rapid.IntRange(1, 6).Draw(rt, "batches")
+		for b := range batches {
+			ops := rapid.SliceOfN(opGen(-3, 5), 0, 300).Draw(rt, fmt.Sprintf("ops%d", b))
+			root = build(rt, s, root, func(tr *Tree) {
+				for _, op := range ops {
+					if op.V < 0 {
+						if _, err := tr.Delete(op.A); err != nil {
+							rt.Fatal(err)
+						}
+						delete(model, op.A)
+					} else {
+						e := entry(op.A, op.V)
+						if err := tr.Put(e); err != nil {
+							rt.Fatal(err)
+						}
+						model[op.A] = e
+					}
+				}
+			})
+		}
+		// Rebuild the final set from scratch in a random order.
+		keys := slices.Collect(maps.Keys(model))
+		rapid.Permutation(keys).Draw(rt, "order")
+		s2, _ := newStore(t, false)
+		fresh := build(rt, s2, EmptyRoot, func(tr *Tree) {
+			for _, k := range keys {
+				if err := tr.Put(model[k]); err != nil {
+					rt.Fatal(err)
+				}
+			}
+		})
+		if fresh != root {
+			rt.Fatalf("root after edits %s != root built fresh %s", root, fresh)
+		}
+		got := contents(rt, s, root)
+		slices.Sort(keys)
+		if len(got) != len(keys) {
+			rt.Fatalf("iterated %d entries, want %d", len(got), len(keys))
+		}
+		for i, k := range keys {
+			if got[i] != model[k] {
+				rt.Fatalf("entry %d: %q, want %q", i, got[i].Key, k)
+			}
+		}
+	})
+}
+
+func TestSeekPrefixAndDiff(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s, _ := newStore(t, true)
+		a := map[string]Entry{}
+		for _, k := range rapid.SliceOfN(keyGen, 0, 400).Draw(rt, "a") {
+			a[k] = entry(k, 1)
+		}
+		b := maps.Clone(a)
+		for _, op := range rapid.SliceOfN(opGen(-1, 2), 0, 50).Draw(rt, "edits") {
+			if op.V < 0 {
+				delete(b, op.A)
+			} else {
+				b[op.A] = entry(op.A, op.V)
+			}
+		}
+		put := func(m map[string]Entry) cas.ObjectIdentifier {
+			return build(rt, s, EmptyRoot, func(tr *Tree) {
+				for _, e := range m {
+					if err := tr.Put(e); err != nil {
+						rt.Fatal(err)
+					}
+				}
+			})
+		}
+		ra, rb := put(a), put(b)
+
+		start := keyGen.Draw(rt, "start")
+		var want []string
+		for k := range b {
+			if k >= start {
+				want = append(want, k)
+			}
+		}
+		slices.Sort(want)
+		var got []string
+		it := s.Open(rb).Seek(start)
+		for it.Next() {
+			got = append(got, it.Entry().Key)
+		}
+		if !slices.Equal(got, want) {
+			rt.Fatalf("seek %q: got %q, want %q", start, got, want)
+		}
+		want, got = nil, nil
+		for k := range b {
+			if len(k) >= len(start) && k[:len(start)] == start {
+				want = append(want, k)
+			}
+		}
+		slices.Sort(want)
+		it = s.Open(rb).Prefix(start)
+		for it.Next() {
+			got = append(got, it.Entry().Key)
+		}
+		if !slices.Equal(got, want) {
+			rt.Fatalf("prefix %q: got %q, want %q", start, got, want)
+		}
+
+		var wantDiff []string
+		for k, e := range a {
+			if e2, ok := b[k]; !ok || e2 != e {
+				wantDiff = append(wantDiff, k)
+			}
+		}
+		for k := range b {
+			if _, ok := a[k]; !ok {
+				wantDiff = append(wantDiff, k)
+			}
+		}
+		slices.Sort(wantDiff)
+		var gotDiff []string
+		err := s.Diff(ra, rb, func(c Change) error {
+			gotDiff = append(gotDiff, c.Key)
+			if (c.Before == nil) != (a[c.Key] == Entry{}) || (c.After == nil) != (b[c.Key] == Entry{}) {
+				rt.Fatalf("change %q has wrong sides", c.Key)
+			}
+			return nil
+		})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if !slices.Equal(gotDiff, wantDiff) {
+			rt.Fatalf("diff: got %q, want %q", gotDiff, wantDiff)
+		}
+	})
+}
+
+func bigTree(t tb, s *Store, n int) cas.ObjectIdentifier {
+	return build(t, s, EmptyRoot, func(tr *Tree) {
+		for i := range n {
+			if err := tr.Put(entry(fmt.Sprintf("key-%08d", i), i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// One change to a page of 100,000 entries writes only the nodes on the path
+// to that key, and a diff reads only those paths.
+func TestIncrementalCommit(t *testing.T) {
+	s, p := newStore(t, false)
+	const n = 100_000
+	root := bigTree(t, s, n)
+	total := len(p.m)
+	var depth func(r ref, parent int) int
+	depth = func(r ref, parent int) int {
+		nd, err := s.load(r, parent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if nd == nil {
+			return 0
+		}
+		d := 0
+		for _, c := range nd.children {
+			d = max(d, depth(c, int(nd.level)))
+		}
+		return d + 1
+	}
+	height := depth(ref{id: root}, -1)
+	rng := rand.New(rand.NewPCG(1, 1))
+	for range 20 {
+		tr := s.Open(root)
+		k := fmt.Sprintf("key-%08d", rng.IntN(n))
+		if err := tr.Put(entry(k, -1)); err != nil {
+			t.Fatal(err)
+		}
+		before := p.new
+		newRoot, written, err := tr.Write()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A node of a few hundred entries is split into pieces itself: the
+		// edit rewrites the chunk around the entry and the node's index.
+		if written > height || p.new-before > 4*height {
+			t.Fatalf("one change wrote %d nodes (%d pieces) in a tree of height %d", written, p.new-before, height)
+		}
+		changes := 0
+		if err := s.Diff(root, newRoot, func(Change) error { changes++; return nil }); err != nil || changes != 1 {
+			t.Fatalf("diff: %d changes, %v", changes, err)
+		}
+	}
+	t.Logf("%d entries: %d nodes, height %d", n, total, height)
+	if height < 2 || height > 5 {
+		t.Fatalf("height %d for %d entries", height, n)
+	}
+}
+
+func TestKeyTooLong(t *testing.T) {
+	s, _ := newStore(t, false)
+	tr := s.Open(EmptyRoot)
+	if err := tr.Put(entry(string(make([]byte, MaxKeySize+1)), 1)); err == nil {
+		t.Fatal("oversized key accepted")
+	}
+	if err := tr.Put(entry(string(make([]byte, MaxKeySize)), 1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMetaRoundTrip(t *testing.T) {
+	s, _ := newStore(t, false)
+	e := entry("f", 1)
+	e.Meta = Meta{Size: 7, Mode: 0o120777, MtimeNs: -5, HasMtime: true, Symlink: "../t"}
+	e.Priority = Lazy
+	root := build(t, s, EmptyRoot, func(tr *Tree) { _ = tr.Put(e) })
+	s2 := NewStore(s.pieces, testPol, nil)
+	got, ok, err := s2.Open(root).Get("f")
+	if err != nil || !ok || got != e {
+		t.Fatalf("got %+v %v %v", got, ok, err)
+	}
+}
+
+func FuzzDecodeNode(f *testing.F) {
+	s, p := newStore(f, false)
+	root := bigTree(f, s, 2000)
+	f.Add([]byte(root.Digest))
+	for _, b := range p.m {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, err := decodeNode(b)
+		if err != nil {
+			return
+		}
+		// A node that decodes re-encodes to the same node.
+		n2, err := decodeNode(encodeNode(n))
+		if err != nil || len(n2.entries) != len(n.entries) || n2.level != n.level {
+			t.Fatalf("re-decode: %v", err)
+		}
+	})
+}
