@@ -65,7 +65,7 @@ func build(t tb, s *Store, root cas.ObjectIdentifier, ops func(tr *Tree)) cas.Ob
 	t.Helper()
 	tr := s.Open(root)
 	ops(tr)
-	id, _, err := tr.Write()
+	id, _, err := tr.Write(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func TestIncrementalCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := p.new
-		newRoot, written, err := tr.Write()
+		newRoot, written, err := tr.Write(nil)
 		if err != nil {
 			t.Fatal(err)
 		}

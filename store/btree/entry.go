@@ -83,4 +83,3 @@ func search(es []Entry, k string) (int, bool) {
 	}
 	return lo, lo < len(es) && es[lo].Key == k
 }
-

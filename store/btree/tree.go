@@ -204,14 +204,18 @@ func (t *Tree) join(a, b ref, parent int) (ref, error) {
 	return mk(na.level, entries, children), nil
 }
 
-// Write stores the nodes edited since the tree was opened and returns the
-// root id and the number of nodes written.
-func (t *Tree) Write() (cas.ObjectIdentifier, int, error) {
+// Write stores the nodes edited since the tree was opened, through sink (nil:
+// the store's pieces), and returns the root id and the number of nodes
+// written. Children are written before their parents.
+func (t *Tree) Write(sink cas.Sink) (cas.ObjectIdentifier, int, error) {
 	if t.root.empty() {
 		return EmptyRoot, 0, nil
 	}
+	if sink == nil {
+		sink = t.s.pieces
+	}
 	written := 0
-	r, err := t.write(t.root, &written)
+	r, err := t.write(t.root, sink, &written)
 	if err != nil {
 		return cas.ObjectIdentifier{}, 0, err
 	}
@@ -219,20 +223,20 @@ func (t *Tree) Write() (cas.ObjectIdentifier, int, error) {
 	return r.id, written, nil
 }
 
-func (t *Tree) write(r ref, written *int) (ref, error) {
+func (t *Tree) write(r ref, sink cas.Sink, written *int) (ref, error) {
 	if !r.dirty() {
 		return r, nil
 	}
 	n := r.n
 	for i, c := range n.children {
-		w, err := t.write(c, written)
+		w, err := t.write(c, sink, written)
 		if err != nil {
 			return ref{}, err
 		}
 		// Keep only the id: a cached node must not pin its subtree.
 		n.children[i] = ref{id: w.id}
 	}
-	id, err := cas.WriteObject(t.s.pieces, t.s.pol, cas.KindTreeNode, encodeNode(n))
+	id, err := cas.WriteObject(sink, t.s.pol, cas.KindTreeNode, encodeNode(n))
 	if err != nil {
 		return ref{}, fmt.Errorf("btree: write node: %w", err)
 	}
@@ -252,4 +256,22 @@ func (t *Tree) Root() (cas.ObjectIdentifier, error) {
 		return cas.ObjectIdentifier{}, fmt.Errorf("btree: tree has unwritten edits")
 	}
 	return t.root.id, nil
+}
+
+// Refs returns what a stored node points to: its child nodes and its
+// entries' values. Recovery walks trees with it.
+func (s *Store) Refs(id cas.ObjectIdentifier) (children, values []cas.ObjectIdentifier, err error) {
+	n, err := s.loadID(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, c := range n.children {
+		if !c.empty() {
+			children = append(children, c.id)
+		}
+	}
+	for _, e := range n.entries {
+		values = append(values, e.Value)
+	}
+	return children, values, nil
 }

@@ -1,0 +1,233 @@
+package journal
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/store"
+	"github.com/ledgerfs/ledgerfs/store/btree"
+)
+
+// crashAt, when set by a test, is called at each step of a commit; an error
+// stops the commit there, as a crash would.
+var crashAt func(step string) error
+
+func step(name string) error {
+	if crashAt != nil {
+		return crashAt(name)
+	}
+	return nil
+}
+
+// Commit turns the journal into a commit and returns the page's new head
+// (nil if the journal changed nothing).
+//
+// An implicit journal is applied on top of the page's current head. An
+// explicit one becomes a commit on its base; if the head moved on meanwhile,
+// a merge commit joins the two, entry by entry: changes to different entries
+// both survive, and where both sides changed an entry the journal's change,
+// the later one, wins.
+//
+// The commit is all-or-nothing: the new tree nodes are written first (as
+// transient pieces, garbage until referenced), then one db transaction adds
+// the commit rows, replaces the head and drops the implicit journal's
+// metadata. What follows (deleting the journal's rows, moving pieces from
+// transient to local) is repeated by recovery if a crash interrupts it.
+func (j *Journal) Commit() (*store.Commit, error) {
+	if j.done {
+		return nil, ErrDone
+	}
+	p := j.p
+	p.Lock()
+	defer p.Unlock()
+	c, err := j.commitLocked()
+	if err == nil {
+		j.done = true
+	}
+	return c, err
+}
+
+func (j *Journal) commitLocked() (*store.Commit, error) {
+	p := j.p
+	db := p.DB()
+	heads, err := p.Heads()
+	if err != nil {
+		return nil, err
+	}
+	head := store.Newest(heads)
+	base := head
+	if j.ID.Explicit() && j.Base != head.ID {
+		if base, err = p.Commit(j.Base); err != nil {
+			return nil, fmt.Errorf("journal: base of %s: %w", j.ID, err)
+		}
+	}
+
+	// Apply the journal to its parent's tree.
+	tree := p.Tree(base)
+	cleared, err := hasClear(db, j.ID)
+	if err != nil {
+		return nil, err
+	}
+	if cleared {
+		tree.Clear()
+	}
+	var values []cas.ObjectIdentifier
+	err = forOps(db, j.ID, "", func(op Op) error {
+		if op.Delete {
+			_, err := tree.Delete(op.Key)
+			return err
+		}
+		e := op.Entry
+		e.Key = op.Key
+		values = append(values, e.Value)
+		return tree.Put(e)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: apply %s: %w", j.ID, err)
+	}
+
+	pw := p.NewPieceWriter()
+	pw.Track = true
+	root, _, err := tree.Write(pw)
+	if err == nil {
+		err = pw.Flush()
+	}
+	if err != nil {
+		pw.Discard()
+		return nil, fmt.Errorf("journal: write tree: %w", err)
+	}
+	if err := step("nodes-written"); err != nil {
+		return nil, err
+	}
+
+	var commits []*store.Commit
+	final := head
+	if root != base.Root {
+		c, err := store.NewCommit(timestamp(base), root, base)
+		if err != nil {
+			return nil, err
+		}
+		commits = append(commits, c)
+		final = c
+		if base.ID != head.ID {
+			m, err := merge(p, pw, head, base, c)
+			if err != nil {
+				return nil, err
+			}
+			commits = append(commits, m)
+			final = m
+		}
+	}
+
+	// The atomic step: after it the page is at the new state.
+	err = db.Update(func(txn *badger.Txn) error {
+		for _, c := range commits {
+			if err := txn.Set(store.CommitKey(c.ID), c.Bytes); err != nil {
+				return err
+			}
+			if err := txn.Set(store.UnsyncedCommitKey(c.ID), store.EncodeUint64(c.Generation)); err != nil {
+				return err
+			}
+		}
+		if final != head {
+			for _, h := range heads {
+				if h.ID != store.FirstCommitID {
+					if err := txn.Delete(store.HeadKey(h.ID)); err != nil {
+						return err
+					}
+				}
+			}
+			if err := txn.Set(store.HeadKey(final.ID), store.EncodeUint64(uint64(final.Timestamp))); err != nil {
+				return err
+			}
+		}
+		return txn.Delete(store.ImplicitMetaKey(j.ID))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: commit %s: %w", j.ID, err)
+	}
+	if err := step("committed"); err != nil {
+		return nil, err
+	}
+	if err := deleteRows(db, []byte(store.JournalPrefix(j.ID))); err != nil {
+		return nil, err
+	}
+	if err := step("journal-deleted"); err != nil {
+		return nil, err
+	}
+	if err := markLocal(p, values, pw.New); err != nil {
+		return nil, err
+	}
+	if final == head {
+		return nil, nil
+	}
+	return final, nil
+}
+
+// timestamp is now, but never before the parent: time views rely on commit
+// times growing along history.
+func timestamp(parent *store.Commit) int64 {
+	return max(time.Now().UnixNano(), parent.Timestamp+1)
+}
+
+// merge makes the merge commit of head and c, whose common ancestor is base:
+// head's tree with base→c's changes applied.
+func merge(p *store.Page, pw *store.PieceWriter, head, base, c *store.Commit) (*store.Commit, error) {
+	tree := p.Tree(head)
+	err := p.Nodes().Diff(base.Root, c.Root, func(ch btree.Change) error {
+		if ch.After == nil {
+			_, err := tree.Delete(ch.Key)
+			return err
+		}
+		return tree.Put(*ch.After)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: merge: %w", err)
+	}
+	root, _, err := tree.Write(pw)
+	if err == nil {
+		err = pw.Flush()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("journal: merge: %w", err)
+	}
+	return store.NewCommit(0, root, head, c)
+}
+
+// markLocal moves the pieces of the committed values and the new tree nodes
+// from transient to local, children before parents, so that a local piece
+// never has a transient one below it: recovery relies on that.
+func markLocal(p *store.Page, values []cas.ObjectIdentifier, nodes []cas.Digest) error {
+	var ds []cas.Digest
+	seen := map[cas.Digest]bool{}
+	for _, v := range values {
+		err := cas.Walk(p, v, func(d cas.Digest) (bool, error) {
+			if d.IsInline() || seen[d] {
+				return false, nil
+			}
+			seen[d] = true
+			s, ok, err := p.Status(d)
+			return ok && s == store.Transient, err
+		}, func(d cas.Digest) error {
+			ds = append(ds, d)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("journal: walk value %s: %w", v, err)
+		}
+	}
+	ds = append(ds, nodes...)
+	for i := 0; i < len(ds); i += 1000 {
+		if err := p.SetStatus(store.Local, ds[i:min(len(ds), i+1000)]); err != nil {
+			return err
+		}
+		if err := step("status-batch"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+

@@ -1,0 +1,87 @@
+package journal
+
+import (
+	"sync"
+
+	"github.com/ledgerfs/ledgerfs/store"
+)
+
+// Committer commits a page's ordinary writes through implicit journals, with
+// group commit: changes that arrive while a commit is running go into the
+// next implicit journal, and all of them become one commit when the running
+// one ends. Apply returns once its changes are committed, so a reader that
+// comes after it sees them.
+//
+// Commits run on their own goroutine and are never abandoned halfway: a
+// caller that gives up waiting (an interrupted FUSE request) leaves its
+// changes to be committed all the same.
+type Committer struct {
+	p *store.Page
+
+	mu      sync.Mutex
+	cur     *Journal
+	waiters []chan error
+	running bool
+	synced  bool // a waiter asked for the commit to reach the disk
+}
+
+// CommitterFor returns the page's committer.
+func CommitterFor(p *store.Page) *Committer {
+	return p.State(func() any { return &Committer{p: p} }).(*Committer)
+}
+
+// Apply records ops in the current implicit journal and waits until they are
+// committed; with sync, also until the commit is on disk.
+func (c *Committer) Apply(sync bool, ops ...Op) error {
+	c.mu.Lock()
+	if c.cur == nil {
+		j, err := Begin(c.p, false)
+		if err != nil {
+			c.mu.Unlock()
+			return err
+		}
+		c.cur = j
+	}
+	if err := c.cur.Apply(ops...); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	ch := make(chan error, 1)
+	c.waiters = append(c.waiters, ch)
+	c.synced = c.synced || sync
+	if !c.running {
+		c.running = true
+		go c.run()
+	}
+	c.mu.Unlock()
+	return <-ch
+}
+
+// Sync waits for pending changes to commit and makes them durable.
+func (c *Committer) Sync() error {
+	if err := c.Apply(true); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (c *Committer) run() {
+	for {
+		c.mu.Lock()
+		j, ws, sync := c.cur, c.waiters, c.synced
+		c.cur, c.waiters, c.synced = nil, nil, false
+		if j == nil {
+			c.running = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		_, err := j.Commit()
+		if err == nil && sync {
+			err = c.p.Sync()
+		}
+		for _, w := range ws {
+			w <- err
+		}
+	}
+}

@@ -1,0 +1,160 @@
+package journal
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/store"
+	"github.com/ledgerfs/ledgerfs/store/btree"
+)
+
+// Recover brings a page opened after a crash to a consistent state, as Ledger
+// does on start: explicit journals (transactions that never committed) are
+// deleted, implicit journals are committed, leftover rows of journals that
+// did commit are deleted, reachable pieces still marked transient become
+// local and unreachable transient pieces are deleted. It is the store's
+// OnOpen hook.
+func Recover(p *store.Page) error {
+	db := p.DB()
+	if err := deleteRows(db, []byte(store.PrefixExplicitJournal)); err != nil {
+		return fmt.Errorf("recover: drop explicit journals: %w", err)
+	}
+	implicit := map[store.JournalID]store.CommitID{}
+	err := db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(store.PrefixImplicitMeta)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			id := store.JournalID(it.Item().Key()[len(store.PrefixImplicitMeta):])
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if !id.Valid() || len(v) != len(store.CommitID{}) {
+				return fmt.Errorf("malformed implicit journal row %q", it.Item().Key())
+			}
+			implicit[id] = store.CommitID(v)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	for id, base := range implicit {
+		j := &Journal{p: p, ID: id, Base: base}
+		c, err := j.Commit()
+		if err != nil {
+			return fmt.Errorf("recover: commit implicit journal %s: %w", id, err)
+		}
+		slog.Info("committed implicit journal left by a crash", "page", p.Ledger+"/"+p.Name, "journal", id, "commit", c != nil)
+	}
+	// Rows of implicit journals without metadata belong to journals that
+	// committed before the crash stopped their clean-up.
+	if err := deleteRows(db, []byte(store.PrefixImplicitJournal)); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	return collectTransient(p)
+}
+
+// collectTransient settles pieces left transient by a crash: those a head
+// reaches become local, the others are deleted.
+func collectTransient(p *store.Page) error {
+	db := p.DB()
+	prefix := []byte(store.StatusPrefix(store.Transient))
+	found := false
+	if err := db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		it.Rewind()
+		found = it.Valid()
+		return nil
+	}); err != nil || !found {
+		return err
+	}
+	heads, err := p.Heads()
+	if err != nil {
+		return err
+	}
+	var reach []cas.Digest
+	seen := map[cas.Digest]bool{}
+	transient := func(d cas.Digest) (bool, error) {
+		if d.IsInline() || seen[d] {
+			return false, nil
+		}
+		seen[d] = true
+		s, ok, err := p.Status(d)
+		return ok && s == store.Transient, err
+	}
+	collect := func(d cas.Digest) error { reach = append(reach, d); return nil }
+	// Walk each head's tree down to the first local pieces: below a local
+	// piece everything is local.
+	var walkNode func(id cas.ObjectIdentifier) error
+	walkNode = func(id cas.ObjectIdentifier) error {
+		if id.Digest.IsInline() {
+			return nil
+		}
+		s, ok, err := p.Status(id.Digest)
+		if err != nil || (ok && s != store.Transient) {
+			return err
+		}
+		children, values, err := p.Nodes().Refs(id)
+		if err != nil {
+			return err
+		}
+		for _, v := range values {
+			if err := cas.Walk(p, v, transient, collect); err != nil {
+				return err
+			}
+		}
+		for _, c := range children {
+			if err := walkNode(c); err != nil {
+				return err
+			}
+		}
+		return cas.Walk(p, id, transient, collect)
+	}
+	for _, h := range heads {
+		if h.Root != btree.EmptyRoot {
+			if err := walkNode(h.Root); err != nil {
+				return fmt.Errorf("recover: walk head %s: %w", h.ID, err)
+			}
+		}
+	}
+	if err := p.SetStatus(store.Local, reach); err != nil {
+		return err
+	}
+	// Whatever is still transient is garbage.
+	for {
+		var ds []cas.Digest
+		err := db.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+			defer it.Close()
+			for it.Rewind(); it.Valid() && len(ds) < 2000; it.Next() {
+				ds = append(ds, cas.Digest(it.Item().Key()[len(prefix):]))
+			}
+			return nil
+		})
+		if err != nil || len(ds) == 0 {
+			if err == nil && len(reach) > 0 {
+				slog.Info("settled transient pieces", "page", p.Ledger+"/"+p.Name, "local", len(reach))
+			}
+			return err
+		}
+		err = db.Update(func(txn *badger.Txn) error {
+			for _, d := range ds {
+				if err := txn.Delete(store.StatusKey(store.Transient, d)); err != nil {
+					return err
+				}
+				if err := txn.Delete(store.ObjectKey(d)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("recover: delete garbage pieces: %w", err)
+		}
+	}
+}

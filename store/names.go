@@ -1,0 +1,46 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// PageID is Ledger's 16-byte page id.
+type PageID [16]byte
+
+// PageIDFor derives a page's id from its name, so that two devices that
+// create a page of the same name agree on its id.
+func PageIDFor(name string) PageID {
+	h := sha256.Sum256([]byte(name))
+	return PageID(h[:16])
+}
+
+func (id PageID) String() string { return base64.URLEncoding.EncodeToString(id[:]) }
+
+// ErrBadName reports a ledger or page name that cannot be a directory name.
+var ErrBadName = errors.New("invalid name")
+
+// ReservedName is the name inside a page that holds history, transactions
+// and status; no ledger or page may take it.
+const ReservedName = ".ledger"
+
+// CheckName checks that a ledger or page name is usable as one directory
+// name.
+func CheckName(name string) error {
+	switch {
+	case name == "" || name == "." || name == "..":
+		return fmt.Errorf("%w: %q", ErrBadName, name)
+	case len(name) > 255:
+		return fmt.Errorf("%w: %d bytes, the limit is 255", ErrBadName, len(name))
+	case strings.ContainsAny(name, "/\x00"):
+		return fmt.Errorf("%w: %q contains '/' or NUL", ErrBadName, name)
+	case name == ReservedName:
+		return fmt.Errorf("%w: %q is reserved", ErrBadName, name)
+	}
+	return nil
+}
+
+func ledgerDir(ledger string) string { return base64.URLEncoding.EncodeToString([]byte(ledger)) }

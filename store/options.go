@@ -1,0 +1,49 @@
+package store
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+)
+
+// badgerOptions are sized for many small dbs in one process: one db per page.
+// Badger's defaults (64 MiB memtables, five of them, a 256 MiB block cache,
+// values up to 1 MB in the LSM tree) would cost hundreds of MiB per open page.
+// Values above a small threshold (chunks, tree nodes) go to the value log,
+// which keeps the LSM tree and its memtables small whatever the data size.
+func badgerOptions(dir string, readOnly bool) badger.Options {
+	return badger.DefaultOptions(dir).
+		WithLogger(badgerLogger{slog.Default().With("db", dir)}).
+		WithReadOnly(readOnly).
+		WithMemTableSize(8 << 20).
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(4).
+		WithNumLevelZeroTablesStall(12).
+		WithBaseTableSize(2 << 20).
+		WithBaseLevelSize(8 << 20).
+		WithValueThreshold(1 << 10).
+		WithValueLogFileSize(256 << 20).
+		WithBlockCacheSize(1 << 20).
+		WithIndexCacheSize(0).
+		WithCompression(options.None).
+		WithNumCompactors(2).
+		WithNumGoroutines(2).
+		WithMetricsEnabled(false).
+		WithDetectConflicts(false)
+}
+
+// repoDBOptions are for the small repository db.
+func repoDBOptions(dir string, readOnly bool) badger.Options {
+	return badgerOptions(dir, readOnly).WithMemTableSize(1 << 20).WithValueLogFileSize(16 << 20)
+}
+
+// badgerLogger sends Badger's logs to slog, one level down: Badger reports
+// routine work (compactions, replays) at INFO.
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) Errorf(f string, a ...any)   { b.l.Error(fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Warningf(f string, a ...any) { b.l.Warn(fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Infof(f string, a ...any)    { b.l.Debug(fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Debugf(f string, a ...any)   {}

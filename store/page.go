@@ -1,0 +1,365 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/restic/chunker"
+
+	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/store/btree"
+)
+
+// ErrClosed reports an operation on a page that has been closed.
+var ErrClosed = errors.New("store: page is closed")
+
+// Page is an open page: its Badger db and what is needed to read and write
+// its trees and values. A Page is safe for concurrent use; the caller that
+// changes heads holds Lock.
+type Page struct {
+	Ledger string
+	Name   string
+	ID     PageID
+
+	db     *badger.DB
+	pol    chunker.Pol
+	nodes  *btree.Store
+	closed atomic.Bool
+
+	// mu serializes changes to the heads (commits, recovery).
+	mu sync.Mutex
+
+	// State is for the layer above (journals), created once per open page.
+	stateOnce sync.Once
+	state     any
+
+	repo *Repository
+	refs int // guarded by repo.mu
+}
+
+// DB returns the page's Badger db, for the journal package's row writes.
+func (p *Page) DB() *badger.DB { return p.db }
+
+// Polynomial is the repository's chunker polynomial.
+func (p *Page) Polynomial() chunker.Pol { return p.pol }
+
+// Nodes returns the page's tree node store.
+func (p *Page) Nodes() *btree.Store { return p.nodes }
+
+// Lock serializes head changes.
+func (p *Page) Lock()   { p.mu.Lock() }
+func (p *Page) Unlock() { p.mu.Unlock() }
+
+// State returns the layer-above state of the page, creating it with mk on
+// first use.
+func (p *Page) State(mk func() any) any {
+	p.stateOnce.Do(func() { p.state = mk() })
+	return p.state
+}
+
+func (p *Page) check() error {
+	if p.closed.Load() {
+		return fmt.Errorf("page %s/%s: %w", p.Ledger, p.Name, ErrClosed)
+	}
+	return nil
+}
+
+// Get returns a stored piece (cas.Source).
+func (p *Page) Get(d cas.Digest) ([]byte, error) {
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	var out []byte
+	err := p.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(ObjectKey(d))
+		if err != nil {
+			return err
+		}
+		out, err = it.ValueCopy(nil)
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, fmt.Errorf("piece %s: %w", d, cas.ErrNotFound)
+	}
+	return out, err
+}
+
+// Put stores a piece in its own transaction (cas.Sink); streaming writers use
+// a PieceWriter instead.
+func (p *Page) Put(d cas.Digest, data []byte) error {
+	w := p.NewPieceWriter()
+	if err := w.Put(d, data); err != nil {
+		w.Discard()
+		return err
+	}
+	return w.Flush()
+}
+
+// PieceWriter batches new pieces into large transactions. A piece that the
+// page already holds is skipped, so identical content adds no rows. New
+// pieces are marked transient until a commit uses them.
+type PieceWriter struct {
+	p       *Page
+	txn     *badger.Txn
+	pending int
+	// New lists the pieces this writer added, in the order they were put
+	// (children before the index pieces over them).
+	New []cas.Digest
+	// Track makes the writer record New.
+	Track bool
+}
+
+// flushBytes bounds the memory a batch holds before it is committed.
+const flushBytes = 8 << 20
+
+// NewPieceWriter starts a batch of piece writes.
+func (p *Page) NewPieceWriter() *PieceWriter {
+	return &PieceWriter{p: p}
+}
+
+// Put implements cas.Sink.
+func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
+	if err := w.p.check(); err != nil {
+		return err
+	}
+	if w.txn == nil {
+		w.txn = w.p.db.NewTransaction(true)
+	}
+	key := ObjectKey(d)
+	switch _, err := w.txn.Get(key); {
+	case err == nil:
+		if w.Track {
+			// A piece still transient (left by a write that was never
+			// committed) must move to local with the pieces above it.
+			switch _, err := w.txn.Get(StatusKey(Transient, d)); {
+			case err == nil:
+				w.New = append(w.New, d)
+			case !errors.Is(err, badger.ErrKeyNotFound):
+				return fmt.Errorf("store: look up piece status %s: %w", d, err)
+			}
+		}
+		return nil
+	case !errors.Is(err, badger.ErrKeyNotFound):
+		return fmt.Errorf("store: look up piece %s: %w", d, err)
+	}
+	set := func() error {
+		if err := w.txn.Set(key, data); err != nil {
+			return err
+		}
+		return w.txn.Set(StatusKey(Transient, d), nil)
+	}
+	err := set()
+	if errors.Is(err, badger.ErrTxnTooBig) {
+		if err = w.commit(); err == nil {
+			w.txn = w.p.db.NewTransaction(true)
+			err = set()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("store: write piece %s: %w", d, err)
+	}
+	if w.Track {
+		w.New = append(w.New, d)
+	}
+	w.pending += len(data)
+	if w.pending >= flushBytes {
+		return w.commit()
+	}
+	return nil
+}
+
+func (w *PieceWriter) commit() error {
+	if w.txn == nil {
+		return nil
+	}
+	err := w.txn.Commit()
+	w.txn, w.pending = nil, 0
+	if err != nil {
+		return fmt.Errorf("store: commit pieces: %w", err)
+	}
+	return nil
+}
+
+// Flush commits the pieces written so far.
+func (w *PieceWriter) Flush() error { return w.commit() }
+
+// Discard drops the pieces not yet flushed.
+func (w *PieceWriter) Discard() {
+	if w.txn != nil {
+		w.txn.Discard()
+		w.txn = nil
+	}
+}
+
+// Commit returns a commit by id.
+func (p *Page) Commit(id CommitID) (*Commit, error) {
+	if id == FirstCommitID {
+		return FirstCommit(), nil
+	}
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	var c *Commit
+	err := p.db.View(func(txn *badger.Txn) error {
+		var err error
+		c, err = ReadCommit(txn, id)
+		return err
+	})
+	return c, err
+}
+
+// ReadCommit reads a commit inside a transaction.
+func ReadCommit(txn *badger.Txn, id CommitID) (*Commit, error) {
+	if id == FirstCommitID {
+		return FirstCommit(), nil
+	}
+	it, err := txn.Get(CommitKey(id))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, fmt.Errorf("store: commit %s not found", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	buf, err := it.ValueCopy(nil)
+	if err != nil {
+		return nil, err
+	}
+	return DecodeCommit(id, buf)
+}
+
+// Heads returns the page's head commits. A page with no heads row is new: its
+// head is the first commit.
+func (p *Page) Heads() ([]*Commit, error) {
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	var heads []*Commit
+	err := p.db.View(func(txn *badger.Txn) error {
+		var err error
+		heads, err = ReadHeads(txn)
+		return err
+	})
+	return heads, err
+}
+
+// ReadHeads reads the heads inside a transaction.
+func ReadHeads(txn *badger.Txn) ([]*Commit, error) {
+	var ids []CommitID
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(PrefixHeads)})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		k := it.Item().Key()[len(PrefixHeads):]
+		if len(k) != len(CommitID{}) {
+			return nil, fmt.Errorf("store: malformed head row %q", it.Item().Key())
+		}
+		ids = append(ids, CommitID(k))
+	}
+	if len(ids) == 0 {
+		return []*Commit{FirstCommit()}, nil
+	}
+	heads := make([]*Commit, 0, len(ids))
+	for _, id := range ids {
+		c, err := ReadCommit(txn, id)
+		if err != nil {
+			return nil, err
+		}
+		heads = append(heads, c)
+	}
+	return heads, nil
+}
+
+// Head returns the page's newest head: the one of highest generation, then
+// latest timestamp. Pages have one head except between a commit and its
+// merge.
+func (p *Page) Head() (*Commit, error) {
+	heads, err := p.Heads()
+	if err != nil {
+		return nil, err
+	}
+	return Newest(heads), nil
+}
+
+// Newest picks the head of highest generation, then latest timestamp, then
+// highest id.
+func Newest(heads []*Commit) *Commit {
+	best := heads[0]
+	for _, h := range heads[1:] {
+		if h.Generation > best.Generation ||
+			h.Generation == best.Generation && (h.Timestamp > best.Timestamp ||
+				h.Timestamp == best.Timestamp && string(h.ID[:]) > string(best.ID[:])) {
+			best = h
+		}
+	}
+	return best
+}
+
+// Tree opens the tree of a commit.
+func (p *Page) Tree(c *Commit) *btree.Tree { return p.nodes.Open(c.Root) }
+
+// SetStatus moves pieces to status s in batches, in the order given; callers
+// pass children before parents so that a piece never has a later status
+// than a piece below it.
+func (p *Page) SetStatus(s PieceStatus, ds []cas.Digest) error {
+	for len(ds) > 0 {
+		n := min(len(ds), 2000)
+		err := p.db.Update(func(txn *badger.Txn) error {
+			for _, d := range ds[:n] {
+				for _, o := range Statuses {
+					if o != s {
+						if err := txn.Delete(StatusKey(o, d)); err != nil {
+							return err
+						}
+					}
+				}
+				if err := txn.Set(StatusKey(s, d), nil); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("store: set piece status %s: %w", s, err)
+		}
+		ds = ds[n:]
+	}
+	return nil
+}
+
+// Status returns a piece's status; ok is false for a piece with no status row
+// (an inline piece, or one the page does not hold).
+func (p *Page) Status(d cas.Digest) (s PieceStatus, ok bool, err error) {
+	err = p.db.View(func(txn *badger.Txn) error {
+		for _, st := range Statuses {
+			_, err := txn.Get(StatusKey(st, d))
+			if err == nil {
+				s, ok = st, true
+				return nil
+			}
+			if !errors.Is(err, badger.ErrKeyNotFound) {
+				return err
+			}
+		}
+		return nil
+	})
+	return s, ok, err
+}
+
+// Sync makes every write so far durable.
+func (p *Page) Sync() error {
+	if err := p.check(); err != nil {
+		return err
+	}
+	return p.db.Sync()
+}
+
+// RunGC reclaims value log space; it runs until no file is worth rewriting.
+func (p *Page) RunGC(ratio float64) {
+	for p.check() == nil && p.db.RunValueLogGC(ratio) == nil {
+	}
+}
+
+func nowNs() int64 { return time.Now().UnixNano() }
