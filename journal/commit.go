@@ -230,4 +230,3 @@ func markLocal(p *store.Page, values []cas.ObjectIdentifier, nodes []cas.Digest)
 	}
 	return nil
 }
-
