@@ -107,12 +107,9 @@ func Open(dir string, opts Options) (*Repository, error) {
 		db.Close()
 		return nil, err
 	}
-	r.idle, _ = simplelru.NewLRU(opts.MaxIdlePages, func(key string, p *Page) {
-		// Called with r.mu held: only queue the page; unlock closes it.
-		delete(r.open, key)
-		r.closing[key] = make(chan struct{})
-		r.evicted = append(r.evicted, p)
-	})
+	// No eviction callback: simplelru calls it on Remove too, and a page
+	// taken back into use must not be closed. Release evicts by hand.
+	r.idle, _ = simplelru.NewLRU[string, *Page](opts.MaxIdlePages+1, nil)
 	if !opts.ReadOnly {
 		if err := r.recover(); err != nil {
 			r.Close()
@@ -487,6 +484,14 @@ func (r *Repository) Acquire(ledger, page string) (*Page, error) {
 	return p, nil
 }
 
+// queueClose takes an idle page out of use; unlock closes it. Called with
+// r.mu held.
+func (r *Repository) queueClose(key string, p *Page) {
+	delete(r.open, key)
+	r.closing[key] = make(chan struct{})
+	r.evicted = append(r.evicted, p)
+}
+
 // unlock releases r.mu and closes the pages the LRU evicted meanwhile.
 func (r *Repository) unlock() {
 	evicted := r.evicted
@@ -510,6 +515,10 @@ func (r *Repository) Release(p *Page) {
 	p.refs--
 	if p.refs == 0 && !r.closed {
 		r.idle.Add(p.Ledger+"/"+p.Name, p)
+		for r.idle.Len() > r.opts.MaxIdlePages {
+			key, old, _ := r.idle.RemoveOldest()
+			r.queueClose(key, old)
+		}
 	}
 	r.unlock()
 }
@@ -575,7 +584,8 @@ func (r *Repository) evict(ledger, page string) error {
 		return fmt.Errorf("page %s/%s is in use", ledger, page)
 	}
 	if ok {
-		r.idle.Remove(key) // queues it for closing
+		r.idle.Remove(key)
+		r.queueClose(key, p)
 	}
 	r.unlock()
 	return nil

@@ -210,5 +210,34 @@ func Key(comps []string) (key string, coll bool, err error) {
 	return key, coll, nil
 }
 
+// Prefix returns the key prefix shared by every key under the directory at
+// comps: the directory's key and a '/' (empty for the page root), or, under
+// "%%+" components, the first part of a long segment.
+func Prefix(comps []string) (string, error) {
+	i := len(comps)
+	for i > 0 && strings.HasPrefix(comps[i-1], contMark) {
+		i--
+	}
+	base := ""
+	if i > 0 {
+		k, coll, err := Key(comps[:i])
+		if err != nil || coll {
+			return "", ErrInvalid
+		}
+		base = k + "/"
+	}
+	for _, c := range comps[i:] {
+		part, ok := unescape(c[len(contMark):])
+		if !ok {
+			return "", ErrInvalid
+		}
+		base += part
+	}
+	return base, nil
+}
+
+// IsContinuation reports whether a component is part of a long segment.
+func IsContinuation(comp string) bool { return strings.HasPrefix(comp, contMark) }
+
 // Split returns the components of a relative path.
 func Split(p string) []string { return strings.Split(p, "/") }

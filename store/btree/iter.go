@@ -44,6 +44,13 @@ func (t *Tree) Prefix(prefix string) *Iterator {
 	return it
 }
 
+// SeekPrefix returns an iterator over the keys with prefix from start on.
+func (t *Tree) SeekPrefix(start, prefix string) *Iterator {
+	it := t.Seek(max(start, prefix))
+	it.pre = prefix
+	return it
+}
+
 // Next advances to the next entry and reports whether there is one.
 func (it *Iterator) Next() bool {
 	for it.err == nil && len(it.stack) > 0 {

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/spf13/cobra"
+
+	"github.com/ledgerfs/ledgerfs/fs"
+	"github.com/ledgerfs/ledgerfs/journal"
+	"github.com/ledgerfs/ledgerfs/store"
+)
+
+// DefaultRepo is where a repository lives when none is named.
+func defaultRepo() string {
+	if d := os.Getenv("LEDGERFS_REPO"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ".ledgerfs"
+	}
+	return filepath.Join(home, ".ledgerfs")
+}
+
+func newMount() *cobra.Command {
+	var (
+		readOnly   bool
+		allowOther bool
+		idlePages  int
+		cacheSecs  float64
+		gcInterval time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "mount [flags] [REPO] MOUNTPOINT",
+		Short: "Serve a repository at a mount point until unmounted or interrupted",
+		Long: `Mount serves the repository REPO at MOUNTPOINT in the foreground, until the
+filesystem is unmounted (umount, fusermount3 -u) or the process receives
+SIGINT or SIGTERM; then it commits what is pending and unmounts cleanly.
+REPO defaults to $LEDGERFS_REPO or ~/.ledgerfs. Both are created when
+missing. As root the mount is made directly; otherwise through fusermount3.`,
+		Example: `  ledgerfs mount ~/.ledgerfs /mnt/l
+  ledgerfs mount /mnt/l                 # the default repository`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			repoDir, mnt := defaultRepo(), args[0]
+			if len(args) == 2 {
+				repoDir, mnt = args[0], args[1]
+			}
+			debug, _ := cmd.Flags().GetBool("debug")
+			return serve(serveConfig{
+				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther,
+				debug: debug, idlePages: idlePages, cache: time.Duration(cacheSecs * float64(time.Second)),
+				gcInterval: gcInterval,
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&readOnly, "read-only", "r", false, "mount read-only")
+	f.BoolVar(&allowOther, "allow-other", false, "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root)")
+	f.IntVar(&idlePages, "max-idle-pages", 64, "page databases kept open while no file of theirs is in use")
+	f.Float64Var(&cacheSecs, "cache-timeout", 1, "seconds the kernel may cache names and attributes")
+	f.DurationVar(&gcInterval, "gc-interval", 10*time.Minute, "how often to reclaim value-log space of open pages")
+	return cmd
+}
+
+type serveConfig struct {
+	repo, mnt            string
+	readOnly, allowOther bool
+	debug                bool
+	idlePages            int
+	cache, gcInterval    time.Duration
+}
+
+func serve(c serveConfig) error {
+	mnt, err := filepath.Abs(c.mnt)
+	if err != nil {
+		return err
+	}
+	if err := checkMountpoint(mnt); err != nil {
+		return err
+	}
+	repo, err := store.Open(c.repo, store.Options{
+		MaxIdlePages: c.idlePages,
+		ReadOnly:     c.readOnly,
+		OnOpen:       journal.Recover,
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrLocked) {
+			return fmt.Errorf("repository %s is already served by another process: %w", c.repo, store.ErrLocked)
+		}
+		return err
+	}
+	defer repo.Close()
+
+	fsys, err := fs.New(repo, fs.Options{ReadOnly: c.readOnly, UID: uint32(os.Getuid()), GID: uint32(os.Getgid())})
+	if err != nil {
+		return err
+	}
+	opts := &gofs.Options{
+		EntryTimeout: &c.cache,
+		AttrTimeout:  &c.cache,
+		UID:          uint32(os.Getuid()),
+		GID:          uint32(os.Getgid()),
+		MountOptions: fuse.MountOptions{
+			FsName:        "ledgerfs:" + c.repo,
+			Name:          "ledgerfs",
+			DirectMount:   os.Geteuid() == 0,
+			AllowOther:    c.allowOther,
+			Debug:         c.debug,
+			MaxWrite:      1 << 20,
+			MaxReadAhead:  1 << 20,
+			DisableXAttrs: true,
+		},
+		Logger: nil,
+	}
+	if c.readOnly {
+		opts.MountOptions.Options = append(opts.MountOptions.Options, "ro")
+	}
+	server, err := gofs.Mount(mnt, fsys.Root(), opts)
+	if err != nil {
+		return fmt.Errorf("mount %s: %w", mnt, err)
+	}
+	slog.Info("serving", "repo", c.repo, "mountpoint", mnt)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		slog.Info("unmounting", "mountpoint", mnt)
+		for i := 0; ; i++ {
+			err := server.Unmount()
+			if err == nil {
+				return
+			}
+			if i == 0 {
+				slog.Warn("unmount failed; retrying while the mount is busy", "err", err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+	if c.gcInterval > 0 && !c.readOnly {
+		go func() {
+			t := time.NewTicker(c.gcInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					repo.RunGC()
+				}
+			}
+		}()
+	}
+	server.Wait()
+	slog.Info("unmounted", "mountpoint", mnt)
+	return repo.Close()
+}
+
+// checkMountpoint creates the mount point if missing and refuses one that
+// is not a directory or is already a mount point.
+func checkMountpoint(mnt string) error {
+	fi, err := os.Stat(mnt)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return os.MkdirAll(mnt, 0o755)
+	case err != nil:
+		var errno syscall.Errno
+		if errors.As(err, &errno) && errno == syscall.ENOTCONN {
+			return fmt.Errorf("mount point %s is a dead FUSE mount: unmount it first (fusermount3 -u %s)", mnt, mnt)
+		}
+		return fmt.Errorf("mount point: %w", err)
+	case !fi.IsDir():
+		return fmt.Errorf("mount point %s is not a directory", mnt)
+	}
+	mounted, err := isMountpoint(mnt)
+	if err != nil {
+		return err
+	}
+	if mounted {
+		return fmt.Errorf("mount point %s is busy: something is already mounted there", mnt)
+	}
+	return nil
+}
+
+func isMountpoint(dir string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, nil // cannot tell: let mount decide
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && unescapeMountinfo(fields[4]) == dir {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+// unescapeMountinfo undoes the octal escapes of /proc/self/mountinfo.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &v); err == nil {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

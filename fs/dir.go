@@ -1,0 +1,580 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ledgerfs/ledgerfs/fs/keypath"
+	"github.com/ledgerfs/ledgerfs/journal"
+	"github.com/ledgerfs/ledgerfs/store"
+	"github.com/ledgerfs/ledgerfs/store/btree"
+)
+
+// dirNode is a page's root or a directory inside a page: the keys that
+// start with its prefix.
+type dirNode struct {
+	gofs.Inode
+	pg   *pageRef
+	root *dirNode // the page root; nil for the page root itself
+}
+
+var (
+	_ gofs.NodeLookuper    = (*dirNode)(nil)
+	_ gofs.NodeReaddirer   = (*dirNode)(nil)
+	_ gofs.NodeGetattrer   = (*dirNode)(nil)
+	_ gofs.NodeSetattrer   = (*dirNode)(nil)
+	_ gofs.NodeMkdirer     = (*dirNode)(nil)
+	_ gofs.NodeRmdirer     = (*dirNode)(nil)
+	_ gofs.NodeCreater     = (*dirNode)(nil)
+	_ gofs.NodeUnlinker    = (*dirNode)(nil)
+	_ gofs.NodeRenamer     = (*dirNode)(nil)
+	_ gofs.NodeSymlinker   = (*dirNode)(nil)
+	_ gofs.NodeLinker      = (*dirNode)(nil)
+	_ gofs.NodeMknoder     = (*dirNode)(nil)
+	_ gofs.NodeStatfser    = (*dirNode)(nil)
+	_ gofs.NodeOnForgetter = (*dirNode)(nil)
+)
+
+func (d *dirNode) pageRoot() *dirNode {
+	if d.root == nil {
+		return d
+	}
+	return d.root
+}
+
+// pathFrom returns the components of n's path below the page root, and
+// false for a node no longer in the tree (deleted).
+func pathFrom(n *gofs.Inode, root *gofs.Inode) ([]string, bool) {
+	var comps []string
+	for n != root {
+		name, parent := n.Parent()
+		if parent == nil {
+			return nil, false
+		}
+		comps = append(comps, name)
+		n = parent
+	}
+	for i, j := 0, len(comps)-1; i < j; i, j = i+1, j-1 {
+		comps[i], comps[j] = comps[j], comps[i]
+	}
+	return comps, true
+}
+
+func (d *dirNode) comps() ([]string, bool) {
+	return pathFrom(d.EmbeddedInode(), d.pageRoot().EmbeddedInode())
+}
+
+// prefix is the key prefix of the directory's keys.
+func (d *dirNode) prefix() (string, []string, error) {
+	comps, ok := d.comps()
+	if !ok {
+		return "", nil, syscall.ENOENT
+	}
+	p, err := keypath.Prefix(comps)
+	if err != nil {
+		return "", nil, syscall.ENOENT
+	}
+	return p, comps, nil
+}
+
+// childKey returns the key of name in d and whether name is the collision
+// form of a file shadowed by a directory.
+func (d *dirNode) childKey(name string) (string, bool, error) {
+	comps, ok := d.comps()
+	if !ok {
+		return "", false, syscall.ENOENT
+	}
+	key, coll, err := keypath.Key(append(comps, name))
+	if err != nil {
+		return "", false, syscall.EINVAL
+	}
+	return key, coll, nil
+}
+
+func hasPrefixKey(t *btree.Tree, prefix string) (bool, error) {
+	it := t.Prefix(prefix)
+	if it.Next() {
+		return true, nil
+	}
+	return false, it.Err()
+}
+
+// isMarker reports whether an entry only keeps an empty directory.
+func isMarker(e btree.Entry) bool {
+	return strings.HasSuffix(e.Key, "/") && e.Meta.Size == 0 && (e.Meta.Mode == 0 || e.Meta.IsDir())
+}
+
+func (d *dirNode) newDir(ctx context.Context, prefix string) *gofs.Inode {
+	n := &dirNode{pg: d.pg, root: d.pageRoot()}
+	return d.NewInode(ctx, n, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: d.pg.fs.inos.get(d.pg.id('d', prefix))})
+}
+
+func (d *dirNode) newFile(ctx context.Context, key string, mode uint32) *gofs.Inode {
+	n := &fileNode{pg: d.pg, root: d.pageRoot()}
+	return d.NewInode(ctx, n, gofs.StableAttr{Mode: mode & syscall.S_IFMT, Ino: d.pg.fs.inos.get(d.pg.id('f', key))})
+}
+
+func (d *dirNode) OnForget() {}
+
+func (d *dirNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	prefix, _, err := d.prefix()
+	if err != nil {
+		return errno("getattr", err)
+	}
+	return d.attr(prefix, &out.Attr)
+}
+
+func (d *dirNode) attr(prefix string, a *fuse.Attr) syscall.Errno {
+	perm := uint32(0o755)
+	var ts int64
+	err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		ts = head.Timestamp
+		if prefix != "" && strings.HasSuffix(prefix, "/") {
+			if m, ok, err := t.Get(prefix); err != nil {
+				return err
+			} else if ok && m.Meta.IsDir() {
+				perm = m.Meta.Mode & 0o7777
+				if m.Meta.HasMtime {
+					ts = m.Meta.MtimeNs
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return errno("getattr", err)
+	}
+	dirAttr(d.pg.fs, a, d.StableAttr().Ino, perm)
+	setTime(a, ts)
+	return 0
+}
+
+func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	return statfs(d.pg.fs, out)
+}
+
+func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	comps, ok := d.comps()
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	child := append(comps, name)
+	if keypath.IsContinuation(name) {
+		prefix, err := keypath.Prefix(child)
+		if err != nil {
+			return nil, syscall.ENOENT
+		}
+		found := false
+		err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+			it := t.Prefix(prefix)
+			for it.Next() && !found {
+				found = pathHasPrefix(keypath.Path(it.Entry().Key, false), child)
+			}
+			return it.Err()
+		})
+		if err != nil || !found {
+			return nil, errno("lookup", errors.Join(err, syscall.ENOENT))
+		}
+		ch := d.newDir(ctx, prefix)
+		return ch, ch.Operations().(*dirNode).attr(prefix, &out.Attr)
+	}
+	key, coll, err := keypath.Key(child)
+	if err != nil {
+		return nil, syscall.ENOENT
+	}
+	if f := d.pg.pendingFile(key); f != nil && !coll {
+		return f.EmbeddedInode(), f.fillAttrAt(key, &out.Attr)
+	}
+	var entry btree.Entry
+	var isFile, isDir bool
+	var headTs int64
+	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		headTs = head.Timestamp
+		var err error
+		if entry, isFile, err = t.Get(key); err != nil {
+			return err
+		}
+		isDir, err = hasPrefixKey(t, key+"/")
+		return err
+	})
+	if err != nil {
+		return nil, errno("lookup", err)
+	}
+	isDir = isDir || d.pg.pendingUnder(key+"/") != nil
+	switch {
+	case coll && isFile && isDir, !coll && isFile && !isDir:
+		ch := d.newFile(ctx, key, entry.Meta.FileMode())
+		f := ch.Operations().(*fileNode)
+		if f.hasContent() {
+			return ch, f.fillAttrAt(key, &out.Attr)
+		}
+		fileAttr(d.pg.fs, &out.Attr, ch.StableAttr().Ino, entry.Meta, headTs)
+		return ch, 0
+	case !coll && isDir:
+		ch := d.newDir(ctx, key+"/")
+		return ch, ch.Operations().(*dirNode).attr(key+"/", &out.Attr)
+	}
+	return nil, syscall.ENOENT
+}
+
+func pathHasPrefix(p, prefix []string) bool {
+	if len(p) <= len(prefix) {
+		return false
+	}
+	for i := range prefix {
+		if p[i] != prefix[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	prefix, comps, err := d.prefix()
+	if err != nil {
+		return nil, errno("readdir", err)
+	}
+	var es []fuse.DirEntry
+	index := map[string]int{}
+	files := map[string]string{} // name -> key of files listed, for collisions
+	add := func(name string, mode uint32, id string) int {
+		if i, ok := index[name]; ok {
+			return i
+		}
+		index[name] = len(es)
+		es = append(es, fuse.DirEntry{Name: name, Mode: mode, Ino: d.pg.fs.inos.get(id)})
+		return len(es) - 1
+	}
+	addKey := func(key string, mode uint32, marker bool) (skipTo string) {
+		p := keypath.Path(key, false)
+		if !pathHasPrefix(p, comps) {
+			return ""
+		}
+		rel := p[len(comps):]
+		if len(rel) == 1 {
+			if marker && key == prefix {
+				return "" // this directory's own marker
+			}
+			if i, ok := index[rel[0]]; ok && es[i].Mode == fuse.S_IFDIR {
+				// A directory of the same name came first: not possible in
+				// key order, but pending files are added late.
+				cp := keypath.Path(key, true)
+				add(cp[len(cp)-1], mode, d.pg.id('f', key))
+				return ""
+			}
+			add(rel[0], mode, d.pg.id('f', key))
+			files[rel[0]] = key
+			return ""
+		}
+		childPrefix, err := keypath.Prefix(p[:len(comps)+1])
+		if err != nil {
+			return ""
+		}
+		if fk, ok := files[rel[0]]; ok {
+			// File "a" and directory "a/": the file takes its collision name.
+			i := index[rel[0]]
+			cp := keypath.Path(fk, true)
+			es[i].Name = cp[len(cp)-1]
+			delete(index, rel[0])
+			index[es[i].Name] = i
+			delete(files, rel[0])
+		}
+		add(rel[0], fuse.S_IFDIR, d.pg.id('d', childPrefix))
+		if strings.HasSuffix(childPrefix, "/") {
+			// Skip the rest of the subdirectory: '0' follows '/'.
+			return childPrefix[:len(childPrefix)-1] + "0"
+		}
+		return ""
+	}
+	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		it := t.Prefix(prefix)
+		for it.Next() {
+			e := it.Entry()
+			if skip := addKey(e.Key, e.Meta.FileMode()&syscall.S_IFMT, isMarker(e)); skip != "" {
+				it = t.SeekPrefix(skip, prefix)
+			}
+		}
+		return it.Err()
+	})
+	if err != nil {
+		return nil, errno("readdir", err)
+	}
+	for key, f := range d.pg.pendingUnder(prefix) {
+		addKey(key, f.mode()&syscall.S_IFMT, false)
+	}
+	return gofs.NewListDirStream(es), 0
+}
+
+func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if d.pg.fs.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	if errno := checkOwner(d.pg.fs, in); errno != 0 {
+		return errno
+	}
+	prefix, _, err := d.prefix()
+	if err != nil {
+		return errno("setattr", err)
+	}
+	_, hasMode := in.GetMode()
+	_, hasMtime := in.GetMTime()
+	if (hasMode || hasMtime) && strings.HasSuffix(prefix, "/") {
+		// Permission bits and times of a directory live in its marker.
+		var marker btree.Entry
+		err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+			var ok bool
+			var err error
+			marker, ok, err = t.Get(prefix)
+			if !ok || !marker.Meta.IsDir() {
+				marker = btree.Entry{Value: emptyValue, Meta: btree.Meta{Mode: syscall.S_IFDIR | 0o755, MtimeNs: head.Timestamp, HasMtime: true}}
+			}
+			return err
+		})
+		if err != nil {
+			return errno("setattr", err)
+		}
+		if m, ok := in.GetMode(); ok {
+			marker.Meta.Mode = syscall.S_IFDIR | m&0o7777
+		}
+		if t, ok := in.GetMTime(); ok {
+			marker.Meta.MtimeNs, marker.Meta.HasMtime = t.UnixNano(), true
+		}
+		if err := d.pg.apply(false, journal.Op{Key: prefix, Entry: marker}); err != nil {
+			return errno("setattr", err)
+		}
+	}
+	return d.attr(prefix, &out.Attr)
+}
+
+func checkOwner(f *FS, in *fuse.SetAttrIn) syscall.Errno {
+	if uid, ok := in.GetUID(); ok && uid != f.opts.UID {
+		return syscall.EPERM
+	}
+	if gid, ok := in.GetGID(); ok && gid != f.opts.GID {
+		return syscall.EPERM
+	}
+	return 0
+}
+
+func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if d.pg.fs.opts.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	key, coll, err := d.childKey(name)
+	if err != nil || coll {
+		return nil, syscall.EINVAL
+	}
+	exists := false
+	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		_, isFile, err := t.Get(key)
+		if err != nil {
+			return err
+		}
+		isDir, err := hasPrefixKey(t, key+"/")
+		exists = isFile || isDir
+		return err
+	})
+	if err != nil {
+		return nil, errno("mkdir", err)
+	}
+	if exists || d.pg.pendingFile(key) != nil {
+		return nil, syscall.EEXIST
+	}
+	marker := btree.Entry{Value: emptyValue, Meta: btree.Meta{Mode: syscall.S_IFDIR | mode&0o7777, MtimeNs: nowNs(), HasMtime: true}}
+	if err := d.pg.apply(false, journal.Op{Key: key + "/", Entry: marker}); err != nil {
+		return nil, errno("mkdir", err)
+	}
+	ch := d.newDir(ctx, key+"/")
+	return ch, ch.Operations().(*dirNode).attr(key+"/", &out.Attr)
+}
+
+// keepParent returns the op that keeps directory prefix in existence once
+// the keys in gone are removed from it, or nil: POSIX directories outlive
+// their last file.
+func keepParent(t *btree.Tree, prefix string, gone ...string) ([]journal.Op, error) {
+	if prefix == "" || !strings.HasSuffix(prefix, "/") {
+		return nil, nil
+	}
+	it := t.Prefix(prefix)
+	for it.Next() {
+		k := it.Entry().Key
+		if k == prefix {
+			return nil, nil // has a marker
+		}
+		kept := true
+		for _, g := range gone {
+			if k == g || strings.HasPrefix(k, g+"/") {
+				kept = false
+			}
+		}
+		if kept {
+			return nil, it.Err()
+		}
+	}
+	if it.Err() != nil {
+		return nil, it.Err()
+	}
+	marker := btree.Entry{Value: emptyValue, Meta: btree.Meta{Mode: syscall.S_IFDIR | 0o755, MtimeNs: nowNs(), HasMtime: true}}
+	return []journal.Op{{Key: prefix, Entry: marker}}, nil
+}
+
+func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if d.pg.fs.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	key, coll, err := d.childKey(name)
+	if err != nil || coll {
+		return syscall.ENOENT
+	}
+	prefix, _, _ := d.prefix()
+	dir := key + "/"
+	if d.pg.pendingUnder(dir) != nil {
+		return syscall.ENOTEMPTY
+	}
+	var ops []journal.Op
+	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		it := t.Prefix(dir)
+		found := false
+		for it.Next() {
+			found = true
+			if it.Entry().Key != dir {
+				return syscall.ENOTEMPTY
+			}
+			ops = append(ops, journal.Op{Key: dir, Delete: true})
+		}
+		if it.Err() != nil {
+			return it.Err()
+		}
+		if !found {
+			if _, isFile, _ := t.Get(key); isFile {
+				return syscall.ENOTDIR
+			}
+			return syscall.ENOENT
+		}
+		keep, err := keepParent(t, prefix, dir)
+		ops = append(ops, keep...)
+		return err
+	})
+	if err != nil {
+		return errno("rmdir", err)
+	}
+	return errno("rmdir", d.pg.apply(false, ops...))
+}
+
+func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	if d.pg.fs.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	key, _, err := d.childKey(name)
+	if err != nil {
+		return syscall.ENOENT
+	}
+	prefix, _, _ := d.prefix()
+	if ch := d.GetChild(name); ch != nil {
+		if f, ok := ch.Operations().(*fileNode); ok {
+			f.markUnlinked()
+		}
+	}
+	var ops []journal.Op
+	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		_, ok, err := t.Get(key)
+		if err != nil {
+			return err
+		}
+		if ok {
+			ops = append(ops, journal.Op{Key: key, Delete: true})
+		} else if d.pg.pendingFile(key) == nil {
+			return syscall.ENOENT
+		}
+		keep, err := keepParent(t, prefix, key)
+		ops = append(ops, keep...)
+		return err
+	})
+	d.pg.dropPending(key)
+	if err != nil {
+		return errno("unlink", err)
+	}
+	if len(ops) == 0 {
+		return 0
+	}
+	return errno("unlink", d.pg.apply(false, ops...))
+}
+
+func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	if d.pg.fs.opts.ReadOnly {
+		return nil, nil, 0, syscall.EROFS
+	}
+	key, coll, err := d.childKey(name)
+	if err != nil || coll {
+		return nil, nil, 0, syscall.EINVAL
+	}
+	isDir := false
+	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		var err error
+		isDir, err = hasPrefixKey(t, key+"/")
+		return err
+	})
+	if err != nil {
+		return nil, nil, 0, errno("create", err)
+	}
+	if isDir {
+		return nil, nil, 0, syscall.EISDIR
+	}
+	ch := d.newFile(ctx, key, syscall.S_IFREG)
+	f := ch.Operations().(*fileNode)
+	h, errno := f.create(key, syscall.S_IFREG|mode&0o7777)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	if errno := f.fillAttrAt(key, &out.Attr); errno != 0 {
+		return nil, nil, 0, errno
+	}
+	return ch, h, 0, 0
+}
+
+func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if d.pg.fs.opts.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	key, coll, err := d.childKey(name)
+	if err != nil || coll {
+		return nil, syscall.EINVAL
+	}
+	exists := false
+	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		_, isFile, err := t.Get(key)
+		if err != nil {
+			return err
+		}
+		isDir, err := hasPrefixKey(t, key+"/")
+		exists = isFile || isDir
+		return err
+	})
+	if err != nil {
+		return nil, errno("symlink", err)
+	}
+	if exists || d.pg.pendingFile(key) != nil {
+		return nil, syscall.EEXIST
+	}
+	e := btree.Entry{Value: emptyValue, Meta: btree.Meta{Size: uint64(len(target)), Mode: syscall.S_IFLNK | 0o777, MtimeNs: nowNs(), HasMtime: true, Symlink: target}}
+	if err := d.pg.apply(false, journal.Op{Key: key, Entry: e}); err != nil {
+		return nil, errno("symlink", err)
+	}
+	ch := d.newFile(ctx, key, syscall.S_IFLNK)
+	return ch, ch.Operations().(*fileNode).fillAttrAt(key, &out.Attr)
+}
+
+// Link refuses hard links: an entry is one key.
+func (d *dirNode) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+
+// Mknod refuses device nodes, fifos and sockets.
+func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}

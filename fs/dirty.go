@@ -1,0 +1,302 @@
+package fs
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/google/btree"
+
+	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/store"
+)
+
+// content is the content of an open file while it is written: the last
+// committed value (base) with the changes since. Writes that start at
+// offset 0 of an empty file and go on in order stream straight into the
+// chunker. Any other write goes to a spool file on local disk at its offset,
+// with the written ranges kept as extents; on commit the base and the spool
+// are merged into a new value. Memory stays bounded whatever the file size:
+// the data is in the chunker's pipeline, the base's pieces or the spool.
+type content struct {
+	p      *store.Page
+	tmpDir string
+
+	base     *cas.Reader // nil: no base bytes
+	baseID   cas.ObjectIdentifier
+	baseSize int64 // bytes of base still visible (a truncate shortens it)
+	baseFull bool  // baseSize is the whole base value
+	size     int64
+	dirty    bool
+
+	stream    *store.ValueWriter
+	streamPos int64
+
+	spool *os.File
+	ext   *btree.BTreeG[extent]
+}
+
+type extent struct{ start, end int64 }
+
+// emptyValue is the identifier of empty content (inline, never stored).
+var emptyValue = cas.ObjectIdentifier{Digest: cas.ComputeDigest(cas.KindBlob, false, nil)}
+
+func newContent(p *store.Page, tmpDir string, id cas.ObjectIdentifier, size int64) (*content, error) {
+	c := &content{p: p, tmpDir: tmpDir}
+	return c, c.reset(id, size)
+}
+
+// reset makes the committed value id the base, dropping every change.
+func (c *content) reset(id cas.ObjectIdentifier, size int64) error {
+	c.dropSpool()
+	c.base, c.baseID, c.baseSize, c.size, c.dirty = nil, id, size, size, false
+	c.baseFull = true
+	if size > 0 {
+		r, err := c.p.OpenValue(id)
+		if err != nil {
+			return err
+		}
+		c.base = r
+	}
+	return nil
+}
+
+func (c *content) dropSpool() {
+	if c.stream != nil {
+		c.stream.Abort()
+		c.stream = nil
+	}
+	if c.spool != nil {
+		c.spool.Close()
+		c.spool = nil
+	}
+	c.ext = nil
+}
+
+// close releases the spool and any unfinished stream.
+func (c *content) close() { c.dropSpool() }
+
+func (c *content) write(data []byte, off int64) error {
+	end := off + int64(len(data))
+	c.dirty = true
+	if c.stream != nil && off == c.streamPos {
+		if _, err := c.stream.Write(data); err != nil {
+			c.stream.Abort()
+			c.stream = nil
+			return err
+		}
+		c.streamPos = end
+		c.size = max(c.size, end)
+		return nil
+	}
+	if c.stream != nil {
+		if err := c.endStream(); err != nil {
+			return err
+		}
+	}
+	if off == 0 && c.size == 0 && c.ext == nil {
+		c.base, c.baseSize, c.baseFull = nil, 0, false
+		c.stream = c.p.NewValueWriter()
+		return c.write(data, off)
+	}
+	if err := c.ensureSpool(); err != nil {
+		return err
+	}
+	if _, err := c.spool.WriteAt(data, off); err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	c.addExtent(off, end)
+	c.size = max(c.size, end)
+	return nil
+}
+
+// endStream finishes the streamed value and makes it the base.
+func (c *content) endStream() error {
+	id, size, err := c.stream.Close()
+	c.stream = nil
+	if err != nil {
+		return err
+	}
+	c.baseID, c.baseSize, c.baseFull = id, int64(size), true
+	if size > 0 {
+		if c.base, err = c.p.OpenValue(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *content) ensureSpool() error {
+	if c.spool != nil {
+		return nil
+	}
+	f, err := os.CreateTemp(c.tmpDir, "spool-")
+	if err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	os.Remove(f.Name()) // lives as long as the descriptor
+	c.spool = f
+	c.ext = btree.NewG(16, func(a, b extent) bool { return a.start < b.start })
+	return nil
+}
+
+// addExtent records [s, e) as written, merging with touching extents.
+func (c *content) addExtent(s, e int64) {
+	var drop []extent
+	c.ext.DescendLessOrEqual(extent{start: s}, func(x extent) bool {
+		if x.end >= s {
+			drop = append(drop, x)
+		}
+		return false
+	})
+	c.ext.AscendGreaterOrEqual(extent{start: s}, func(x extent) bool {
+		if x.start > e {
+			return false
+		}
+		drop = append(drop, x)
+		return true
+	})
+	for _, x := range drop {
+		s, e = min(s, x.start), max(e, x.end)
+		c.ext.Delete(x)
+	}
+	c.ext.ReplaceOrInsert(extent{s, e})
+}
+
+func (c *content) truncate(n int64) error {
+	if c.stream != nil {
+		if n == c.streamPos {
+			return nil
+		}
+		if err := c.endStream(); err != nil {
+			return err
+		}
+	}
+	if n == c.size {
+		return nil
+	}
+	c.dirty = true
+	if n == 0 {
+		c.dropSpool()
+		c.base, c.baseSize, c.baseFull, c.size = nil, 0, false, 0
+		return nil
+	}
+	if n < c.size && c.ext != nil {
+		var drop []extent
+		c.ext.AscendGreaterOrEqual(extent{}, func(x extent) bool {
+			if x.end > n {
+				drop = append(drop, x)
+			}
+			return true
+		})
+		for _, x := range drop {
+			c.ext.Delete(x)
+			if x.start < n {
+				c.ext.ReplaceOrInsert(extent{x.start, n})
+			}
+		}
+	}
+	if n < c.baseSize {
+		c.baseSize, c.baseFull = n, false
+	}
+	c.size = n
+	return nil
+}
+
+// readAt reads the current content; bytes past the end read as EOF.
+func (c *content) readAt(p []byte, off int64) (int, error) {
+	if c.stream != nil {
+		if err := c.endStream(); err != nil {
+			return 0, err
+		}
+	}
+	if off >= c.size {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), c.size-off)]
+	end := off + int64(len(p))
+	pos := off
+	fill := func(upTo int64) error { // base bytes, then zeros, up to upTo
+		for pos < upTo {
+			dst := p[pos-off : upTo-off]
+			if pos < c.baseSize && c.base != nil {
+				n := min(int64(len(dst)), c.baseSize-pos)
+				if _, err := c.base.ReadAt(dst[:n], pos); err != nil && err != io.EOF {
+					return err
+				}
+				pos += n
+				continue
+			}
+			clear(dst)
+			pos = upTo
+		}
+		return nil
+	}
+	var err error
+	if c.ext != nil {
+		c.ext.DescendLessOrEqual(extent{start: off}, func(x extent) bool {
+			if x.end > off {
+				_, err = c.spool.ReadAt(p[:min(x.end, end)-off], off)
+				pos = min(x.end, end)
+			}
+			return false
+		})
+		if err != nil {
+			return 0, err
+		}
+		c.ext.AscendGreaterOrEqual(extent{start: pos}, func(x extent) bool {
+			if x.start >= end {
+				return false
+			}
+			if err = fill(x.start); err != nil {
+				return false
+			}
+			_, err = c.spool.ReadAt(p[x.start-off:min(x.end, end)-off], x.start)
+			pos = min(x.end, end)
+			return err == nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("read spool: %w", err)
+		}
+	}
+	if err := fill(end); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// value returns the id and size of the current content, storing it first if
+// it changed since the base. Unchanged chunks are deduplicated, so only the
+// pieces around the changes add rows.
+func (c *content) value() (cas.ObjectIdentifier, int64, error) {
+	if !c.dirty {
+		return c.baseID, c.size, nil
+	}
+	if c.stream != nil {
+		if err := c.endStream(); err != nil {
+			return cas.ObjectIdentifier{}, 0, err
+		}
+	}
+	if c.ext == nil && c.baseFull && c.baseSize == c.size {
+		return c.baseID, c.size, nil
+	}
+	if c.size == 0 {
+		return emptyValue, 0, nil
+	}
+	w := c.p.NewValueWriter()
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < c.size; {
+		n, err := c.readAt(buf, off)
+		if err != nil && err != io.EOF {
+			w.Abort()
+			return cas.ObjectIdentifier{}, 0, err
+		}
+		if _, err := w.Write(buf[:n]); err != nil {
+			w.Abort()
+			return cas.ObjectIdentifier{}, 0, err
+		}
+		off += int64(n)
+	}
+	id, size, err := w.Close()
+	return id, int64(size), err
+}

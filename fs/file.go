@@ -1,0 +1,469 @@
+package fs
+
+import (
+	"context"
+	"io"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/fs/keypath"
+	"github.com/ledgerfs/ledgerfs/journal"
+	"github.com/ledgerfs/ledgerfs/store"
+	"github.com/ledgerfs/ledgerfs/store/btree"
+)
+
+// fileNode is an entry: a regular file or a symbolic link. While it is open
+// for writing, its content and metadata live here until a close commits
+// them.
+type fileNode struct {
+	gofs.Inode
+	pg   *pageRef
+	root *dirNode
+
+	mu       sync.Mutex
+	c        *content // open for writing, or being changed
+	p        *store.Page
+	writers  int
+	meta     btree.Meta // with c: the metadata to commit
+	changed  bool       // with c: meta changed since the last commit
+	created  bool       // created and never committed
+	unlinked bool
+	cacheID  cas.Digest // value at the last open, for keep-cache
+}
+
+var (
+	_ gofs.NodeGetattrer   = (*fileNode)(nil)
+	_ gofs.NodeSetattrer   = (*fileNode)(nil)
+	_ gofs.NodeOpener      = (*fileNode)(nil)
+	_ gofs.NodeReadlinker  = (*fileNode)(nil)
+	_ gofs.NodeOnForgetter = (*fileNode)(nil)
+)
+
+func (f *fileNode) OnForget() {}
+
+// key returns the node's key, from its current place in the tree.
+func (f *fileNode) key() (string, bool) {
+	comps, ok := pathFrom(f.EmbeddedInode(), f.root.EmbeddedInode())
+	if !ok {
+		return "", false
+	}
+	k, _, err := keypath.Key(comps)
+	return k, err == nil
+}
+
+func (f *fileNode) markUnlinked() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unlinked = true
+}
+
+func (f *fileNode) mode() uint32 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.meta.FileMode()
+}
+
+// entry reads the node's committed entry.
+func (f *fileNode) entry() (btree.Entry, int64, error) {
+	key, ok := f.key()
+	if !ok {
+		return btree.Entry{}, 0, syscall.ENOENT
+	}
+	return f.entryAt(key)
+}
+
+func (f *fileNode) entryAt(key string) (btree.Entry, int64, error) {
+	var e btree.Entry
+	var ts int64
+	err := f.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		var found bool
+		var err error
+		e, found, err = t.Get(key)
+		if err == nil && !found {
+			err = syscall.ENOENT
+		}
+		ts = head.Timestamp
+		return err
+	})
+	return e, ts, err
+}
+
+func (f *fileNode) hasContent() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.c != nil
+}
+
+func (f *fileNode) fillAttr(a *fuse.Attr) syscall.Errno {
+	key, ok := f.key()
+	if !ok {
+		return f.fillAttrAt("", a)
+	}
+	return f.fillAttrAt(key, a)
+}
+
+// fillAttrAt fills attributes of the node, which is at key (empty: it was
+// deleted, only open content is left).
+func (f *fileNode) fillAttrAt(key string, a *fuse.Attr) syscall.Errno {
+	f.mu.Lock()
+	if f.c != nil {
+		m := f.meta
+		m.Size = uint64(f.c.size)
+		f.mu.Unlock()
+		fileAttr(f.pg.fs, a, f.StableAttr().Ino, m, 0)
+		return 0
+	}
+	f.mu.Unlock()
+	if key == "" {
+		return syscall.ENOENT
+	}
+	e, ts, err := f.entryAt(key)
+	if err != nil {
+		return errno("getattr", err)
+	}
+	f.mu.Lock()
+	f.meta = e.Meta
+	f.mu.Unlock()
+	fileAttr(f.pg.fs, a, f.StableAttr().Ino, e.Meta, ts)
+	return 0
+}
+
+func fileAttr(fs *FS, a *fuse.Attr, ino uint64, m btree.Meta, ts int64) {
+	a.Ino = ino
+	a.Mode = m.FileMode()
+	a.Size = m.Size
+	a.Blocks = (m.Size + 511) / 512
+	a.Blksize = 4096
+	a.Nlink = 1
+	if m.HasMtime {
+		ts = m.MtimeNs
+	}
+	setTime(a, ts)
+	fs.attrOwner(a)
+}
+
+func (f *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	return f.fillAttr(&out.Attr)
+}
+
+func (f *fileNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	e, _, err := f.entry()
+	if err != nil {
+		return nil, errno("readlink", err)
+	}
+	if e.Meta.Mode&syscall.S_IFMT != syscall.S_IFLNK {
+		return nil, syscall.EINVAL
+	}
+	return []byte(e.Meta.Symlink), 0
+}
+
+// beginChange loads the content for writing, if it is not loaded. Called
+// with f.mu held.
+func (f *fileNode) beginChange() syscall.Errno {
+	if f.c != nil {
+		return 0
+	}
+	e, _, err := f.entry()
+	if err != nil {
+		return errno("open", err)
+	}
+	p, err := f.pg.acquire()
+	if err != nil {
+		return errno("open", err)
+	}
+	c, err := newContent(p, f.pg.fs.opts.TmpDir, e.Value, int64(e.Meta.Size))
+	if err != nil {
+		f.pg.release(p)
+		return errno("open", err)
+	}
+	f.c, f.p, f.meta, f.changed = c, p, e.Meta, false
+	if e.Meta.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		c.close()
+		f.c, f.p = nil, nil
+		f.pg.release(p)
+		return syscall.EINVAL
+	}
+	f.pg.mu.Lock()
+	f.pg.opens++
+	f.pg.mu.Unlock()
+	return 0
+}
+
+// endChange drops the loaded content once no writer holds it. Called with
+// f.mu held.
+func (f *fileNode) endChange() {
+	if f.c == nil || f.writers > 0 {
+		return
+	}
+	f.c.close()
+	f.c = nil
+	f.pg.release(f.p)
+	f.p = nil
+	f.pg.mu.Lock()
+	f.pg.opens--
+	f.pg.mu.Unlock()
+}
+
+// create starts a new, empty file at key: it is visible at once, and
+// committed when closed.
+func (f *fileNode) create(key string, mode uint32) (gofs.FileHandle, syscall.Errno) {
+	p, err := f.pg.acquire()
+	if err != nil {
+		return nil, errno("create", err)
+	}
+	c, err := newContent(p, f.pg.fs.opts.TmpDir, emptyValue, 0)
+	if err != nil {
+		f.pg.release(p)
+		return nil, errno("create", err)
+	}
+	f.mu.Lock()
+	f.c, f.p, f.created, f.changed = c, p, true, true
+	f.meta = btree.Meta{Mode: mode, MtimeNs: nowNs(), HasMtime: true}
+	f.writers++
+	f.mu.Unlock()
+	f.pg.mu.Lock()
+	f.pg.opens++
+	f.pg.pending[key] = f
+	f.pg.mu.Unlock()
+	return &handle{f: f, write: true}, 0
+}
+
+func (pg *pageRef) dropPending(key string) {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	delete(pg.pending, key)
+}
+
+// commit commits the file's changes, if any. With sync it also waits for
+// the commit to be on disk.
+func (f *fileNode) commit(sync bool) syscall.Errno {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unlinked || f.c == nil || !(f.c.dirty || f.changed) {
+		if sync {
+			return errno("fsync", f.pg.apply(true))
+		}
+		return 0
+	}
+	key, ok := f.key()
+	if !ok {
+		return 0 // deleted meanwhile
+	}
+	id, size, err := f.c.value()
+	if err != nil {
+		return errno("commit", err)
+	}
+	m := f.meta
+	m.Size = uint64(size)
+	if err := f.pg.apply(sync, journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: m}}); err != nil {
+		return errno("commit", err)
+	}
+	if err := f.c.reset(id, size); err != nil {
+		return errno("commit", err)
+	}
+	f.changed = false
+	if f.created {
+		f.created = false
+		f.pg.dropPending(key)
+	}
+	return 0
+}
+
+func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if f.pg.fs.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	if errno := checkOwner(f.pg.fs, in); errno != 0 {
+		return errno
+	}
+	f.mu.Lock()
+	if errno := f.beginChange(); errno != 0 {
+		f.mu.Unlock()
+		return errno
+	}
+	if sz, ok := in.GetSize(); ok {
+		if err := f.c.truncate(int64(sz)); err != nil {
+			f.endChange()
+			f.mu.Unlock()
+			return errno("truncate", err)
+		}
+		f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
+	}
+	if m, ok := in.GetMode(); ok {
+		f.meta.Mode = f.meta.FileMode()&syscall.S_IFMT | m&0o7777
+		f.changed = true
+	}
+	if t, ok := in.GetMTime(); ok {
+		f.meta.MtimeNs, f.meta.HasMtime = t.UnixNano(), true
+		f.changed = true
+	}
+	open := f.writers > 0
+	f.mu.Unlock()
+	// An open file commits on close; otherwise the change commits now.
+	if !open {
+		errno := f.commit(false)
+		f.mu.Lock()
+		f.endChange()
+		f.mu.Unlock()
+		if errno != 0 {
+			return errno
+		}
+	}
+	return f.fillAttr(&out.Attr)
+}
+
+func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	if write && f.pg.fs.opts.ReadOnly {
+		return nil, 0, syscall.EROFS
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if write || f.c != nil {
+		if errno := f.beginChange(); errno != 0 {
+			return nil, 0, errno
+		}
+		if write {
+			f.writers++
+			if flags&syscall.O_TRUNC != 0 {
+				if err := f.c.truncate(0); err != nil {
+					f.writers--
+					f.endChange()
+					return nil, 0, errno("open", err)
+				}
+				f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
+			}
+		}
+		return &handle{f: f, write: write}, 0, 0
+	}
+	e, _, err := f.entry()
+	if err != nil {
+		return nil, 0, errno("open", err)
+	}
+	if e.Meta.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		return nil, 0, syscall.ELOOP
+	}
+	p, err := f.pg.acquire()
+	if err != nil {
+		return nil, 0, errno("open", err)
+	}
+	var r *cas.Reader
+	if e.Meta.Size > 0 {
+		if r, err = p.OpenValue(e.Value); err != nil {
+			f.pg.release(p)
+			return nil, 0, errno("open", err)
+		}
+	}
+	// The kernel may keep its cached pages if the content is the one it
+	// cached at the last open.
+	var fl uint32
+	if f.cacheID == e.Value.Digest {
+		fl = fuse.FOPEN_KEEP_CACHE
+	}
+	f.cacheID = e.Value.Digest
+	return &handle{f: f, p: p, r: r, size: int64(e.Meta.Size)}, fl, 0
+}
+
+// handle is an open file. A read-only handle of a file nobody writes reads
+// the committed value it opened; other handles go through the file's
+// content.
+type handle struct {
+	f     *fileNode
+	write bool
+	p     *store.Page // read-only: the page held open
+	r     *cas.Reader
+	size  int64
+}
+
+var (
+	_ gofs.FileReader    = (*handle)(nil)
+	_ gofs.FileWriter    = (*handle)(nil)
+	_ gofs.FileFlusher   = (*handle)(nil)
+	_ gofs.FileFsyncer   = (*handle)(nil)
+	_ gofs.FileReleaser  = (*handle)(nil)
+	_ gofs.FileGetattrer = (*handle)(nil)
+)
+
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if h.p != nil {
+		if h.r == nil || off >= h.size {
+			return fuse.ReadResultData(nil), 0
+		}
+		n, err := h.r.ReadAt(dest[:min(int64(len(dest)), h.size-off)], off)
+		if err != nil && err != io.EOF {
+			return nil, errno("read", err)
+		}
+		return fuse.ReadResultData(dest[:n]), 0
+	}
+	f := h.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.c == nil {
+		return nil, syscall.EBADF
+	}
+	n, err := f.c.readAt(dest, off)
+	if err != nil && err != io.EOF {
+		return nil, errno("read", err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if !h.write {
+		return 0, syscall.EBADF
+	}
+	f := h.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.c.write(data, off); err != nil {
+		return 0, errno("write", err)
+	}
+	f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
+	return uint32(len(data)), 0
+}
+
+// Flush runs at every close of a descriptor: a written file is committed
+// before close returns, so the next opener sees it.
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	if !h.write {
+		return 0
+	}
+	return h.f.commit(false)
+}
+
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if !h.write {
+		return errno("fsync", h.f.pg.apply(true))
+	}
+	return h.f.commit(true)
+}
+
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	if h.p != nil {
+		h.f.pg.release(h.p)
+		return 0
+	}
+	f := h.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if h.write {
+		f.writers--
+	}
+	if f.unlinked || f.writers == 0 {
+		if f.created && f.unlinked {
+			if k, ok := f.key(); ok {
+				f.pg.dropPending(k)
+			}
+		}
+		f.endChange()
+	}
+	return 0
+}
+
+func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	return h.f.fillAttr(&out.Attr)
+}

@@ -1,0 +1,255 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// rootNode lists the ledgers.
+type rootNode struct {
+	gofs.Inode
+	fs *FS
+}
+
+var (
+	_ gofs.NodeLookuper  = (*rootNode)(nil)
+	_ gofs.NodeReaddirer = (*rootNode)(nil)
+	_ gofs.NodeMkdirer   = (*rootNode)(nil)
+	_ gofs.NodeRmdirer   = (*rootNode)(nil)
+	_ gofs.NodeRenamer   = (*rootNode)(nil)
+	_ gofs.NodeGetattrer = (*rootNode)(nil)
+	_ gofs.NodeStatfser  = (*rootNode)(nil)
+)
+
+func (r *rootNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = fuse.S_IFDIR | 0o755
+	out.Nlink = 2
+	r.fs.attrOwner(&out.Attr)
+	return 0
+}
+
+func (r *rootNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	return statfs(r.fs, out)
+}
+
+// statfs reports the space of the filesystem that holds the repository.
+func statfs(f *FS, out *fuse.StatfsOut) syscall.Errno {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(f.repo.Dir(), &st); err != nil {
+		return errno("statfs", err)
+	}
+	out.FromStatfsT(&st)
+	out.NameLen = 255
+	return 0
+}
+
+func (r *rootNode) ledger(ctx context.Context, name string) *gofs.Inode {
+	n := &ledgerNode{fs: r.fs, name: name}
+	return r.NewInode(ctx, n, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: r.fs.inos.get("L\x00" + name)})
+}
+
+func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ok, err := r.fs.repo.HasLedger(name)
+	if err != nil {
+		return nil, errno("lookup", err)
+	}
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	ch := r.ledger(ctx, name)
+	dirAttr(r.fs, &out.Attr, ch.StableAttr().Ino, 0o755)
+	return ch, 0
+}
+
+func (r *rootNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	ls, err := r.fs.repo.Ledgers()
+	if err != nil {
+		return nil, errno("readdir", err)
+	}
+	es := make([]fuse.DirEntry, len(ls))
+	for i, l := range ls {
+		es[i] = fuse.DirEntry{Name: l, Mode: fuse.S_IFDIR, Ino: r.fs.inos.get("L\x00" + l)}
+	}
+	return gofs.NewListDirStream(es), 0
+}
+
+func (r *rootNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if r.fs.opts.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	if err := r.fs.repo.CreateLedger(name); err != nil {
+		return nil, errno("mkdir", err)
+	}
+	ch := r.ledger(ctx, name)
+	dirAttr(r.fs, &out.Attr, ch.StableAttr().Ino, 0o755)
+	return ch, 0
+}
+
+func (r *rootNode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if r.fs.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	return errno("rmdir", r.fs.repo.DeleteLedger(name))
+}
+
+func (r *rootNode) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if r.fs.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	if _, ok := newParent.(*rootNode); !ok {
+		return syscall.EXDEV
+	}
+	if flags&^uint32(1) != 0 { // only RENAME_NOREPLACE
+		return syscall.EINVAL
+	}
+	if ok, _ := r.fs.repo.HasLedger(newName); ok {
+		return syscall.EEXIST // a ledger is never replaced
+	}
+	if r.fs.ledgerBusy(name) {
+		return syscall.EBUSY
+	}
+	if err := r.fs.repo.RenameLedger(name, newName); err != nil {
+		return errno("rename", err)
+	}
+	r.fs.renameLedger(name, newName)
+	if ch := r.GetChild(name); ch != nil {
+		if ln, ok := ch.Operations().(*ledgerNode); ok {
+			r.fs.mu.Lock()
+			ln.name = newName
+			r.fs.mu.Unlock()
+		}
+	}
+	return 0
+}
+
+func dirAttr(f *FS, a *fuse.Attr, ino uint64, perm uint32) {
+	a.Ino = ino
+	a.Mode = fuse.S_IFDIR | perm
+	a.Nlink = 2
+	a.Size = 4096
+	f.attrOwner(a)
+}
+
+// ledgerNode lists a ledger's pages.
+type ledgerNode struct {
+	gofs.Inode
+	fs   *FS
+	name string
+}
+
+var (
+	_ gofs.NodeLookuper  = (*ledgerNode)(nil)
+	_ gofs.NodeReaddirer = (*ledgerNode)(nil)
+	_ gofs.NodeMkdirer   = (*ledgerNode)(nil)
+	_ gofs.NodeRmdirer   = (*ledgerNode)(nil)
+	_ gofs.NodeRenamer   = (*ledgerNode)(nil)
+	_ gofs.NodeGetattrer = (*ledgerNode)(nil)
+)
+
+func (l *ledgerNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	dirAttr(l.fs, &out.Attr, l.StableAttr().Ino, 0o755)
+	return 0
+}
+
+// ledgerName is the ledger's current name; a rename changes it.
+func (l *ledgerNode) ledgerName() string {
+	l.fs.mu.Lock()
+	defer l.fs.mu.Unlock()
+	return l.name
+}
+
+func (l *ledgerNode) pageIno(name string) uint64 {
+	return l.fs.inos.get(pageID(l.ledgerName(), name))
+}
+
+func (l *ledgerNode) pageInode(ctx context.Context, name string) *gofs.Inode {
+	n := &dirNode{pg: l.fs.page(l.ledgerName(), name)}
+	return l.NewInode(ctx, n, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: l.pageIno(name)})
+}
+
+func (l *ledgerNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ok, err := l.fs.repo.HasPage(l.ledgerName(), name)
+	if err != nil {
+		return nil, errno("lookup", err)
+	}
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	ch := l.pageInode(ctx, name)
+	return ch, ch.Operations().(*dirNode).attr("", &out.Attr)
+}
+
+func (l *ledgerNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	ps, err := l.fs.repo.Pages(l.ledgerName())
+	if err != nil {
+		return nil, errno("readdir", err)
+	}
+	es := make([]fuse.DirEntry, len(ps))
+	for i, p := range ps {
+		es[i] = fuse.DirEntry{Name: p, Mode: fuse.S_IFDIR, Ino: l.pageIno(p)}
+	}
+	return gofs.NewListDirStream(es), 0
+}
+
+func (l *ledgerNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if l.fs.opts.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	if err := l.fs.repo.CreatePage(l.ledgerName(), name); err != nil {
+		return nil, errno("mkdir", err)
+	}
+	ch := l.pageInode(ctx, name)
+	return ch, ch.Operations().(*dirNode).attr("", &out.Attr)
+}
+
+// Rmdir deletes a page with no entries, like rmdir of an empty directory.
+func (l *ledgerNode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if l.fs.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	ledger := l.ledgerName()
+	pg := l.fs.page(ledger, name)
+	empty, err := pg.empty()
+	if err != nil {
+		return errno("rmdir", err)
+	}
+	if !empty {
+		return syscall.ENOTEMPTY
+	}
+	if pg.busy() {
+		return syscall.EBUSY
+	}
+	if err := l.fs.repo.DeletePage(ledger, name); err != nil {
+		return errno("rmdir", err)
+	}
+	l.fs.dropPage(ledger, name)
+	return 0
+}
+
+func (l *ledgerNode) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if l.fs.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	ledger := l.ledgerName()
+	np, ok := newParent.(*ledgerNode)
+	if !ok || np.ledgerName() != ledger {
+		return syscall.EXDEV // pages move between ledgers by copy
+	}
+	if flags&^uint32(1) != 0 {
+		return syscall.EINVAL
+	}
+	if ok, _ := l.fs.repo.HasPage(ledger, newName); ok {
+		return syscall.EEXIST
+	}
+	if pg := l.fs.page(ledger, name); pg.busy() {
+		return syscall.EBUSY
+	}
+	if err := l.fs.repo.RenamePage(ledger, name, newName); err != nil {
+		return errno("rename", err)
+	}
+	l.fs.renamePage(ledger, name, newName)
+	return 0
+}
