@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"math/bits"
+	"sync"
 
 	"github.com/restic/chunker"
 )
@@ -28,15 +29,30 @@ type Sink interface {
 	Put(d Digest, data []byte) error
 }
 
-// Chunker cuts a stream into chunks at content-defined boundaries.
+// chunkStream cuts a stream into chunks at content-defined boundaries.
 type chunkStream struct {
 	c *chunker.Chunker
 }
 
+// chunkers are reused: a chunker holds a 512 KiB buffer and tables derived
+// from the polynomial, too costly to build for every tree node.
+var chunkers sync.Pool
+
 func newChunkStream(r io.Reader, pol chunker.Pol) *chunkStream {
-	c := chunker.NewWithBoundaries(r, pol, MinChunkSize, MaxChunkSize)
+	c, ok := chunkers.Get().(*chunker.Chunker)
+	if ok {
+		c.ResetWithBoundaries(r, pol, MinChunkSize, MaxChunkSize)
+	} else {
+		c = chunker.NewWithBoundaries(r, pol, MinChunkSize, MaxChunkSize)
+	}
 	c.SetAverageBits(averageBits)
 	return &chunkStream{c: c}
+}
+
+// release returns the chunker for reuse.
+func (s *chunkStream) release() {
+	chunkers.Put(s.c)
+	s.c = nil
 }
 
 // next returns the next chunk in a freshly allocated buffer and the number of
@@ -174,6 +190,7 @@ func (s *splitter) finish() (ObjectIdentifier, uint64, error) {
 func WriteObject(sink Sink, pol chunker.Pol, kind Kind, data []byte) (ObjectIdentifier, error) {
 	s := &splitter{kind: kind, sink: sink}
 	cs := newChunkStream(bytes.NewReader(data), pol)
+	defer cs.release()
 	for {
 		c, lv, err := cs.next()
 		if err == io.EOF {

@@ -34,6 +34,7 @@ func NewWriter(sink Sink, pol chunker.Pol, kind Kind) *Writer {
 	go func() {
 		defer close(chunks)
 		cs := newChunkStream(pr, pol)
+		defer cs.release()
 		for {
 			data, lv, err := cs.next()
 			if err == io.EOF {

@@ -75,7 +75,7 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 		tree.Clear()
 	}
 	var values []cas.ObjectIdentifier
-	err = forOps(db, j.ID, "", func(op Op) error {
+	err = j.Ops("", func(op Op) error {
 		if op.Delete {
 			_, err := tree.Delete(op.Key)
 			return err
@@ -149,10 +149,13 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal: commit %s: %w", j.ID, err)
 	}
+	if final != head {
+		p.SetHeads([]*store.Commit{final})
+	}
 	if err := step("committed"); err != nil {
 		return nil, err
 	}
-	if err := deleteRows(db, []byte(store.JournalPrefix(j.ID))); err != nil {
+	if err := j.deleteOwnRows(); err != nil {
 		return nil, err
 	}
 	if err := step("journal-deleted"); err != nil {

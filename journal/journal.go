@@ -11,6 +11,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -25,6 +27,10 @@ type Journal struct {
 	ID   store.JournalID
 	Base store.CommitID
 	done bool
+	// ops holds the journal's changes by key when it was made in this
+	// process, so that commit and clean-up need not scan its rows (nil: a
+	// journal found on disk, read from its rows).
+	ops map[string]Op
 }
 
 // Op is one change: a put of Entry, or a delete when Delete is set.
@@ -52,7 +58,7 @@ func Begin(p *store.Page, explicit bool) (*Journal, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &Journal{p: p, ID: newID(explicit), Base: head.ID}
+	j := &Journal{p: p, ID: newID(explicit), Base: head.ID, ops: map[string]Op{}}
 	if !explicit {
 		err := p.DB().Update(func(txn *badger.Txn) error {
 			return txn.Set(store.ImplicitMetaKey(j.ID), head.ID[:])
@@ -127,7 +133,7 @@ func (j *Journal) Apply(ops ...Op) error {
 			return fmt.Errorf("journal: %d-byte key: %w", len(op.Key), btree.ErrKeyTooLong)
 		}
 	}
-	return j.p.DB().Update(func(txn *badger.Txn) error {
+	err := j.p.DB().Update(func(txn *badger.Txn) error {
 		for _, op := range ops {
 			if err := txn.Set(store.JournalEntryKey(j.ID, op.Key), EncodeOp(op)); err != nil {
 				return fmt.Errorf("journal: record %q: %w", op.Key, err)
@@ -135,6 +141,39 @@ func (j *Journal) Apply(ops ...Op) error {
 		}
 		return nil
 	})
+	if err == nil && j.ops != nil {
+		for _, op := range ops {
+			j.ops[op.Key] = op
+		}
+	}
+	return err
+}
+
+// deleteOwnRows deletes the journal's rows.
+func (j *Journal) deleteOwnRows() error {
+	if j.ops == nil {
+		return deleteRows(j.p.DB(), []byte(store.JournalPrefix(j.ID)))
+	}
+	keys := make([][]byte, 0, len(j.ops)+1)
+	for k := range j.ops {
+		keys = append(keys, store.JournalEntryKey(j.ID, k))
+	}
+	keys = append(keys, store.JournalClearKey(j.ID))
+	for len(keys) > 0 {
+		n := min(len(keys), 5000)
+		if err := j.p.DB().Update(func(txn *badger.Txn) error {
+			for _, k := range keys[:n] {
+				if err := txn.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("journal: delete rows of %s: %w", j.ID, err)
+		}
+		keys = keys[n:]
+	}
+	return nil
 }
 
 // Clear records that the journal clears the page: the page's previous state
@@ -143,8 +182,11 @@ func (j *Journal) Clear() error {
 	if j.done {
 		return ErrDone
 	}
-	if err := deleteRows(j.p.DB(), []byte(store.JournalEntryPrefix(j.ID))); err != nil {
+	if err := j.deleteOwnRows(); err != nil {
 		return err
+	}
+	if j.ops != nil {
+		clear(j.ops)
 	}
 	return j.p.DB().Update(func(txn *badger.Txn) error {
 		return txn.Set(store.JournalClearKey(j.ID), nil)
@@ -189,7 +231,22 @@ func hasClear(db *badger.DB, id store.JournalID) (bool, error) {
 // Ops calls fn for the journal's changes with keys starting with prefix, in
 // key order.
 func (j *Journal) Ops(prefix string, fn func(Op) error) error {
-	return forOps(j.p.DB(), j.ID, prefix, fn)
+	if j.ops == nil {
+		return forOps(j.p.DB(), j.ID, prefix, fn)
+	}
+	keys := make([]string, 0, len(j.ops))
+	for k := range j.ops {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if err := fn(j.ops[k]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func forOps(db *badger.DB, id store.JournalID, prefix string, fn func(Op) error) error {
@@ -223,16 +280,12 @@ func (j *Journal) Rollback() error {
 		return ErrDone
 	}
 	j.done = true
-	return dropJournal(j.p.DB(), j.ID)
-}
-
-func dropJournal(db *badger.DB, id store.JournalID) error {
-	if err := db.Update(func(txn *badger.Txn) error {
-		return txn.Delete(store.ImplicitMetaKey(id))
+	if err := j.p.DB().Update(func(txn *badger.Txn) error {
+		return txn.Delete(store.ImplicitMetaKey(j.ID))
 	}); err != nil {
 		return err
 	}
-	return deleteRows(db, []byte(store.JournalPrefix(id)))
+	return j.deleteOwnRows()
 }
 
 // deleteRows deletes every row with the prefix, in bounded transactions.

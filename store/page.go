@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,11 @@ type Page struct {
 
 	// mu serializes changes to the heads (commits, recovery).
 	mu sync.Mutex
+
+	// heads caches the head commits: reading heads/ rows would walk the
+	// deleted rows of every earlier head until compaction drops them.
+	hmu   sync.RWMutex
+	heads []*Commit
 
 	// State is for the layer above (journals), created once per open page.
 	stateOnce sync.Once
@@ -237,13 +243,31 @@ func (p *Page) Heads() ([]*Commit, error) {
 	if err := p.check(); err != nil {
 		return nil, err
 	}
+	p.hmu.RLock()
+	cached := p.heads
+	p.hmu.RUnlock()
+	if cached != nil {
+		return slices.Clone(cached), nil
+	}
 	var heads []*Commit
 	err := p.db.View(func(txn *badger.Txn) error {
 		var err error
 		heads, err = ReadHeads(txn)
 		return err
 	})
-	return heads, err
+	if err != nil {
+		return nil, err
+	}
+	p.SetHeads(heads)
+	return slices.Clone(heads), nil
+}
+
+// SetHeads records the heads a committed transaction left; the caller holds
+// Lock.
+func (p *Page) SetHeads(heads []*Commit) {
+	p.hmu.Lock()
+	p.heads = slices.Clone(heads)
+	p.hmu.Unlock()
 }
 
 // ReadHeads reads the heads inside a transaction.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -41,6 +43,7 @@ func newMount() *cobra.Command {
 		idlePages  int
 		cacheSecs  float64
 		gcInterval time.Duration
+		pprofAddr  string
 	)
 	cmd := &cobra.Command{
 		Use:   "mount [flags] [REPO] MOUNTPOINT",
@@ -59,6 +62,12 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 				repoDir, mnt = args[0], args[1]
 			}
 			debug, _ := cmd.Flags().GetBool("debug")
+			if pprofAddr != "" {
+				go func() {
+					slog.Info("pprof listening", "addr", pprofAddr)
+					slog.Warn("pprof server stopped", "err", http.ListenAndServe(pprofAddr, nil))
+				}()
+			}
 			return serve(serveConfig{
 				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther,
 				debug: debug, idlePages: idlePages, cache: time.Duration(cacheSecs * float64(time.Second)),
@@ -71,6 +80,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.BoolVar(&allowOther, "allow-other", false, "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root)")
 	f.IntVar(&idlePages, "max-idle-pages", 64, "page databases kept open while no file of theirs is in use")
 	f.Float64Var(&cacheSecs, "cache-timeout", 1, "seconds the kernel may cache names and attributes")
+	f.StringVar(&pprofAddr, "pprof", "", "serve Go profiles (net/http/pprof) on this address, e.g. localhost:6060")
 	f.DurationVar(&gcInterval, "gc-interval", 10*time.Minute, "how often to reclaim value-log space of open pages")
 	return cmd
 }
