@@ -1,0 +1,536 @@
+package mount_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestTour(t *testing.T) {
+	s := mount(t, t.TempDir())
+	pg := s.page("notes", "inbox")
+	for _, k := range []string{"b", "a", "B", "a-1", "a.txt"} {
+		if err := os.WriteFile(filepath.Join(pg, k), []byte("x"+k), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := ls(t, pg)
+	want := []string{"B", "a", "a-1", "a.txt", "b"} // byte order
+	if !slices.Equal(names, want) {
+		t.Fatalf("ls: %q, want %q", names, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(pg, "a-1")); err != nil || string(b) != "xa-1" {
+		t.Fatalf("read: %q %v", b, err)
+	}
+	// Keys with '/' are directories; empty directories persist.
+	must(t, os.MkdirAll(filepath.Join(pg, "d/e/f"), 0o755))
+	must(t, os.WriteFile(filepath.Join(pg, "d/e/g"), []byte("g"), 0o600))
+	if got := ls(t, filepath.Join(pg, "d/e")); !slices.Equal(got, []string{"f", "g"}) {
+		t.Fatalf("ls d/e: %q", got)
+	}
+	must(t, os.Remove(filepath.Join(pg, "d/e/g")))
+	must(t, os.Remove(filepath.Join(pg, "d/e/f")))
+	if fi, err := os.Stat(filepath.Join(pg, "d/e")); err != nil || !fi.IsDir() {
+		t.Fatalf("directory gone with its last entry: %v", err)
+	}
+	if err := os.Remove(filepath.Join(pg, "d")); !errors.Is(err, syscall.ENOTEMPTY) {
+		t.Fatalf("rmdir non-empty: %v", err)
+	}
+	// The reserved name cannot be created.
+	if err := os.Mkdir(filepath.Join(pg, ".ledger"), 0o755); err == nil {
+		t.Fatal("created .ledger")
+	}
+	// Refused file types.
+	if err := os.Link(filepath.Join(pg, "a"), filepath.Join(pg, "hard")); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("link: %v", err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(pg, "fifo"), 0o644); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("mkfifo: %v", err)
+	}
+	// Symlinks, permission bits and times persist.
+	must(t, os.Symlink("a", filepath.Join(pg, "l")))
+	must(t, os.Chmod(filepath.Join(pg, "b"), 0o640))
+	mt := time.Date(2001, 2, 3, 4, 5, 6, 7000, time.UTC)
+	must(t, os.Chtimes(filepath.Join(pg, "B"), mt, mt))
+	// Renames: within a page, over an existing file, and across pages.
+	must(t, os.Rename(filepath.Join(pg, "a.txt"), filepath.Join(pg, "b")))
+	other := s.page("notes", "other")
+	if err := os.Rename(filepath.Join(pg, "a"), filepath.Join(other, "a")); !errors.Is(err, syscall.EXDEV) {
+		t.Fatalf("rename across pages: %v", err)
+	}
+	run(t, pg, "mv", "a", filepath.Join(other, "moved"))
+	must(t, os.Rename(filepath.Join(pg, "d"), filepath.Join(pg, "d2")))
+
+	check := func() {
+		t.Helper()
+		if got, _ := os.Readlink(filepath.Join(pg, "l")); got != "a" {
+			t.Fatalf("readlink: %q", got)
+		}
+		fi, err := os.Stat(filepath.Join(pg, "b"))
+		if err != nil || fi.Mode().Perm() != 0o644 { // a.txt's mode came with it
+			t.Fatalf("b after rename: %v %v", fi.Mode(), err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(pg, "b")); string(b) != "xa.txt" {
+			t.Fatalf("b content %q", b)
+		}
+		fi, err = os.Stat(filepath.Join(pg, "B"))
+		if err != nil || !fi.ModTime().Equal(mt) {
+			t.Fatalf("mtime %v, want %v (%v)", fi.ModTime(), mt, err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(other, "moved")); string(b) != "xa" {
+			t.Fatalf("moved content %q", b)
+		}
+		if _, err := os.Stat(filepath.Join(pg, "a")); !os.IsNotExist(err) {
+			t.Fatalf("a still there: %v", err)
+		}
+		if fi, err := os.Stat(filepath.Join(pg, "d2/e")); err != nil || !fi.IsDir() {
+			t.Fatalf("renamed directory: %v", err)
+		}
+	}
+	check()
+	var st syscall.Stat_t
+	must(t, syscall.Stat(filepath.Join(pg, "B"), &st))
+	ino := st.Ino
+	s.stop()
+	s = mountAt(t, s.repo, s.mnt)
+	check()
+	must(t, syscall.Stat(filepath.Join(pg, "B"), &st))
+	if st.Ino != ino {
+		t.Fatalf("inode number changed across remount: %d -> %d", ino, st.Ino)
+	}
+	// rmdir of a non-empty page fails; of an empty one works.
+	if err := os.Remove(pg); !errors.Is(err, syscall.ENOTEMPTY) {
+		t.Fatalf("rmdir page: %v", err)
+	}
+	must(t, os.Remove(filepath.Join(other, "moved")))
+	must(t, os.Remove(other))
+}
+
+func ls(t testing.TB, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	slices.Sort(out) // ReadDir sorts by name already; keep the test honest
+	return out
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCopyGoSourceTree(t *testing.T) {
+	src := filepath.Join(runtime.GOROOT(), "src")
+	if testing.Short() {
+		src = filepath.Join(runtime.GOROOT(), "src", "net")
+	}
+	s := mount(t, t.TempDir())
+	pg := s.page("go", "src")
+	start := time.Now()
+	run(t, "/", "cp", "-a", src, pg+"/")
+	t.Logf("cp -a %s: %v", src, time.Since(start))
+	run(t, "/", "diff", "-r", "--no-dereference", src, filepath.Join(pg, filepath.Base(src)))
+	s.stop()
+	s = mountAt(t, s.repo, s.mnt)
+	run(t, "/", "diff", "-r", "--no-dereference", src, filepath.Join(pg, filepath.Base(src)))
+	s.stop()
+	verifySchema(t, s.repo)
+}
+
+func TestTarRoundTrip(t *testing.T) {
+	src := filepath.Join(runtime.GOROOT(), "src", "encoding")
+	s := mount(t, t.TempDir())
+	pg := s.page("t", "p")
+	tarball := filepath.Join(t.TempDir(), "a.tar")
+	run(t, src, "tar", "cf", tarball, ".")
+	run(t, pg, "tar", "xf", tarball)
+	run(t, "/", "diff", "-r", src, pg)
+	back := filepath.Join(t.TempDir(), "back")
+	must(t, os.Mkdir(back, 0o755))
+	out := filepath.Join(t.TempDir(), "b.tar")
+	run(t, pg, "tar", "cf", out, ".")
+	run(t, back, "tar", "xf", out)
+	run(t, "/", "diff", "-r", src, back)
+	// The page root is the page, not a key: its mtime is its last commit's,
+	// so the "./" line is left out.
+	a, b := run(t, "/", "tar", "tvf", tarball), run(t, "/", "tar", "tvf", out)
+	if sortLines(a) != sortLines(b) {
+		t.Fatalf("tar listings differ:\n%s\n---\n%s", a, b)
+	}
+}
+
+func sortLines(s string) string {
+	var l []string
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		if !strings.HasSuffix(line, " ./") {
+			l = append(l, line)
+		}
+	}
+	slices.Sort(l)
+	return strings.Join(l, "\n")
+}
+
+func TestGit(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatal("git is needed:", err)
+	}
+	s := mount(t, t.TempDir())
+	pg := s.page("code", "repo")
+	env := []string{"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@e", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@e"}
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = pg
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	git("init", "-q", "-b", "main")
+	run(t, pg, "cp", "-r", filepath.Join(runtime.GOROOT(), "src", "sort"), ".")
+	git("add", ".")
+	git("commit", "-q", "-m", "first")
+	must(t, os.WriteFile(filepath.Join(pg, "sort", "sort.go"), []byte("package sort\n"), 0o644))
+	git("commit", "-q", "-am", "second")
+	git("fsck", "--strict")
+	if log := git("log", "--oneline"); strings.Count(log, "\n") != 2 {
+		t.Fatalf("git log: %s", log)
+	}
+	git("gc", "-q")
+	git("fsck", "--strict")
+}
+
+// The editors' save pattern: write a temporary file, fsync it, rename it
+// over the original. Readers see the old or the new file, never a mix.
+func TestEditorSave(t *testing.T) {
+	s := mount(t, t.TempDir())
+	pg := s.page("e", "p")
+	path := filepath.Join(pg, "doc.txt")
+	must(t, os.WriteFile(path, bytes.Repeat([]byte("old "), 10000), 0o644))
+	stop := make(chan struct{})
+	var bad error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			b, err := os.ReadFile(path)
+			if err == nil && !bytes.Equal(b, bytes.Repeat([]byte("old "), 10000)) && !bytes.HasPrefix(b, []byte("new ")) {
+				bad = fmt.Errorf("reader saw %d bytes starting %q", len(b), b[:min(len(b), 8)])
+			}
+		}
+	})
+	for i := range 20 {
+		tmp := filepath.Join(pg, ".doc.txt.swp")
+		f, err := os.Create(tmp)
+		must(t, err)
+		fmt.Fprintf(f, "new %d ", i)
+		f.Write(bytes.Repeat([]byte("x"), 50000))
+		must(t, f.Sync())
+		must(t, f.Close())
+		must(t, os.Rename(tmp, path))
+	}
+	close(stop)
+	wg.Wait()
+	if bad != nil {
+		t.Fatal(bad)
+	}
+	b, _ := os.ReadFile(path)
+	if !bytes.HasPrefix(b, []byte("new 19 ")) || len(b) != len("new 19 ")+50000 {
+		t.Fatalf("final content %q...", b[:min(len(b), 10)])
+	}
+	if got := ls(t, pg); !slices.Equal(got, []string{"doc.txt"}) {
+		t.Fatalf("ls: %q", got)
+	}
+}
+
+func TestConcurrentWriters(t *testing.T) {
+	s := mount(t, t.TempDir())
+	pg := s.page("c", "p")
+	const writers, files = 8, 40
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range files {
+				name := filepath.Join(pg, fmt.Sprintf("w%d-%03d", w, i))
+				if err := os.WriteFile(name, content(w*1000+i, 1000+i*97), 0o644); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := len(ls(t, pg)); got != writers*files {
+		t.Fatalf("%d files, want %d", got, writers*files)
+	}
+	for w := range writers {
+		for i := range files {
+			b, err := os.ReadFile(filepath.Join(pg, fmt.Sprintf("w%d-%03d", w, i)))
+			if err != nil || !bytes.Equal(b, content(w*1000+i, 1000+i*97)) {
+				t.Fatalf("w%d-%03d: wrong content (%v)", w, i, err)
+			}
+		}
+	}
+}
+
+func content(seed, n int) []byte {
+	r := rand.New(rand.NewPCG(uint64(seed), 7))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func TestAppendTruncateAndRandomWrites(t *testing.T) {
+	s := mount(t, t.TempDir())
+	pg := s.page("a", "p")
+	path := filepath.Join(pg, "log")
+	for i := range 5 {
+		run(t, pg, "sh", "-c", fmt.Sprintf("echo line%d >> log", i))
+	}
+	if b, _ := os.ReadFile(path); string(b) != "line0\nline1\nline2\nline3\nline4\n" {
+		t.Fatalf("after appends: %q", b)
+	}
+	run(t, pg, "truncate", "-s", "12", "log")
+	if b, _ := os.ReadFile(path); string(b) != "line0\nline1\n" {
+		t.Fatalf("after truncate: %q", b)
+	}
+	run(t, pg, "truncate", "-s", "20", "log")
+	if b, _ := os.ReadFile(path); string(b) != "line0\nline1\n\x00\x00\x00\x00\x00\x00\x00\x00" {
+		t.Fatalf("after growing: %q", b)
+	}
+	// Random writes into a large file, checked against the same writes to
+	// a file on the native filesystem.
+	native := filepath.Join(t.TempDir(), "native")
+	big := content(1, 20<<20)
+	must(t, os.WriteFile(native, big, 0o644))
+	must(t, os.WriteFile(filepath.Join(pg, "big"), big, 0o644))
+	fn, _ := os.OpenFile(native, os.O_RDWR, 0)
+	fm, _ := os.OpenFile(filepath.Join(pg, "big"), os.O_RDWR, 0)
+	r := rand.New(rand.NewPCG(2, 2))
+	for i := range 300 {
+		off := r.Int64N(22 << 20)
+		data := content(i, 1+r.IntN(70000))
+		fn.WriteAt(data, off)
+		if _, err := fm.WriteAt(data, off); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 { // read back through the open file
+			a, b := make([]byte, 5000), make([]byte, 5000)
+			na, _ := fn.ReadAt(a, off-100)
+			nb, _ := fm.ReadAt(b, off-100)
+			if !bytes.Equal(a[:na], b[:nb]) {
+				t.Fatalf("read back at %d differs", off)
+			}
+		}
+	}
+	must(t, fm.Truncate(21<<20))
+	must(t, fn.Truncate(21<<20))
+	must(t, fm.Close())
+	fn.Close()
+	if sha(t, native) != sha(t, filepath.Join(pg, "big")) {
+		t.Fatal("random writes: content differs from native")
+	}
+}
+
+func sha(t testing.TB, path string) string {
+	f, err := os.Open(path)
+	must(t, err)
+	defer f.Close()
+	h := sha256.New()
+	io.Copy(h, f)
+	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// TestLargeFile writes 1 GiB through the mount, reads it back, and checks the
+// server's memory stays bounded.
+func TestLargeFile(t *testing.T) {
+	size := int64(1 << 30)
+	if testing.Short() {
+		size = 256 << 20
+	}
+	s := mount(t, t.TempDir())
+	pg := s.page("big", "p")
+	path := filepath.Join(pg, "file")
+	f, err := os.Create(path)
+	must(t, err)
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	r := rand.New(rand.NewPCG(3, 3))
+	start := time.Now()
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		for i := 0; i < len(buf); i += 8 {
+			v := r.Uint64()
+			for k := range 8 {
+				buf[i+k] = byte(v >> (8 * k))
+			}
+		}
+		h.Write(buf)
+		if _, err := f.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(t, f.Close())
+	wrote := time.Since(start)
+	peak, _ := s.rss()
+	want := fmt.Sprintf("%x", h.Sum(nil))
+	start = time.Now()
+	got := sha(t, path)
+	t.Logf("%d MiB: write %.0f MB/s, read %.0f MB/s, server peak RSS %d MiB", size>>20,
+		float64(size)/wrote.Seconds()/1e6, float64(size)/time.Since(start).Seconds()/1e6, peak>>10)
+	if got != want {
+		t.Fatal("content read back differs")
+	}
+	if fi, _ := os.Stat(path); fi.Size() != size {
+		t.Fatalf("size %d", fi.Size())
+	}
+	if limit := 512 << 10; peak > limit {
+		t.Fatalf("server peak RSS %d MiB while writing %d MiB (limit %d MiB)", peak>>10, size>>20, limit>>10)
+	}
+}
+
+// TestCrash kills the server with SIGKILL in the middle of a workload: every
+// file fsynced before the kill is intact after remounting, and no file has
+// partial content.
+func TestCrash(t *testing.T) {
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("crash", "p")
+	type rec struct {
+		name string
+		data []byte
+	}
+	var mu sync.Mutex
+	var synced []rec
+	all := map[string][]byte{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				name := fmt.Sprintf("w%d-%04d", w, i)
+				data := content(w*100000+i, 1000+(i%7)*150000)
+				mu.Lock()
+				all[name] = data
+				mu.Unlock()
+				f, err := os.Create(filepath.Join(pg, name))
+				if err != nil {
+					return // the mount is gone
+				}
+				_, err = f.Write(data)
+				if err == nil && i%2 == 0 {
+					err = f.Sync()
+					if err == nil {
+						mu.Lock()
+						synced = append(synced, rec{name, data})
+						mu.Unlock()
+					}
+				}
+				f.Close()
+			}
+		})
+	}
+	time.Sleep(3 * time.Second)
+	s.kill()
+	close(stop)
+	wg.Wait()
+	if len(synced) < 5 {
+		t.Fatalf("only %d files fsynced before the kill", len(synced))
+	}
+	s = mountAt(t, repo, s.mnt)
+	for _, r := range synced {
+		b, err := os.ReadFile(filepath.Join(pg, r.name))
+		if err != nil || !bytes.Equal(b, r.data) {
+			t.Fatalf("fsynced file %s lost or changed after the crash (%v)", r.name, err)
+		}
+	}
+	found := 0
+	err := filepath.WalkDir(pg, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		found++
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		want := all[d.Name()]
+		if len(b) > 0 && !bytes.Equal(b, want) {
+			return fmt.Errorf("%s has partial content: %d of %d bytes", d.Name(), len(b), len(want))
+		}
+		return nil
+	})
+	must(t, err)
+	t.Logf("%d files fsynced, %d present after the crash", len(synced), found)
+	s.stop()
+	verifySchema(t, repo)
+}
+
+func TestCommandErrors(t *testing.T) {
+	repo := t.TempDir()
+	s := mount(t, repo)
+	try := func(want string, args ...string) {
+		t.Helper()
+		out, err := exec.Command(binary, args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Fatalf("ledgerfs %q: %v, output %q; want an error saying %q", args, err, out, want)
+		}
+	}
+	try("already served by another process", "mount", repo, filepath.Join(t.TempDir(), "m2"))
+	try("busy", "mount", t.TempDir(), s.mnt)
+	file := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(file, nil, 0o644)
+	try("not a directory", "mount", t.TempDir(), file)
+	try("accepts between 1 and 2 arg", "mount")
+	if out, err := exec.Command(binary, "mount", "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "Usage") {
+		t.Fatalf("--help: %v %s", err, out)
+	}
+}
+
+func TestReadOnly(t *testing.T) {
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("r", "p")
+	must(t, os.WriteFile(filepath.Join(pg, "f"), []byte("data"), 0o644))
+	s.stop()
+	s = mountAt(t, repo, s.mnt, "--read-only")
+	if b, err := os.ReadFile(filepath.Join(pg, "f")); err != nil || string(b) != "data" {
+		t.Fatalf("read: %q %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(pg, "g"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("write on a read-only mount: %v", err)
+	}
+}

@@ -1,0 +1,180 @@
+// Package mount_test mounts real ledgerfs filesystems, served by the
+// ledgerfs binary in a separate process, and drives them with real tools.
+package mount_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		fmt.Fprintln(os.Stderr, "mount tests need /dev/fuse:", err)
+		os.Exit(1)
+	}
+	dir, err := os.MkdirTemp("", "ledgerfs-bin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "ledgerfs")
+	args := []string{"build", "-o", binary}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "../cmd/ledgerfs")...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build ledgerfs:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// server is a ledgerfs mount process.
+type server struct {
+	t    testing.TB
+	repo string
+	mnt  string
+	cmd  *exec.Cmd
+	log  *bytes.Buffer
+	done chan error
+}
+
+// mount serves repo at a new mount point until the test ends.
+func mount(t testing.TB, repo string, args ...string) *server {
+	t.Helper()
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	return mountAt(t, repo, mnt, args...)
+}
+
+func mountAt(t testing.TB, repo, mnt string, args ...string) *server {
+	t.Helper()
+	s := &server{t: t, repo: repo, mnt: mnt, log: &bytes.Buffer{}, done: make(chan error, 1)}
+	s.cmd = exec.Command(binary, append(append([]string{"mount"}, args...), repo, mnt)...)
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.done <- s.cmd.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for !mounted(mnt) {
+		select {
+		case err := <-s.done:
+			t.Fatalf("ledgerfs mount exited (%v):\n%s", err, s.log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.cmd.Process.Kill()
+			t.Fatalf("not mounted after 20s:\n%s", s.log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Cleanup(func() { s.stop() })
+	return s
+}
+
+func mounted(mnt string) bool {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) > 4 && fields[4] == mnt {
+			return true
+		}
+	}
+	return false
+}
+
+// stop asks the server to unmount (SIGTERM) and waits for it.
+func (s *server) stop() {
+	if s.cmd.ProcessState != nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-s.done:
+		if err != nil {
+			s.t.Errorf("ledgerfs mount exited with %v:\n%s", err, s.log)
+		}
+	case <-time.After(60 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.done
+		s.t.Errorf("ledgerfs mount did not stop within 60s:\n%s", s.log)
+	}
+	if mounted(s.mnt) {
+		s.t.Errorf("%s still mounted after the server stopped", s.mnt)
+		detach(s.mnt)
+	}
+	if strings.Contains(s.log.String(), "level=ERROR") || strings.Contains(s.log.String(), "panic") {
+		s.t.Errorf("server log has errors:\n%s", s.log)
+	}
+}
+
+// kill ends the server with SIGKILL, as a crash would, and detaches the
+// dead mount.
+func (s *server) kill() {
+	s.cmd.Process.Kill()
+	<-s.done
+	detach(s.mnt)
+}
+
+func detach(mnt string) {
+	if err := syscall.Unmount(mnt, syscall.MNT_DETACH); err != nil {
+		exec.Command("fusermount3", "-u", "-z", mnt).Run()
+	}
+}
+
+// rss returns the server's peak and current resident set size in KiB.
+func (s *server) rss() (peak, cur int) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "VmHWM:" {
+			peak, _ = strconv.Atoi(f[1])
+		}
+		if len(f) >= 2 && f[0] == "VmRSS:" {
+			cur, _ = strconv.Atoi(f[1])
+		}
+	}
+	return peak, cur
+}
+
+// page creates ledger l and page p and returns the page's path.
+func (s *server) page(l, p string) string {
+	s.t.Helper()
+	dir := filepath.Join(s.mnt, l, p)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		s.t.Fatal(err)
+	}
+	return dir
+}
+
+func run(t testing.TB, dir string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package mount_test
+
+const raceEnabled = true
