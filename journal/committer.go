@@ -80,6 +80,7 @@ func (c *Committer) run() {
 		if err == nil && sync {
 			err = c.p.Sync()
 		}
+		c.p.Settle()
 		for _, w := range ws {
 			w <- err
 		}

@@ -24,7 +24,7 @@ func badgerOptions(dir string, readOnly bool) badger.Options {
 		WithBaseTableSize(2 << 20).
 		WithBaseLevelSize(8 << 20).
 		WithValueThreshold(1 << 10).
-		WithValueLogFileSize(256 << 20).
+		WithValueLogFileSize(64 << 20).
 		WithBlockCacheSize(1 << 20).
 		WithIndexCacheSize(0).
 		WithCompression(options.None).

@@ -91,6 +91,9 @@ func (p *Page) Get(d cas.Digest) ([]byte, error) {
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, fmt.Errorf("piece %s: %w", d, cas.ErrNotFound)
 	}
+	// A read from a mapped value log maps the pages around it too
+	// (read-around, fault-around): count at least that much.
+	p.repo.trim.add(max(len(out), readAround))
 	return out, err
 }
 
@@ -172,6 +175,7 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
 		w.New = append(w.New, d)
 	}
 	w.pending += len(data)
+	w.p.repo.trim.add(len(data))
 	if w.pending >= flushBytes {
 		return w.commit()
 	}
@@ -371,6 +375,10 @@ func (p *Page) Status(d cas.Digest) (s PieceStatus, ok bool, err error) {
 	})
 	return s, ok, err
 }
+
+// Settle returns value-log pages touched by recent work to the page cache;
+// the journal calls it after each commit.
+func (p *Page) Settle() { p.repo.trim.settle() }
 
 // Sync makes every write so far durable.
 func (p *Page) Sync() error {

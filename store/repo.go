@@ -70,6 +70,7 @@ type Repository struct {
 	pol  chunker.Pol
 	// nodes caches decoded tree nodes for every page.
 	nodes *btree.NodeCache
+	trim  trimmer
 
 	mu      sync.Mutex
 	open    map[string]*Page // by ledger + "/" + page
@@ -99,6 +100,9 @@ func Open(dir string, opts Options) (*Repository, error) {
 		return nil, fmt.Errorf("open repository %s: %w", dir, lockError(err))
 	}
 	r := &Repository{dir: dir, opts: opts, db: db, open: map[string]*Page{}, closing: map[string]chan struct{}{}}
+	if abs, err := filepath.Abs(dir); err == nil {
+		r.trim.dir = abs + string(filepath.Separator)
+	}
 	if r.pol, err = r.polynomial(); err != nil {
 		db.Close()
 		return nil, err
