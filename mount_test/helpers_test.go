@@ -16,7 +16,13 @@ import (
 	"time"
 )
 
-var binary string
+var (
+	// binary is the server under test, built with -race when the tests are.
+	binary string
+	// plainBinary is built without the race detector, for the tests that
+	// measure memory and throughput.
+	plainBinary string
+)
 
 func TestMain(m *testing.M) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
@@ -27,16 +33,20 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	binary = filepath.Join(dir, "ledgerfs")
-	args := []string{"build", "-o", binary}
+	plainBinary = filepath.Join(dir, "ledgerfs")
+	binary = plainBinary
+	builds := [][]string{{"build", "-o", plainBinary}}
 	if raceEnabled {
-		args = append(args, "-race")
+		binary = filepath.Join(dir, "ledgerfs-race")
+		builds = append(builds, []string{"build", "-race", "-o", binary})
 	}
-	cmd := exec.Command("go", append(args, "../cmd/ledgerfs")...)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build ledgerfs:", err)
-		os.Exit(1)
+	for _, args := range builds {
+		cmd := exec.Command("go", append(args, "../cmd/ledgerfs")...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build ledgerfs:", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -61,9 +71,13 @@ func mount(t testing.TB, repo string, args ...string) *server {
 }
 
 func mountAt(t testing.TB, repo, mnt string, args ...string) *server {
+	return mountWith(t, binary, repo, mnt, args...)
+}
+
+func mountWith(t testing.TB, bin, repo, mnt string, args ...string) *server {
 	t.Helper()
 	s := &server{t: t, repo: repo, mnt: mnt, log: &bytes.Buffer{}, done: make(chan error, 1)}
-	s.cmd = exec.Command(binary, append(append([]string{"mount"}, args...), repo, mnt)...)
+	s.cmd = exec.Command(bin, append(append([]string{"mount"}, args...), repo, mnt)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)

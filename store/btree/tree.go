@@ -2,6 +2,7 @@ package btree
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/ledgerfs/ledgerfs/cas"
 )
@@ -89,6 +90,29 @@ func (t *Tree) insert(r ref, parent int, e Entry, lv uint8) (ref, error) {
 		return mk(lv, []Entry{e}, []ref{l, rr}), nil
 	}
 	i, found := search(n.entries, e.Key)
+	if r.dirty() {
+		// A node made by this edit session belongs to this tree alone:
+		// change it in place rather than copying it for every key.
+		switch {
+		case n.level == lv && found:
+			n.entries[i] = e
+		case n.level == lv:
+			l, rr, err := t.split(n.children[i], int(n.level), e.Key)
+			if err != nil {
+				return ref{}, err
+			}
+			n.entries = slices.Insert(n.entries, i, e)
+			n.children[i] = l
+			n.children = slices.Insert(n.children, i+1, rr)
+		default:
+			c, err := t.insert(n.children[i], int(n.level), e, lv)
+			if err != nil {
+				return ref{}, err
+			}
+			n.children[i] = c
+		}
+		return r, nil
+	}
 	if n.level == lv {
 		entries := make([]Entry, 0, len(n.entries)+1)
 		children := make([]ref, 0, len(n.children)+1)
@@ -144,6 +168,10 @@ func (t *Tree) delete(r ref, parent int, key string, lv uint8) (ref, bool, error
 		c, found, err := t.delete(n.children[i], int(n.level), key, lv)
 		if err != nil || !found {
 			return r, false, err
+		}
+		if r.dirty() {
+			n.children[i] = c
+			return r, true, nil
 		}
 		children := append([]ref(nil), n.children...)
 		children[i] = c
