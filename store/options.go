@@ -17,12 +17,12 @@ func badgerOptions(dir string, readOnly bool) badger.Options {
 	return badger.DefaultOptions(dir).
 		WithLogger(badgerLogger{slog.Default().With("db", dir)}).
 		WithReadOnly(readOnly).
-		WithMemTableSize(8 << 20).
+		WithMemTableSize(2 << 20).
 		WithNumMemtables(2).
 		WithNumLevelZeroTables(4).
 		WithNumLevelZeroTablesStall(12).
 		WithBaseTableSize(2 << 20).
-		WithBaseLevelSize(8 << 20).
+		WithBaseLevelSize(4 << 20).
 		WithValueThreshold(1 << 10).
 		WithValueLogFileSize(64 << 20).
 		WithBlockCacheSize(1 << 20).

@@ -78,7 +78,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f := cmd.Flags()
 	f.BoolVarP(&readOnly, "read-only", "r", false, "mount read-only")
 	f.BoolVar(&allowOther, "allow-other", false, "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root)")
-	f.IntVar(&idlePages, "max-idle-pages", 64, "page databases kept open while no file of theirs is in use")
+	f.IntVar(&idlePages, "max-idle-pages", 16, "page databases kept open while no file of theirs is in use")
 	f.Float64Var(&cacheSecs, "cache-timeout", 1, "seconds the kernel may cache names and attributes")
 	f.StringVar(&pprofAddr, "pprof", "", "serve Go profiles (net/http/pprof) on this address, e.g. localhost:6060")
 	f.DurationVar(&gcInterval, "gc-interval", 10*time.Minute, "how often to reclaim value-log space of open pages")
