@@ -331,7 +331,7 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 			var err error
 			marker, ok, err = t.Get(prefix)
 			if !ok || !marker.Meta.IsDir() {
-				marker = btree.Entry{Value: emptyValue, Meta: btree.Meta{Mode: syscall.S_IFDIR | 0o755, MtimeNs: head.Timestamp, HasMtime: true}}
+				marker = dirMarker(0o755, head.Timestamp)
 			}
 			return err
 		})
@@ -361,32 +361,46 @@ func checkOwner(f *FS, in *fuse.SetAttrIn) syscall.Errno {
 	return 0
 }
 
-func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if d.pg.fs.opts.ReadOnly {
-		return nil, syscall.EROFS
-	}
+// freeName returns the key of a new entry called name in d: EINVAL if name
+// is no key's canonical name, EEXIST if a file or directory has it.
+func (d *dirNode) freeName(op, name string) (string, syscall.Errno) {
 	key, coll, err := d.childKey(name)
 	if err != nil || coll {
-		return nil, syscall.EINVAL
+		return "", syscall.EINVAL
 	}
-	exists := false
+	exists := d.pg.pendingFile(key) != nil
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		_, isFile, err := t.Get(key)
 		if err != nil {
 			return err
 		}
 		isDir, err := hasPrefixKey(t, key+"/")
-		exists = isFile || isDir
+		exists = exists || isFile || isDir
 		return err
 	})
 	if err != nil {
-		return nil, errno("mkdir", err)
+		return "", errno(op, err)
 	}
-	if exists || d.pg.pendingFile(key) != nil {
-		return nil, syscall.EEXIST
+	if exists {
+		return "", syscall.EEXIST
 	}
-	marker := btree.Entry{Value: emptyValue, Meta: btree.Meta{Mode: syscall.S_IFDIR | mode&0o7777, MtimeNs: nowNs(), HasMtime: true}}
-	if err := d.pg.apply(false, journal.Op{Key: key + "/", Entry: marker}); err != nil {
+	return key, 0
+}
+
+// dirMarker is the entry that keeps a directory, with its mode and mtime.
+func dirMarker(perm uint32, mtimeNs int64) btree.Entry {
+	return btree.Entry{Value: emptyValue, Meta: btree.Meta{Mode: syscall.S_IFDIR | perm&0o7777, MtimeNs: mtimeNs, HasMtime: true}}
+}
+
+func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if d.pg.fs.opts.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	key, eno := d.freeName("mkdir", name)
+	if eno != 0 {
+		return nil, eno
+	}
+	if err := d.pg.apply(false, journal.Op{Key: key + "/", Entry: dirMarker(mode, nowNs())}); err != nil {
 		return nil, errno("mkdir", err)
 	}
 	ch := d.newDir(ctx, key+"/")
@@ -419,8 +433,7 @@ func keepParent(t *btree.Tree, prefix string, gone ...string) ([]journal.Op, err
 	if it.Err() != nil {
 		return nil, it.Err()
 	}
-	marker := btree.Entry{Value: emptyValue, Meta: btree.Meta{Mode: syscall.S_IFDIR | 0o755, MtimeNs: nowNs(), HasMtime: true}}
-	return []journal.Op{{Key: prefix, Entry: marker}}, nil
+	return []journal.Op{{Key: prefix, Entry: dirMarker(0o755, nowNs())}}, nil
 }
 
 func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -541,25 +554,9 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 	if d.pg.fs.opts.ReadOnly {
 		return nil, syscall.EROFS
 	}
-	key, coll, err := d.childKey(name)
-	if err != nil || coll {
-		return nil, syscall.EINVAL
-	}
-	exists := false
-	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
-		_, isFile, err := t.Get(key)
-		if err != nil {
-			return err
-		}
-		isDir, err := hasPrefixKey(t, key+"/")
-		exists = isFile || isDir
-		return err
-	})
-	if err != nil {
-		return nil, errno("symlink", err)
-	}
-	if exists || d.pg.pendingFile(key) != nil {
-		return nil, syscall.EEXIST
+	key, eno := d.freeName("symlink", name)
+	if eno != 0 {
+		return nil, eno
 	}
 	e := btree.Entry{Value: emptyValue, Meta: btree.Meta{Size: uint64(len(target)), Mode: syscall.S_IFLNK | 0o777, MtimeNs: nowNs(), HasMtime: true, Symlink: target}}
 	if err := d.pg.apply(false, journal.Op{Key: key, Entry: e}); err != nil {

@@ -30,9 +30,19 @@ func CommitterFor(p *store.Page) *Committer {
 	return p.State(func() any { return &Committer{p: p} }).(*Committer)
 }
 
+// maxImplicitOps is the largest group of changes that goes through the
+// implicit journal: its rows must land in one db transaction, or a crash
+// could leave part of the group for recovery to commit.
+const maxImplicitOps = 256
+
 // Apply records ops in the current implicit journal and waits until they are
-// committed; with sync, also until the commit is on disk.
+// committed; with sync, also until the commit is on disk. A larger group of
+// changes (a directory rename) commits through its own explicit journal,
+// which a crash discards whole.
 func (c *Committer) Apply(sync bool, ops ...Op) error {
+	if len(ops) > maxImplicitOps {
+		return c.applyExplicit(sync, ops)
+	}
 	c.mu.Lock()
 	if c.cur == nil {
 		j, err := Begin(c.p, false)
@@ -55,6 +65,26 @@ func (c *Committer) Apply(sync bool, ops ...Op) error {
 	}
 	c.mu.Unlock()
 	return <-ch
+}
+
+func (c *Committer) applyExplicit(sync bool, ops []Op) error {
+	j, err := Begin(c.p, true)
+	if err != nil {
+		return err
+	}
+	if err := j.Apply(ops...); err != nil {
+		j.Rollback()
+		return err
+	}
+	if _, err := j.Commit(); err != nil {
+		j.Rollback()
+		return err
+	}
+	c.p.Settle()
+	if sync {
+		return c.p.Sync()
+	}
+	return nil
 }
 
 // Sync waits for pending changes to commit and makes them durable.

@@ -133,13 +133,11 @@ func (j *Journal) Apply(ops ...Op) error {
 			return fmt.Errorf("journal: %d-byte key: %w", len(op.Key), btree.ErrKeyTooLong)
 		}
 	}
-	err := j.p.DB().Update(func(txn *badger.Txn) error {
-		for _, op := range ops {
-			if err := txn.Set(store.JournalEntryKey(j.ID, op.Key), EncodeOp(op)); err != nil {
-				return fmt.Errorf("journal: record %q: %w", op.Key, err)
-			}
-		}
-		return nil
+	// Rows of one Apply need not land in one transaction: an implicit
+	// journal only gets groups small enough for one (see Committer), and
+	// an explicit journal is dropped whole by a crash.
+	err := store.Batched(j.p.DB(), len(ops), func(txn *badger.Txn, i int) error {
+		return txn.Set(store.JournalEntryKey(j.ID, ops[i].Key), EncodeOp(ops[i]))
 	})
 	if err == nil && j.ops != nil {
 		for _, op := range ops {
@@ -159,19 +157,10 @@ func (j *Journal) deleteOwnRows() error {
 		keys = append(keys, store.JournalEntryKey(j.ID, k))
 	}
 	keys = append(keys, store.JournalClearKey(j.ID))
-	for len(keys) > 0 {
-		n := min(len(keys), 5000)
-		if err := j.p.DB().Update(func(txn *badger.Txn) error {
-			for _, k := range keys[:n] {
-				if err := txn.Delete(k); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			return fmt.Errorf("journal: delete rows of %s: %w", j.ID, err)
-		}
-		keys = keys[n:]
+	if err := store.Batched(j.p.DB(), len(keys), func(txn *badger.Txn, i int) error {
+		return txn.Delete(keys[i])
+	}); err != nil {
+		return fmt.Errorf("journal: delete rows of %s: %w", j.ID, err)
 	}
 	return nil
 }
@@ -303,13 +292,8 @@ func deleteRows(db *badger.DB, prefix []byte) error {
 		if err != nil || len(keys) == 0 {
 			return err
 		}
-		if err := db.Update(func(txn *badger.Txn) error {
-			for _, k := range keys {
-				if err := txn.Delete(k); err != nil {
-					return err
-				}
-			}
-			return nil
+		if err := store.Batched(db, len(keys), func(txn *badger.Txn, i int) error {
+			return txn.Delete(keys[i])
 		}); err != nil {
 			return fmt.Errorf("journal: delete rows %q: %w", prefix, err)
 		}

@@ -142,16 +142,11 @@ func collectTransient(p *store.Page) error {
 			}
 			return err
 		}
-		err = db.Update(func(txn *badger.Txn) error {
-			for _, d := range ds {
-				if err := txn.Delete(store.StatusKey(store.Transient, d)); err != nil {
-					return err
-				}
-				if err := txn.Delete(store.ObjectKey(d)); err != nil {
-					return err
-				}
+		err = store.Batched(db, len(ds), func(txn *badger.Txn, i int) error {
+			if err := txn.Delete(store.StatusKey(store.Transient, ds[i])); err != nil {
+				return err
 			}
-			return nil
+			return txn.Delete(store.ObjectKey(ds[i]))
 		})
 		if err != nil {
 			return fmt.Errorf("recover: delete garbage pieces: %w", err)

@@ -535,3 +535,36 @@ func TestReadOnly(t *testing.T) {
 		t.Fatalf("write on a read-only mount: %v", err)
 	}
 }
+
+// Renaming a directory of many files is one atomic commit, larger than one
+// db transaction.
+func TestRenameLargeDirectory(t *testing.T) {
+	s := mount(t, t.TempDir())
+	pg := s.page("r", "p")
+	src := filepath.Join(pg, "src")
+	must(t, os.Mkdir(src, 0o755))
+	const n = 1500
+	for i := range n {
+		must(t, os.WriteFile(filepath.Join(src, fmt.Sprintf("f%04d", i)), fmt.Appendf(nil, "file %d", i), 0o644))
+	}
+	must(t, os.Rename(src, filepath.Join(pg, "dst")))
+	check := func() {
+		t.Helper()
+		if got := len(ls(t, filepath.Join(pg, "dst"))); got != n {
+			t.Fatalf("%d files after rename, want %d", got, n)
+		}
+		if _, err := os.Stat(src); !os.IsNotExist(err) {
+			t.Fatalf("source still there: %v", err)
+		}
+		for _, i := range []int{0, 777, n - 1} {
+			b, err := os.ReadFile(filepath.Join(pg, "dst", fmt.Sprintf("f%04d", i)))
+			if err != nil || string(b) != fmt.Sprintf("file %d", i) {
+				t.Fatalf("f%04d: %q %v", i, b, err)
+			}
+		}
+	}
+	check()
+	s.stop()
+	s = mountAt(t, s.repo, s.mnt)
+	check()
+}

@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
@@ -43,7 +44,16 @@ func repoDBOptions(dir string, readOnly bool) badger.Options {
 // routine work (compactions, replays) at INFO.
 type badgerLogger struct{ l *slog.Logger }
 
-func (b badgerLogger) Errorf(f string, a ...any)   { b.l.Error(fmt.Sprintf(f, a...)) }
-func (b badgerLogger) Warningf(f string, a ...any) { b.l.Warn(fmt.Sprintf(f, a...)) }
-func (b badgerLogger) Infof(f string, a ...any)    { b.l.Debug(fmt.Sprintf(f, a...)) }
-func (b badgerLogger) Debugf(f string, a ...any)   {}
+func (b badgerLogger) Errorf(f string, a ...any) { b.l.Error(fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Warningf(f string, a ...any) {
+	msg := fmt.Sprintf(f, a...)
+	// Badger reports its block cache statistics as warnings every minute;
+	// the cache is small on purpose (many dbs, values in the value log).
+	if strings.HasPrefix(msg, "Block cache might be too small") || strings.HasPrefix(msg, "Cache life expectancy") {
+		b.l.Debug(msg)
+		return
+	}
+	b.l.Warn(msg)
+}
+func (b badgerLogger) Infof(f string, a ...any)  { b.l.Debug(fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Debugf(f string, a ...any) {}

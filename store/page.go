@@ -332,27 +332,18 @@ func (p *Page) Tree(c *Commit) *btree.Tree { return p.nodes.Open(c.Root) }
 // pass children before parents so that a piece never has a later status
 // than a piece below it.
 func (p *Page) SetStatus(s PieceStatus, ds []cas.Digest) error {
-	for len(ds) > 0 {
-		n := min(len(ds), 2000)
-		err := p.db.Update(func(txn *badger.Txn) error {
-			for _, d := range ds[:n] {
-				for _, o := range Statuses {
-					if o != s {
-						if err := txn.Delete(StatusKey(o, d)); err != nil {
-							return err
-						}
-					}
-				}
-				if err := txn.Set(StatusKey(s, d), nil); err != nil {
+	err := Batched(p.db, len(ds), func(txn *badger.Txn, i int) error {
+		for _, o := range Statuses {
+			if o != s {
+				if err := txn.Delete(StatusKey(o, ds[i])); err != nil {
 					return err
 				}
 			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("store: set piece status %s: %w", s, err)
 		}
-		ds = ds[n:]
+		return txn.Set(StatusKey(s, ds[i]), nil)
+	})
+	if err != nil {
+		return fmt.Errorf("store: set piece status %s: %w", s, err)
 	}
 	return nil
 }
@@ -395,3 +386,25 @@ func (p *Page) RunGC(ratio float64) {
 }
 
 func nowNs() int64 { return time.Now().UnixNano() }
+
+// Batched runs op for i in [0, n) in as few transactions as Badger allows,
+// in order: when a transaction is full it is committed and op(i) retried in
+// the next. For row maintenance that need not be atomic as a whole.
+func Batched(db *badger.DB, n int, op func(txn *badger.Txn, i int) error) error {
+	txn := db.NewTransaction(true)
+	defer func() { txn.Discard() }()
+	for i := 0; i < n; i++ {
+		err := op(txn, i)
+		if errors.Is(err, badger.ErrTxnTooBig) {
+			if err = txn.Commit(); err != nil {
+				return err
+			}
+			txn = db.NewTransaction(true)
+			err = op(txn, i)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return txn.Commit()
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -44,6 +45,7 @@ func newMount() *cobra.Command {
 		cacheSecs  float64
 		gcInterval time.Duration
 		pprofAddr  string
+		memLimit   int64
 	)
 	cmd := &cobra.Command{
 		Use:   "mount [flags] [REPO] MOUNTPOINT",
@@ -61,7 +63,12 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			if len(args) == 2 {
 				repoDir, mnt = args[0], args[1]
 			}
-			debug, _ := cmd.Flags().GetBool("debug")
+			debugLog, _ := cmd.Flags().GetBool("debug")
+			// A soft limit makes the garbage collector give memory back
+			// before the heap doubles; GOMEMLIMIT, when set, wins.
+			if _, set := os.LookupEnv("GOMEMLIMIT"); !set && memLimit > 0 {
+				debug.SetMemoryLimit(memLimit << 20)
+			}
 			if pprofAddr != "" {
 				go func() {
 					slog.Info("pprof listening", "addr", pprofAddr)
@@ -70,7 +77,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			}
 			return serve(serveConfig{
 				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther,
-				debug: debug, idlePages: idlePages, cache: time.Duration(cacheSecs * float64(time.Second)),
+				debug: debugLog, idlePages: idlePages, cache: time.Duration(cacheSecs * float64(time.Second)),
 				gcInterval: gcInterval,
 			})
 		},
@@ -80,6 +87,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.BoolVar(&allowOther, "allow-other", false, "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root)")
 	f.IntVar(&idlePages, "max-idle-pages", 16, "page databases kept open while no file of theirs is in use")
 	f.Float64Var(&cacheSecs, "cache-timeout", 1, "seconds the kernel may cache names and attributes")
+	f.Int64Var(&memLimit, "memory-limit", 256, "soft limit of the server's Go heap in MiB (0: none; GOMEMLIMIT overrides)")
 	f.StringVar(&pprofAddr, "pprof", "", "serve Go profiles (net/http/pprof) on this address, e.g. localhost:6060")
 	f.DurationVar(&gcInterval, "gc-interval", 10*time.Minute, "how often to reclaim value-log space of open pages")
 	return cmd
