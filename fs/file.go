@@ -33,6 +33,11 @@ type fileNode struct {
 	created  bool       // created and never committed
 	unlinked bool
 	cacheID  cas.Digest // value at the last open, for keep-cache
+	// latest is the value this node last committed, with its size, so that
+	// descriptors opened before the commit read the new content.
+	latest     cas.ObjectIdentifier
+	latestSize int64
+	committed  int // commits by this node; 0: latest is unset
 }
 
 var (
@@ -265,6 +270,8 @@ func (f *fileNode) commit(sync bool) syscall.Errno {
 	if err := f.c.reset(id, size); err != nil {
 		return errno("commit", err)
 	}
+	f.latest, f.latestSize = id, size
+	f.committed++
 	f.changed = false
 	if f.created {
 		f.created = false
@@ -365,7 +372,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		fl = fuse.FOPEN_KEEP_CACHE
 	}
 	f.cacheID = e.Value.Digest
-	return &handle{f: f, p: p, r: r, size: int64(e.Meta.Size)}, fl, 0
+	return &handle{f: f, p: p, r: r, id: e.Value, size: int64(e.Meta.Size), seen: f.committed}, fl, 0
 }
 
 // handle is an open file. A read-only handle of a file nobody writes reads
@@ -376,7 +383,36 @@ type handle struct {
 	write bool
 	p     *store.Page // read-only: the page held open
 	r     *cas.Reader
+	id    cas.ObjectIdentifier
 	size  int64
+	seen  int // f.committed when r was opened
+}
+
+// current points a read-only handle at the file's content as another
+// descriptor changed it: the content being written, or the value committed
+// since the handle was opened. It returns true when the read must go
+// through the node's content. Called with f.mu held.
+func (h *handle) current() (bool, error) {
+	f := h.f
+	if f.c != nil {
+		return true, nil
+	}
+	if f.committed == h.seen {
+		return false, nil
+	}
+	h.seen = f.committed
+	if f.latest == h.id {
+		return false, nil
+	}
+	h.id, h.size, h.r = f.latest, f.latestSize, nil
+	if h.size > 0 {
+		r, err := h.p.OpenValue(f.latest)
+		if err != nil {
+			return false, err
+		}
+		h.r = r
+	}
+	return false, nil
 }
 
 var (
@@ -390,6 +426,20 @@ var (
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if h.p != nil {
+		h.f.mu.Lock()
+		viaContent, err := h.current()
+		if viaContent {
+			defer h.f.mu.Unlock()
+			n, err := h.f.c.readAt(dest, off)
+			if err != nil && err != io.EOF {
+				return nil, errno("read", err)
+			}
+			return fuse.ReadResultData(dest[:n]), 0
+		}
+		h.f.mu.Unlock()
+		if err != nil {
+			return nil, errno("read", err)
+		}
 		if h.r == nil || off >= h.size {
 			return fuse.ReadResultData(nil), 0
 		}

@@ -568,3 +568,27 @@ func TestRenameLargeDirectory(t *testing.T) {
 	s = mountAt(t, s.repo, s.mnt)
 	check()
 }
+
+// A descriptor opened for reading sees what another descriptor writes, as
+// on a local filesystem (tail -f).
+func TestReaderSeesLaterWrites(t *testing.T) {
+	s := mount(t, t.TempDir(), "--cache-timeout", "0")
+	pg := s.page("r", "p")
+	path := filepath.Join(pg, "log")
+	must(t, os.WriteFile(path, []byte("one\n"), 0o644))
+	r, err := os.Open(path)
+	must(t, err)
+	defer r.Close()
+	w, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	must(t, err)
+	w.WriteString("two\n")
+	buf := make([]byte, 100)
+	if n, _ := r.ReadAt(buf, 0); string(buf[:n]) != "one\ntwo\n" {
+		t.Fatalf("while written: %q", buf[:n])
+	}
+	must(t, w.Close())
+	run(t, pg, "sh", "-c", "echo three >> log")
+	if n, _ := r.ReadAt(buf, 0); string(buf[:n]) != "one\ntwo\nthree\n" {
+		t.Fatalf("after other writers closed: %q", buf[:n])
+	}
+}
