@@ -3,10 +3,8 @@ package store
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -135,17 +133,6 @@ func BenchmarkRangeScan(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100_000, "ns/entry")
 }
 
-func rssKiB() int {
-	b, _ := os.ReadFile("/proc/self/status")
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			n, _ := strconv.Atoi(f[1])
-			return n
-		}
-	}
-	return 0
-}
-
 // BenchmarkOpenPages opens 1,000 pages one after another (with a write to
 // each) through a repository that keeps 16 idle, and reports the process
 // RSS after, and the cost of each page held open.
@@ -154,7 +141,7 @@ func BenchmarkOpenPages(b *testing.B) {
 		r := openRepo(b, b.TempDir(), Options{MaxIdlePages: 16})
 		r.CreateLedger("l")
 		runtime.GC()
-		base := rssKiB()
+		base := procStatusKiB(b, "VmRSS")
 		for i := range 1000 {
 			name := fmt.Sprintf("p%04d", i)
 			r.CreatePage("l", name)
@@ -166,7 +153,7 @@ func BenchmarkOpenPages(b *testing.B) {
 			r.Release(p)
 		}
 		runtime.GC()
-		after := rssKiB()
+		after := procStatusKiB(b, "VmRSS")
 		var held []*Page
 		for i := range 100 {
 			p, err := r.Acquire("l", fmt.Sprintf("p%04d", i))
@@ -176,7 +163,7 @@ func BenchmarkOpenPages(b *testing.B) {
 			held = append(held, p)
 		}
 		runtime.GC()
-		perPage := float64(rssKiB()-after) / 100 / 1024
+		perPage := float64(procStatusKiB(b, "VmRSS")-after) / 100 / 1024
 		for _, p := range held {
 			r.Release(p)
 		}

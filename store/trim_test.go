@@ -7,25 +7,26 @@ import (
 	"testing"
 )
 
-func rssFileKiB(t testing.TB) int {
+// procStatusKiB reads a KiB figure (VmRSS, RssFile, ...) of this process.
+func procStatusKiB(t testing.TB, field string) int {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "RssFile:" {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == field+":" {
 			n, _ := strconv.Atoi(f[1])
 			return n
 		}
 	}
-	t.Fatal("no RssFile in /proc/self/status")
+	t.Fatalf("no %s in /proc/self/status", field)
 	return 0
 }
 
 // Writing a large value leaves the value log's pages out of the process.
 func TestValueLogPagesAreTrimmed(t *testing.T) {
 	p := testPage(t)
-	before := rssFileKiB(t)
+	before := procStatusKiB(t, "RssFile")
 	data := make([]byte, 300<<20)
 	seed := uint64(1)
 	for i := 0; i+8 <= len(data); i += 8 {
@@ -37,7 +38,7 @@ func TestValueLogPagesAreTrimmed(t *testing.T) {
 	writeValue(t, p, data)
 	p.repo.trim.running.Lock() // wait for a running trim
 	p.repo.trim.running.Unlock()
-	grown := rssFileKiB(t) - before
+	grown := procStatusKiB(t, "RssFile") - before
 	t.Logf("file-backed RSS grew by %d MiB writing 300 MiB", grown>>10)
 	if grown > 160<<10 {
 		t.Fatalf("file-backed RSS grew by %d MiB writing 300 MiB", grown>>10)
