@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -169,19 +170,28 @@ func (t *inoTable) get(id string) uint64 {
 	return ino
 }
 
-// move gives the numbers of ids starting with from to the same ids starting
-// with to.
+// move gives the number of id from to id to, or, with prefix, the numbers
+// of all ids starting with from to the same ids starting with to.
 func (t *inoTable) move(from, to string, prefix bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	moveOne := func(id string, ino uint64) {
+		nid := to + id[len(from):]
+		if old, ok := t.byKey[nid]; ok {
+			delete(t.byIno, old)
+		}
+		delete(t.byKey, id)
+		t.byKey[nid], t.byIno[ino] = ino, nid
+	}
+	if !prefix {
+		if ino, ok := t.byKey[from]; ok {
+			moveOne(from, ino)
+		}
+		return
+	}
 	for id, ino := range t.byKey {
-		if id == from || prefix && len(id) > len(from) && id[:len(from)] == from {
-			nid := to + id[len(from):]
-			if old, ok := t.byKey[nid]; ok {
-				delete(t.byIno, old)
-			}
-			delete(t.byKey, id)
-			t.byKey[nid], t.byIno[ino] = ino, nid
+		if strings.HasPrefix(id, from) {
+			moveOne(id, ino)
 		}
 	}
 }

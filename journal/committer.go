@@ -40,6 +40,14 @@ const maxImplicitOps = 256
 // changes (a directory rename) commits through its own explicit journal,
 // which a crash discards whole.
 func (c *Committer) Apply(sync bool, ops ...Op) error {
+	if len(ops) == 0 {
+		// Nothing to record: every earlier Apply has returned after its
+		// commit, so syncing the db makes them durable.
+		if sync {
+			return c.p.Sync()
+		}
+		return nil
+	}
 	if len(ops) > maxImplicitOps {
 		return c.applyExplicit(sync, ops)
 	}
@@ -83,14 +91,6 @@ func (c *Committer) applyExplicit(sync bool, ops []Op) error {
 	c.p.Settle()
 	if sync {
 		return c.p.Sync()
-	}
-	return nil
-}
-
-// Sync waits for pending changes to commit and makes them durable.
-func (c *Committer) Sync() error {
-	if err := c.Apply(true); err != nil {
-		return err
 	}
 	return nil
 }
