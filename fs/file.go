@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"io"
+	"log/slog"
 	"sync"
 	"syscall"
 
@@ -248,6 +249,10 @@ func (pg *pageRef) dropPending(key string) {
 func (f *fileNode) commit(sync bool) syscall.Errno {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.commitLocked(sync)
+}
+
+func (f *fileNode) commitLocked(sync bool) syscall.Errno {
 	if f.unlinked || f.c == nil || !(f.c.dirty || f.changed) {
 		if sync {
 			return errno("fsync", f.pg.apply(true))
@@ -308,17 +313,17 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		f.meta.MtimeNs, f.meta.HasMtime = t.UnixNano(), true
 		f.changed = true
 	}
-	open := f.writers > 0
-	f.mu.Unlock()
-	// An open file commits on close; otherwise the change commits now.
-	if !open {
-		errno := f.commit(false)
-		f.mu.Lock()
+	// A change made through a descriptor open for writing commits when that
+	// descriptor is closed. Any other commits now: a writer that was closed
+	// may not have been released yet, and will not flush again.
+	var eno syscall.Errno
+	if h, ok := fh.(*handle); !ok || !h.write {
+		eno = f.commitLocked(false)
 		f.endChange()
-		f.mu.Unlock()
-		if errno != 0 {
-			return errno
-		}
+	}
+	f.mu.Unlock()
+	if eno != 0 {
+		return eno
 	}
 	return f.fillAttr(&out.Attr)
 }
@@ -502,6 +507,13 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	defer f.mu.Unlock()
 	if h.write {
 		f.writers--
+	}
+	if f.writers == 0 && f.c != nil && (f.c.dirty || f.changed) {
+		// Normally committed by Flush; this catches changes made after the
+		// last flush, which nobody else would commit.
+		if eno := f.commitLocked(false); eno != 0 {
+			slog.Error("commit on release failed", "errno", eno)
+		}
 	}
 	if f.unlinked || f.writers == 0 {
 		if f.created && f.unlinked {

@@ -592,3 +592,30 @@ func TestReaderSeesLaterWrites(t *testing.T) {
 		t.Fatalf("after other writers closed: %q", buf[:n])
 	}
 }
+
+// A change by path right after a writer closed (truncate, chmod, utimens:
+// tar and cp -a set times after close) must commit even though FUSE may
+// release the writer's descriptor only later.
+func TestSetattrRightAfterClose(t *testing.T) {
+	s := mount(t, t.TempDir())
+	pg := s.page("s", "p")
+	path := filepath.Join(pg, "f")
+	for i := range 100 {
+		must(t, os.WriteFile(path, bytes.Repeat([]byte("x"), 1000+i), 0o644))
+		must(t, os.Truncate(path, int64(10+i)))
+		mt := time.Unix(int64(1_000_000+i), 0)
+		must(t, os.Chtimes(path, mt, mt))
+		must(t, os.Chmod(path, os.FileMode(0o600+i%64)))
+		fi, err := os.Stat(path)
+		must(t, err)
+		if fi.Size() != int64(10+i) || !fi.ModTime().Equal(mt) || fi.Mode().Perm() != os.FileMode(0o600+i%64) {
+			t.Fatalf("round %d: size %d mtime %v mode %v", i, fi.Size(), fi.ModTime(), fi.Mode())
+		}
+	}
+	s.stop()
+	s = mountAt(t, s.repo, s.mnt)
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() != 109 || !fi.ModTime().Equal(time.Unix(1_000_099, 0)) || fi.Mode().Perm() != 0o600+99%64 {
+		t.Fatalf("after remount: %v %v", fi, err)
+	}
+}
