@@ -354,3 +354,40 @@ func FuzzDecodeNode(f *testing.F) {
 		}
 	})
 }
+
+// Edits of one tree never change the stored nodes that readers of another
+// tree of the same store are using (run with -race).
+func TestEditsLeaveStoredNodesAlone(t *testing.T) {
+	s, _ := newStore(t, true)
+	root := bigTree(t, s, 5000)
+	want := contents(t, s, root)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 20 {
+			if got := contents(t, s, root); len(got) != len(want) || got[0] != want[0] || got[len(got)-1] != want[len(want)-1] {
+				t.Error("stored tree changed under a reader")
+				return
+			}
+		}
+	}()
+	for i := range 20 {
+		tr := s.Open(root)
+		for k := range 300 {
+			key := fmt.Sprintf("key-%08d", (i*7919+k*104729)%6000)
+			if err := tr.Put(entry(key, -i)); err != nil {
+				t.Fatal(err)
+			}
+			if k%3 == 0 {
+				tr.Delete(fmt.Sprintf("key-%08d", (k*31)%5000))
+			}
+		}
+		if _, _, err := tr.Write(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-done
+	if got := contents(t, s, root); !slices.Equal(got, want) {
+		t.Fatal("stored tree changed by edits of another tree")
+	}
+}

@@ -67,6 +67,9 @@ func (t *Tree) Clear() { t.root = ref{} }
 
 // mk returns a ref to a new node, collapsing a node with no entries into its
 // only child so that the tree stays canonical.
+// The new node owns entries and children: edits later in the session change
+// it in place, so neither may share an array with a stored node, which
+// readers of other trees share through the cache.
 func mk(level uint8, entries []Entry, children []ref) ref {
 	if len(entries) == 0 {
 		return children[0]
@@ -135,7 +138,7 @@ func (t *Tree) insert(r ref, parent int, e Entry, lv uint8) (ref, error) {
 	}
 	children := append([]ref(nil), n.children...)
 	children[i] = c
-	return mk(n.level, n.entries, children), nil
+	return mk(n.level, slices.Clone(n.entries), children), nil
 }
 
 // split divides the subtree r into the canonical trees of its keys below and
@@ -155,7 +158,7 @@ func (t *Tree) split(r ref, parent int, key string) (ref, ref, error) {
 	}
 	lc := append(append([]ref(nil), n.children[:i]...), cl)
 	rc := append([]ref{cr}, n.children[i+1:]...)
-	return mk(n.level, n.entries[:i:i], lc), mk(n.level, n.entries[i:], rc), nil
+	return mk(n.level, slices.Clone(n.entries[:i]), lc), mk(n.level, slices.Clone(n.entries[i:]), rc), nil
 }
 
 func (t *Tree) delete(r ref, parent int, key string, lv uint8) (ref, bool, error) {
@@ -175,7 +178,7 @@ func (t *Tree) delete(r ref, parent int, key string, lv uint8) (ref, bool, error
 		}
 		children := append([]ref(nil), n.children...)
 		children[i] = c
-		return mk(n.level, n.entries, children), true, nil
+		return mk(n.level, slices.Clone(n.entries), children), true, nil
 	}
 	if !found {
 		return r, false, nil
@@ -212,7 +215,7 @@ func (t *Tree) join(a, b ref, parent int) (ref, error) {
 		}
 		children := append([]ref(nil), na.children...)
 		children[last] = j
-		return mk(na.level, na.entries, children), nil
+		return mk(na.level, slices.Clone(na.entries), children), nil
 	case nb.level > na.level:
 		j, err := t.join(a, nb.children[0], int(nb.level))
 		if err != nil {
@@ -220,7 +223,7 @@ func (t *Tree) join(a, b ref, parent int) (ref, error) {
 		}
 		children := append([]ref(nil), nb.children...)
 		children[0] = j
-		return mk(nb.level, nb.entries, children), nil
+		return mk(nb.level, slices.Clone(nb.entries), children), nil
 	}
 	last := len(na.children) - 1
 	j, err := t.join(na.children[last], nb.children[0], int(na.level))
