@@ -119,7 +119,8 @@ func (d *dirNode) newFile(ctx context.Context, key string, mode uint32) *gofs.In
 	return d.NewInode(ctx, n, gofs.StableAttr{Mode: mode & syscall.S_IFMT, Ino: d.pg.fs.inos.get(d.pg.id('f', key))})
 }
 
-func (d *dirNode) OnForget() {}
+// OnForget drops the node's inode number: the kernel no longer knows it.
+func (d *dirNode) OnForget() { d.pg.fs.inos.forget(d.StableAttr().Ino) }
 
 func (d *dirNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	prefix, _, err := d.prefix()

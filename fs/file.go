@@ -49,7 +49,9 @@ var (
 	_ gofs.NodeOnForgetter = (*fileNode)(nil)
 )
 
-func (f *fileNode) OnForget() {}
+// OnForget drops the node's inode number: the kernel no longer knows it,
+// and the table stays as large as what the kernel holds.
+func (f *fileNode) OnForget() { f.pg.fs.inos.forget(f.StableAttr().Ino) }
 
 // key returns the node's key, from its current place in the tree.
 func (f *fileNode) key() (string, bool) {

@@ -204,24 +204,13 @@ func merge(p *store.Page, pw *store.PieceWriter, head, base, c *store.Commit) (*
 // from transient to local, children before parents, so that a local piece
 // never has a transient one below it: recovery relies on that.
 func markLocal(p *store.Page, values []cas.ObjectIdentifier, nodes []cas.Digest) error {
-	var ds []cas.Digest
-	seen := map[cas.Digest]bool{}
+	w := newTransientWalk(p)
 	for _, v := range values {
-		err := cas.Walk(p, v, func(d cas.Digest) (bool, error) {
-			if d.IsInline() || seen[d] {
-				return false, nil
-			}
-			seen[d] = true
-			s, ok, err := p.Status(d)
-			return ok && s == store.Transient, err
-		}, func(d cas.Digest) error {
-			ds = append(ds, d)
-			return nil
-		})
-		if err != nil {
+		if err := w.object(v); err != nil {
 			return fmt.Errorf("journal: walk value %s: %w", v, err)
 		}
 	}
+	ds := w.found
 	ds = append(ds, nodes...)
 	for i := 0; i < len(ds); i += 1000 {
 		if err := p.SetStatus(store.Local, ds[i:min(len(ds), i+1000)]); err != nil {
@@ -231,5 +220,35 @@ func markLocal(p *store.Page, values []cas.ObjectIdentifier, nodes []cas.Digest)
 			return err
 		}
 	}
+	return nil
+}
+
+// transientWalk collects the transient pieces under objects, children
+// before parents. It does not descend below a piece that is not transient:
+// everything under a local piece is local.
+type transientWalk struct {
+	p     *store.Page
+	seen  map[cas.Digest]bool
+	found []cas.Digest
+}
+
+func newTransientWalk(p *store.Page) *transientWalk {
+	return &transientWalk{p: p, seen: map[cas.Digest]bool{}}
+}
+
+func (w *transientWalk) object(id cas.ObjectIdentifier) error {
+	return cas.Walk(w.p, id, w.pre, w.post)
+}
+
+func (w *transientWalk) pre(d cas.Digest) (bool, error) {
+	if d.IsInline() || w.seen[d] {
+		return false, nil
+	}
+	w.seen[d] = true
+	return w.p.IsTransient(d)
+}
+
+func (w *transientWalk) post(d cas.Digest) error {
+	w.found = append(w.found, d)
 	return nil
 }

@@ -14,8 +14,8 @@ import (
 // Recover brings a page opened after a crash to a consistent state, as Ledger
 // does on start: explicit journals (transactions that never committed) are
 // deleted, implicit journals are committed, leftover rows of journals that
-// did commit are deleted, reachable pieces still marked transient become
-// local and unreachable transient pieces are deleted. It is the store's
+// did commit are deleted, w.foundable pieces still marked transient become
+// local and unw.foundable transient pieces are deleted. It is the store's
 // OnOpen hook.
 func Recover(p *store.Page) error {
 	db := p.DB()
@@ -59,7 +59,7 @@ func Recover(p *store.Page) error {
 }
 
 // collectTransient settles pieces left transient by a crash: those a head
-// reaches become local, the others are deleted.
+// w.foundes become local, the others are deleted.
 func collectTransient(p *store.Page) error {
 	db := p.DB()
 	prefix := []byte(store.StatusPrefix(store.Transient))
@@ -77,17 +77,7 @@ func collectTransient(p *store.Page) error {
 	if err != nil {
 		return err
 	}
-	var reach []cas.Digest
-	seen := map[cas.Digest]bool{}
-	transient := func(d cas.Digest) (bool, error) {
-		if d.IsInline() || seen[d] {
-			return false, nil
-		}
-		seen[d] = true
-		s, ok, err := p.Status(d)
-		return ok && s == store.Transient, err
-	}
-	collect := func(d cas.Digest) error { reach = append(reach, d); return nil }
+	w := newTransientWalk(p)
 	// Walk each head's tree down to the first local pieces: below a local
 	// piece everything is local.
 	var walkNode func(id cas.ObjectIdentifier) error
@@ -95,8 +85,7 @@ func collectTransient(p *store.Page) error {
 		if id.Digest.IsInline() {
 			return nil
 		}
-		s, ok, err := p.Status(id.Digest)
-		if err != nil || (ok && s != store.Transient) {
+		if t, err := p.IsTransient(id.Digest); err != nil || !t {
 			return err
 		}
 		children, values, err := p.Nodes().Refs(id)
@@ -104,7 +93,7 @@ func collectTransient(p *store.Page) error {
 			return err
 		}
 		for _, v := range values {
-			if err := cas.Walk(p, v, transient, collect); err != nil {
+			if err := w.object(v); err != nil {
 				return err
 			}
 		}
@@ -113,7 +102,7 @@ func collectTransient(p *store.Page) error {
 				return err
 			}
 		}
-		return cas.Walk(p, id, transient, collect)
+		return w.object(id)
 	}
 	for _, h := range heads {
 		if h.Root != btree.EmptyRoot {
@@ -122,7 +111,7 @@ func collectTransient(p *store.Page) error {
 			}
 		}
 	}
-	if err := p.SetStatus(store.Local, reach); err != nil {
+	if err := p.SetStatus(store.Local, w.found); err != nil {
 		return err
 	}
 	// Whatever is still transient is garbage.
@@ -137,8 +126,8 @@ func collectTransient(p *store.Page) error {
 			return nil
 		})
 		if err != nil || len(ds) == 0 {
-			if err == nil && len(reach) > 0 {
-				slog.Info("settled transient pieces", "page", p.Ledger+"/"+p.Name, "local", len(reach))
+			if err == nil && len(w.found) > 0 {
+				slog.Info("settled transient pieces", "page", p.Ledger+"/"+p.Name, "local", len(w.found))
 			}
 			return err
 		}

@@ -23,17 +23,6 @@ var FirstCommitID CommitID
 
 func (id CommitID) String() string { return hex.EncodeToString(id[:]) }
 
-// ParseCommitID parses a commit id in hex.
-func ParseCommitID(s string) (CommitID, error) {
-	var id CommitID
-	b, err := hex.DecodeString(s)
-	if err != nil || len(b) != len(id) {
-		return id, fmt.Errorf("store: %q is not a commit id (64 hex digits)", s)
-	}
-	copy(id[:], b)
-	return id, nil
-}
-
 // Commit is one version of a page.
 type Commit struct {
 	ID CommitID

@@ -348,23 +348,17 @@ func (p *Page) SetStatus(s PieceStatus, ds []cas.Digest) error {
 	return nil
 }
 
-// Status returns a piece's status; ok is false for a piece with no status row
-// (an inline piece, or one the page does not hold).
-func (p *Page) Status(d cas.Digest) (s PieceStatus, ok bool, err error) {
-	err = p.db.View(func(txn *badger.Txn) error {
-		for _, st := range Statuses {
-			_, err := txn.Get(StatusKey(st, d))
-			if err == nil {
-				s, ok = st, true
-				return nil
-			}
-			if !errors.Is(err, badger.ErrKeyNotFound) {
-				return err
-			}
-		}
-		return nil
+// IsTransient reports whether a piece is marked transient: used by a
+// journal that is not committed yet, or garbage left by a crash.
+func (p *Page) IsTransient(d cas.Digest) (bool, error) {
+	err := p.db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(StatusKey(Transient, d))
+		return err
 	})
-	return s, ok, err
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // Settle returns value-log pages touched by recent work to the page cache;

@@ -238,6 +238,3 @@ func Prefix(comps []string) (string, error) {
 
 // IsContinuation reports whether a component is part of a long segment.
 func IsContinuation(comp string) bool { return strings.HasPrefix(comp, contMark) }
-
-// Split returns the components of a relative path.
-func Split(p string) []string { return strings.Split(p, "/") }
