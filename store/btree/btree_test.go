@@ -247,6 +247,22 @@ func TestSeekPrefixAndDiff(t *testing.T) {
 		if !slices.Equal(gotDiff, wantDiff) {
 			rt.Fatalf("diff: got %q, want %q", gotDiff, wantDiff)
 		}
+
+		// KeyChanged agrees with the diff and returns b's entry, for keys
+		// in either tree and one in neither.
+		for _, k := range append(slices.Concat(slices.Collect(maps.Keys(a)), slices.Collect(maps.Keys(b))), start) {
+			e, ok, changed, err := s.KeyChanged(rb, ra, k)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			want, inB := b[k]
+			if ok != inB || ok && e != want {
+				rt.Fatalf("KeyChanged(%q) entry %v %v, want %v %v", k, e, ok, want, inB)
+			}
+			if _, inDiff := slices.BinarySearch(wantDiff, k); changed != inDiff {
+				rt.Fatalf("KeyChanged(%q) = %v, diff says %v", k, changed, inDiff)
+			}
+		}
 	})
 }
 

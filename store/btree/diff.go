@@ -146,3 +146,64 @@ func (s *Store) Diff(a, b cas.ObjectIdentifier, fn func(Change) error) error {
 		}
 	}
 }
+
+// KeyChanged reports whether key's entry differs between the trees with
+// roots a and b, and returns the entry in a. It descends both trees along
+// the key's search path together and stops at the first subtree they share,
+// so unchanged parts of the trees are not read: the cost of tracking one
+// entry through history is the changed nodes on its path.
+func (s *Store) KeyChanged(a, b cas.ObjectIdentifier, key string) (Entry, bool, bool, error) {
+	if a == b {
+		e, ok, err := s.Open(a).Get(key)
+		return e, ok, false, err
+	}
+	type side struct {
+		r      ref
+		parent int
+		e      Entry
+		found  bool
+		done   bool
+	}
+	root := func(id cas.ObjectIdentifier) side {
+		if id == EmptyRoot {
+			return side{parent: -1, done: true}
+		}
+		return side{r: ref{id: id}, parent: -1}
+	}
+	sa, sb := root(a), root(b)
+	step := func(sd *side) error {
+		n, err := s.load(sd.r, sd.parent)
+		if err != nil || n == nil {
+			sd.done = true
+			return err
+		}
+		i, found := search(n.entries, key)
+		if found {
+			sd.e, sd.found, sd.done = n.entries[i], true, true
+			return nil
+		}
+		sd.r, sd.parent = n.children[i], int(n.level)
+		return nil
+	}
+	shared := false
+	for !sa.done || !sb.done {
+		if !sa.done && !sb.done && sa.r.id == sb.r.id {
+			shared = true // the rest of the path is one subtree
+			sb.done = true
+		}
+		if !sa.done {
+			if err := step(&sa); err != nil {
+				return Entry{}, false, false, err
+			}
+		}
+		if !sb.done {
+			if err := step(&sb); err != nil {
+				return Entry{}, false, false, err
+			}
+		}
+	}
+	if shared {
+		return sa.e, sa.found, false, nil
+	}
+	return sa.e, sa.found, sa.found != sb.found || sa.found && !sa.e.Equal(sb.e), nil
+}
