@@ -96,7 +96,7 @@ func (c *content) write(data []byte, off int64) error {
 	}
 	if off == 0 && c.size == 0 && c.ext == nil {
 		c.base, c.baseSize, c.baseFull = nil, 0, false
-		c.stream = c.p.NewValueWriter()
+		c.stream, c.streamPos = c.p.NewValueWriter(), 0
 		return c.write(data, off)
 	}
 	if err := c.ensureSpool(); err != nil {

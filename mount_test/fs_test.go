@@ -619,3 +619,28 @@ func TestSetattrRightAfterClose(t *testing.T) {
 		t.Fatalf("after remount: %v %v", fi, err)
 	}
 }
+
+// A descriptor that writes, commits with fsync, truncates and writes again
+// from offset 0 starts a new stream on the same open content.
+func TestRewriteAfterFsync(t *testing.T) {
+	s := mount(t, t.TempDir())
+	path := filepath.Join(s.page("r", "p"), "f")
+	f, err := os.Create(path)
+	must(t, err)
+	defer f.Close()
+	for i := range 5 {
+		if i > 0 {
+			must(t, f.Truncate(0))
+		}
+		data := content(i, 1000+i*70000)
+		_, err := f.WriteAt(data, 0)
+		must(t, err)
+		must(t, f.Sync())
+		got, err := os.ReadFile(path)
+		must(t, err)
+		if !bytes.Equal(got, data) {
+			t.Fatalf("round %d: read %d bytes, want %d", i, len(got), len(data))
+		}
+	}
+	must(t, f.Close())
+}
