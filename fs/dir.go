@@ -164,6 +164,10 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if !ok {
 		return nil, syscall.ENOENT
 	}
+	if name == store.ReservedName && d.root == nil && d.pg.live == nil {
+		ch := d.NewInode(ctx, &ledgerDir{metaNode{pg: d.pg}}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: d.pg.fs.inos.get(d.pg.metaID(""))})
+		return ch, getattr(ctx, ch, &out.Attr)
+	}
 	child := append(comps, name)
 	if keypath.IsContinuation(name) {
 		prefix, err := keypath.Prefix(child)
@@ -240,6 +244,17 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, errno("readdir", err)
 	}
+	es, err := listDir(d.pg, prefix, comps)
+	if err != nil {
+		return nil, errno("readdir", err)
+	}
+	return gofs.NewListDirStream(es), 0
+}
+
+// listDir lists the directory at comps (key prefix prefix) of a page view:
+// a name per file and subdirectory, with the collision names of files
+// shadowed by directories, and the files created but not committed yet.
+func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error) {
 	var es []fuse.DirEntry
 	index := map[string]int{}
 	files := map[string]string{} // name -> key of files listed, for collisions
@@ -248,7 +263,7 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 			return i
 		}
 		index[name] = len(es)
-		es = append(es, fuse.DirEntry{Name: name, Mode: mode, Ino: d.pg.fs.inos.get(id)})
+		es = append(es, fuse.DirEntry{Name: name, Mode: mode, Ino: pg.fs.inos.peek(id)})
 		return len(es) - 1
 	}
 	addKey := func(key string, mode uint32, marker bool) (skipTo string) {
@@ -265,10 +280,10 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 				// A directory of the same name came first: not possible in
 				// key order, but pending files are added late.
 				cp := keypath.Path(key, true)
-				add(cp[len(cp)-1], mode, d.pg.id('f', key))
+				add(cp[len(cp)-1], mode, pg.id('f', key))
 				return ""
 			}
-			add(rel[0], mode, d.pg.id('f', key))
+			add(rel[0], mode, pg.id('f', key))
 			files[rel[0]] = key
 			return ""
 		}
@@ -285,14 +300,14 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 			index[es[i].Name] = i
 			delete(files, rel[0])
 		}
-		add(rel[0], fuse.S_IFDIR, d.pg.id('d', childPrefix))
+		add(rel[0], fuse.S_IFDIR, pg.id('d', childPrefix))
 		if strings.HasSuffix(childPrefix, "/") {
 			// Skip the rest of the subdirectory: '0' follows '/'.
 			return childPrefix[:len(childPrefix)-1] + "0"
 		}
 		return ""
 	}
-	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+	err := pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		it := t.Prefix(prefix)
 		for it.Next() {
 			e := it.Entry()
@@ -303,16 +318,16 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 		return it.Err()
 	})
 	if err != nil {
-		return nil, errno("readdir", err)
+		return nil, err
 	}
-	for key, f := range d.pg.pendingUnder(prefix) {
+	for key, f := range pg.pendingUnder(prefix) {
 		addKey(key, f.mode()&syscall.S_IFMT, false)
 	}
-	return gofs.NewListDirStream(es), 0
+	return es, nil
 }
 
 func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if d.pg.fs.opts.ReadOnly {
+	if d.pg.readOnly() {
 		return syscall.EROFS
 	}
 	if errno := checkOwner(d.pg.fs, in); errno != 0 {
@@ -394,7 +409,7 @@ func dirMarker(perm uint32, mtimeNs int64) btree.Entry {
 }
 
 func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if d.pg.fs.opts.ReadOnly {
+	if d.pg.readOnly() {
 		return nil, syscall.EROFS
 	}
 	key, eno := d.freeName("mkdir", name)
@@ -438,7 +453,7 @@ func keepParent(t *btree.Tree, prefix string, gone ...string) ([]journal.Op, err
 }
 
 func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
-	if d.pg.fs.opts.ReadOnly {
+	if d.pg.readOnly() {
 		return syscall.EROFS
 	}
 	key, coll, err := d.childKey(name)
@@ -481,7 +496,7 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 }
 
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
-	if d.pg.fs.opts.ReadOnly {
+	if d.pg.readOnly() {
 		return syscall.EROFS
 	}
 	key, _, err := d.childKey(name)
@@ -520,7 +535,7 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	if d.pg.fs.opts.ReadOnly {
+	if d.pg.readOnly() {
 		return nil, nil, 0, syscall.EROFS
 	}
 	key, coll, err := d.childKey(name)
@@ -552,7 +567,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 }
 
 func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if d.pg.fs.opts.ReadOnly {
+	if d.pg.readOnly() {
 		return nil, syscall.EROFS
 	}
 	key, eno := d.freeName("symlink", name)

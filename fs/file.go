@@ -24,6 +24,10 @@ type fileNode struct {
 	gofs.Inode
 	pg   *pageRef
 	root *dirNode
+	// fixed gives a node whose place is not its key (a version under
+	// .ledger/versions) the key it shows.
+	fixed    bool
+	fixedKey string
 
 	mu       sync.Mutex
 	c        *content // open for writing, or being changed
@@ -55,6 +59,9 @@ func (f *fileNode) OnForget() { f.pg.fs.inos.forget(f.StableAttr().Ino) }
 
 // key returns the node's key, from its current place in the tree.
 func (f *fileNode) key() (string, bool) {
+	if f.fixed {
+		return f.fixedKey, true
+	}
 	comps, ok := pathFrom(f.EmbeddedInode(), f.root.EmbeddedInode())
 	if !ok {
 		return "", false
@@ -288,7 +295,7 @@ func (f *fileNode) commitLocked(sync bool) syscall.Errno {
 }
 
 func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if f.pg.fs.opts.ReadOnly {
+	if f.pg.readOnly() {
 		return syscall.EROFS
 	}
 	if errno := checkOwner(f.pg.fs, in); errno != 0 {
@@ -315,11 +322,12 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		f.meta.MtimeNs, f.meta.HasMtime = t.UnixNano(), true
 		f.changed = true
 	}
-	// A change made through a descriptor open for writing commits when that
-	// descriptor is closed. Any other commits now: a writer that was closed
-	// may not have been released yet, and will not flush again.
+	// While the file is open for writing, the change commits with the
+	// writes, at the next flush or at the last release; this includes the
+	// truncation the kernel sends, without a handle, for open(O_TRUNC). A
+	// file nobody writes commits now.
 	var eno syscall.Errno
-	if h, ok := fh.(*handle); !ok || !h.write {
+	if f.writers == 0 {
 		eno = f.commitLocked(false)
 		f.endChange()
 	}
@@ -332,7 +340,7 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 
 func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
-	if write && f.pg.fs.opts.ReadOnly {
+	if write && f.pg.readOnly() {
 		return nil, 0, syscall.EROFS
 	}
 	f.mu.Lock()
@@ -485,11 +493,22 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 
 // Flush runs at every close of a descriptor: a written file is committed
 // before close returns, so the next opener sees it.
+//
+// A file created and not written yet is the exception: it is visible
+// through the page's pending files, and a shell redirection closes a
+// duplicate descriptor before writing, which would commit an empty version
+// first. Release commits it if nothing is ever written.
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	if !h.write {
 		return 0
 	}
-	return h.f.commit(false)
+	f := h.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.created && f.c != nil && f.c.size == 0 {
+		return 0
+	}
+	return f.commitLocked(false)
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {

@@ -46,6 +46,9 @@ type FS struct {
 func New(repo *store.Repository, opts Options) (*FS, error) {
 	if opts.TmpDir == "" {
 		opts.TmpDir = filepath.Join(repo.Dir(), store.SerializationVersion, "tmp")
+		if opts.ReadOnly {
+			opts.TmpDir = os.TempDir() // for .ledger/log spools
+		}
 	}
 	if !opts.ReadOnly {
 		os.RemoveAll(opts.TmpDir)
@@ -54,6 +57,20 @@ func New(repo *store.Repository, opts Options) (*FS, error) {
 		}
 	}
 	return &FS{repo: repo, opts: opts, pages: map[string]*pageRef{}, inos: newInoTable()}, nil
+}
+
+// Close rolls back the transactions still open, so that the next start
+// finds no journal rows of theirs.
+func (f *FS) Close() {
+	f.mu.Lock()
+	pages := make([]*pageRef, 0, len(f.pages))
+	for _, p := range f.pages {
+		pages = append(pages, p)
+	}
+	f.mu.Unlock()
+	for _, p := range pages {
+		p.rollbackAll()
+	}
 }
 
 // Root returns the root node to mount.
@@ -148,6 +165,18 @@ type inoTable struct {
 
 func newInoTable() inoTable {
 	return inoTable{byKey: map[string]uint64{}, byIno: map[uint64]string{1: "/"}}
+}
+
+// peek returns the number id has or would get, without taking it: readdir
+// lists names the kernel may never look up, and the table must stay as
+// large as what the kernel holds, not as what was listed.
+func (t *inoTable) peek(id string) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ino, ok := t.byKey[id]; ok {
+		return ino
+	}
+	return xxhash.Sum64String(id)
 }
 
 func (t *inoTable) get(id string) uint64 {

@@ -2,20 +2,33 @@ package fs
 
 import (
 	"sync"
+	"syscall"
 
 	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 	"github.com/ledgerfs/ledgerfs/store/btree"
 )
 
-// pageRef is the filesystem's state of one page: its names (a rename
-// changes them), the files created but not yet committed, and how many
-// files are open. The page's db is acquired from the repository for each
-// operation and held by open files.
+// pageRef is the filesystem's state of one view of a page: its names (a
+// rename changes them), the files created but not yet committed, and how
+// many files are open. The live page shows the head and commits through the
+// implicit journal; a snapshot shows one commit, read-only; a transaction
+// shows its own tree and records changes in its explicit journal. The page's
+// db is acquired from the repository for each operation and held by open
+// files.
 type pageRef struct {
 	fs *FS
+	// live is the page a snapshot or transaction belongs to; nil for the
+	// live page itself.
+	live *pageRef
+	// tag sets the inode ids of a snapshot's or transaction's nodes apart.
+	tag  string
+	snap *store.Commit // a snapshot: the commit it shows
+	tx   *txn          // a transaction
 
 	mu      sync.Mutex
+	txns    map[string]*pageRef // the live page's open transactions, by name
+	logs    logCache            // the live page's .ledger/log
 	ledger  string
 	name    string
 	pending map[string]*fileNode // created, not yet committed, by key
@@ -23,6 +36,9 @@ type pageRef struct {
 }
 
 func (pg *pageRef) names() (string, string) {
+	if pg.live != nil {
+		return pg.live.names()
+	}
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
 	return pg.ledger, pg.name
@@ -35,13 +51,28 @@ func (pg *pageRef) acquire() (*store.Page, error) {
 
 func (pg *pageRef) release(p *store.Page) { pg.fs.repo.Release(p) }
 
-// view runs fn with the page and its head tree.
+// snapshot returns the read-only view of commit c.
+func (pg *pageRef) snapshot(c *store.Commit) *pageRef {
+	return &pageRef{fs: pg.fs, live: pg, tag: "C" + c.ID.String() + "\x00", snap: c}
+}
+
+// readOnly reports whether the view refuses changes.
+func (pg *pageRef) readOnly() bool { return pg.fs.opts.ReadOnly || pg.snap != nil }
+
+// view runs fn with the page, the view's commit (the head, or a snapshot's
+// or transaction's base) and its tree.
 func (pg *pageRef) view(fn func(p *store.Page, head *store.Commit, t *btree.Tree) error) error {
+	if pg.tx != nil {
+		return pg.tx.view(fn)
+	}
 	p, err := pg.acquire()
 	if err != nil {
 		return err
 	}
 	defer pg.release(p)
+	if pg.snap != nil {
+		return fn(p, pg.snap, p.Tree(pg.snap))
+	}
 	head, err := p.Head()
 	if err != nil {
 		return err
@@ -49,8 +80,15 @@ func (pg *pageRef) view(fn func(p *store.Page, head *store.Commit, t *btree.Tree
 	return fn(p, head, p.Tree(head))
 }
 
-// apply commits ops through the page's implicit journal.
+// apply commits ops through the page's implicit journal, or records them in
+// a transaction's journal.
 func (pg *pageRef) apply(sync bool, ops ...journal.Op) error {
+	switch {
+	case pg.snap != nil:
+		return syscall.EROFS
+	case pg.tx != nil:
+		return pg.tx.apply(ops)
+	}
 	p, err := pg.acquire()
 	if err != nil {
 		return err
@@ -63,13 +101,14 @@ func (pg *pageRef) apply(sync bool, ops ...journal.Op) error {
 // directory prefix.
 func (pg *pageRef) id(kind byte, key string) string {
 	l, n := pg.names()
-	return pageID(l, n) + "\x00" + string(kind) + key
+	return pageID(l, n) + "\x00" + pg.tag + string(kind) + key
 }
 
+// busy reports whether the page has open files or transactions.
 func (pg *pageRef) busy() bool {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	return pg.opens > 0 || len(pg.pending) > 0
+	return pg.opens > 0 || len(pg.pending) > 0 || len(pg.txns) > 0
 }
 
 // empty reports whether the page has no entries.

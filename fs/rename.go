@@ -21,7 +21,7 @@ const (
 // the target as POSIX says (the editors' save pattern). Across pages it is
 // EXDEV, so that mv falls back to copy and delete.
 func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
-	if d.pg.fs.opts.ReadOnly {
+	if d.pg.readOnly() {
 		return syscall.EROFS
 	}
 	nd, ok := newParent.(*dirNode)

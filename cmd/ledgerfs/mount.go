@@ -106,6 +106,9 @@ func serve(c serveConfig) error {
 	if err != nil {
 		return err
 	}
+	if c.repo, err = filepath.Abs(c.repo); err != nil {
+		return err
+	}
 	if err := checkMountpoint(mnt); err != nil {
 		return err
 	}
@@ -132,7 +135,7 @@ func serve(c serveConfig) error {
 		UID:          uint32(os.Getuid()),
 		GID:          uint32(os.Getgid()),
 		MountOptions: fuse.MountOptions{
-			FsName:        "ledgerfs:" + c.repo,
+			FsName:        fsName(c.repo),
 			Name:          "ledgerfs",
 			DirectMount:   os.Geteuid() == 0,
 			AllowOther:    c.allowOther,
@@ -184,6 +187,7 @@ func serve(c serveConfig) error {
 	}
 	server.Wait()
 	slog.Info("unmounted", "mountpoint", mnt)
+	fsys.Close()
 	return repo.Close()
 }
 
@@ -214,19 +218,59 @@ func checkMountpoint(mnt string) error {
 }
 
 func isMountpoint(dir string) (bool, error) {
+	found := false
+	err := scanMounts(func(mountpoint, source string) bool {
+		found = mountpoint == dir
+		return !found
+	})
+	return found, err
+}
+
+// mountOf returns where the repository at dir is mounted, or "".
+func mountOf(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return ""
+	}
+	var at string
+	scanMounts(func(mountpoint, source string) bool {
+		if source == fsName(abs) {
+			at = mountpoint
+		}
+		return at == ""
+	})
+	return at
+}
+
+// fsName is the source a mount of the repository at abs shows.
+func fsName(abs string) string { return "ledgerfs:" + abs }
+
+// scanMounts calls fn with the mount point and source of each mount in
+// /proc/self/mountinfo until fn returns false.
+func scanMounts(fn func(mountpoint, source string) bool) error {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return false, nil // cannot tell: let mount decide
+		return nil // cannot tell
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMountinfo(fields[4]) == dir {
-			return true, nil
+		if len(fields) < 5 {
+			continue
+		}
+		source := ""
+		for i, fl := range fields {
+			if fl == "-" && i+2 < len(fields) {
+				source = unescapeMountinfo(fields[i+2])
+				break
+			}
+		}
+		if !fn(unescapeMountinfo(fields[4]), source) {
+			break
 		}
 	}
-	return false, sc.Err()
+	return sc.Err()
 }
 
 // unescapeMountinfo undoes the octal escapes of /proc/self/mountinfo.

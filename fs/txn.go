@@ -1,0 +1,183 @@
+package fs
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"syscall"
+
+	"github.com/ledgerfs/ledgerfs/journal"
+	"github.com/ledgerfs/ledgerfs/store"
+	"github.com/ledgerfs/ledgerfs/store/btree"
+)
+
+// txn is an open transaction: an explicit journal on a base commit, and the
+// tree it makes of the base, kept in memory so that the transaction's view
+// reads its own changes while the live page and other transactions do not.
+// Its journal rows are Ledger's journals/E… rows, which a restart drops.
+type txn struct {
+	name string
+
+	mu   sync.Mutex
+	p    *store.Page // held while the transaction is open
+	j    *journal.Journal
+	base *store.Commit
+	tree *btree.Tree
+	done bool
+	// broken is set when the journal and the tree may disagree: the
+	// transaction can then only be rolled back.
+	broken error
+}
+
+// errTxnDone is the error of an operation on a committed or rolled back
+// transaction's files.
+var errTxnDone = syscall.ESTALE
+
+func (t *txn) view(fn func(p *store.Page, base *store.Commit, t *btree.Tree) error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return errTxnDone
+	}
+	return fn(t.p, t.base, t.tree)
+}
+
+// apply records ops in the journal, then in the transaction's tree.
+func (t *txn) apply(ops []journal.Op) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.done:
+		return errTxnDone
+	case t.broken != nil:
+		return syscall.EIO
+	}
+	if err := t.j.Apply(ops...); err != nil {
+		return err
+	}
+	for _, op := range ops {
+		var err error
+		if op.Delete {
+			_, err = t.tree.Delete(op.Key)
+		} else {
+			e := op.Entry
+			e.Key = op.Key
+			err = t.tree.Put(e)
+		}
+		if err != nil {
+			t.broken = fmt.Errorf("transaction %s: %w", t.name, err)
+			return err
+		}
+	}
+	return nil
+}
+
+// begin opens a transaction called name on the page's current head.
+func (pg *pageRef) begin(name string) (*pageRef, error) {
+	pg.mu.Lock()
+	_, taken := pg.txns[name]
+	pg.mu.Unlock()
+	if taken {
+		return nil, syscall.EEXIST
+	}
+	p, err := pg.acquire()
+	if err != nil {
+		return nil, err
+	}
+	j, err := journal.Begin(p, true)
+	var base *store.Commit
+	if err == nil {
+		base, err = p.Commit(j.Base)
+	}
+	if err != nil {
+		pg.release(p)
+		return nil, err
+	}
+	t := &txn{name: name, p: p, j: j, base: base, tree: p.Tree(base)}
+	// The journal id keeps the inode ids of a later transaction of the same
+	// name apart from those the kernel may still hold.
+	ref := &pageRef{fs: pg.fs, live: pg, tag: "T" + string(j.ID) + "\x00", tx: t, pending: map[string]*fileNode{}}
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	if _, taken := pg.txns[name]; taken {
+		pg.release(p)
+		return nil, syscall.EEXIST
+	}
+	if pg.txns == nil {
+		pg.txns = map[string]*pageRef{}
+	}
+	pg.txns[name] = ref
+	return ref, nil
+}
+
+// txn returns the open transaction called name.
+func (pg *pageRef) txn(name string) *pageRef {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	return pg.txns[name]
+}
+
+// txnNames lists the open transactions, sorted.
+func (pg *pageRef) txnNames() []string {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	names := make([]string, 0, len(pg.txns))
+	for n := range pg.txns {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// endTxn commits or rolls back the transaction called name. A commit needs
+// every file of the transaction closed (EBUSY otherwise), so that no write
+// is left out of it; a failed commit leaves the transaction open.
+func (pg *pageRef) endTxn(name string, commit bool) error {
+	ref := pg.txn(name)
+	if ref == nil {
+		return syscall.ENOENT
+	}
+	if commit && ref.busy() {
+		return syscall.EBUSY
+	}
+	t := ref.tx
+	t.mu.Lock()
+	if t.done {
+		t.mu.Unlock()
+		return syscall.ENOENT
+	}
+	var err error
+	switch {
+	case commit && t.broken != nil:
+		err = t.broken
+	case commit:
+		_, err = t.j.Commit()
+	default:
+		err = t.j.Rollback()
+	}
+	if err != nil && commit {
+		t.mu.Unlock()
+		return fmt.Errorf("commit transaction %s: %w", name, err)
+	}
+	if err != nil {
+		slog.Warn("transaction rollback left rows for the next start to drop", "transaction", name, "err", err)
+	}
+	t.done = true
+	t.mu.Unlock()
+	pg.mu.Lock()
+	delete(pg.txns, name)
+	pg.mu.Unlock()
+	pg.release(t.p)
+	return nil
+}
+
+// rollbackAll rolls back every open transaction, at unmount.
+func (pg *pageRef) rollbackAll() {
+	for _, name := range pg.txnNames() {
+		if err := pg.endTxn(name, false); err != nil && !errors.Is(err, syscall.ENOENT) {
+			slog.Warn("rollback at unmount", "transaction", name, "err", err)
+		}
+	}
+}
