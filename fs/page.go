@@ -4,6 +4,8 @@ import (
 	"sync"
 	"syscall"
 
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+
 	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 	"github.com/ledgerfs/ledgerfs/store/btree"
@@ -29,6 +31,7 @@ type pageRef struct {
 	mu      sync.Mutex
 	txns    map[string]*pageRef // the live page's open transactions, by name
 	logs    logCache            // the live page's .ledger/log
+	root    *gofs.Inode         // the live page's root, once looked up
 	ledger  string
 	name    string
 	pending map[string]*fileNode // created, not yet committed, by key
@@ -50,6 +53,19 @@ func (pg *pageRef) acquire() (*store.Page, error) {
 }
 
 func (pg *pageRef) release(p *store.Page) { pg.fs.repo.Release(p) }
+
+// setRoot records the live page's root inode.
+func (pg *pageRef) setRoot(n *gofs.Inode) {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	pg.root = n
+}
+
+func (pg *pageRef) rootInode() *gofs.Inode {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	return pg.root
+}
 
 // snapshot returns the read-only view of commit c.
 func (pg *pageRef) snapshot(c *store.Commit) *pageRef {

@@ -166,8 +166,10 @@ func (l *ledgerNode) pageIno(name string) uint64 {
 }
 
 func (l *ledgerNode) pageInode(ctx context.Context, name string) *gofs.Inode {
-	n := &dirNode{pg: l.fs.page(l.ledgerName(), name)}
-	return l.NewInode(ctx, n, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: l.pageIno(name)})
+	pg := l.fs.page(l.ledgerName(), name)
+	ch := l.NewInode(ctx, &dirNode{pg: pg}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: l.pageIno(name)})
+	pg.setRoot(ch)
+	return ch
 }
 
 func (l *ledgerNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

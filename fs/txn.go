@@ -8,6 +8,9 @@ import (
 	"sync"
 	"syscall"
 
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+
+	"github.com/ledgerfs/ledgerfs/fs/keypath"
 	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 	"github.com/ledgerfs/ledgerfs/store/btree"
@@ -149,11 +152,14 @@ func (pg *pageRef) endTxn(name string, commit bool) error {
 		return syscall.ENOENT
 	}
 	var err error
+	var from, to *store.Commit
 	switch {
 	case commit && t.broken != nil:
 		err = t.broken
 	case commit:
-		_, err = t.j.Commit()
+		if from, err = t.p.Head(); err == nil {
+			to, err = t.j.Commit()
+		}
 	default:
 		err = t.j.Rollback()
 	}
@@ -169,8 +175,44 @@ func (pg *pageRef) endTxn(name string, commit bool) error {
 	pg.mu.Lock()
 	delete(pg.txns, name)
 	pg.mu.Unlock()
+	if to != nil {
+		pg.invalidate(t.p, from, to)
+	}
 	pg.release(t.p)
 	return nil
+}
+
+// invalidate tells the kernel to drop what it caches of the live page's
+// entries that changed between two commits: their attributes, data and
+// names. Changes made through the page's own files need none of this; a
+// transaction's commit reaches the live page behind the kernel's back. The
+// caller holds no lock a FUSE operation of the page could wait for.
+func (pg *pageRef) invalidate(p *store.Page, from, to *store.Commit) {
+	root := pg.rootInode()
+	if root == nil {
+		return // the kernel has not looked the page up
+	}
+	seen := map[*gofs.Inode]bool{}
+	err := p.Nodes().Diff(from.Root, to.Root, func(ch btree.Change) error {
+		n := root
+		for _, name := range keypath.Path(ch.Key, false) {
+			child := n.GetChild(name)
+			if child == nil {
+				n.NotifyEntry(name) // a cached negative or collision name
+				break
+			}
+			if !seen[child] {
+				seen[child] = true
+				child.NotifyContent(0, 0)
+				n.NotifyEntry(name)
+			}
+			n = child
+		}
+		return nil
+	})
+	if err != nil {
+		slog.Warn("invalidating the kernel's cache after a transaction", "err", err)
+	}
 }
 
 // rollbackAll rolls back every open transaction, at unmount.

@@ -1,0 +1,297 @@
+package mount_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// txn is a transaction directory of a page, driven by the documented
+// commands.
+type txn struct {
+	t        testing.TB
+	pg, name string
+}
+
+func begin(t testing.TB, pg, name string) txn {
+	t.Helper()
+	run(t, pg, "mkdir", filepath.Join(".ledger", "transactions", name))
+	return txn{t: t, pg: pg, name: name}
+}
+
+func (x txn) dir() string { return filepath.Join(x.pg, ".ledger", "transactions", x.name) }
+
+func (x txn) path(p string) string { return filepath.Join(x.dir(), p) }
+
+// commit runs the documented commit command, returning its output and
+// error.
+func (x txn) commit() (string, error) {
+	cmd := exec.Command("mv", filepath.Join(".ledger", "transactions", x.name), filepath.Join(".ledger", "commit")+"/")
+	cmd.Dir = x.pg
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (x txn) mustCommit() {
+	x.t.Helper()
+	if out, err := x.commit(); err != nil {
+		x.t.Fatalf("commit %s: %v\n%s", x.name, err, out)
+	}
+}
+
+func (x txn) rollback() {
+	x.t.Helper()
+	run(x.t, x.pg, "rmdir", filepath.Join(".ledger", "transactions", x.name))
+}
+
+func readFile(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func logLines(t testing.TB, pg string) []string {
+	t.Helper()
+	return strings.Split(strings.TrimSuffix(readFile(t, filepath.Join(pg, ".ledger", "log")), "\n"), "\n")
+}
+
+func copyOf(t testing.TB, dir string) string {
+	t.Helper()
+	native := filepath.Join(t.TempDir(), "copy")
+	run(t, dir, "cp", "-a", dir, native)
+	return native
+}
+
+func TestTransactions(t *testing.T) {
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("t", "p")
+	for _, f := range []string{"a", "b", "c", "dir/x"} {
+		must(t, os.MkdirAll(filepath.Dir(filepath.Join(pg, f)), 0o755))
+		write(t, filepath.Join(pg, f), f+"=1")
+	}
+	before := copyOf(t, pg)
+
+	t1 := begin(t, pg, "t1")
+	t2 := begin(t, pg, "t2")
+	if got := ls(t, filepath.Join(pg, ".ledger", "transactions")); !slices.Equal(got, []string{"t1", "t2"}) {
+		t.Fatalf("transactions/ lists %v", got)
+	}
+	sameTree(t, t1.dir(), pg) // a transaction starts as the page
+	write(t, t1.path("a"), "a=t1")
+	write(t, t1.path("b"), "b=t1")
+	must(t, os.Rename(t1.path("c"), t1.path("c2")))
+	must(t, os.Remove(t1.path("dir/x")))
+	must(t, os.Mkdir(t1.path("n"), 0o700))
+	write(t, t1.path("n/y"), "y=t1")
+	if got := ls(t, t1.dir()); !slices.Equal(got, []string{"a", "b", "c2", "dir", "n"}) {
+		t.Fatalf("t1 lists %v", got)
+	}
+
+	// Nobody else sees a transaction before its commit.
+	sameTree(t, pg, before)
+	sameTree(t, t2.dir(), before)
+
+	// The commit makes all of it visible in one commit.
+	headsBefore := len(logLines(t, pg))
+	t1.mustCommit()
+	if got := ls(t, filepath.Join(pg, ".ledger", "transactions")); !slices.Equal(got, []string{"t2"}) {
+		t.Fatalf("after commit, transactions/ lists %v", got)
+	}
+	if n := len(logLines(t, pg)); n != headsBefore+1 {
+		t.Fatalf("the commit added %d commits, want 1", n-headsBefore)
+	}
+	for f, want := range map[string]string{"a": "a=t1", "b": "b=t1", "c2": "c=1", "n/y": "y=t1"} {
+		if got := readFile(t, filepath.Join(pg, f)); got != want {
+			t.Errorf("%s = %q after commit, want %q", f, got, want)
+		}
+	}
+	for _, gone := range []string{"c", "dir/x"} {
+		if _, err := os.Lstat(filepath.Join(pg, gone)); !os.IsNotExist(err) {
+			t.Errorf("%s survived the commit: %v", gone, err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(pg, "n")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("n after commit: %v %v", fi, err)
+	}
+
+	// t2 still sees its base. Its commit merges entry by entry with what
+	// t1 committed: a different entry keeps both changes, the same entry
+	// takes t2's, the later commit.
+	sameTree(t, t2.dir(), before)
+	write(t, t2.path("b"), "b=t2")
+	write(t, t2.path("d"), "d=t2")
+	t2.mustCommit()
+	for f, want := range map[string]string{"a": "a=t1", "b": "b=t2", "c2": "c=1", "d": "d=t2", "n/y": "y=t1"} {
+		if got := readFile(t, filepath.Join(pg, f)); got != want {
+			t.Errorf("%s = %q after the merge, want %q", f, got, want)
+		}
+	}
+	if head := strings.Fields(logLines(t, pg)[0]); !strings.Contains(head[3], ",") {
+		t.Errorf("the head after a moved-on commit is not a merge: %v", head)
+	}
+
+	// Rollback drops everything, with rmdir or rm -r.
+	after := copyOf(t, pg)
+	t3 := begin(t, pg, "t3")
+	write(t, t3.path("a"), "a=t3")
+	must(t, os.Remove(t3.path("b")))
+	t3.rollback()
+	t4 := begin(t, pg, "t4")
+	write(t, t4.path("z"), "z")
+	run(t, pg, "rm", "-rf", t4.dir())
+	sameTree(t, pg, after)
+	if got := ls(t, filepath.Join(pg, ".ledger", "transactions")); len(got) != 0 {
+		t.Fatalf("transactions/ lists %v after rollbacks", got)
+	}
+
+	// A transaction with a file still open does not commit.
+	t5 := begin(t, pg, "t5")
+	f, err := os.Create(t5.path("open"))
+	must(t, err)
+	_, err = f.WriteString("late")
+	must(t, err)
+	if out, err := t5.commit(); err == nil || !strings.Contains(out, "busy") {
+		t.Fatalf("commit with an open file: %v %s", err, out)
+	}
+	must(t, f.Close())
+	t5.mustCommit()
+	if got := readFile(t, filepath.Join(pg, "open")); got != "late" {
+		t.Fatalf("open = %q", got)
+	}
+
+	// Bad names and operations get clear errors.
+	if err := os.Mkdir(filepath.Join(pg, ".ledger", "transactions", "t5"), 0o755); err != nil {
+		t.Fatalf("reusing a committed transaction's name: %v", err)
+	}
+	if err := os.Mkdir(filepath.Join(pg, ".ledger", "transactions", "t5"), 0o755); !isErrno(err, syscall.EEXIST) {
+		t.Fatalf("mkdir of an open transaction: %v, want EEXIST", err)
+	}
+	if err := os.Remove(filepath.Join(pg, ".ledger", "transactions", "none")); err == nil {
+		t.Fatal("rolled back a transaction that does not exist")
+	}
+	run(t, pg, "rmdir", filepath.Join(".ledger", "transactions", "t5"))
+	s.stop()
+	verifySchema(t, repo)
+}
+
+// Concurrent transactions each set a and b to one value while plain writes
+// move the head: no commit of the page, merges included, ever has a and b
+// differ.
+func TestTransactionsAreAtomic(t *testing.T) {
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("t", "p")
+	setup := begin(t, pg, "setup")
+	write(t, setup.path("a"), "0")
+	write(t, setup.path("b"), "0")
+	setup.mustCommit()
+	stop := make(chan struct{})
+	var live, txns sync.WaitGroup
+	live.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := os.WriteFile(filepath.Join(pg, fmt.Sprintf("live-%d", i%20)), []byte(fmt.Sprint(i)), 0o644); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	for w := range 2 {
+		txns.Go(func() {
+			for i := range 8 {
+				name := fmt.Sprintf("w%d-%d", w, i)
+				x := txn{t: t, pg: pg, name: name}
+				v := []byte(fmt.Sprintf("%d-%d", w, i))
+				err := os.Mkdir(x.dir(), 0o755)
+				if err == nil {
+					err = os.WriteFile(x.path("a"), v, 0o644)
+				}
+				if err == nil {
+					err = os.WriteFile(x.path("b"), v, 0o644)
+				}
+				if err == nil {
+					var out string
+					if out, err = x.commit(); err != nil {
+						err = fmt.Errorf("%w: %s", err, out)
+					}
+				}
+				if err != nil {
+					t.Errorf("transaction %s: %v", name, err)
+					return
+				}
+			}
+		})
+	}
+	txns.Wait()
+	close(stop)
+	live.Wait()
+	commits := ls(t, filepath.Join(pg, ".ledger", "commits"))
+	merges := 0
+	for _, l := range logLines(t, pg) {
+		if strings.Contains(strings.Fields(l)[3], ",") {
+			merges++
+		}
+	}
+	for _, c := range commits {
+		dir := filepath.Join(pg, ".ledger", "commits", c)
+		a, errA := os.ReadFile(filepath.Join(dir, "a"))
+		b, errB := os.ReadFile(filepath.Join(dir, "b"))
+		if string(a) != string(b) || (errA == nil) != (errB == nil) {
+			t.Fatalf("commit %s has a=%q (%v) b=%q (%v)", c, a, errA, b, errB)
+		}
+	}
+	t.Logf("%d commits, %d merges, all with a = b", len(commits), merges)
+	if merges == 0 {
+		t.Fatal("no transaction had to merge: the test did not move the head")
+	}
+}
+
+// Uncommitted transactions do not survive a crash: after SIGKILL and a new
+// mount, the page is as it was before them and their journal rows are gone.
+func TestTransactionsDiscardedByCrash(t *testing.T) {
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("t", "p")
+	write(t, filepath.Join(pg, "a"), "a=1")
+	f, err := os.OpenFile(filepath.Join(pg, "a"), os.O_RDONLY, 0)
+	must(t, err)
+	must(t, f.Sync())
+	f.Close()
+	before := copyOf(t, pg)
+	x := begin(t, pg, "doomed")
+	write(t, x.path("a"), "a=doomed")
+	must(t, os.Mkdir(x.path("new"), 0o755))
+	for i := range 50 {
+		write(t, x.path(fmt.Sprintf("new/%d", i)), strings.Repeat("x", 10000+i))
+	}
+	s.kill()
+
+	rows := verifyRows(t, repo, false)
+	if rows["journals/{id}/entry/"] < 51 {
+		t.Fatalf("the killed mount left %d journal rows, want the transaction's 51", rows["journals/{id}/entry/"])
+	}
+	s = mountAt(t, repo, s.mnt)
+	sameTree(t, pg, before)
+	if got := ls(t, filepath.Join(pg, ".ledger", "transactions")); len(got) != 0 {
+		t.Fatalf("transactions/ lists %v after the crash", got)
+	}
+	s.stop()
+	rows = verifySchema(t, repo)
+	if rows["journals/{id}/entry/"] != 0 {
+		t.Fatalf("%d journal rows left after recovery", rows["journals/{id}/entry/"])
+	}
+}
