@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -322,4 +323,27 @@ func TestParseTime(t *testing.T) {
 			t.Errorf("ParseTime(%q) succeeded", s)
 		}
 	}
+}
+
+// tempDir is a directory for state shared by benchmarks, removed by
+// TestMain.
+func tempDir() (string, error) {
+	if sharedDir == "" {
+		d, err := os.MkdirTemp("", "ledgerfs-history-")
+		if err != nil {
+			return "", err
+		}
+		sharedDir = d
+	}
+	return sharedDir, nil
+}
+
+var sharedDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedDir != "" {
+		os.RemoveAll(sharedDir)
+	}
+	os.Exit(code)
 }

@@ -3,6 +3,7 @@ package btree
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/restic/chunker"
@@ -19,8 +20,45 @@ type Pieces interface {
 
 // NodeCache holds decoded nodes by digest. Nodes are content-addressed, so
 // one cache serves every page of a process.
+//
+// Ristretto admits a node only after it has been seen often enough, and
+// applies sets asynchronously, so a node decoded once and wanted again at
+// once (the parent commit's root while walking history, a child whose
+// level was just read) would be decoded again. A small ring of the nodes
+// decoded last covers that.
 type NodeCache struct {
 	c *ristretto.Cache[string, *node]
+
+	mu     sync.Mutex
+	recent [32]recentNode
+	next   int
+}
+
+type recentNode struct {
+	key string
+	n   *node
+}
+
+func (nc *NodeCache) get(key string) (*node, bool) {
+	if n, ok := nc.c.Get(key); ok {
+		return n, true
+	}
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	for _, r := range nc.recent {
+		if r.n != nil && r.key == key {
+			return r.n, true
+		}
+	}
+	return nil, false
+}
+
+func (nc *NodeCache) set(key string, n *node) {
+	nc.c.Set(key, n, n.size())
+	nc.mu.Lock()
+	nc.recent[nc.next] = recentNode{key, n}
+	nc.next = (nc.next + 1) % len(nc.recent)
+	nc.mu.Unlock()
 }
 
 // NewNodeCache returns a cache that holds about maxBytes of decoded nodes.
@@ -63,7 +101,7 @@ func (s *Store) loadID(id cas.ObjectIdentifier) (*node, error) {
 		return nil, fmt.Errorf("btree: %s is not a tree node", id)
 	}
 	if s.cache != nil {
-		if n, ok := s.cache.c.Get(string(id.Digest)); ok {
+		if n, ok := s.cache.get(string(id.Digest)); ok {
 			return n, nil
 		}
 	}
@@ -76,7 +114,7 @@ func (s *Store) loadID(id cas.ObjectIdentifier) (*node, error) {
 		return nil, fmt.Errorf("btree: node %s: %w", id, err)
 	}
 	if s.cache != nil {
-		s.cache.c.Set(string(id.Digest), n, n.size())
+		s.cache.set(string(id.Digest), n)
 	}
 	return n, nil
 }

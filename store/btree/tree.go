@@ -273,7 +273,7 @@ func (t *Tree) write(r ref, sink cas.Sink, written *int) (ref, error) {
 	}
 	*written++
 	if t.s.cache != nil {
-		t.s.cache.c.Set(string(id.Digest), n, n.size())
+		t.s.cache.set(string(id.Digest), n)
 	}
 	return ref{id: id, n: n}, nil
 }
