@@ -1,0 +1,94 @@
+package mount_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ledgerfs/ledgerfs/journal"
+	"github.com/ledgerfs/ledgerfs/store"
+	"github.com/ledgerfs/ledgerfs/store/btree"
+)
+
+// buildPage fills page l/p of a new repository without a mount: first
+// commits of entries keys (one commit), then commits more commits each
+// changing one key. Values are short, so stored inline.
+func buildPage(b *testing.B, keys, commits int) string {
+	repoDir := b.TempDir()
+	r, err := store.Open(repoDir, store.Options{OnOpen: journal.Recover})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	must(b, r.CreateLedger("l"))
+	must(b, r.CreatePage("l", "p"))
+	p, err := r.Acquire("l", "p")
+	must(b, err)
+	defer r.Release(p)
+	val := func(s string) btree.Entry {
+		w := p.NewValueWriter()
+		w.Write([]byte(s))
+		id, size, err := w.Close()
+		must(b, err)
+		return btree.Entry{Value: id, Meta: btree.Meta{Size: size}}
+	}
+	commit := func(explicit bool, ops []journal.Op) {
+		j, err := journal.Begin(p, explicit)
+		must(b, err)
+		must(b, j.Apply(ops...))
+		_, err = j.Commit()
+		must(b, err)
+	}
+	if keys > 0 {
+		ops := make([]journal.Op, keys)
+		for i := range ops {
+			ops[i] = journal.Op{Key: fmt.Sprintf("k%06d", i), Entry: val("v")}
+		}
+		commit(true, ops)
+	}
+	for i := range commits {
+		commit(false, []journal.Op{{Key: fmt.Sprintf("c%03d", i%500), Entry: val(fmt.Sprint(i))}})
+	}
+	return repoDir
+}
+
+// BenchmarkSnapshotOpen opens and lists a page of 100,000 entries at its
+// head and at an earlier commit: a snapshot is the commit's tree, so both
+// cost the same.
+func BenchmarkSnapshotOpen(b *testing.B) {
+	repo := buildPage(b, 100000, 1)
+	s := mountWith(b, plainBinary, repo, filepath.Join(b.TempDir(), "mnt"))
+	pg := filepath.Join(s.mnt, "l", "p")
+	log, err := os.ReadFile(filepath.Join(pg, ".ledger", "log"))
+	must(b, err)
+	older := strings.Fields(strings.Split(string(log), "\n")[1])[0]
+	for name, dir := range map[string]string{"head": pg, "snapshot": filepath.Join(pg, ".ledger", "commits", older)} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := os.Stat(filepath.Join(dir, "k050000")); err != nil {
+					b.Fatal(err)
+				}
+				es, err := os.ReadDir(dir)
+				if err != nil || len(es) < 100000 {
+					b.Fatal(len(es), err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCommitsListing lists .ledger/commits of a page with 10,000
+// commits.
+func BenchmarkCommitsListing(b *testing.B) {
+	repo := buildPage(b, 0, 10000)
+	s := mountWith(b, plainBinary, repo, filepath.Join(b.TempDir(), "mnt"))
+	dir := filepath.Join(s.mnt, "l", "p", ".ledger", "commits")
+	for b.Loop() {
+		es, err := os.ReadDir(dir)
+		if err != nil || len(es) != 10001 {
+			b.Fatal(len(es), err)
+		}
+	}
+}
