@@ -1,6 +1,7 @@
 package mount_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -90,5 +91,28 @@ func BenchmarkCommitsListing(b *testing.B) {
 		if err != nil || len(es) != 10001 {
 			b.Fatal(len(es), err)
 		}
+	}
+}
+
+// ledgerfs bench runs its phases on a page and reports them as JSON.
+func TestBenchCommand(t *testing.T) {
+	s := mount(t, t.TempDir())
+	pg := s.page("b", "p")
+	out := run(t, pg, plainBinary, "bench", "--json", "--big-file-size", "8M", "--small-files", "5", "--tiny-files", "20", pg)
+	var rep struct {
+		Results []struct {
+			Phase string  `json:"phase"`
+			Bytes int64   `json:"bytes"`
+			Ops   float64 `json:"ops_per_s"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &rep); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if len(rep.Results) != 10 || rep.Results[1].Bytes != 8<<20 {
+		t.Fatalf("results: %+v", rep.Results)
+	}
+	if got := ls(t, pg); len(got) != 0 {
+		t.Fatalf("bench left %v in the page", got)
 	}
 }
