@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # Measures the same workloads, in one run, on a native directory, on go-fuse's
 # example/loopback over a native directory, and on a fresh ledgerfs page, and
-# prints every figure with its ratio to native and to loopback.
+# prints every figure with its ratio to native and to loopback, then the
+# performance targets of BENCHMARKS.md as met or not.
 #
 #   bench/compare.sh [WORKDIR]        (as root, so that caches can be dropped)
 #
-# SIZE_MIB (1024), BIG_MIB (4096), SMALL_FILES (10000) and LS_FILES (100000)
-# scale the workloads.
+# SIZE_MIB (1024), BIG_MIB (4096), SMALL_FILES (10000), LS_FILES (100000) and
+# PAGES (1000) scale the workloads; QUICK=1 shrinks all of them for a smoke
+# run. Needs bc, python3 and, for the fio rows, fio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-$(mktemp -d /tmp/ledgerfs-bench.XXXXXX)}
+if [ "${QUICK:-}" = 1 ]; then
+  : "${SIZE_MIB:=64}" "${BIG_MIB:=256}" "${SMALL_FILES:=500}" "${LS_FILES:=2000}" "${PAGES:=50}"
+fi
 SIZE_MIB=${SIZE_MIB:-1024}
 BIG_MIB=${BIG_MIB:-4096}
 SMALL_FILES=${SMALL_FILES:-10000}
 LS_FILES=${LS_FILES:-100000}
+PAGES=${PAGES:-1000}
 GOSRC=$(go env GOROOT)/src
 
 mkdir -p "$work"
@@ -32,7 +38,7 @@ trap cleanup EXIT
 mkdir -p "$work/native" "$work/lb-under" "$work/lb" "$work/lf"
 "$work/loopback" "$work/lb" "$work/lb-under" >"$work/loopback.log" 2>&1 &
 lbpid=$!; pids+=($lbpid)
-"$work/ledgerfs" mount "$work/repo" "$work/lf" >"$work/ledgerfs.log" 2>&1 &
+"$work/ledgerfs" mount ${LEDGERFS_FLAGS:-} "$work/repo" "$work/lf" >"$work/ledgerfs.log" 2>&1 &
 lfpid=$!; pids+=($lfpid)
 for m in lb lf; do
   for _ in $(seq 100); do mountpoint -q "$work/$m" && break; sleep 0.1; done
@@ -41,32 +47,79 @@ done
 mkdir -p "$work/lf/bench/page"
 declare -A dir=([native]="$work/native" [loopback]="$work/lb" [ledgerfs]="$work/lf/bench/page")
 declare -A pid=([loopback]=$lbpid [ledgerfs]=$lfpid)
+declare -A store=([native]="$work/native" [loopback]="$work/lb-under" [ledgerfs]="$work/repo")
 order=(native loopback ledgerfs)
 
 drop_caches() { sync; if [ "$(id -u)" = 0 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
 now() { date +%s.%N; }
 hwm() { awk '/VmHWM/{print int($2/1024)}' "/proc/$1/status"; }
+reset_hwm() { echo 5 >"/proc/$1/clear_refs" 2>/dev/null || true; }
+used() { sync; du -s -B1 "$1" | cut -f1; } # bytes on disk, sparse files counted as stored
+
+declare -A res
+rows=()
+measure() { # name unit target value
+  res["$1|$3"]=$4
+  local r="$1|$2"
+  [[ " ${rows[*]} " == *" $r "* ]] || rows+=("$r")
+}
+# jq-free extraction from ledgerfs bench --json: field of the phase matching a pattern.
+benchfield() { python3 -c 'import json,sys,re; r=json.load(open(sys.argv[1]))["results"]; print(next(x[sys.argv[3]] for x in r if re.search(sys.argv[2], x["phase"])))' "$@"; }
+
+# The chunker+hash ceiling, measured now on this machine: restic's chunker
+# and SHA-256 of every chunk, pipelined as ledgerfs writes (cas.Writer).
+ceiling=$(go test -run '^$' -bench '^BenchmarkWriter$' -benchtime 3x ./cas | awk '/MB\/s/{for(i=1;i<=NF;i++) if($i=="MB/s") print $(i-1)}')
+echo "chunker+hash (cas.BenchmarkWriter): $ceiling MB/s" >&2
 
 # Source data, generated once on the native disk (random: nothing dedups).
 head -c "$((SIZE_MIB << 20))" /dev/urandom >"$work/src.bin"
-
-declare -A res
-measure() { # name unit target seconds-or-value
-  res["$1|$3"]=$4
-}
 
 for t in "${order[@]}"; do
   d=${dir[$t]}
   echo "== $t: $d" >&2
   drop_caches
   s=$(now); dd if="$work/src.bin" of="$d/big" bs=1M conv=fsync status=none; e=$(now)
-  measure "seq write ${SIZE_MIB} MiB" MB/s "$t" "$(echo "$SIZE_MIB*1.048576/($e-$s)" | bc -l)"
+  measure "seq write ${SIZE_MIB} MiB (dd, fsync)" MB/s "$t" "$(echo "$SIZE_MIB*1.048576/($e-$s)" | bc -l)"
   drop_caches
   s=$(now); dd if="$d/big" of=/dev/null bs=1M status=none; e=$(now)
-  measure "cold seq read ${SIZE_MIB} MiB" MB/s "$t" "$(echo "$SIZE_MIB*1.048576/($e-$s)" | bc -l)"
-  rm -f "$d/big"
+  measure "cold seq read ${SIZE_MIB} MiB (dd)" MB/s "$t" "$(echo "$SIZE_MIB*1.048576/($e-$s)" | bc -l)"
+
+  # Storage: a second copy of the file, then a 1-byte edit in its middle.
+  u0=$(used "${store[$t]}")
+  cp "$d/big" "$d/big2"
+  u1=$(used "${store[$t]}")
+  printf 'x' | dd of="$d/big2" bs=1 seek=$((SIZE_MIB << 19)) conv=notrunc,fsync status=none
+  u2=$(used "${store[$t]}")
+  measure "storage added by a 2nd copy of ${SIZE_MIB} MiB" "% of size" "$t" "$(echo "100*($u1-$u0)/($SIZE_MIB*1048576)" | bc -l)"
+  measure "storage added by a 1-byte edit" KiB "$t" "$(echo "($u2-$u1)/1024" | bc -l)"
+  rm -f "$d/big" "$d/big2"
+
+  "$work/ledgerfs" bench --json --big-file-size "${SIZE_MIB}M" "$d" >"$work/bench-$t.json" 2>/dev/null
+  measure "ledgerfs bench: write ${SIZE_MIB} MiB" MB/s "$t" "$(benchfield "$work/bench-$t.json" '^write' mb_per_s)"
+  measure "ledgerfs bench: read ${SIZE_MIB} MiB" MB/s "$t" "$(benchfield "$work/bench-$t.json" '^read .* file, ' mb_per_s)"
+  measure "ledgerfs bench: 128 KiB creates" files/s "$t" "$(benchfield "$work/bench-$t.json" '^create .*128 KiB' ops_per_s)"
+  measure "ledgerfs bench: 4 KiB creates" files/s "$t" "$(benchfield "$work/bench-$t.json" '^create .*4 KiB' ops_per_s)"
+  measure "ledgerfs bench: 4 KiB stats" ops/s "$t" "$(benchfield "$work/bench-$t.json" '^stat .*4 KiB' ops_per_s)"
+  measure "ledgerfs bench: 4 KiB deletes" ops/s "$t" "$(benchfield "$work/bench-$t.json" '^delete .*4 KiB' ops_per_s)"
+
+  if command -v fio >/dev/null; then
+    fiorun() { # name rw bs size mb|iops extra...
+      local name=$1 rw=$2 bs=$3 size=$4 mode=$5; shift 5
+      drop_caches
+      fio --name="$name" --directory="$d" --rw="$rw" --bs="$bs" --size="$size" --numjobs=1 \
+          --ioengine=psync --output-format=json "$@" >"$work/fio-$t-$name.json"
+      python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"][0]; s=j[sys.argv[2]]; print(s["bw_bytes"]/1e6 if sys.argv[3]=="mb" else s["iops"])' \
+          "$work/fio-$t-$name.json" "$( [[ $rw == *write* ]] && echo write || echo read)" "$mode"
+    }
+    measure "fio seq write 1M, end_fsync" MB/s "$t" "$(fiorun seqw write 1M "${SIZE_MIB}M" mb --end_fsync=1)"
+    measure "fio seq read 1M, cold" MB/s "$t" "$(fiorun seqw read 1M "${SIZE_MIB}M" mb)"
+    measure "fio rand read 4k (20 s max)" IOPS "$t" "$(fiorun seqw randread 4k "${SIZE_MIB}M" iops --runtime=20 --time_based=0)"
+    measure "fio rand write 4k, fsync at end (20 s max)" IOPS "$t" "$(fiorun seqw randwrite 4k "${SIZE_MIB}M" iops --runtime=20 --end_fsync=1)"
+    rm -f "$d"/seqw*
+  fi
 
   mkdir -p "$d/small"
+  drop_caches
   s=$(now)
   python3 - "$d/small" "$SMALL_FILES" <<'PY'
 import os, sys
@@ -78,6 +131,7 @@ for i in range(n):
 PY
   e=$(now)
   measure "${SMALL_FILES} x 4 KiB creates" files/s "$t" "$(echo "$SMALL_FILES/($e-$s)" | bc -l)"
+  rm -rf "$d/small"
 
   mkdir -p "$d/many"
   python3 - "$d/many" "$LS_FILES" <<'PY'
@@ -89,24 +143,60 @@ PY
   drop_caches
   s=$(now); ls -l "$d/many" >/dev/null; e=$(now)
   measure "ls -l ${LS_FILES} entries" s "$t" "$(echo "$e-$s" | bc -l)"
+  rm -rf "$d/many"
 
   drop_caches
   s=$(now); cp -a "$GOSRC" "$d/gosrc"; e=$(now)
   measure "cp -a GOROOT/src" s "$t" "$(echo "$e-$s" | bc -l)"
+  drop_caches
+  s=$(now); (cd "$d" && tar cf - gosrc | cat >/dev/null); e=$(now)
+  measure "tar c of the copied GOROOT/src" s "$t" "$(echo "$e-$s" | bc -l)"
+  rm -rf "$d/gosrc"
 
   if [ -n "${pid[$t]:-}" ]; then
-    echo 5 >"/proc/${pid[$t]}/clear_refs" 2>/dev/null || true # reset the peak
+    reset_hwm "${pid[$t]}"
     dd if=/dev/urandom of="$d/huge" bs=1M count="$BIG_MIB" conv=fsync status=none
-    measure "peak server RSS during ${BIG_MIB} MiB write" MiB "$t" "$(hwm "${pid[$t]}")"
+    measure "peak server RSS writing ${BIG_MIB} MiB" MiB "$t" "$(hwm "${pid[$t]}")"
     rm -f "$d/huge"
+    # Pages (on loopback: directories) touched one after another.
+    top=$([ "$t" = ledgerfs ] && echo "$work/lf/pages" || echo "$d/pages")
+    mkdir -p "$top"
+    reset_hwm "${pid[$t]}"
+    head -c 102400 /dev/urandom >"$work/100k"
+    for i in $(seq "$PAGES"); do mkdir "$top/p$i"; cp "$work/100k" "$top/p$i/f"; done
+    measure "peak server RSS, ${PAGES} pages touched" MiB "$t" "$(hwm "${pid[$t]}")"
   fi
 done
 
-printf '\n%-40s %10s %10s %10s %8s %8s\n' workload native loopback ledgerfs "lf/nat" "lf/lb"
-for w in "seq write ${SIZE_MIB} MiB|MB/s" "cold seq read ${SIZE_MIB} MiB|MB/s" "${SMALL_FILES} x 4 KiB creates|files/s" \
-         "ls -l ${LS_FILES} entries|s" "cp -a GOROOT/src|s" "peak server RSS during ${BIG_MIB} MiB write|MiB"; do
+printf '\n%-46s %10s %10s %10s %8s %8s\n' workload native loopback ledgerfs "lf/nat" "lf/lb"
+ratio() { [ -n "$1" ] && [ -n "$2" ] && [ "$(echo "$2 != 0" | bc -l)" = 1 ] && echo "scale=2; $1/$2" | bc -l || echo -; }
+for w in "${rows[@]}"; do
   name=${w%|*}; unit=${w#*|}
   n=${res["$name|native"]:-}; l=${res["$name|loopback"]:-}; f=${res["$name|ledgerfs"]:-}
-  rn=$( [ -n "$n" ] && echo "scale=2; $f/$n" | bc -l || echo -); rl=$(echo "scale=2; $f/$l" | bc -l)
-  printf '%-40s %10.2f %10.2f %10.2f %8s %8s  %s\n' "$name" "${n:-0}" "$l" "$f" "$rn" "$rl" "$unit"
+  printf '%-46s %10.2f %10.2f %10.2f %8s %8s  %s\n' "$name" "${n:-0}" "${l:-0}" "${f:-0}" "$(ratio "$f" "$n")" "$(ratio "$f" "$l")" "$unit"
 done
+
+# The targets (BENCHMARKS.md), judged on this run's figures.
+lf() { echo "${res["$1|ledgerfs"]}"; }
+lb() { echo "${res["$1|loopback"]}"; }
+target() { # description value condition
+  printf '%-64s %10s  %s\n' "$1" "$2" "$( [ "$(echo "$3" | bc -l)" = 1 ] && echo met || echo "NOT met")"
+}
+w="seq write ${SIZE_MIB} MiB (dd, fsync)"
+echo
+target "seq write / chunker+hash ($ceiling MB/s) >= 0.8" "$(ratio "$(lf "$w")" "$ceiling")" "$(lf "$w")/$ceiling >= 0.8"
+target "seq write / loopback >= 0.5" "$(ratio "$(lf "$w")" "$(lb "$w")")" "$(lf "$w")/$(lb "$w") >= 0.5"
+r="cold seq read ${SIZE_MIB} MiB (dd)"
+target "cold seq read / loopback >= 0.5" "$(ratio "$(lf "$r")" "$(lb "$r")")" "$(lf "$r")/$(lb "$r") >= 0.5"
+c="${SMALL_FILES} x 4 KiB creates"
+target "4 KiB creates / loopback >= 1.0" "$(ratio "$(lf "$c")" "$(lb "$c")")" "$(lf "$c")/$(lb "$c") >= 1.0"
+c="cp -a GOROOT/src"
+target "cp -a time / loopback <= 1.0" "$(ratio "$(lf "$c")" "$(lb "$c")")" "$(lf "$c")/$(lb "$c") <= 1.0"
+c="storage added by a 2nd copy of ${SIZE_MIB} MiB"
+target "2nd copy adds < 1 % (percent)" "$(printf %.3f "$(lf "$c")")" "$(lf "$c") < 1"
+c="storage added by a 1-byte edit"
+target "1-byte edit adds < 1 MiB (KiB)" "$(printf %.0f "$(lf "$c")")" "$(lf "$c") < 1024"
+c="peak server RSS writing ${BIG_MIB} MiB"
+target "RSS writing ${BIG_MIB} MiB < 256 MiB" "$(lf "$c")" "$(lf "$c") < 256"
+c="peak server RSS, ${PAGES} pages touched"
+target "RSS with ${PAGES} pages touched < 512 MiB" "$(lf "$c")" "$(lf "$c") < 512"
