@@ -28,6 +28,12 @@ type fileNode struct {
 	// .ledger/versions) the key it shows.
 	fixed    bool
 	fixedKey string
+	// placed is the key the node had at its last flush. The kernel may
+	// forget a closed file's inode before the release that commits what
+	// the last close left (a truncation while open), and go-fuse then
+	// drops it from the tree: its key can no longer be found from its
+	// place.
+	placed string
 
 	mu       sync.Mutex
 	c        *content // open for writing, or being changed
@@ -68,6 +74,16 @@ func (f *fileNode) key() (string, bool) {
 	}
 	k, _, err := keypath.Key(comps)
 	return k, err == nil
+}
+
+// stillAt reports whether the file is still the one at key: pending there,
+// if it was created and never committed, or else an entry of the page.
+func (f *fileNode) stillAt(key string) bool {
+	if f.created {
+		return f.pg.pendingFile(key) == f
+	}
+	_, _, err := f.entryAt(key)
+	return err == nil
 }
 
 func (f *fileNode) markUnlinked() {
@@ -269,6 +285,9 @@ func (f *fileNode) commitLocked(sync bool) syscall.Errno {
 		return 0
 	}
 	key, ok := f.key()
+	if !ok && f.placed != "" && f.stillAt(f.placed) {
+		key, ok = f.placed, true // forgotten by the kernel, not deleted
+	}
 	if !ok {
 		return 0 // deleted meanwhile
 	}
@@ -494,10 +513,10 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 // Flush runs at every close of a descriptor: a written file is committed
 // before close returns, so the next opener sees it.
 //
-// A file created and not written yet is the exception: it is visible
-// through the page's pending files, and a shell redirection closes a
-// duplicate descriptor before writing, which would commit an empty version
-// first. Release commits it if nothing is ever written.
+// Committing at every flush, not only at the last release, matters: the
+// kernel sends the release asynchronously and may forget the inode first,
+// so a file left for the release to commit is missing from the page for a
+// while after close returned.
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	if !h.write {
 		return 0
@@ -505,8 +524,8 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	f := h.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.created && f.c != nil && f.c.size == 0 {
-		return 0
+	if k, ok := f.key(); ok {
+		f.placed = k
 	}
 	return f.commitLocked(false)
 }

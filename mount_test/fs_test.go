@@ -644,3 +644,27 @@ func TestRewriteAfterFsync(t *testing.T) {
 	}
 	must(t, f.Close())
 }
+
+// Every name listed right after a burst of creates can be looked up, also
+// when the kernel dropped its caches while releases were still queued.
+func TestListRightAfterCreates(t *testing.T) {
+	s := mount(t, t.TempDir())
+	dir := filepath.Join(s.page("c", "p"), "many")
+	must(t, os.Mkdir(dir, 0o755))
+	for i := range 2000 {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("e%05d", i)))
+		must(t, err)
+		must(t, f.Close())
+	}
+	syscall.Sync()
+	os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0) // root only; best effort
+	names := ls(t, dir)
+	if len(names) != 2000 {
+		t.Fatalf("listed %d names, want 2000", len(names))
+	}
+	for _, n := range names {
+		if _, err := os.Lstat(filepath.Join(dir, n)); err != nil {
+			t.Fatalf("listed, then: %v", err)
+		}
+	}
+}
