@@ -115,6 +115,12 @@ type PieceWriter struct {
 	p       *Page
 	txn     *badger.Txn
 	pending int
+	// Full batches commit in the background while the next one fills, at
+	// most maxInflight at a time; Flush waits for them.
+	inflight chan struct{}
+	wg       sync.WaitGroup
+	errMu    sync.Mutex
+	err      error
 	// New lists the pieces this writer added, in the order they were put
 	// (children before the index pieces over them).
 	New []cas.Digest
@@ -125,9 +131,12 @@ type PieceWriter struct {
 // flushBytes bounds the memory a batch holds before it is committed.
 const flushBytes = 8 << 20
 
+// maxInflight bounds the batches committing in the background.
+const maxInflight = 2
+
 // NewPieceWriter starts a batch of piece writes.
 func (p *Page) NewPieceWriter() *PieceWriter {
-	return &PieceWriter{p: p}
+	return &PieceWriter{p: p, inflight: make(chan struct{}, maxInflight)}
 }
 
 // Put implements cas.Sink.
@@ -163,7 +172,7 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
 	}
 	err := set()
 	if errors.Is(err, badger.ErrTxnTooBig) {
-		if err = w.commit(); err == nil {
+		if err = w.commitAsync(); err == nil {
 			w.txn = w.p.db.NewTransaction(true)
 			err = set()
 		}
@@ -177,32 +186,62 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
 	w.pending += len(data)
 	w.p.repo.trim.add(len(data))
 	if w.pending >= flushBytes {
-		return w.commit()
+		return w.commitAsync()
 	}
 	return nil
 }
 
-func (w *PieceWriter) commit() error {
+// commitAsync starts committing the current batch, so that hashing and
+// chunking go on while Badger writes it. A piece in a batch not yet
+// committed is not seen by the next batch's lookups and may be written
+// twice, which costs space until value-log GC and nothing else.
+func (w *PieceWriter) commitAsync() error {
 	if w.txn == nil {
-		return nil
+		return w.firstErr()
 	}
-	err := w.txn.Commit()
+	txn := w.txn
 	w.txn, w.pending = nil, 0
-	if err != nil {
-		return fmt.Errorf("store: commit pieces: %w", err)
-	}
-	return nil
+	w.inflight <- struct{}{}
+	w.wg.Add(1)
+	txn.CommitWith(func(err error) {
+		if err != nil {
+			w.errMu.Lock()
+			if w.err == nil {
+				w.err = fmt.Errorf("store: commit pieces: %w", err)
+			}
+			w.errMu.Unlock()
+		}
+		<-w.inflight
+		w.wg.Done()
+	})
+	return w.firstErr()
 }
 
-// Flush commits the pieces written so far.
-func (w *PieceWriter) Flush() error { return w.commit() }
+func (w *PieceWriter) firstErr() error {
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	return w.err
+}
 
-// Discard drops the pieces not yet flushed.
+// Flush commits the pieces written so far and waits until they are in the
+// db.
+func (w *PieceWriter) Flush() error {
+	err := w.commitAsync()
+	w.wg.Wait()
+	if err != nil {
+		return err
+	}
+	return w.firstErr()
+}
+
+// Discard drops the pieces not yet flushed (batches already committing
+// complete: their pieces stay transient, garbage for recovery).
 func (w *PieceWriter) Discard() {
 	if w.txn != nil {
 		w.txn.Discard()
 		w.txn = nil
 	}
+	w.wg.Wait()
 }
 
 // Commit returns a commit by id.
