@@ -20,7 +20,7 @@ import (
 // madvise(MADV_DONTNEED). For a shared file mapping that only unmaps the
 // pages: dirty data stays in the page cache and is written back as usual,
 // and a later read faults the page back from the page cache.
-const trimEvery = 64 << 20
+const trimEvery = 32 << 20
 
 // readAround is what one random read of a mapped file makes resident, at
 // the kernel's default read-around and fault-around sizes.
