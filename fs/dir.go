@@ -165,7 +165,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, syscall.ENOENT
 	}
 	if name == store.ReservedName && d.root == nil && d.pg.live == nil {
-		ch := d.NewInode(ctx, &ledgerDir{metaNode{pg: d.pg}}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: d.pg.fs.inos.get(d.pg.metaID(""))})
+		ch := d.NewInode(ctx, &ledgerDir{roDir(d.pg)}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: d.pg.fs.inos.get(d.pg.metaID(""))})
 		return ch, getattr(ctx, ch, &out.Attr)
 	}
 	child := append(comps, name)

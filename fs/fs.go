@@ -9,8 +9,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -63,10 +65,7 @@ func New(repo *store.Repository, opts Options) (*FS, error) {
 // finds no journal rows of theirs.
 func (f *FS) Close() {
 	f.mu.Lock()
-	pages := make([]*pageRef, 0, len(f.pages))
-	for _, p := range f.pages {
-		pages = append(pages, p)
-	}
+	pages := slices.Collect(maps.Values(f.pages))
 	f.mu.Unlock()
 	for _, p := range pages {
 		p.rollbackAll()

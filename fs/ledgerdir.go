@@ -91,6 +91,25 @@ func (m *metaNode) dirAttr(a *fuse.Attr, perm uint32) {
 	setTime(a, m.headTime())
 }
 
+// metaDir is a directory under .ledger: its attributes, and an empty
+// listing unless the type lists something.
+type metaDir struct {
+	metaNode
+	perm uint32
+}
+
+// roDir is a read-only metaDir of pg.
+func roDir(pg *pageRef) metaDir { return metaDir{metaNode{pg: pg}, 0o555} }
+
+func (d *metaDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.dirAttr(&out.Attr, d.perm)
+	return 0
+}
+
+func (d *metaDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	return gofs.NewListDirStream(nil), 0
+}
+
 // metaID is the inode id of a node under .ledger.
 func (pg *pageRef) metaID(path string) string { return pg.id('L', path) }
 
@@ -110,7 +129,7 @@ func (m *metaNode) withPage(fn func(p *store.Page) error) error {
 }
 
 // ledgerDir is a page's .ledger.
-type ledgerDir struct{ metaNode }
+type ledgerDir struct{ metaDir }
 
 var (
 	_ gofs.NodeLookuper  = (*ledgerDir)(nil)
@@ -121,11 +140,6 @@ var (
 var ledgerDirEntries = map[string]uint32{
 	"at": fuse.S_IFDIR, "commit": fuse.S_IFDIR, "commits": fuse.S_IFDIR, "heads": fuse.S_IFDIR,
 	"latest": fuse.S_IFLNK, "log": fuse.S_IFREG, "transactions": fuse.S_IFDIR, "versions": fuse.S_IFDIR,
-}
-
-func (d *ledgerDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	d.dirAttr(&out.Attr, 0o555)
-	return 0
 }
 
 func (d *ledgerDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
@@ -151,17 +165,17 @@ func (d *ledgerDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 			return "commits/" + head.ID.String(), nil
 		}}
 	case "heads":
-		n = &headsDir{metaNode: metaNode{pg: d.pg}}
+		n = &headsDir{roDir(d.pg)}
 	case "commits":
-		n = &commitsDir{metaNode: metaNode{pg: d.pg}}
+		n = &commitsDir{roDir(d.pg)}
 	case "at":
-		n = &atDir{metaNode: metaNode{pg: d.pg}}
+		n = &atDir{roDir(d.pg)}
 	case "versions":
-		n = &versionsDir{metaNode: metaNode{pg: d.pg}}
+		n = &versionsDir{metaDir: roDir(d.pg)}
 	case "transactions":
-		n = &txnsDir{metaNode: metaNode{pg: d.pg}}
+		n = &txnsDir{metaDir{metaNode{pg: d.pg}, 0o755}}
 	case "commit":
-		n = &commitDir{metaNode: metaNode{pg: d.pg}}
+		n = &commitDir{metaDir{metaNode{pg: d.pg}, 0o755}}
 	default:
 		return nil, syscall.ENOENT
 	}
@@ -230,18 +244,13 @@ func (m *metaNode) commitLink(ctx context.Context, dir string, id store.CommitID
 }
 
 // commitsDir lists every commit as the page's snapshot at that commit.
-type commitsDir struct{ metaNode }
+type commitsDir struct{ metaDir }
 
 var (
 	_ gofs.NodeLookuper  = (*commitsDir)(nil)
 	_ gofs.NodeReaddirer = (*commitsDir)(nil)
 	_ gofs.NodeGetattrer = (*commitsDir)(nil)
 )
-
-func (d *commitsDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	d.dirAttr(&out.Attr, 0o555)
-	return 0
-}
 
 func (d *commitsDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	var es []fuse.DirEntry
@@ -284,18 +293,13 @@ func (d *commitsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 }
 
 // headsDir lists the page's heads as links to their snapshots.
-type headsDir struct{ metaNode }
+type headsDir struct{ metaDir }
 
 var (
 	_ gofs.NodeLookuper  = (*headsDir)(nil)
 	_ gofs.NodeReaddirer = (*headsDir)(nil)
 	_ gofs.NodeGetattrer = (*headsDir)(nil)
 )
-
-func (d *headsDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	d.dirAttr(&out.Attr, 0o555)
-	return 0
-}
 
 func (d *headsDir) heads() ([]*store.Commit, error) {
 	var heads []*store.Commit
@@ -334,22 +338,13 @@ func (d *headsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 
 // atDir resolves a time (RFC 3339 or Unix seconds) to a link to the commit
 // that was the head then. It lists nothing: times are not enumerable.
-type atDir struct{ metaNode }
+type atDir struct{ metaDir }
 
 var (
 	_ gofs.NodeLookuper  = (*atDir)(nil)
 	_ gofs.NodeReaddirer = (*atDir)(nil)
 	_ gofs.NodeGetattrer = (*atDir)(nil)
 )
-
-func (d *atDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	d.dirAttr(&out.Attr, 0o555)
-	return 0
-}
-
-func (d *atDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	return gofs.NewListDirStream(nil), 0
-}
 
 func (d *atDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	t, err := history.ParseTime(name)
@@ -374,22 +369,13 @@ func (d *atDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*g
 
 // commitDir takes transactions moved into it and commits them; it is
 // always empty.
-type commitDir struct{ metaNode }
+type commitDir struct{ metaDir }
 
 var (
 	_ gofs.NodeLookuper  = (*commitDir)(nil)
 	_ gofs.NodeReaddirer = (*commitDir)(nil)
 	_ gofs.NodeGetattrer = (*commitDir)(nil)
 )
-
-func (d *commitDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	d.dirAttr(&out.Attr, 0o755)
-	return 0
-}
-
-func (d *commitDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	return gofs.NewListDirStream(nil), 0
-}
 
 func (d *commitDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	return nil, syscall.ENOENT
@@ -398,18 +384,13 @@ func (d *commitDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 // txnsDir holds the page's open transactions: mkdir begins one, rmdir rolls
 // it back, moving it into ../commit/ commits it. Each shows the page as the
 // transaction sees it and takes any change a page takes.
-type txnsDir struct{ metaNode }
+type txnsDir struct{ metaDir }
 
 var (
 	_ gofs.NodeLookuper  = (*txnsDir)(nil)
 	_ gofs.NodeReaddirer = (*txnsDir)(nil)
 	_ gofs.NodeGetattrer = (*txnsDir)(nil)
 )
-
-func (d *txnsDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	d.dirAttr(&out.Attr, 0o755)
-	return 0
-}
 
 func (d *txnsDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	var es []fuse.DirEntry

@@ -18,7 +18,7 @@ import (
 // versionsDir is .ledger/versions or a directory below it: it follows the
 // page's current directories, and each file in them is a versionList.
 type versionsDir struct {
-	metaNode
+	metaDir
 	comps []string
 }
 
@@ -27,11 +27,6 @@ var (
 	_ gofs.NodeReaddirer = (*versionsDir)(nil)
 	_ gofs.NodeGetattrer = (*versionsDir)(nil)
 )
-
-func (d *versionsDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	d.dirAttr(&out.Attr, 0o555)
-	return 0
-}
 
 func versionsID(key string) string { return "versions\x00" + key }
 
@@ -69,10 +64,10 @@ func (d *versionsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 		}
 	}
 	if isDir {
-		ch := d.newMeta(ctx, &versionsDir{metaNode: metaNode{pg: d.pg}, comps: child}, fuse.S_IFDIR, versionsID(key+"/"))
+		ch := d.newMeta(ctx, &versionsDir{metaDir: roDir(d.pg), comps: child}, fuse.S_IFDIR, versionsID(key+"/"))
 		return ch, getattr(ctx, ch, &out.Attr)
 	}
-	l := &versionList{metaNode: metaNode{pg: d.pg}, key: key}
+	l := &versionList{metaDir: roDir(d.pg), key: key}
 	vs, err := l.versions()
 	if err != nil {
 		return nil, errno("versions", err)
@@ -88,7 +83,7 @@ func (d *versionsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 // entry at path, named so that ls sorts them oldest first
 // (history.Version.Name). The list is kept until the head moves.
 type versionList struct {
-	metaNode
+	metaDir
 	key string
 
 	mu   sync.Mutex
@@ -119,11 +114,6 @@ func (l *versionList) versions() ([]history.Version, error) {
 		return nil
 	})
 	return l.vs, err
-}
-
-func (l *versionList) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	l.dirAttr(&out.Attr, 0o555)
-	return 0
 }
 
 func (l *versionList) fileID(v history.Version) string {

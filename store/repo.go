@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -635,10 +636,7 @@ func (r *Repository) Usage() ([]PageUsage, error) {
 // RunGC runs value log GC on every open page.
 func (r *Repository) RunGC() {
 	r.mu.Lock()
-	pages := make([]*Page, 0, len(r.open))
-	for _, p := range r.open {
-		pages = append(pages, p)
-	}
+	pages := slices.Collect(maps.Values(r.open))
 	r.mu.Unlock()
 	for _, p := range pages {
 		p.RunGC(0.5)
