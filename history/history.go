@@ -182,11 +182,11 @@ func isHex(s string) bool {
 // byPrefix finds the one commit whose hex id starts with prefix.
 func byPrefix(p *store.Page, prefix string) (store.CommitID, error) {
 	var id store.CommitID
+	matches := 0
 	if strings.Repeat("0", len(prefix)) == prefix {
-		return id, nil // the first commit, which has no row
+		matches++ // the first commit, which has no row; id is already its id
 	}
 	raw, _ := hex.DecodeString(prefix[:len(prefix)&^1])
-	matches := 0
 	err := p.DB().View(func(txn *badger.Txn) error {
 		opts := badger.IteratorOptions{Prefix: append([]byte(store.PrefixCommits), raw...)}
 		it := txn.NewIterator(opts)

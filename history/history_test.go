@@ -304,6 +304,16 @@ func TestLogAndChanged(t *testing.T) {
 	if !strings.HasPrefix(lines[len(lines)-1], strings.Repeat("0", 64)+" 0 ") {
 		t.Fatalf("last log line %q is not the first commit", lines[len(lines)-1])
 	}
+	// An all-zero prefix names the first commit, unless a stored one
+	// shares it.
+	shared := false
+	for _, c := range commits {
+		shared = shared || strings.HasPrefix(c.ID.String(), "0000")
+	}
+	c, err := Resolve(p, "0000")
+	if shared != (err != nil) || err == nil && c.ID != store.FirstCommitID {
+		t.Fatalf("Resolve(0000) = %v, %v (a stored commit shares the prefix: %v)", c, err, shared)
+	}
 }
 
 func TestParseTime(t *testing.T) {
