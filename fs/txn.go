@@ -4,7 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -61,15 +62,7 @@ func (t *txn) apply(ops []journal.Op) error {
 		return err
 	}
 	for _, op := range ops {
-		var err error
-		if op.Delete {
-			_, err = t.tree.Delete(op.Key)
-		} else {
-			e := op.Entry
-			e.Key = op.Key
-			err = t.tree.Put(e)
-		}
-		if err != nil {
+		if err := op.ApplyTo(t.tree); err != nil {
 			t.broken = fmt.Errorf("transaction %s: %w", t.name, err)
 			return err
 		}
@@ -126,12 +119,7 @@ func (pg *pageRef) txn(name string) *pageRef {
 func (pg *pageRef) txnNames() []string {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	names := make([]string, 0, len(pg.txns))
-	for n := range pg.txns {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(pg.txns))
 }
 
 // endTxn commits or rolls back the transaction called name. A commit needs

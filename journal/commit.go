@@ -76,14 +76,10 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 	}
 	var values []cas.ObjectIdentifier
 	err = j.Ops("", func(op Op) error {
-		if op.Delete {
-			_, err := tree.Delete(op.Key)
-			return err
+		if !op.Delete {
+			values = append(values, op.Entry.Value)
 		}
-		e := op.Entry
-		e.Key = op.Key
-		values = append(values, e.Value)
-		return tree.Put(e)
+		return op.ApplyTo(tree)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("journal: apply %s: %w", j.ID, err)

@@ -40,6 +40,17 @@ type Op struct {
 	Delete bool
 }
 
+// ApplyTo makes the change in tree t.
+func (op Op) ApplyTo(t *btree.Tree) error {
+	if op.Delete {
+		_, err := t.Delete(op.Key)
+		return err
+	}
+	e := op.Entry
+	e.Key = op.Key
+	return t.Put(e)
+}
+
 func newID(explicit bool) store.JournalID {
 	var b [8]byte
 	rand.Read(b[:])
