@@ -53,43 +53,47 @@ func (h *commitHeap) Pop() any {
 var ErrStop = errors.New("stop")
 
 // Walk calls fn for every commit reachable from the page's heads, newest
-// first, ending with the first commit. Memory grows with the number of
-// commits seen (their ids), not with their trees.
-func Walk(p *store.Page, fn func(c *store.Commit) error) error {
+// first, ending with the first commit, with the commit's parents (read once
+// for the walk; the slice is valid only during fn). Memory grows with the
+// number of commits seen (their ids), not with their trees.
+func Walk(p *store.Page, fn func(c *store.Commit, parents []*store.Commit) error) error {
 	heads, err := p.Heads()
 	if err != nil {
 		return err
 	}
-	return walkFrom(p, heads, fn)
-}
-
-func walkFrom(p *store.Page, from []*store.Commit, fn func(c *store.Commit) error) error {
 	seen := map[store.CommitID]bool{}
+	queued := map[store.CommitID]*store.Commit{} // read, not yet visited
 	h := &commitHeap{}
-	for _, c := range from {
+	for _, c := range heads {
 		if !seen[c.ID] {
 			seen[c.ID] = true
 			heap.Push(h, c)
 		}
 	}
+	var parents []*store.Commit
 	for h.Len() > 0 {
 		c := heap.Pop(h).(*store.Commit)
-		if err := fn(c); err != nil {
+		delete(queued, c.ID)
+		parents = parents[:0]
+		for _, id := range c.Parents {
+			pc, ok := queued[id]
+			if !ok {
+				if pc, err = p.Commit(id); err != nil {
+					return fmt.Errorf("history: parent of %s: %w", c.ID, err)
+				}
+			}
+			parents = append(parents, pc)
+			if !seen[id] {
+				seen[id] = true
+				queued[id] = pc
+				heap.Push(h, pc)
+			}
+		}
+		if err := fn(c, parents); err != nil {
 			if errors.Is(err, ErrStop) {
 				return nil
 			}
 			return err
-		}
-		for _, id := range c.Parents {
-			if seen[id] {
-				continue
-			}
-			seen[id] = true
-			pc, err := p.Commit(id)
-			if err != nil {
-				return fmt.Errorf("history: parent of %s: %w", c.ID, err)
-			}
-			heap.Push(h, pc)
 		}
 	}
 	return nil
@@ -100,7 +104,7 @@ func walkFrom(p *store.Page, from []*store.Commit, fn func(c *store.Commit) erro
 func AsOf(p *store.Page, t time.Time) (*store.Commit, error) {
 	ns := t.UnixNano()
 	var found *store.Commit
-	err := Walk(p, func(c *store.Commit) error {
+	err := Walk(p, func(c *store.Commit, _ []*store.Commit) error {
 		if c.Timestamp <= ns {
 			found = c
 			return ErrStop
@@ -239,32 +243,25 @@ func IDs(p *store.Page, fn func(store.CommitID) error) error {
 
 // previous returns the parent a commit is compared with: its only parent,
 // or for a merge the older one, the head the merge was made on.
-func previous(p *store.Page, c *store.Commit) (*store.Commit, error) {
-	if len(c.Parents) == 0 {
-		return nil, nil
-	}
+func previous(parents []*store.Commit) *store.Commit {
 	var prev *store.Commit
-	for _, id := range c.Parents {
-		pc, err := p.Commit(id)
-		if err != nil {
-			return nil, err
-		}
+	for _, pc := range parents {
 		if prev == nil || newer(prev, pc) {
 			prev = pc
 		}
 	}
-	return prev, nil
+	return prev
 }
 
-// Changed returns the number of keys a commit changed relative to its
+// changed returns the number of keys a commit changed relative to its
 // previous head (see previous), found by a tree diff.
-func Changed(p *store.Page, c *store.Commit) (int, error) {
-	prev, err := previous(p, c)
-	if err != nil || prev == nil {
-		return 0, err
+func changed(p *store.Page, c *store.Commit, parents []*store.Commit) (int, error) {
+	prev := previous(parents)
+	if prev == nil {
+		return 0, nil
 	}
 	n := 0
-	err = p.Nodes().Diff(prev.Root, c.Root, func(btree.Change) error {
+	err := p.Nodes().Diff(prev.Root, c.Root, func(btree.Change) error {
 		n++
 		return nil
 	})
@@ -282,8 +279,8 @@ func FormatTime(ns int64) string { return time.Unix(0, ns).UTC().Format(TimeForm
 // parents (comma-separated, "-" for none) and the number of keys changed.
 func WriteLog(w io.Writer, p *store.Page) error {
 	var line []byte
-	return Walk(p, func(c *store.Commit) error {
-		n, err := Changed(p, c)
+	return Walk(p, func(c *store.Commit, parents []*store.Commit) error {
+		n, err := changed(p, c, parents)
 		if err != nil {
 			return err
 		}

@@ -175,7 +175,7 @@ func TestHistoryMatchesModel(t *testing.T) {
 
 		// Walk: every commit once, newest first, then the first commit.
 		var walked []*store.Commit
-		if err := Walk(p, func(c *store.Commit) error { walked = append(walked, c); return nil }); err != nil {
+		if err := Walk(p, func(c *store.Commit, _ []*store.Commit) error { walked = append(walked, c); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if len(walked) != len(steps)+1 || walked[len(walked)-1].ID != store.FirstCommitID {

@@ -29,8 +29,8 @@ func (v Version) Name() string {
 // its parents along the key's path only (btree.Store.KeyChanged).
 func Versions(p *store.Page, key string) ([]Version, error) {
 	var out []Version
-	err := Walk(p, func(c *store.Commit) error {
-		e, ok, changed, err := changedFromParents(p, c, key)
+	err := Walk(p, func(c *store.Commit, parents []*store.Commit) error {
+		e, ok, changed, err := changedFromParents(p, c, parents, key)
 		if err != nil {
 			return err
 		}
@@ -48,19 +48,16 @@ func Versions(p *store.Page, key string) ([]Version, error) {
 
 // changedFromParents reports key's entry in c and whether it differs from
 // the entry in every parent.
-func changedFromParents(p *store.Page, c *store.Commit, key string) (btree.Entry, bool, bool, error) {
-	if len(c.Parents) == 0 {
+func changedFromParents(p *store.Page, c *store.Commit, parents []*store.Commit, key string) (btree.Entry, bool, bool, error) {
+	if len(parents) == 0 {
 		e, ok, err := p.Tree(c).Get(key)
 		return e, ok, ok, err
 	}
 	var e btree.Entry
 	var ok bool
-	for _, id := range c.Parents {
-		pc, err := p.Commit(id)
-		if err != nil {
-			return e, false, false, err
-		}
+	for _, pc := range parents {
 		var changed bool
+		var err error
 		e, ok, changed, err = p.Nodes().KeyChanged(c.Root, pc.Root, key)
 		if err != nil || !ok || !changed {
 			return e, ok, false, err
