@@ -14,7 +14,7 @@ import (
 // request) does not wait for either. Memory is bounded by the queue, the
 // chunker's buffer and a few chunks in flight, whatever the value's size.
 type Writer struct {
-	pw     *queue
+	q      *queue
 	done   chan struct{}
 	id     ObjectIdentifier
 	size   uint64
@@ -29,14 +29,13 @@ type chunkMsg struct {
 
 // NewWriter starts a streaming write of one object into sink.
 func NewWriter(sink Sink, pol chunker.Pol, kind Kind) *Writer {
-	pr := newQueue()
-	pw := pr
-	w := &Writer{pw: pw, done: make(chan struct{})}
+	q := newQueue()
+	w := &Writer{q: q, done: make(chan struct{})}
 	chunks := make(chan chunkMsg, 4)
 	chunkErr := make(chan error, 1)
 	go func() {
 		defer close(chunks)
-		cs := newChunkStream(pr, pol)
+		cs := newChunkStream(q, pol)
 		defer cs.release()
 		for {
 			data, lv, err := cs.next()
@@ -45,7 +44,7 @@ func NewWriter(sink Sink, pol chunker.Pol, kind Kind) *Writer {
 				return
 			}
 			if err != nil {
-				pr.CloseWithError(err)
+				q.CloseWithError(err)
 				chunkErr <- err
 				return
 			}
@@ -62,7 +61,7 @@ func NewWriter(sink Sink, pol chunker.Pol, kind Kind) *Writer {
 			}
 			if err = s.add(c.data, c.lv); err != nil {
 				// Stop the writer side: further writes fail with err.
-				pr.CloseWithError(err)
+				q.CloseWithError(err)
 			}
 		}
 		if cerr := <-chunkErr; err == nil {
@@ -81,7 +80,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if w.closed {
 		return 0, errors.New("cas: write to closed writer")
 	}
-	return w.pw.Write(p)
+	return w.q.Write(p)
 }
 
 // Close ends the value and returns its identifier and size once every piece
@@ -89,7 +88,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 func (w *Writer) Close() (ObjectIdentifier, uint64, error) {
 	if !w.closed {
 		w.closed = true
-		w.pw.Close()
+		w.q.Close()
 	}
 	<-w.done
 	return w.id, w.size, w.err
@@ -99,7 +98,7 @@ func (w *Writer) Close() (ObjectIdentifier, uint64, error) {
 func (w *Writer) Abort() {
 	if !w.closed {
 		w.closed = true
-		w.pw.CloseWithError(errors.New("cas: write aborted"))
+		w.q.CloseWithError(errors.New("cas: write aborted"))
 	}
 	<-w.done
 }
