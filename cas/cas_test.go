@@ -243,13 +243,24 @@ func TestSinkErrorReachesWriter(t *testing.T) {
 }
 
 func TestTreeNodeKindInRootDigest(t *testing.T) {
-	for _, n := range []int{10, 1000, 200_000} {
-		id, err := WriteObject(newMemStore(), testPol, KindTreeNode, randBytes(4, n))
+	for _, n := range []int{10, 1000, 40_000, MaxChunkSize, MaxChunkSize + 1, 200_000} {
+		data := randBytes(4, n)
+		m := newMemStore()
+		id, err := WriteObject(m, testPol, KindTreeNode, data)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !id.Digest.IsTreeNode() {
 			t.Fatalf("size %d: root digest %s lacks the tree-node bit", n, id)
+		}
+		// A node that fits in one chunk is one piece; a larger one is an index
+		// over chunks, each within the chunk size limits.
+		whole := n <= MaxChunkSize
+		if want := ComputeDigest(KindTreeNode, false, data); (id.Digest == want) != whole || id.Digest.IsIndex() == whole {
+			t.Fatalf("size %d: digest %s, stored whole: %v", n, id, whole)
+		}
+		if got := readAll(t, m, id); !bytes.Equal(got, data) {
+			t.Fatalf("size %d: read back %d bytes", n, len(got))
 		}
 	}
 }

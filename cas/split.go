@@ -195,8 +195,17 @@ func (s *splitter) finish() (ObjectIdentifier, uint64, error) {
 
 // WriteObject splits data held in memory (tree nodes, small values) and
 // returns its identifier.
+//
+// A tree node that fits in one chunk is stored whole: only large nodes go
+// through the chunker (DESIGN.md), which cost a third of a one-entry
+// commit. Values are always chunked, so that a value gets the same id
+// whether it was written here or streamed through a Writer.
 func WriteObject(sink Sink, pol chunker.Pol, kind Kind, data []byte) (ObjectIdentifier, error) {
 	s := &splitter{kind: kind, sink: sink}
+	if len(data) <= MinChunkSize || (kind == KindTreeNode && len(data) <= MaxChunkSize) {
+		// One chunk: the content is its own root.
+		return s.put(kind, false, data)
+	}
 	cs := newChunkStream(bytes.NewReader(data), pol)
 	defer cs.release()
 	for {
