@@ -8,11 +8,14 @@ package journal
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -51,14 +54,27 @@ func (op Op) ApplyTo(t *btree.Tree) error {
 	return t.Put(e)
 }
 
+// lastImplicit is the time in the newest implicit journal id.
+var lastImplicit atomic.Int64
+
+// newID returns a new journal id. Implicit journal ids are the time they
+// begin, in big-endian hex, so that recovery commits them in order: a crash
+// may leave one being committed and the next one filling, and the same key
+// may be in both. Explicit ids are random.
 func newID(explicit bool) store.JournalID {
 	var b [8]byte
-	rand.Read(b[:])
-	kind := "I"
 	if explicit {
-		kind = "E"
+		rand.Read(b[:])
+		return store.JournalID("E" + hex.EncodeToString(b[:]))
 	}
-	return store.JournalID(kind + hex.EncodeToString(b[:]))
+	for {
+		last := lastImplicit.Load()
+		now := max(time.Now().UnixNano(), last+1)
+		if lastImplicit.CompareAndSwap(last, now) {
+			binary.BigEndian.PutUint64(b[:], uint64(now))
+			return store.JournalID("I" + hex.EncodeToString(b[:]))
+		}
+	}
 }
 
 // Begin starts a journal on the page's current head. An implicit journal's

@@ -288,6 +288,53 @@ func TestRecoveryOnOpen(t *testing.T) {
 
 var errCrash = errors.New("simulated crash")
 
+// TestRecoveryOfTwoImplicitJournals: a crash can leave the journal being
+// committed and the next one, which a queued close filled meanwhile.
+// Recovery commits them in the order they began, so the later change to a
+// key wins, and keeps every piece of the first one's commit.
+func TestRecoveryOfTwoImplicitJournals(t *testing.T) {
+	for k := range 8 {
+		e := newEnv(t)
+		var base []Op
+		for i := range 600 {
+			base = append(base, e.put(fmt.Sprintf("k%04d", i), fmt.Sprintf("base-%d-%0100d", i, i)))
+		}
+		CommitterFor(e.p).Apply(false, base...)
+		j1, _ := Begin(e.p, false)
+		j1.Apply(e.put("same", "first"), e.put("k0300", fmt.Sprintf("first-%0100d", k)))
+		j2, _ := Begin(e.p, false)
+		j2.Apply(e.put("same", "second"), e.put("k0301", fmt.Sprintf("second-%0100d", k)))
+		want := e.state()
+		want["same"] = "second"
+		want["k0300"] = fmt.Sprintf("first-%0100d", k)
+		want["k0301"] = fmt.Sprintf("second-%0100d", k)
+		if k%2 == 1 {
+			// The first commit cut short after its atomic step: its pieces
+			// are still transient when the second commits on top.
+			crashAt = func(step string) error {
+				if step == "committed" {
+					return errCrash
+				}
+				return nil
+			}
+			if _, err := j1.Commit(); !errors.Is(err, errCrash) {
+				t.Fatalf("commit: %v", err)
+			}
+			crashAt = nil
+		}
+		e.reopen()
+		if got := e.state(); !maps.Equal(got, want) {
+			t.Fatalf("run %d: same=%q k0300 ok=%v k0301 ok=%v, %d entries (want %d)", k, got["same"],
+				got["k0300"] == want["k0300"], got["k0301"] == want["k0301"], len(got), len(want))
+		}
+		counts := e.verify()
+		if counts[store.StatusPrefix(store.Transient)] != 0 || counts[store.PrefixObjects] != counts[store.StatusPrefix(store.Local)] {
+			t.Fatalf("run %d: rows after recovery: %v", k, counts)
+		}
+		e.repo.Close()
+	}
+}
+
 // TestCrashAtEveryStep stops a commit at each of its steps, reopens the page
 // and checks that it holds the old or the new state, never a mix, with rows
 // that match the schema and every piece of the head readable and local.

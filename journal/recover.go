@@ -3,6 +3,8 @@ package journal
 import (
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -13,14 +15,21 @@ import (
 
 // Recover brings a page opened after a crash to a consistent state, as Ledger
 // does on start: explicit journals (transactions that never committed) are
-// deleted, implicit journals are committed, leftover rows of journals that
-// did commit are deleted, w.foundable pieces still marked transient become
-// local and unw.foundable transient pieces are deleted. It is the store's
-// OnOpen hook.
+// deleted, implicit journals are committed in the order they began, leftover
+// rows of journals that did commit are deleted, reachable pieces still
+// marked transient become local and unreachable transient pieces are
+// deleted. It is the store's OnOpen hook.
 func Recover(p *store.Page) error {
 	db := p.DB()
 	if err := deleteRows(db, []byte(store.PrefixExplicitJournal)); err != nil {
 		return fmt.Errorf("recover: drop explicit journals: %w", err)
+	}
+	// A commit cut short after its atomic step leaves pieces under the head
+	// transient. They become local before any journal commits on top of
+	// them: a new local node above a transient one would hide it from the
+	// collection at the end, which would delete it.
+	if _, err := settleReachable(p); err != nil {
+		return fmt.Errorf("recover: %w", err)
 	}
 	implicit := map[store.JournalID]store.CommitID{}
 	err := db.View(func(txn *badger.Txn) error {
@@ -42,8 +51,9 @@ func Recover(p *store.Page) error {
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
-	for id, base := range implicit {
-		j := &Journal{p: p, ID: id, Base: base}
+	// Implicit journal ids sort in the order the journals began.
+	for _, id := range slices.Sorted(maps.Keys(implicit)) {
+		j := &Journal{p: p, ID: id, Base: implicit[id]}
 		c, err := j.Commit()
 		if err != nil {
 			return fmt.Errorf("recover: commit implicit journal %s: %w", id, err)
@@ -55,27 +65,39 @@ func Recover(p *store.Page) error {
 	if err := deleteRows(db, []byte(store.PrefixImplicitJournal)); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
-	return collectTransient(p)
+	if err := collectTransient(p); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	return nil
 }
 
 // collectTransient settles pieces left transient by a crash: those a head
-// w.foundes become local, the others are deleted.
+// reaches become local, the others are deleted.
 func collectTransient(p *store.Page) error {
-	db := p.DB()
+	found, err := settleReachable(p)
+	if err != nil || !found {
+		return err
+	}
+	return collectGarbage(p)
+}
+
+// settleReachable marks the transient pieces the heads reach as local. It
+// reports whether the page has transient pieces at all.
+func settleReachable(p *store.Page) (bool, error) {
 	prefix := []byte(store.StatusPrefix(store.Transient))
 	found := false
-	if err := db.View(func(txn *badger.Txn) error {
+	if err := p.DB().View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		it.Rewind()
 		found = it.Valid()
 		return nil
 	}); err != nil || !found {
-		return err
+		return false, err
 	}
 	heads, err := p.Heads()
 	if err != nil {
-		return err
+		return false, err
 	}
 	w := newTransientWalk(p)
 	// Walk each head's tree down to the first local pieces: below a local
@@ -107,14 +129,20 @@ func collectTransient(p *store.Page) error {
 	for _, h := range heads {
 		if h.Root != btree.EmptyRoot {
 			if err := walkNode(h.Root); err != nil {
-				return fmt.Errorf("recover: walk head %s: %w", h.ID, err)
+				return false, fmt.Errorf("walk head %s: %w", h.ID, err)
 			}
 		}
 	}
-	if err := p.SetStatus(store.Local, w.found); err != nil {
-		return err
+	if len(w.found) > 0 {
+		slog.Info("settled transient pieces", "page", p.Ledger+"/"+p.Name, "local", len(w.found))
 	}
-	// Whatever is still transient is garbage.
+	return true, p.SetStatus(store.Local, w.found)
+}
+
+// collectGarbage deletes the pieces still transient.
+func collectGarbage(p *store.Page) error {
+	db := p.DB()
+	prefix := []byte(store.StatusPrefix(store.Transient))
 	for {
 		var ds []cas.Digest
 		err := db.View(func(txn *badger.Txn) error {
@@ -126,9 +154,6 @@ func collectTransient(p *store.Page) error {
 			return nil
 		})
 		if err != nil || len(ds) == 0 {
-			if err == nil && len(w.found) > 0 {
-				slog.Info("settled transient pieces", "page", p.Ledger+"/"+p.Name, "local", len(w.found))
-			}
 			return err
 		}
 		err = store.Batched(db, len(ds), func(txn *badger.Txn, i int) error {
