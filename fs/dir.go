@@ -198,6 +198,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	var entry btree.Entry
 	var isFile, isDir bool
 	var headTs int64
+	pendingDir := d.pg.pendingUnder(key+"/") != nil // before the tree; see listDir
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		headTs = head.Timestamp
 		var err error
@@ -210,7 +211,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if err != nil {
 		return nil, errno("lookup", err)
 	}
-	isDir = isDir || d.pg.pendingUnder(key+"/") != nil
+	isDir = isDir || pendingDir
 	switch {
 	case coll && isFile && isDir, !coll && isFile && !isDir:
 		ch := d.newFile(ctx, key, entry.Meta.FileMode())
@@ -307,6 +308,9 @@ func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error
 		}
 		return ""
 	}
+	// Pending files first: one that lands meanwhile is in the tree read
+	// after, as it leaves pending only once its commit is the head.
+	pending := pg.pendingUnder(prefix)
 	err := pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		it := t.Prefix(prefix)
 		for it.Next() {
@@ -320,7 +324,7 @@ func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error
 	if err != nil {
 		return nil, err
 	}
-	for key, f := range pg.pendingUnder(prefix) {
+	for key, f := range pending {
 		addKey(key, f.mode()&syscall.S_IFMT, false)
 	}
 	return es, nil
@@ -329,6 +333,9 @@ func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error
 func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if d.pg.readOnly() {
 		return syscall.EROFS
+	}
+	if err := d.pg.settle(); err != nil {
+		return errno("setattr", err)
 	}
 	if errno := checkOwner(d.pg.fs, in); errno != 0 {
 		return errno
@@ -412,6 +419,9 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	if d.pg.readOnly() {
 		return nil, syscall.EROFS
 	}
+	if err := d.pg.settle(); err != nil {
+		return nil, errno("mkdir", err)
+	}
 	key, eno := d.freeName("mkdir", name)
 	if eno != 0 {
 		return nil, eno
@@ -456,6 +466,9 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if d.pg.readOnly() {
 		return syscall.EROFS
 	}
+	if err := d.pg.settle(); err != nil {
+		return errno("rmdir", err)
+	}
 	key, coll, err := d.childKey(name)
 	if err != nil || coll {
 		return syscall.ENOENT
@@ -498,6 +511,9 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if d.pg.readOnly() {
 		return syscall.EROFS
+	}
+	if err := d.pg.settle(); err != nil {
+		return errno("unlink", err)
 	}
 	key, _, err := d.childKey(name)
 	if err != nil {
@@ -569,6 +585,9 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	if d.pg.readOnly() {
 		return nil, syscall.EROFS
+	}
+	if err := d.pg.settle(); err != nil {
+		return nil, errno("symlink", err)
 	}
 	key, eno := d.freeName("symlink", name)
 	if eno != 0 {

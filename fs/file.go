@@ -49,6 +49,10 @@ type fileNode struct {
 	latest     cas.ObjectIdentifier
 	latestSize int64
 	committed  int // commits by this node; 0: latest is unset
+	// queued counts this node's commits queued at close and not yet
+	// landed; guarded by pg.mu. While any is queued, the node stays in
+	// pg.pending and keeps its content, so that it shows what was closed.
+	queued int
 }
 
 var (
@@ -77,10 +81,14 @@ func (f *fileNode) key() (string, bool) {
 }
 
 // stillAt reports whether the file is still the one at key: pending there,
-// if it was created and never committed, or else an entry of the page.
+// if it was created and never committed or has a commit queued, or else an
+// entry of the page.
 func (f *fileNode) stillAt(key string) bool {
+	if f.pg.pendingFile(key) == f {
+		return true
+	}
 	if f.created {
-		return f.pg.pendingFile(key) == f
+		return false
 	}
 	_, _, err := f.entryAt(key)
 	return err == nil
@@ -224,10 +232,10 @@ func (f *fileNode) beginChange() syscall.Errno {
 	return 0
 }
 
-// endChange drops the loaded content once no writer holds it. Called with
-// f.mu held.
+// endChange drops the loaded content once no writer holds it and no commit
+// of it is queued. Called with f.mu held.
 func (f *fileNode) endChange() {
-	if f.c == nil || f.writers > 0 {
+	if f.c == nil || f.writers > 0 || f.isQueued() {
 		return
 	}
 	f.c.close()
@@ -269,15 +277,41 @@ func (pg *pageRef) dropPending(key string) {
 	delete(pg.pending, key)
 }
 
-// commit commits the file's changes, if any. With sync it also waits for
-// the commit to be on disk.
-func (f *fileNode) commit(sync bool) syscall.Errno {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.commitLocked(sync)
+// unpend drops f from pg.pending at key unless a commit of f is still
+// queued.
+func (pg *pageRef) unpend(key string, f *fileNode) {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	if f.queued == 0 && pg.pending[key] == f {
+		delete(pg.pending, key)
+	}
 }
 
-func (f *fileNode) commitLocked(sync bool) syscall.Errno {
+func (f *fileNode) isQueued() bool {
+	f.pg.mu.Lock()
+	defer f.pg.mu.Unlock()
+	return f.queued > 0
+}
+
+// How a change is committed: waiting for the commit, also for the disk, or
+// queued for the page's committer (a close).
+type commitMode int
+
+const (
+	commitWait commitMode = iota
+	commitSync
+	commitQueue
+)
+
+// commit commits the file's changes, if any.
+func (f *fileNode) commit(mode commitMode) syscall.Errno {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.commitLocked(mode)
+}
+
+func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
+	sync := mode == commitSync
 	if f.unlinked || f.c == nil || !(f.c.dirty || f.changed) {
 		if sync {
 			return errno("fsync", f.pg.apply(true))
@@ -297,7 +331,12 @@ func (f *fileNode) commitLocked(sync bool) syscall.Errno {
 	}
 	m := f.meta
 	m.Size = uint64(size)
-	if err := f.pg.apply(sync, journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: m}}); err != nil {
+	op := journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: m}}
+	if mode == commitQueue && f.pg.tx == nil {
+		if err := f.queue(key, op); err != nil {
+			return errno("commit", err)
+		}
+	} else if err := f.pg.apply(sync, op); err != nil {
 		return errno("commit", err)
 	}
 	if err := f.c.reset(id, size); err != nil {
@@ -308,9 +347,63 @@ func (f *fileNode) commitLocked(sync bool) syscall.Errno {
 	f.changed = false
 	if f.created {
 		f.created = false
-		f.pg.dropPending(key)
+		f.pg.unpend(key, f)
 	}
 	return 0
+}
+
+// queue records op in the page's journal and lets the committer commit it
+// with other closes. Until it lands, f stays pending at key with its
+// content, so lookups and reads see what was closed; a crash leaves the
+// journal for recovery to commit.
+func (f *fileNode) queue(key string, op journal.Op) error {
+	pg := f.pg
+	pg.mu.Lock()
+	f.queued++
+	pg.inflight++
+	pg.pending[key] = f
+	pg.mu.Unlock()
+	landed := func(err error) {
+		// On the committer's goroutine: f.mu may be held by a caller
+		// waiting for this very commit.
+		pg.mu.Lock()
+		f.queued--
+		pg.inflight--
+		last := f.queued == 0
+		if last && pg.pending[key] == f {
+			delete(pg.pending, key)
+		}
+		if last {
+			pg.ending++
+		}
+		pg.mu.Unlock()
+		if !last {
+			return
+		}
+		if f.mu.TryLock() {
+			f.endChange()
+			f.mu.Unlock()
+			pg.ended()
+			return
+		}
+		pg.fs.background.Go(func() {
+			f.mu.Lock()
+			f.endChange()
+			f.mu.Unlock()
+			pg.ended()
+		})
+	}
+	err := pg.queue(landed, op)
+	if err != nil {
+		pg.mu.Lock()
+		f.queued--
+		pg.inflight--
+		if f.queued == 0 && !f.created && pg.pending[key] == f {
+			delete(pg.pending, key)
+		}
+		pg.mu.Unlock()
+	}
+	return err
 }
 
 func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -347,7 +440,7 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	// file nobody writes commits now.
 	var eno syscall.Errno
 	if f.writers == 0 {
-		eno = f.commitLocked(false)
+		eno = f.commitLocked(commitWait)
 		f.endChange()
 	}
 	f.mu.Unlock()
@@ -364,22 +457,41 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if write || f.c != nil {
+	if write {
 		if errno := f.beginChange(); errno != 0 {
 			return nil, 0, errno
 		}
-		if write {
-			f.writers++
-			if flags&syscall.O_TRUNC != 0 {
-				if err := f.c.truncate(0); err != nil {
-					f.writers--
-					f.endChange()
+		f.writers++
+		if flags&syscall.O_TRUNC != 0 {
+			if err := f.c.truncate(0); err != nil {
+				f.writers--
+				f.endChange()
+				return nil, 0, errno("open", err)
+			}
+			f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
+		}
+		return &handle{f: f, write: true}, 0, 0
+	}
+	if f.c != nil {
+		// Being written, or closed with its commit queued: read through the
+		// content while it is loaded, then the value last committed (see
+		// handle.current); the content may be dropped before this handle is
+		// released.
+		p, err := f.pg.acquire()
+		if err != nil {
+			return nil, 0, errno("open", err)
+		}
+		h := &handle{f: f, p: p, seen: f.committed}
+		if f.committed > 0 {
+			h.id, h.size = f.latest, f.latestSize
+			if h.size > 0 {
+				if h.r, err = p.OpenValue(f.latest); err != nil {
+					f.pg.release(p)
 					return nil, 0, errno("open", err)
 				}
-				f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
 			}
 		}
-		return &handle{f: f, write: write}, 0, 0
+		return h, 0, 0
 	}
 	e, _, err := f.entry()
 	if err != nil {
@@ -510,8 +622,10 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	return uint32(len(data)), 0
 }
 
-// Flush runs at every close of a descriptor: a written file is committed
-// before close returns, so the next opener sees it.
+// Flush runs at every close of a descriptor: a written file is recorded in
+// the page's journal before close returns, and its commit is queued; until
+// the commit lands, the node is pending at its key and shows what was
+// closed.
 //
 // Committing at every flush, not only at the last release, matters: the
 // kernel sends the release asynchronously and may forget the inode first,
@@ -527,14 +641,14 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	if k, ok := f.key(); ok {
 		f.placed = k
 	}
-	return f.commitLocked(false)
+	return f.commitLocked(commitQueue)
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	if !h.write {
 		return errno("fsync", h.f.pg.apply(true))
 	}
-	return h.f.commit(true)
+	return h.f.commit(commitSync)
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
@@ -551,7 +665,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	if f.writers == 0 && f.c != nil && (f.c.dirty || f.changed) {
 		// Normally committed by Flush; this catches changes made after the
 		// last flush, which nobody else would commit.
-		if eno := f.commitLocked(false); eno != 0 {
+		if eno := f.commitLocked(commitQueue); eno != 0 {
 			slog.Error("commit on release failed", "errno", eno)
 		}
 	}

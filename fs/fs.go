@@ -42,6 +42,9 @@ type FS struct {
 	mu    sync.Mutex
 	pages map[string]*pageRef
 	inos  inoTable
+	// background runs what follows a queued commit's landing; Close waits
+	// for it.
+	background sync.WaitGroup
 }
 
 // New returns the filesystem of repo.
@@ -62,14 +65,19 @@ func New(repo *store.Repository, opts Options) (*FS, error) {
 }
 
 // Close rolls back the transactions still open, so that the next start
-// finds no journal rows of theirs.
+// finds no journal rows of theirs, and waits for queued commits to land.
 func (f *FS) Close() {
 	f.mu.Lock()
 	pages := slices.Collect(maps.Values(f.pages))
 	f.mu.Unlock()
 	for _, p := range pages {
 		p.rollbackAll()
+		if err := p.settle(); err != nil {
+			l, n := p.names()
+			slog.Error("queued commit failed at unmount; recovery commits it at the next start", "page", l+"/"+n, "err", err)
+		}
 	}
+	f.background.Wait()
 }
 
 // Root returns the root node to mount.

@@ -118,8 +118,12 @@ func (m *metaNode) newMeta(ctx context.Context, n gofs.InodeEmbedder, mode uint3
 	return m.NewInode(ctx, n, gofs.StableAttr{Mode: mode, Ino: m.pg.fs.inos.get(m.pg.metaID(id))})
 }
 
-// withPage runs fn with the live page.
+// withPage runs fn with the live page, once the commits of closed files have
+// landed: history shows every close that returned.
 func (m *metaNode) withPage(fn func(p *store.Page) error) error {
+	if err := m.pg.settle(); err != nil {
+		return err
+	}
 	p, err := m.pg.acquire()
 	if err != nil {
 		return err

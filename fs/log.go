@@ -42,6 +42,9 @@ type logCache struct {
 // currentLog returns the log of the page's head with a reference taken,
 // writing it if the head moved since the last one.
 func (pg *pageRef) currentLog() (*logSpool, error) {
+	if err := pg.settle(); err != nil {
+		return nil, err
+	}
 	c := &pg.logs
 	c.mu.Lock()
 	defer c.mu.Unlock()

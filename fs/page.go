@@ -34,8 +34,12 @@ type pageRef struct {
 	root    *gofs.Inode         // the live page's root, once looked up
 	ledger  string
 	name    string
-	pending map[string]*fileNode // created, not yet committed, by key
-	opens   int
+	pending map[string]*fileNode // created and not yet committed, or with a commit queued, by key
+	// inflight counts the commits queued at close that have not landed;
+	// ending, the landed ones whose node has yet to drop its content.
+	inflight, ending int
+	endCond          *sync.Cond // signals ending reaching 0; on mu
+	opens            int
 }
 
 func (pg *pageRef) names() (string, string) {
@@ -111,6 +115,62 @@ func (pg *pageRef) apply(sync bool, ops ...journal.Op) error {
 	}
 	defer pg.release(p)
 	return journal.CommitterFor(p).Apply(sync, ops...)
+}
+
+// queue records ops in the live page's implicit journal and commits them in
+// the background, calling done after; see journal.Committer.Queue.
+func (pg *pageRef) queue(done func(error), ops ...journal.Op) error {
+	p, err := pg.acquire()
+	if err != nil {
+		return err
+	}
+	defer pg.release(p)
+	return journal.CommitterFor(p).Queue(done, ops...)
+}
+
+// settle waits until the live page's queued commits have landed. A close
+// returns before its commit; operations that read the head to decide what
+// to change, and views of history, settle first so that they see every
+// close that returned before them.
+func (pg *pageRef) settle() error {
+	if pg.live != nil {
+		return nil // a snapshot never changes; a transaction commits at once
+	}
+	pg.mu.Lock()
+	idle := pg.inflight == 0 && pg.ending == 0
+	pg.mu.Unlock()
+	if idle {
+		return nil
+	}
+	p, err := pg.acquire()
+	if err != nil {
+		return err
+	}
+	err = journal.CommitterFor(p).Wait()
+	pg.release(p)
+	pg.mu.Lock()
+	for pg.ending > 0 {
+		pg.cond().Wait()
+	}
+	pg.mu.Unlock()
+	return err
+}
+
+// ended records that a landed node has dropped its content.
+func (pg *pageRef) ended() {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	if pg.ending--; pg.ending == 0 {
+		pg.cond().Broadcast()
+	}
+}
+
+// cond returns endCond, made on first use. Called with pg.mu held.
+func (pg *pageRef) cond() *sync.Cond {
+	if pg.endCond == nil {
+		pg.endCond = sync.NewCond(&pg.mu)
+	}
+	return pg.endCond
 }
 
 // id is the inode table id of a key: kind 'f' for a file, 'd' for a

@@ -24,6 +24,9 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	if d.pg.readOnly() {
 		return syscall.EROFS
 	}
+	if err := d.pg.settle(); err != nil {
+		return errno("rename", err)
+	}
 	nd, ok := newParent.(*dirNode)
 	if !ok || nd.pg != d.pg {
 		return syscall.EXDEV
@@ -47,13 +50,13 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	// moves their content.
 	if ch := d.GetChild(name); ch != nil {
 		if f, ok := ch.Operations().(*fileNode); ok {
-			if errno := f.commit(false); errno != 0 {
+			if errno := f.commit(commitWait); errno != 0 {
 				return errno
 			}
 		}
 	}
 	for _, f := range d.pg.pendingUnder(src + "/") {
-		if errno := f.commit(false); errno != 0 {
+		if errno := f.commit(commitWait); errno != 0 {
 			return errno
 		}
 	}

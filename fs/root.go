@@ -214,6 +214,9 @@ func (l *ledgerNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	}
 	ledger := l.ledgerName()
 	pg := l.fs.page(ledger, name)
+	if err := pg.settle(); err != nil {
+		return errno("rmdir", err)
+	}
 	empty, err := pg.empty()
 	if err != nil {
 		return errno("rmdir", err)
@@ -246,7 +249,11 @@ func (l *ledgerNode) Rename(ctx context.Context, name string, newParent gofs.Ino
 	if ok, _ := l.fs.repo.HasPage(ledger, newName); ok {
 		return syscall.EEXIST
 	}
-	if pg := l.fs.page(ledger, name); pg.busy() {
+	pg := l.fs.page(ledger, name)
+	if err := pg.settle(); err != nil {
+		return errno("rename", err)
+	}
+	if pg.busy() {
 		return syscall.EBUSY
 	}
 	if err := l.fs.repo.RenamePage(ledger, name, newName); err != nil {

@@ -78,6 +78,10 @@ func (pg *pageRef) begin(name string) (*pageRef, error) {
 	if taken {
 		return nil, syscall.EEXIST
 	}
+	// The base is the head after every close that returned.
+	if err := pg.settle(); err != nil {
+		return nil, err
+	}
 	p, err := pg.acquire()
 	if err != nil {
 		return nil, err
@@ -132,6 +136,13 @@ func (pg *pageRef) endTxn(name string, commit bool) error {
 	}
 	if commit && ref.busy() {
 		return syscall.EBUSY
+	}
+	// A close that returned before the commit is an earlier change: the
+	// transaction's commit must follow it.
+	if commit {
+		if err := pg.settle(); err != nil {
+			return err
+		}
 	}
 	t := ref.tx
 	t.mu.Lock()

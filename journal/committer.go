@@ -1,7 +1,10 @@
 package journal
 
 import (
+	"errors"
+	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -9,8 +12,13 @@ import (
 // Committer commits a page's ordinary writes through implicit journals, with
 // group commit: changes that arrive while a commit is running go into the
 // next implicit journal, and all of them become one commit when the running
-// one ends. Apply returns once its changes are committed, so a reader that
-// comes after it sees them.
+// one ends.
+//
+// Apply returns once its changes are committed, so a reader that comes after
+// it sees them. Queue returns once its changes are recorded in the journal,
+// where recovery finds them after a crash, and commits them in the
+// background, waiting up to batchDelay for more: a close that does not wait
+// for its commit lets a stream of closes share one.
 //
 // Commits run on their own goroutine and are never abandoned halfway: a
 // caller that gives up waiting (an interrupted FUSE request) leaves its
@@ -20,14 +28,23 @@ type Committer struct {
 
 	mu      sync.Mutex
 	cur     *Journal
-	waiters []chan error
+	ops     int           // changes in cur
+	since   time.Time     // when cur got its first change
+	waiters []chan error  // wait for cur's commit
+	done    []func(error) // called after cur's commit
+	idle    []chan error  // wait until nothing is queued
 	running bool
+	urgent  bool // someone waits for cur: commit it without delay
 	synced  bool // a waiter asked for the commit to reach the disk
+	kick    chan struct{}
+	// err is the failure of a commit nobody waited for; the next Wait or
+	// Apply returns it.
+	err error
 }
 
 // CommitterFor returns the page's committer.
 func CommitterFor(p *store.Page) *Committer {
-	return p.State(func() any { return &Committer{p: p} }).(*Committer)
+	return p.State(func() any { return &Committer{p: p, kick: make(chan struct{}, 1)} }).(*Committer)
 }
 
 // maxImplicitOps is the largest group of changes that goes through the
@@ -35,44 +52,121 @@ func CommitterFor(p *store.Page) *Committer {
 // could leave part of the group for recovery to commit.
 const maxImplicitOps = 256
 
+// A queued batch is committed once it holds batchOps changes, once
+// batchDelay has passed since its first change, or as soon as someone waits
+// for it. A one-entry commit of a full page rewrites ~80 KiB of tree nodes;
+// shared by a stream of closes, it costs each a fraction.
+const (
+	batchDelay = 2 * time.Millisecond
+	batchOps   = 128
+)
+
 // Apply records ops in the current implicit journal and waits until they are
 // committed; with sync, also until the commit is on disk. A larger group of
 // changes (a directory rename) commits through its own explicit journal,
 // which a crash discards whole.
 func (c *Committer) Apply(sync bool, ops ...Op) error {
 	if len(ops) == 0 {
-		// Nothing to record: every earlier Apply has returned after its
-		// commit, so syncing the db makes them durable.
-		if sync {
-			return c.p.Sync()
-		}
-		return nil
-	}
-	if len(ops) > maxImplicitOps {
-		return c.applyExplicit(sync, ops)
-	}
-	c.mu.Lock()
-	if c.cur == nil {
-		j, err := Begin(c.p, false)
-		if err != nil {
-			c.mu.Unlock()
+		// Nothing to record: wait for what is queued, then make it durable.
+		if err := c.Wait(); err != nil || !sync {
 			return err
 		}
-		c.cur = j
+		return c.p.Sync()
 	}
-	if err := c.cur.Apply(ops...); err != nil {
+	if len(ops) > maxImplicitOps {
+		if err := c.Wait(); err != nil {
+			return err
+		}
+		return c.applyExplicit(sync, ops)
+	}
+	ch := make(chan error, 1)
+	if err := c.record(ops, ch, nil, sync); err != nil {
+		return err
+	}
+	return <-ch
+}
+
+// Queue records ops in the current implicit journal and returns; done (if
+// not nil) is called on the committer's goroutine once they are committed.
+// done must not wait for anything a caller of Apply or Wait may hold.
+func (c *Committer) Queue(done func(error), ops ...Op) error {
+	if len(ops) > maxImplicitOps {
+		err := c.Apply(false, ops...)
+		if done != nil {
+			done(err)
+		}
+		return err
+	}
+	return c.record(ops, nil, done, false)
+}
+
+// Wait returns once every change recorded before it is committed, with the
+// error of a queued commit that failed since the last Wait.
+func (c *Committer) Wait() error {
+	c.mu.Lock()
+	if !c.running {
+		err := c.err
+		c.err = nil
 		c.mu.Unlock()
 		return err
 	}
 	ch := make(chan error, 1)
-	c.waiters = append(c.waiters, ch)
-	c.synced = c.synced || sync
+	if c.cur != nil {
+		c.waiters = append(c.waiters, ch)
+		c.hurry()
+	} else {
+		c.idle = append(c.idle, ch)
+	}
+	c.mu.Unlock()
+	err := <-ch
+	c.mu.Lock()
+	err = errors.Join(err, c.err)
+	c.err = nil
+	c.mu.Unlock()
+	return err
+}
+
+// record adds ops to the current implicit journal, starting the committer.
+func (c *Committer) record(ops []Op, wait chan error, done func(error), sync bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur == nil {
+		j, err := Begin(c.p, false)
+		if err != nil {
+			return err
+		}
+		c.cur, c.ops, c.since = j, 0, time.Now()
+	}
+	if err := c.cur.Apply(ops...); err != nil {
+		return err
+	}
+	c.ops += len(ops)
+	if wait != nil {
+		c.waiters = append(c.waiters, wait)
+		c.synced = c.synced || sync
+		c.hurry()
+	}
+	if done != nil {
+		c.done = append(c.done, done)
+	}
+	if c.ops >= batchOps {
+		c.hurry()
+	}
 	if !c.running {
 		c.running = true
 		go c.run()
 	}
-	c.mu.Unlock()
-	return <-ch
+	return nil
+}
+
+// hurry makes the committer commit the current journal without delay.
+// Called with c.mu held.
+func (c *Committer) hurry() {
+	c.urgent = true
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
 }
 
 func (c *Committer) applyExplicit(sync bool, ops []Op) error {
@@ -98,11 +192,30 @@ func (c *Committer) applyExplicit(sync bool, ops []Op) error {
 func (c *Committer) run() {
 	for {
 		c.mu.Lock()
-		j, ws, sync := c.cur, c.waiters, c.synced
-		c.cur, c.waiters, c.synced = nil, nil, false
+		if c.cur != nil && !c.urgent {
+			// Let more queued changes join the batch.
+			wait := batchDelay - time.Since(c.since)
+			c.mu.Unlock()
+			if wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-c.kick:
+				case <-t.C:
+				}
+				t.Stop()
+			}
+			c.mu.Lock()
+		}
+		j, ws, done, sync := c.cur, c.waiters, c.done, c.synced
+		c.cur, c.waiters, c.done, c.synced, c.urgent = nil, nil, nil, false, false
 		if j == nil {
 			c.running = false
+			idle := c.idle
+			c.idle = nil
 			c.mu.Unlock()
+			for _, w := range idle {
+				w <- nil
+			}
 			return
 		}
 		c.mu.Unlock()
@@ -111,8 +224,24 @@ func (c *Committer) run() {
 			err = c.p.Sync()
 		}
 		c.p.Settle()
+		c.mu.Lock()
+		if err != nil && len(ws) == 0 {
+			slog.Error("queued commit failed; its changes stay in the journal for recovery", "page", c.p.Ledger+"/"+c.p.Name, "err", err)
+			c.err = errors.Join(c.err, err)
+		}
+		// Waiters that came while this batch was committing wait for it alone.
+		idle := c.idle
+		c.idle = nil
+		c.mu.Unlock()
+		// Callbacks first: a waiter that returns sees their effects.
+		for _, d := range done {
+			d(err)
+		}
 		for _, w := range ws {
 			w <- err
+		}
+		for _, w := range idle {
+			w <- nil
 		}
 	}
 }

@@ -419,8 +419,8 @@ func TestLargeFile(t *testing.T) {
 }
 
 // TestCrash kills the server with SIGKILL in the middle of a workload: every
-// file fsynced before the kill is intact after remounting, and no file has
-// partial content.
+// file fsynced or closed before the kill is intact after remounting, and no
+// file has partial content.
 func TestCrash(t *testing.T) {
 	repo := t.TempDir()
 	s := mount(t, repo)
@@ -430,7 +430,7 @@ func TestCrash(t *testing.T) {
 		data []byte
 	}
 	var mu sync.Mutex
-	var synced []rec
+	var synced, closed []rec
 	all := map[string][]byte{}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -460,7 +460,11 @@ func TestCrash(t *testing.T) {
 						mu.Unlock()
 					}
 				}
-				f.Close()
+				if f.Close() == nil && err == nil {
+					mu.Lock()
+					closed = append(closed, rec{name, data})
+					mu.Unlock()
+				}
 			}
 		})
 	}
@@ -476,6 +480,14 @@ func TestCrash(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(pg, r.name))
 		if err != nil || !bytes.Equal(b, r.data) {
 			t.Fatalf("fsynced file %s lost or changed after the crash (%v)", r.name, err)
+		}
+	}
+	// A close returns once the file is in the page's journal, which
+	// recovery commits: a process crash loses no closed file.
+	for _, r := range closed {
+		b, err := os.ReadFile(filepath.Join(pg, r.name))
+		if err != nil || !bytes.Equal(b, r.data) {
+			t.Fatalf("closed file %s lost or changed after the crash (%v)", r.name, err)
 		}
 	}
 	found := 0
@@ -495,7 +507,7 @@ func TestCrash(t *testing.T) {
 		return nil
 	})
 	must(t, err)
-	t.Logf("%d files fsynced, %d present after the crash", len(synced), found)
+	t.Logf("%d files fsynced, %d closed, %d present after the crash", len(synced), len(closed), found)
 	s.stop()
 	verifySchema(t, repo)
 }
@@ -667,4 +679,98 @@ func TestListRightAfterCreates(t *testing.T) {
 			t.Fatalf("listed, then: %v", err)
 		}
 	}
+}
+
+// A close returns before its commit, which it shares with the closes that
+// follow it. Everything done right after a close sees the closed file:
+// reads, stat, rename, unlink, a listing, a transaction and the history;
+// and a stream of closes makes fewer commits than closes.
+func TestClosesShareCommits(t *testing.T) {
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("q", "p")
+	meta := filepath.Join(pg, ".ledger")
+	logLines := func() int {
+		b, err := os.ReadFile(filepath.Join(meta, "log"))
+		must(t, err)
+		return strings.Count(string(b), "\n")
+	}
+	const closes = 300
+	before := logLines()
+	for i := range closes {
+		must(t, os.WriteFile(filepath.Join(pg, fmt.Sprintf("s%03d", i)), content(i, 100+i), 0o644))
+	}
+	commits := logLines() - before
+	t.Logf("%d closes made %d commits", closes, commits)
+	if commits >= closes {
+		t.Fatalf("%d closes made %d commits: none shared", closes, commits)
+	}
+	if got := len(ls(t, pg)); got != closes {
+		t.Fatalf("listed %d files after %d closes", got, closes)
+	}
+
+	want := map[string][]byte{}
+	for i := range 120 {
+		name := fmt.Sprintf("f%03d", i)
+		path := filepath.Join(pg, name)
+		data := content(1000+i, 3000+i)
+		must(t, os.WriteFile(path, data, 0o644))
+		switch i % 4 {
+		case 0:
+			b, err := os.ReadFile(path)
+			fi, serr := os.Stat(path)
+			if err != nil || serr != nil || !bytes.Equal(b, data) || fi.Size() != int64(len(data)) {
+				t.Fatalf("%s read right after close: %d bytes, %v %v", name, len(b), err, serr)
+			}
+			want[name] = data
+		case 1:
+			must(t, os.Rename(path, path+".moved"))
+			if _, err := os.Lstat(path); !os.IsNotExist(err) {
+				t.Fatalf("%s still there after rename: %v", name, err)
+			}
+			want[name+".moved"] = data
+		case 2:
+			must(t, os.Remove(path))
+			if _, err := os.Lstat(path); !os.IsNotExist(err) {
+				t.Fatalf("%s still there after unlink: %v", name, err)
+			}
+		case 3:
+			// A transaction begun right after the close has it in its base.
+			tx := filepath.Join(meta, "transactions", name)
+			must(t, os.Mkdir(tx, 0o755))
+			b, err := os.ReadFile(filepath.Join(tx, name))
+			if err != nil || !bytes.Equal(b, data) {
+				t.Fatalf("%s in a transaction begun right after its close: %d bytes, %v", name, len(b), err)
+			}
+			must(t, os.Remove(tx))
+			want[name] = data
+		}
+	}
+	// The head, as history shows it right away, has every closed file.
+	head := filepath.Join(meta, readlink(t, filepath.Join(meta, "latest")))
+	check := func(dir string) {
+		t.Helper()
+		for name, data := range want {
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil || !bytes.Equal(b, data) {
+				t.Fatalf("%s in %s: %d bytes, %v", name, dir, len(b), err)
+			}
+		}
+		var fs []string
+		for _, n := range ls(t, dir) {
+			if strings.HasPrefix(n, "f") {
+				fs = append(fs, n)
+			}
+		}
+		if len(fs) != len(want) {
+			t.Fatalf("%s lists %d f* files, want %d", dir, len(fs), len(want))
+		}
+	}
+	check(head)
+	check(pg)
+	s.stop()
+	s = mountAt(t, repo, s.mnt)
+	check(pg)
+	s.stop()
+	verifySchema(t, repo)
 }
