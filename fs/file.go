@@ -210,22 +210,15 @@ func (f *fileNode) beginChange() syscall.Errno {
 	if err != nil {
 		return errno("open", err)
 	}
+	if e.Meta.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		return syscall.EINVAL
+	}
 	p, err := f.pg.acquire()
 	if err != nil {
 		return errno("open", err)
 	}
-	c, err := newContent(p, f.pg.fs.opts.TmpDir, e.Value, int64(e.Meta.Size))
-	if err != nil {
-		f.pg.release(p)
-		return errno("open", err)
-	}
-	f.c, f.p, f.meta, f.changed = c, p, e.Meta, false
-	if e.Meta.Mode&syscall.S_IFMT == syscall.S_IFLNK {
-		c.close()
-		f.c, f.p = nil, nil
-		f.pg.release(p)
-		return syscall.EINVAL
-	}
+	f.c = newContent(p, f.pg.fs.opts.TmpDir, e.Value, int64(e.Meta.Size))
+	f.p, f.meta, f.changed = p, e.Meta, false
 	f.pg.mu.Lock()
 	f.pg.opens++
 	f.pg.mu.Unlock()
@@ -254,11 +247,7 @@ func (f *fileNode) create(key string, mode uint32) (gofs.FileHandle, syscall.Err
 	if err != nil {
 		return nil, errno("create", err)
 	}
-	c, err := newContent(p, f.pg.fs.opts.TmpDir, emptyValue, 0)
-	if err != nil {
-		f.pg.release(p)
-		return nil, errno("create", err)
-	}
+	c := newContent(p, f.pg.fs.opts.TmpDir, emptyValue, 0)
 	f.mu.Lock()
 	f.c, f.p, f.created, f.changed = c, p, true, true
 	f.meta = btree.Meta{Mode: mode, MtimeNs: nowNs(), HasMtime: true}
@@ -339,9 +328,7 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 	} else if err := f.pg.apply(sync, op); err != nil {
 		return errno("commit", err)
 	}
-	if err := f.c.reset(id, size); err != nil {
-		return errno("commit", err)
-	}
+	f.c.reset(id, size)
 	f.latest, f.latestSize = id, size
 	f.committed++
 	f.changed = false
