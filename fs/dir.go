@@ -133,8 +133,16 @@ func (d *dirNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.Attr
 func (d *dirNode) attr(prefix string, a *fuse.Attr) syscall.Errno {
 	perm := uint32(0o755)
 	var ts int64
+	queued, isQueued := d.pg.queuedMarker(prefix) // before the tree; see listDir
 	err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		ts = head.Timestamp
+		if isQueued {
+			perm = queued.Meta.Mode & 0o7777
+			if queued.Meta.HasMtime {
+				ts = queued.Meta.MtimeNs
+			}
+			return nil
+		}
 		if prefix != "" && strings.HasSuffix(prefix, "/") {
 			if m, ok, err := t.Get(prefix); err != nil {
 				return err
@@ -334,9 +342,6 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 	if d.pg.readOnly() {
 		return syscall.EROFS
 	}
-	if err := d.pg.settle(); err != nil {
-		return errno("setattr", err)
-	}
 	if errno := checkOwner(d.pg.fs, in); errno != 0 {
 		return errno
 	}
@@ -348,18 +353,20 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 	_, hasMtime := in.GetMTime()
 	if (hasMode || hasMtime) && strings.HasSuffix(prefix, "/") {
 		// Permission bits and times of a directory live in its marker.
-		var marker btree.Entry
-		err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
-			var ok bool
-			var err error
-			marker, ok, err = t.Get(prefix)
-			if !ok || !marker.Meta.IsDir() {
-				marker = dirMarker(0o755, head.Timestamp)
+		marker, queued := d.pg.queuedMarker(prefix)
+		if !queued {
+			err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+				var ok bool
+				var err error
+				marker, ok, err = t.Get(prefix)
+				if !ok || !marker.Meta.IsDir() {
+					marker = dirMarker(0o755, head.Timestamp)
+				}
+				return err
+			})
+			if err != nil {
+				return errno("setattr", err)
 			}
-			return err
-		})
-		if err != nil {
-			return errno("setattr", err)
 		}
 		if m, ok := in.GetMode(); ok {
 			marker.Meta.Mode = syscall.S_IFDIR | m&0o7777
@@ -367,7 +374,13 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 		if t, ok := in.GetMTime(); ok {
 			marker.Meta.MtimeNs, marker.Meta.HasMtime = t.UnixNano(), true
 		}
-		if err := d.pg.apply(false, journal.Op{Key: prefix, Entry: marker}); err != nil {
+		var err error
+		if d.pg.tx == nil {
+			err = d.pg.queueMarker(prefix, marker)
+		} else {
+			err = d.pg.apply(false, journal.Op{Key: prefix, Entry: marker})
+		}
+		if err != nil {
 			return errno("setattr", err)
 		}
 	}
@@ -418,9 +431,6 @@ func dirMarker(perm uint32, mtimeNs int64) btree.Entry {
 func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	if d.pg.readOnly() {
 		return nil, syscall.EROFS
-	}
-	if err := d.pg.settle(); err != nil {
-		return nil, errno("mkdir", err)
 	}
 	key, eno := d.freeName("mkdir", name)
 	if eno != 0 {
@@ -585,9 +595,6 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	if d.pg.readOnly() {
 		return nil, syscall.EROFS
-	}
-	if err := d.pg.settle(); err != nil {
-		return nil, errno("symlink", err)
 	}
 	key, eno := d.freeName("symlink", name)
 	if eno != 0 {

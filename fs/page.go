@@ -39,7 +39,11 @@ type pageRef struct {
 	// ending, the landed ones whose node has yet to drop its content.
 	inflight, ending int
 	endCond          *sync.Cond // signals ending reaching 0; on mu
-	opens            int
+	// markers are directory markers (mode and mtime) changed by a setattr
+	// whose commit is queued, by key; seq tells a later change apart.
+	markers   map[string]queuedMarker
+	markerSeq uint64
+	opens     int
 }
 
 func (pg *pageRef) names() (string, string) {
@@ -128,10 +132,54 @@ func (pg *pageRef) queue(done func(error), ops ...journal.Op) error {
 	return journal.CommitterFor(p).Queue(done, ops...)
 }
 
+type queuedMarker struct {
+	e   btree.Entry
+	seq uint64
+}
+
+// queuedMarker returns the directory marker at key whose commit is queued.
+func (pg *pageRef) queuedMarker(key string) (btree.Entry, bool) {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	m, ok := pg.markers[key]
+	return m.e, ok
+}
+
+// queueMarker queues the commit of a directory's changed marker, which
+// shows until it lands: chmod and utimes of a directory need not wait for a
+// commit (cp -a sets both on every directory it copies).
+func (pg *pageRef) queueMarker(key string, e btree.Entry) error {
+	pg.mu.Lock()
+	pg.markerSeq++
+	seq := pg.markerSeq
+	if pg.markers == nil {
+		pg.markers = map[string]queuedMarker{}
+	}
+	pg.markers[key] = queuedMarker{e, seq}
+	pg.inflight++
+	pg.mu.Unlock()
+	landed := func(error) {
+		pg.mu.Lock()
+		defer pg.mu.Unlock()
+		if m, ok := pg.markers[key]; ok && m.seq == seq {
+			delete(pg.markers, key)
+		}
+		pg.inflight--
+	}
+	err := pg.queue(landed, journal.Op{Key: key, Entry: e})
+	if err != nil {
+		landed(err)
+	}
+	return err
+}
+
 // settle waits until the live page's queued commits have landed. A close
 // returns before its commit; operations that read the head to decide what
-// to change, and views of history, settle first so that they see every
-// close that returned before them.
+// to change (unlink, rename, rmdir), and views of history, settle first so
+// that they see every close that returned before them. Mkdir, symlink and
+// a directory's setattr need not: they read names, which pending files
+// cover, and directory markers, which a close never changes; their own
+// commit takes the queued closes along.
 func (pg *pageRef) settle() error {
 	if pg.live != nil {
 		return nil // a snapshot never changes; a transaction commits at once

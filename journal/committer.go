@@ -87,13 +87,14 @@ func (c *Committer) Apply(sync bool, ops ...Op) error {
 }
 
 // Queue records ops in the current implicit journal and returns; done (if
-// not nil) is called on the committer's goroutine once they are committed.
-// done must not wait for anything a caller of Apply or Wait may hold.
+// not nil) is called on the committer's goroutine once they are committed,
+// if Queue returned nil. done must not wait for anything a caller of Apply
+// or Wait may hold.
 func (c *Committer) Queue(done func(error), ops ...Op) error {
 	if len(ops) > maxImplicitOps {
 		err := c.Apply(false, ops...)
-		if done != nil {
-			done(err)
+		if err == nil && done != nil {
+			done(nil)
 		}
 		return err
 	}

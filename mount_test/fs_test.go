@@ -746,6 +746,27 @@ func TestClosesShareCommits(t *testing.T) {
 			want[name] = data
 		}
 	}
+	// A directory's chmod and utimes are queued too, and show at once.
+	dirs := map[string]time.Time{}
+	for i := range 20 {
+		d := filepath.Join(pg, fmt.Sprintf("d%02d", i))
+		must(t, os.Mkdir(d, 0o755))
+		must(t, os.WriteFile(filepath.Join(d, "x"), []byte("x"), 0o644))
+		must(t, os.Chmod(d, 0o700))
+		mt := time.Date(2021, 1, 1, 0, 0, i, 0, time.UTC)
+		must(t, os.Chtimes(d, mt, mt))
+		dirs[filepath.Base(d)] = mt
+	}
+	checkDirs := func(dir string) {
+		t.Helper()
+		for name, mt := range dirs {
+			fi, err := os.Stat(filepath.Join(dir, name))
+			if err != nil || fi.Mode() != os.ModeDir|0o700 || !fi.ModTime().Equal(mt) {
+				t.Fatalf("%s in %s: %v %v, want drwx------ %v", name, dir, fi.Mode(), fi.ModTime(), mt)
+			}
+		}
+	}
+	checkDirs(pg)
 	// The head, as history shows it right away, has every closed file.
 	head := filepath.Join(meta, readlink(t, filepath.Join(meta, "latest")))
 	check := func(dir string) {
@@ -768,9 +789,11 @@ func TestClosesShareCommits(t *testing.T) {
 	}
 	check(head)
 	check(pg)
+	checkDirs(head)
 	s.stop()
 	s = mountAt(t, repo, s.mnt)
 	check(pg)
+	checkDirs(pg)
 	s.stop()
 	verifySchema(t, repo)
 }
