@@ -1,10 +1,13 @@
 package store
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/dgraph-io/badger/v4"
 )
 
 // procStatusKiB reads a KiB figure (VmRSS, RssFile, ...) of this process.
@@ -42,5 +45,71 @@ func TestValueLogPagesAreTrimmed(t *testing.T) {
 	t.Logf("file-backed RSS grew by %d MiB writing 300 MiB", grown>>10)
 	if grown > 160<<10 {
 		t.Fatalf("file-backed RSS grew by %d MiB writing 300 MiB", grown>>10)
+	}
+}
+
+// mappedKiB sums the resident KiB of this process's mappings of files under
+// dir with the given suffix.
+func mappedKiB(t testing.TB, dir, suffix string) int {
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, in := 0, false
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
+			in = len(f) >= 6 && strings.HasPrefix(f[5], dir) && strings.HasSuffix(f[5], suffix)
+		case in && len(f) >= 2 && f[0] == "Rss:":
+			n, _ := strconv.Atoi(f[1])
+			total += n
+		}
+	}
+	return total
+}
+
+// Tables read through their mappings leave the process at a trim.
+func TestTablePagesAreTrimmed(t *testing.T) {
+	p := testPage(t)
+	db := p.DB()
+	val := make([]byte, 200) // below the value threshold: in the tables
+	for b := range 40 {
+		wb := db.NewWriteBatch()
+		for i := range 5000 {
+			val[0], val[1] = byte(i), byte(b)
+			if err := wb.Set([]byte(fmt.Sprintf("t/%02d/%05d", b, i)), val); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := wb.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Make the memtables tables, then read every row through them.
+	if err := db.Flatten(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.DefaultIteratorOptions)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if _, err := it.Item().ValueCopy(nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dir := p.repo.trim.dir
+	before := mappedKiB(t, dir, ".sst")
+	if err := p.repo.trim.trim(); err != nil {
+		t.Fatal(err)
+	}
+	after := mappedKiB(t, dir, ".sst")
+	t.Logf("resident table pages: %d KiB before the trim, %d KiB after", before, after)
+	if before < 4<<10 || after > before/8 {
+		t.Fatalf("resident table pages: %d KiB before the trim, %d KiB after", before, after)
 	}
 }
