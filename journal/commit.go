@@ -206,45 +206,63 @@ func markLocal(p *store.Page, values []cas.ObjectIdentifier, nodes []cas.Digest)
 			return fmt.Errorf("journal: walk value %s: %w", v, err)
 		}
 	}
-	ds := w.found
-	ds = append(ds, nodes...)
-	for i := 0; i < len(ds); i += 1000 {
-		if err := p.SetStatus(store.Local, ds[i:min(len(ds), i+1000)]); err != nil {
-			return err
-		}
-		if err := step("status-batch"); err != nil {
+	for _, d := range nodes {
+		if err := w.post(d); err != nil {
 			return err
 		}
 	}
-	return nil
+	return w.flush()
 }
 
-// transientWalk collects the transient pieces under objects, children
-// before parents. It does not descend below a piece that is not transient:
-// everything under a local piece is local.
+// statusBatch is how many pieces a walk marks local in one db transaction.
+const statusBatch = 1000
+
+// transientWalk marks the transient pieces under objects local, children
+// before parents, a batch at a time as it finds them: a 4 GiB value has
+// 260,000 chunks, and collecting them all first held ~70 MiB at its commit.
+// It does not descend below a piece that is not transient: everything under
+// a local piece is local.
 type transientWalk struct {
-	p     *store.Page
-	seen  map[cas.Digest]bool
-	found []cas.Digest
+	p      *store.Page
+	batch  []cas.Digest
+	marked int
 }
 
 func newTransientWalk(p *store.Page) *transientWalk {
-	return &transientWalk{p: p, seen: map[cas.Digest]bool{}}
+	return &transientWalk{p: p}
 }
 
 func (w *transientWalk) object(id cas.ObjectIdentifier) error {
 	return cas.Walk(w.p, id, w.pre, w.post)
 }
 
+// pre descends into transient pieces. A piece referenced twice in one batch
+// is marked twice, which is harmless; once its batch is written, it is
+// local and skipped.
 func (w *transientWalk) pre(d cas.Digest) (bool, error) {
-	if d.IsInline() || w.seen[d] {
+	if d.IsInline() {
 		return false, nil
 	}
-	w.seen[d] = true
 	return w.p.IsTransient(d)
 }
 
 func (w *transientWalk) post(d cas.Digest) error {
-	w.found = append(w.found, d)
+	w.batch = append(w.batch, d)
+	if len(w.batch) >= statusBatch {
+		return w.flush()
+	}
 	return nil
+}
+
+// flush marks the batch local.
+func (w *transientWalk) flush() error {
+	if len(w.batch) == 0 {
+		return nil
+	}
+	if err := w.p.SetStatus(store.Local, w.batch); err != nil {
+		return err
+	}
+	w.marked += len(w.batch)
+	w.batch = w.batch[:0]
+	return step("status-batch")
 }

@@ -133,10 +133,13 @@ func settleReachable(p *store.Page) (bool, error) {
 			}
 		}
 	}
-	if len(w.found) > 0 {
-		slog.Info("settled transient pieces", "page", p.Ledger+"/"+p.Name, "local", len(w.found))
+	if err := w.flush(); err != nil {
+		return false, err
 	}
-	return true, p.SetStatus(store.Local, w.found)
+	if w.marked > 0 {
+		slog.Info("settled transient pieces", "page", p.Ledger+"/"+p.Name, "local", w.marked)
+	}
+	return true, nil
 }
 
 // collectGarbage deletes the pieces still transient.
