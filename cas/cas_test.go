@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/restic/chunker"
 )
@@ -14,11 +15,15 @@ import (
 // testPol is a fixed irreducible polynomial so that test runs cut alike.
 const testPol = chunker.Pol(0x3DA3358B4DC173)
 
-// memStore keeps pieces in a map and counts the puts of new pieces.
+// memStore keeps pieces in a map and counts gets, and how many ran at once.
 type memStore struct {
 	mu     sync.Mutex
 	pieces map[Digest][]byte
 	gets   int
+	// With delay, a get takes that long; running and most count the gets
+	// under way.
+	delay         time.Duration
+	running, most int
 }
 
 func newMemStore() *memStore { return &memStore{pieces: map[Digest][]byte{}} }
@@ -33,6 +38,18 @@ func (m *memStore) Put(d Digest, data []byte) error {
 }
 
 func (m *memStore) Get(d Digest) ([]byte, error) {
+	if m.delay > 0 {
+		m.mu.Lock()
+		m.running++
+		m.most = max(m.most, m.running)
+		m.mu.Unlock()
+		time.Sleep(m.delay)
+		defer func() {
+			m.mu.Lock()
+			m.running--
+			m.mu.Unlock()
+		}()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.gets++
@@ -181,7 +198,7 @@ func TestReadAtTouchesFewPieces(t *testing.T) {
 	buf := make([]byte, 4096)
 	for range 200 {
 		off := rng.Int64N(int64(len(data)))
-		before := s.gets
+		before := s.count()
 		n, err := r.ReadAt(buf, off)
 		if err != nil && err != io.EOF {
 			t.Fatal(err)
@@ -191,7 +208,7 @@ func TestReadAtTouchesFewPieces(t *testing.T) {
 		}
 		// A 4 KiB read spans at most two chunks; each path is a few index
 		// levels deep.
-		if got := s.gets - before; got > 10 {
+		if got := s.count() - before; got > 10 {
 			t.Fatalf("a 4 KiB read fetched %d pieces", got)
 		}
 	}
@@ -316,4 +333,61 @@ func FuzzSplitRoundTrip(f *testing.F) {
 			}
 		}
 	})
+}
+
+func (m *memStore) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gets
+}
+
+// Reading an object from start to end fetches every piece once: the
+// stream of chunks does not push the index pieces out of the reader.
+// Concurrent reads (the kernel's read-ahead requests) fetch in parallel.
+func TestSequentialReadFetchesEachPieceOnce(t *testing.T) {
+	s := newMemStore()
+	data := randBytes(6, 32<<20)
+	id := write(t, s, data, 1<<20)
+	const block = 128 << 10
+	read := func(r *Reader, got []byte, o int) {
+		if _, err := r.ReadAt(got[o:min(o+block, len(data))], int64(o)); err != nil && err != io.EOF {
+			t.Error(err)
+		}
+	}
+	r, err := NewReader(s, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data))
+	for off := 0; off < len(data); off += block {
+		read(r, got, off)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("wrong bytes")
+	}
+	if gets, pieces := s.count(), len(s.pieces); gets != pieces {
+		t.Fatalf("%d fetches for %d pieces", gets, pieces)
+	}
+
+	s.delay = 50 * time.Microsecond
+	r, err = NewReader(s, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(got)
+	var wg sync.WaitGroup
+	for off := 0; off < len(data); off += 4 * block {
+		for k := range 4 {
+			if o := off + k*block; o < len(data) {
+				wg.Go(func() { read(r, got, o) })
+			}
+		}
+		wg.Wait()
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("concurrent reads: wrong bytes")
+	}
+	if s.most < 2 {
+		t.Fatalf("concurrent reads fetched one piece at a time")
+	}
 }

@@ -29,16 +29,23 @@ func GetPiece(src Source, d Digest) ([]byte, error) {
 
 // Reader reads an object at any offset. It walks the index tree by sizes, so
 // a read touches only the pieces that hold the bytes asked for; it keeps the
-// last few pieces it fetched, which makes sequential reads fetch each piece
-// once. A Reader is safe for concurrent use.
+// last pieces it fetched, which makes sequential reads fetch each piece
+// once, and concurrent reads of one piece (the kernel's neighbouring
+// read-ahead requests) fetch it once. A Reader is safe for concurrent use.
 type Reader struct {
 	src  Source
 	root Digest
 	size uint64
 
-	mu    sync.Mutex
-	cache [8]cached
-	next  int
+	mu sync.Mutex
+	// Index pieces and chunks are kept apart, index pieces by last use: a
+	// stream of chunks must not push out the index pieces every read walks
+	// through, down from the root.
+	indexes  [maxIndexDepth]cached
+	chunks   [8]cached
+	nextCh   int
+	tick     uint64
+	fetching map[Digest]*fetch
 }
 
 type cached struct {
@@ -46,11 +53,19 @@ type cached struct {
 	data  []byte
 	index *FileIndex
 	ends  []uint64 // cumulative child ends, for index pieces
+	used  uint64   // r.tick at the last use, for index pieces
+}
+
+// fetch is a piece being fetched; done is closed once c or err is set.
+type fetch struct {
+	done chan struct{}
+	c    cached
+	err  error
 }
 
 // NewReader opens the object id for reading.
 func NewReader(src Source, id ObjectIdentifier) (*Reader, error) {
-	r := &Reader{src: src, root: id.Digest}
+	r := &Reader{src: src, root: id.Digest, fetching: map[Digest]*fetch{}}
 	p, err := r.piece(id.Digest)
 	if err != nil {
 		return nil, err
@@ -66,15 +81,71 @@ func NewReader(src Source, id ObjectIdentifier) (*Reader, error) {
 // Size is the object's length in bytes.
 func (r *Reader) Size() uint64 { return r.size }
 
-func (r *Reader) piece(d Digest) (cached, error) {
-	r.mu.Lock()
-	for _, c := range r.cache {
+// lookup returns the cached piece d, or the fetch of it under way. Called
+// with r.mu held.
+func (r *Reader) lookup(d Digest) (cached, *fetch, bool) {
+	cache := r.chunks[:]
+	if d.IsIndex() {
+		cache = r.indexes[:]
+	}
+	for i, c := range cache {
 		if c.d == d && c.d != "" {
-			r.mu.Unlock()
-			return c, nil
+			r.tick++
+			cache[i].used = r.tick
+			return c, nil, true
 		}
 	}
+	f, ok := r.fetching[d]
+	return cached{}, f, ok
+}
+
+// piece returns the piece d: cached, being fetched by another read, or
+// fetched now.
+func (r *Reader) piece(d Digest) (cached, error) {
+	r.mu.Lock()
+	c, f, ok := r.lookup(d)
+	if ok && f == nil {
+		r.mu.Unlock()
+		return c, nil
+	}
+	if !ok {
+		f = &fetch{done: make(chan struct{})}
+		r.fetching[d] = f
+		r.mu.Unlock()
+		r.load(d, f)
+	} else {
+		r.mu.Unlock()
+	}
+	<-f.done
+	return f.c, f.err
+}
+
+// load fetches, verifies and decodes the piece d into f and the cache.
+func (r *Reader) load(d Digest, f *fetch) {
+	f.c, f.err = r.decode(d)
+	r.mu.Lock()
+	switch {
+	case f.err != nil:
+	case d.IsIndex():
+		lru := 0
+		for i, c := range r.indexes {
+			if c.used < r.indexes[lru].used {
+				lru = i
+			}
+		}
+		r.tick++
+		r.indexes[lru] = f.c
+		r.indexes[lru].used = r.tick
+	default:
+		r.chunks[r.nextCh] = f.c
+		r.nextCh = (r.nextCh + 1) % len(r.chunks)
+	}
+	delete(r.fetching, d)
 	r.mu.Unlock()
+	close(f.done)
+}
+
+func (r *Reader) decode(d Digest) (cached, error) {
 	data, err := GetPiece(r.src, d)
 	if err != nil {
 		return cached{}, fmt.Errorf("read piece %s: %w", d, err)
@@ -94,10 +165,6 @@ func (r *Reader) piece(d Digest) (cached, error) {
 			c.ends[i] = sum
 		}
 	}
-	r.mu.Lock()
-	r.cache[r.next] = c
-	r.next = (r.next + 1) % len(r.cache)
-	r.mu.Unlock()
 	return c, nil
 }
 
