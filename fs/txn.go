@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
@@ -134,7 +135,7 @@ func (pg *pageRef) endTxn(name string, commit bool) error {
 	if ref == nil {
 		return syscall.ENOENT
 	}
-	if commit && ref.busy() {
+	if commit && !ref.idleWithin(releaseGrace) {
 		return syscall.EBUSY
 	}
 	// A close that returned before the commit is an earlier change: the
@@ -221,4 +222,22 @@ func (pg *pageRef) rollbackAll() {
 			slog.Warn("rollback at unmount", "transaction", name, "err", err)
 		}
 	}
+}
+
+// releaseGrace is how long a commit waits for the transaction's files to be
+// released: the kernel sends RELEASE after close has returned, so a commit
+// right after the last close can find its file still open.
+const releaseGrace = time.Second
+
+// idleWithin reports whether the view has no open files, waiting up to d
+// for releases on their way.
+func (pg *pageRef) idleWithin(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for pg.busy() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
 }
