@@ -62,7 +62,8 @@ const (
 )
 
 // Apply records ops in the current implicit journal and waits until they are
-// committed; with sync, also until the commit is on disk. A larger group of
+// committed; with sync, also until the commit is on disk. Its error includes
+// the failure of an earlier queued commit. A larger group of
 // changes (a directory rename) commits through its own explicit journal,
 // which a crash discards whole.
 func (c *Committer) Apply(sync bool, ops ...Op) error {
@@ -83,7 +84,17 @@ func (c *Committer) Apply(sync bool, ops ...Op) error {
 	if err := c.record(ops, ch, nil, sync); err != nil {
 		return err
 	}
-	return <-ch
+	return c.reported(<-ch)
+}
+
+// reported joins err with the failure of a queued commit nobody has been
+// told of yet.
+func (c *Committer) reported(err error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err = errors.Join(err, c.err)
+	c.err = nil
+	return err
 }
 
 // Queue records ops in the current implicit journal and returns; done (if
@@ -106,10 +117,8 @@ func (c *Committer) Queue(done func(error), ops ...Op) error {
 func (c *Committer) Wait() error {
 	c.mu.Lock()
 	if !c.running {
-		err := c.err
-		c.err = nil
 		c.mu.Unlock()
-		return err
+		return c.reported(nil)
 	}
 	ch := make(chan error, 1)
 	if c.cur != nil {
@@ -119,12 +128,7 @@ func (c *Committer) Wait() error {
 		c.idle = append(c.idle, ch)
 	}
 	c.mu.Unlock()
-	err := <-ch
-	c.mu.Lock()
-	err = errors.Join(err, c.err)
-	c.err = nil
-	c.mu.Unlock()
-	return err
+	return c.reported(<-ch)
 }
 
 // record adds ops to the current implicit journal, starting the committer.
