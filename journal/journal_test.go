@@ -478,3 +478,38 @@ func FuzzDecodeOp(f *testing.F) {
 		}
 	})
 }
+
+// A queued commit that fails is reported to its done callback and to the
+// next Apply, once; its change stays in the journal for the next start.
+func TestQueuedCommitFailureIsReported(t *testing.T) {
+	e := newEnv(t)
+	c := CommitterFor(e.p)
+	crashAt = func(step string) error {
+		if step == "nodes-written" {
+			return errCrash
+		}
+		return nil
+	}
+	done := make(chan error, 1)
+	if err := c.Queue(func(err error) { done <- err }, e.put("a", "1")); err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	crashAt = nil
+	if !errors.Is(err, errCrash) {
+		t.Fatalf("done got %v", err)
+	}
+	if err := c.Apply(false, e.put("b", "2")); !errors.Is(err, errCrash) {
+		t.Fatalf("next Apply: %v", err)
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatalf("reported twice: %v", err)
+	}
+	if got := e.state(); !maps.Equal(got, map[string]string{"b": "2"}) {
+		t.Fatalf("before restart: %v", got)
+	}
+	e.reopen()
+	if got := e.state(); !maps.Equal(got, map[string]string{"a": "1", "b": "2"}) {
+		t.Fatalf("after restart: %v", got)
+	}
+}
