@@ -347,7 +347,6 @@ func (f *fileNode) queue(key string, op journal.Op) error {
 	pg := f.pg
 	pg.mu.Lock()
 	f.queued++
-	pg.inflight++
 	pg.pending[key] = f
 	pg.mu.Unlock()
 	landed := func(err error) {
@@ -355,7 +354,6 @@ func (f *fileNode) queue(key string, op journal.Op) error {
 		// waiting for this very commit.
 		pg.mu.Lock()
 		f.queued--
-		pg.inflight--
 		last := f.queued == 0
 		if last && pg.pending[key] == f {
 			delete(pg.pending, key)
@@ -384,7 +382,6 @@ func (f *fileNode) queue(key string, op journal.Op) error {
 	if err != nil {
 		pg.mu.Lock()
 		f.queued--
-		pg.inflight--
 		if f.queued == 0 && !f.created && pg.pending[key] == f {
 			delete(pg.pending, key)
 		}

@@ -122,14 +122,30 @@ func (pg *pageRef) apply(sync bool, ops ...journal.Op) error {
 }
 
 // queue records ops in the live page's implicit journal and commits them in
-// the background, calling done after; see journal.Committer.Queue.
+// the background, calling done after; see journal.Committer.Queue. The
+// commit counts in pg.inflight until done has run, so settle waits for it.
 func (pg *pageRef) queue(done func(error), ops ...journal.Op) error {
 	p, err := pg.acquire()
 	if err != nil {
 		return err
 	}
 	defer pg.release(p)
-	return journal.CommitterFor(p).Queue(done, ops...)
+	pg.mu.Lock()
+	pg.inflight++
+	pg.mu.Unlock()
+	landed := func() {
+		pg.mu.Lock()
+		pg.inflight--
+		pg.mu.Unlock()
+	}
+	err = journal.CommitterFor(p).Queue(func(err error) {
+		done(err)
+		landed()
+	}, ops...)
+	if err != nil {
+		landed()
+	}
+	return err
 }
 
 type queuedMarker struct {
@@ -156,7 +172,6 @@ func (pg *pageRef) queueMarker(key string, e btree.Entry) error {
 		pg.markers = map[string]queuedMarker{}
 	}
 	pg.markers[key] = queuedMarker{e, seq}
-	pg.inflight++
 	pg.mu.Unlock()
 	landed := func(error) {
 		pg.mu.Lock()
@@ -164,7 +179,6 @@ func (pg *pageRef) queueMarker(key string, e btree.Entry) error {
 		if m, ok := pg.markers[key]; ok && m.seq == seq {
 			delete(pg.markers, key)
 		}
-		pg.inflight--
 	}
 	err := pg.queue(landed, journal.Op{Key: key, Entry: e})
 	if err != nil {
