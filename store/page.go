@@ -172,8 +172,7 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
 	}
 	err := set()
 	if errors.Is(err, badger.ErrTxnTooBig) {
-		if err = w.commitAsync(); err == nil {
-			w.txn = w.p.db.NewTransaction(true)
+		if err = w.commitAsync(true); err == nil {
 			err = set()
 		}
 	}
@@ -186,7 +185,7 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
 	w.pending += len(data)
 	w.p.repo.trim.add(len(data))
 	if w.pending >= flushBytes {
-		return w.commitAsync()
+		return w.commitAsync(true)
 	}
 	return nil
 }
@@ -195,12 +194,19 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
 // chunking go on while Badger writes it. A piece in a batch not yet
 // committed is not seen by the next batch's lookups and may be written
 // twice, which costs space until value-log GC and nothing else.
-func (w *PieceWriter) commitAsync() error {
+//
+// With next, the next batch's transaction starts before this one commits:
+// Badger starts a transaction only once every commit before it has landed,
+// so starting it afterwards would make hashing wait for this batch's write.
+func (w *PieceWriter) commitAsync(next bool) error {
 	if w.txn == nil {
 		return w.firstErr()
 	}
 	txn := w.txn
 	w.txn, w.pending = nil, 0
+	if next {
+		w.txn = w.p.db.NewTransaction(true)
+	}
 	w.inflight <- struct{}{}
 	w.wg.Add(1)
 	txn.CommitWith(func(err error) {
@@ -226,7 +232,7 @@ func (w *PieceWriter) firstErr() error {
 // Flush commits the pieces written so far and waits until they are in the
 // db.
 func (w *PieceWriter) Flush() error {
-	err := w.commitAsync()
+	err := w.commitAsync(false)
 	w.wg.Wait()
 	if err != nil {
 		return err
