@@ -202,7 +202,7 @@ func (w *PieceWriter) commitAsync(next bool) error {
 	if w.txn == nil {
 		return w.firstErr()
 	}
-	txn := w.txn
+	txn, full := w.txn, w.pending >= flushBytes
 	w.txn, w.pending = nil, 0
 	if next {
 		w.txn = w.p.db.NewTransaction(true)
@@ -218,6 +218,9 @@ func (w *PieceWriter) commitAsync(next bool) error {
 			w.errMu.Unlock()
 		}
 		<-w.inflight
+		if full && err == nil {
+			w.p.startWriteback()
+		}
 		w.wg.Done()
 	})
 	return w.firstErr()
