@@ -25,7 +25,7 @@ func badgerOptions(dir string, readOnly bool) badger.Options {
 		WithBaseTableSize(2 << 20).
 		WithBaseLevelSize(4 << 20).
 		WithValueThreshold(1 << 10).
-		WithValueLogFileSize(64 << 20).
+		WithValueLogFileSize(valueLogFileSize).
 		WithBlockCacheSize(1 << 20).
 		WithIndexCacheSize(0).
 		WithCompression(options.None).
@@ -39,6 +39,13 @@ func badgerOptions(dir string, readOnly bool) badger.Options {
 	o.TableSizeMultiplier = 1
 	return o
 }
+
+// valueLogFileSize is large because Badger msyncs a value-log file when it
+// moves on to the next, within its one write loop, holding up every commit:
+// at 64 MiB, sixteen times per GiB written, and 1 GiB streamed in 8.2 s
+// against 7.2 s at 256 MiB. The file is mapped and created sparse, so the
+// size costs address space, not memory or disk.
+const valueLogFileSize = 256 << 20
 
 // repoDBOptions are for the small repository db.
 func repoDBOptions(dir string, readOnly bool) badger.Options {
