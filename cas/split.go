@@ -39,6 +39,11 @@ type chunkStream struct {
 var chunkers sync.Pool
 
 func newChunkStream(r io.Reader, pol chunker.Pol) *chunkStream {
+	return &chunkStream{c: getChunker(r, pol)}
+}
+
+// getChunker returns a chunker at ledgerfs's parameters reading r.
+func getChunker(r io.Reader, pol chunker.Pol) *chunker.Chunker {
 	c, ok := chunkers.Get().(*chunker.Chunker)
 	if ok {
 		c.ResetWithBoundaries(r, pol, MinChunkSize, MaxChunkSize)
@@ -46,7 +51,7 @@ func newChunkStream(r io.Reader, pol chunker.Pol) *chunkStream {
 		c = chunker.NewWithBoundaries(r, pol, MinChunkSize, MaxChunkSize)
 	}
 	c.SetAverageBits(averageBits)
-	return &chunkStream{c: c}
+	return c
 }
 
 // release returns the chunker for reuse.

@@ -2,17 +2,18 @@ package cas
 
 import (
 	"errors"
-	"io"
+	"runtime"
 	"sync"
 
 	"github.com/restic/chunker"
 )
 
-// Writer streams a value into pieces: bytes written are queued, chunked on
-// one goroutine while the previous chunks are hashed and stored on
-// another, so chunking and hashing use two cores and a writer (a FUSE
-// request) does not wait for either. Memory is bounded by the queue, the
-// chunker's buffer and a few chunks in flight, whatever the value's size.
+// Writer streams a value into pieces: bytes written are queued in
+// segments, the segments chunked on every core (cut.go) while the chunks
+// before them are hashed and stored on another goroutine, so a writer (a
+// FUSE request) waits for none of it. Memory is bounded by the queue, the
+// segments being chunked and a few chunks in flight, whatever the value's
+// size.
 type Writer struct {
 	q      *queue
 	done   chan struct{}
@@ -29,27 +30,20 @@ type chunkMsg struct {
 
 // NewWriter starts a streaming write of one object into sink.
 func NewWriter(sink Sink, pol chunker.Pol, kind Kind) *Writer {
-	q := newQueue()
+	q := newQueue(pol)
 	w := &Writer{q: q, done: make(chan struct{})}
 	chunks := make(chan chunkMsg, 4)
 	chunkErr := make(chan error, 1)
 	go func() {
 		defer close(chunks)
-		cs := newChunkStream(q, pol)
-		defer cs.release()
-		for {
-			data, lv, err := cs.next()
-			if err == io.EOF {
-				chunkErr <- nil
-				return
-			}
-			if err != nil {
-				q.CloseWithError(err)
-				chunkErr <- err
-				return
-			}
+		err := q.chunk(func(data []byte, lv int) error {
 			chunks <- chunkMsg{data, lv}
+			return nil
+		})
+		if err != nil {
+			q.CloseWithError(err)
 		}
+		chunkErr <- err
 	}()
 	go func() {
 		defer close(w.done)
@@ -57,7 +51,7 @@ func NewWriter(sink Sink, pol chunker.Pol, kind Kind) *Writer {
 		var err error
 		for c := range chunks {
 			if err != nil {
-				continue // drain so the chunker goroutine ends
+				continue // drain so the chunking goroutine ends
 			}
 			if err = s.add(c.data, c.lv); err != nil {
 				// Stop the writer side: further writes fail with err.
@@ -103,45 +97,74 @@ func (w *Writer) Abort() {
 	<-w.done
 }
 
-// queueBytes bounds the bytes written but not yet chunked.
-const queueBytes = 8 << 20
+// queueSegments bounds the bytes written but not yet being chunked.
+const queueSegments = 8
 
-// queue hands written bytes to the chunker through a bounded channel of
-// copies: unlike an io.Pipe, a write returns once its bytes are queued.
+// queue hands written bytes to the chunking in segments, through a bounded
+// channel: unlike an io.Pipe, a write returns once its bytes are copied.
+// Writes must not be concurrent.
 type queue struct {
-	ch   chan []byte
-	cur  []byte
-	done chan struct{} // closed when the reading side stops early
+	pol  chunker.Pol
+	size int // of a segment: segmentSize, less in tests
+	ch   chan *segment
+	cur  *segment
+	off  uint64
+	done chan struct{} // closed when the chunking side stops early
 	err  error         // why; set before done is closed
 	once sync.Once
 }
 
-func newQueue() *queue {
-	return &queue{ch: make(chan []byte, queueBytes/(1<<20)), done: make(chan struct{})}
+func newQueue(pol chunker.Pol) *queue {
+	return &queue{pol: pol, size: segmentSize, ch: make(chan *segment, queueSegments), done: make(chan struct{})}
 }
 
-// Write queues a copy of p.
+// Write copies p into segments and queues each one filled.
 func (q *queue) Write(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
+	n := 0
+	for len(p) > 0 {
+		if q.cur == nil {
+			q.cur = &segment{off: q.off, buf: segBufs.Get().(*[]byte), pol: q.pol, done: make(chan struct{})}
+			*q.cur.buf = (*q.cur.buf)[:0]
+		}
+		b := q.cur.buf
+		m := min(len(p), q.size-len(*b))
+		*b = append(*b, p[:m]...)
+		p, n, q.off = p[m:], n+m, q.off+uint64(m)
+		if len(*b) == q.size {
+			if err := q.send(); err != nil {
+				return n, err
+			}
+		}
 	}
-	b := append([]byte(nil), p...)
+	return n, nil
+}
+
+func (q *queue) send() error {
+	s := q.cur
+	q.cur = nil
 	select {
-	case q.ch <- b:
-		return len(p), nil
+	case q.ch <- s:
+		return nil
 	case <-q.done:
-		return 0, q.err
+		segBufs.Put(s.buf)
+		return q.err
 	}
 }
 
-// Close ends the stream: the reader gets io.EOF after the queued bytes.
+// Close ends the stream after the queued bytes.
 func (q *queue) Close() error {
+	if q.cur != nil {
+		q.cur.last = true
+		if err := q.send(); err != nil {
+			return err
+		}
+	}
 	close(q.ch)
 	return nil
 }
 
-// CloseWithError stops the stream. From the writing side the reader gets
-// err; from the reading side further writes fail with err.
+// CloseWithError stops the stream. From the writing side the chunking gets
+// err; from the chunking side further writes fail with err.
 func (q *queue) CloseWithError(err error) {
 	q.once.Do(func() {
 		q.err = err
@@ -149,20 +172,43 @@ func (q *queue) CloseWithError(err error) {
 	})
 }
 
-// Read implements io.Reader for the chunker.
-func (q *queue) Read(p []byte) (int, error) {
-	for len(q.cur) == 0 {
+// chunk cuts the queued stream into chunks, in order, for emit. Each segment
+// is handed to the cut finders as it arrives; up to one per core is ahead
+// of the stitching.
+func (q *queue) chunk(emit func(data []byte, lv int) error) error {
+	st := newStitcher(q.pol, emit)
+	var ahead []*segment
+	defer func() {
+		for _, s := range ahead {
+			<-s.done
+			segBufs.Put(s.buf)
+		}
+		st.release()
+	}()
+	for {
 		select {
-		case b, ok := <-q.ch:
+		case s, ok := <-q.ch:
 			if !ok {
-				return 0, io.EOF
+				for len(ahead) > 0 {
+					s := ahead[0]
+					ahead = ahead[1:]
+					if err := st.add(s); err != nil {
+						return err
+					}
+				}
+				return st.finish()
 			}
-			q.cur = b
+			dispatch(s)
+			ahead = append(ahead, s)
+			if len(ahead) > runtime.GOMAXPROCS(0) {
+				s := ahead[0]
+				ahead = ahead[1:]
+				if err := st.add(s); err != nil {
+					return err
+				}
+			}
 		case <-q.done:
-			return 0, q.err
+			return q.err
 		}
 	}
-	n := copy(p, q.cur)
-	q.cur = q.cur[n:]
-	return n, nil
 }

@@ -1,0 +1,232 @@
+package cas
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+
+	"github.com/restic/chunker"
+)
+
+// Parallel chunking.
+//
+// restic's chunker decides whether to cut after offset p from two things
+// only: the 64 bytes before p (its rolling fingerprint is reset at every
+// chunk start and covers a full window of the chunk's own bytes before the
+// first place it may cut, MinChunkSize in) and p's distance from the chunk's
+// start (MinChunkSize, MaxChunkSize). So a chunker started at any offset, as
+// if a chunk began there, makes the same cuts as the chunker over the whole
+// stream from the first cut they share on.
+//
+// A stream is therefore cut in segments, each chunked from its own start on
+// any free core, and one goroutine stitches them together: from the last
+// cut it knows to be the stream's, it chunks for real until it reaches a cut
+// the segment's chunker made too, and takes the segment's cuts from there.
+// The chunks are the single-stream chunker's, byte for byte and with the
+// same fingerprints (TestParallelChunksMatchSequential), so ids do not
+// depend on how a value was written; the stitching re-chunks about two
+// chunks per segment.
+
+// segmentSize is the unit of parallel chunking.
+const segmentSize = 1 << 20
+
+// segBufs recycle segment buffers: a fresh 1 MiB buffer per segment cost
+// its zeroing and GC work.
+var segBufs = sync.Pool{New: func() any { b := make([]byte, 0, segmentSize); return &b }}
+
+// cut is where a chunk ends in the stream, with the chunker's fingerprint
+// there (chunker.Chunk.Cut).
+type cut struct {
+	end uint64
+	fp  uint64
+}
+
+// segment is a run of the stream and the cuts a chunker started at its
+// first byte makes in it, except one at its very end (which may be where
+// the segment, not a chunk, ends).
+type segment struct {
+	off  uint64
+	buf  *[]byte
+	pol  chunker.Pol
+	last bool // the stream's last segment, often short
+	cuts []cut
+	done chan struct{} // closed once cuts are set
+}
+
+func (s *segment) data() []byte { return *s.buf }
+func (s *segment) end() uint64  { return s.off + uint64(len(*s.buf)) }
+
+// findCuts chunks the segment from its start with c, whose output goes to
+// buf.
+func (s *segment) findCuts(c *chunker.Chunker, buf *[]byte) {
+	defer close(s.done)
+	c.ResetWithBoundaries(bytes.NewReader(s.data()), s.pol, MinChunkSize, MaxChunkSize)
+	c.SetAverageBits(averageBits)
+	for {
+		ch, err := c.Next((*buf)[:0])
+		if err != nil { // io.EOF: a bytes.Reader fails no other way
+			return
+		}
+		end := s.off + uint64(ch.Start+ch.Length)
+		if end == s.end() {
+			return
+		}
+		s.cuts = append(s.cuts, cut{end, ch.Cut})
+	}
+}
+
+// cutJobs feeds the cut finders, one per core, shared by all writers.
+var (
+	cutJobs      = make(chan *segment)
+	startCutters sync.Once
+)
+
+// dispatch has the segment's cuts found on another core. A short last
+// segment (a small value, the end of any) is left to the stitcher, which
+// would chunk much of it again anyway.
+func dispatch(s *segment) {
+	if s.last && len(s.data()) < 4*MaxChunkSize {
+		close(s.done)
+		return
+	}
+	startCutters.Do(func() {
+		for range runtime.GOMAXPROCS(0) {
+			go func() {
+				c := getChunker(nil, 0)
+				buf := make([]byte, 0, MaxChunkSize)
+				for s := range cutJobs {
+					s.findCuts(c, &buf)
+				}
+			}()
+		}
+	})
+	cutJobs <- s
+}
+
+// stitcher turns segments, in stream order, into the stream's chunks.
+type stitcher struct {
+	pol  chunker.Pol
+	segs []*segment // from the one holding pos on
+	pos  uint64     // the stream's last cut
+	c    *chunker.Chunker
+	buf  *[]byte // the chunker's output, unused
+	span []byte  // bytes from pos for the chunker
+	emit func(data []byte, lv int) error
+}
+
+func newStitcher(pol chunker.Pol, emit func(data []byte, lv int) error) *stitcher {
+	return &stitcher{
+		pol:  pol,
+		c:    getChunker(nil, pol),
+		buf:  chunkBufs.Get().(*[]byte),
+		span: make([]byte, MaxChunkSize),
+		emit: emit,
+	}
+}
+
+// release returns the stitcher's buffers and any segments it holds.
+func (st *stitcher) release() {
+	chunkers.Put(st.c)
+	chunkBufs.Put(st.buf)
+	for _, s := range st.segs {
+		segBufs.Put(s.buf)
+	}
+	st.segs = nil
+}
+
+// add takes the next segment once its cuts are found and emits the chunks
+// that end in it, but for the last, which may go on in the next segment.
+func (st *stitcher) add(s *segment) error {
+	<-s.done
+	st.segs = append(st.segs, s)
+	end := s.end()
+	for end-st.pos >= MaxChunkSize {
+		c := st.next(end)
+		if err := st.chunk(c); err != nil {
+			return err
+		}
+		i, found := slices.BinarySearchFunc(s.cuts, c.end, func(a cut, e uint64) int {
+			switch {
+			case a.end < e:
+				return -1
+			case a.end > e:
+				return 1
+			}
+			return 0
+		})
+		if !found {
+			continue
+		}
+		for _, c := range s.cuts[i+1:] {
+			if err := st.chunk(c); err != nil {
+				return err
+			}
+		}
+		// Less than a full chunk is left in s: no cut in it is certain.
+	}
+	st.drop()
+	return nil
+}
+
+// finish emits the chunks after the last segment's, up to the stream's end.
+func (st *stitcher) finish() error {
+	if len(st.segs) == 0 {
+		return nil
+	}
+	end := st.segs[len(st.segs)-1].end()
+	for st.pos < end {
+		if err := st.chunk(st.next(end)); err != nil {
+			return err
+		}
+	}
+	st.drop()
+	return nil
+}
+
+// next chunks for real from pos and returns the next cut: one within
+// MaxChunkSize bytes, or end if the stream ends first.
+func (st *stitcher) next(end uint64) cut {
+	n := int(min(end-st.pos, MaxChunkSize))
+	st.read(st.span[:n], st.pos)
+	st.c.ResetWithBoundaries(bytes.NewReader(st.span[:n]), st.pol, MinChunkSize, MaxChunkSize)
+	st.c.SetAverageBits(averageBits)
+	ch, err := st.c.Next((*st.buf)[:0])
+	if err != nil { // io.EOF, which n > 0 bytes never give
+		panic(fmt.Sprintf("cas: chunker returned no chunk of %d bytes: %v", n, err))
+	}
+	return cut{st.pos + uint64(ch.Length), ch.Cut}
+}
+
+// chunk emits the chunk from pos to c.
+func (st *stitcher) chunk(c cut) error {
+	data := make([]byte, c.end-st.pos)
+	st.read(data, st.pos)
+	st.pos = c.end
+	return st.emit(data, cutLevels(c.fp))
+}
+
+// read copies the held bytes from off on into p.
+func (st *stitcher) read(p []byte, off uint64) {
+	for _, s := range st.segs {
+		if off >= s.end() || len(p) == 0 {
+			continue
+		}
+		n := copy(p, s.data()[off-s.off:])
+		p, off = p[n:], off+uint64(n)
+	}
+	if len(p) > 0 {
+		panic("cas: stitcher read past the bytes it holds")
+	}
+}
+
+// drop recycles the segments wholly before pos.
+func (st *stitcher) drop() {
+	i := 0
+	for i < len(st.segs) && st.segs[i].end() <= st.pos {
+		segBufs.Put(st.segs[i].buf)
+		i++
+	}
+	st.segs = slices.Delete(st.segs, 0, i)
+}

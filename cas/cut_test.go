@@ -1,0 +1,145 @@
+package cas
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// tb is what the helpers need of testing.T and rapid.T.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
+type testChunk struct {
+	data []byte
+	lv   int
+}
+
+// sequentialChunks is restic's chunker over the whole stream, the reference.
+func sequentialChunks(t tb, data []byte) []testChunk {
+	cs := newChunkStream(bytes.NewReader(data), testPol)
+	defer cs.release()
+	var out []testChunk
+	for {
+		c, lv, err := cs.next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, testChunk{c, lv})
+	}
+}
+
+// parallelChunks writes data through a queue of segSize segments in writes
+// of the given sizes (cycled) and collects the stitched chunks.
+func parallelChunks(t tb, data []byte, segSize int, writes []int) []testChunk {
+	q := newQueue(testPol)
+	q.size = segSize
+	var out []testChunk
+	done := make(chan error, 1)
+	go func() {
+		done <- q.chunk(func(d []byte, lv int) error {
+			out = append(out, testChunk{d, lv})
+			return nil
+		})
+	}()
+	for i, off := 0, 0; off < len(data); i++ {
+		n := min(len(data)-off, max(1, writes[i%len(writes)]))
+		if _, err := q.Write(data[off : off+n]); err != nil {
+			t.Fatal(err)
+		}
+		off += n
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func sameChunks(t tb, got, want []testChunk) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d chunks, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i].data, want[i].data) || got[i].lv != want[i].lv {
+			t.Fatalf("chunk %d: %d bytes at level %d, want %d bytes at level %d",
+				i, len(got[i].data), got[i].lv, len(want[i].data), want[i].lv)
+		}
+	}
+}
+
+// streamGen draws streams that cut in every way: random bytes (cuts by
+// content), zero and short repeated runs (cuts at the maximum size, or at
+// the same place over and over), pieces shorter than the minimum chunk.
+func streamGen() *rapid.Generator[[]byte] {
+	return rapid.Custom(func(t *rapid.T) []byte {
+		var data []byte
+		for range rapid.IntRange(0, 6).Draw(t, "runs") {
+			n := rapid.IntRange(0, 700<<10).Draw(t, "len")
+			switch rapid.IntRange(0, 3).Draw(t, "kind") {
+			case 0:
+				data = append(data, randBytes(rapid.Uint64().Draw(t, "seed"), n)...)
+			case 1:
+				data = append(data, make([]byte, n)...)
+			case 2:
+				pat := rapid.SliceOfN(rapid.Byte(), 1, 100).Draw(t, "pattern")
+				for len(pat) < n {
+					pat = append(pat, pat...)
+				}
+				data = append(data, pat[:n]...)
+			case 3:
+				data = append(data, randBytes(rapid.Uint64().Draw(t, "seed"), n%MinChunkSize)...)
+			}
+		}
+		return data
+	})
+}
+
+// TestParallelChunksMatchSequential: chunking in segments and stitching
+// gives the single-stream chunker's chunks, whatever the segment and write
+// sizes.
+func TestParallelChunksMatchSequential(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		data := streamGen().Draw(rt, "data")
+		segSize := rapid.OneOf(
+			rapid.IntRange(1<<10, 3*MaxChunkSize),
+			rapid.IntRange(3*MaxChunkSize, segmentSize),
+			rapid.Just(segmentSize),
+		).Draw(rt, "segment")
+		writes := rapid.SliceOfN(rapid.IntRange(1, 2<<20), 1, 4).Draw(rt, "writes")
+		sameChunks(rt, parallelChunks(rt, data, segSize, writes), sequentialChunks(rt, data))
+	})
+}
+
+// TestParallelChunksLargeStream covers many full segments at the real size,
+// as a large file write makes them.
+func TestParallelChunksLargeStream(t *testing.T) {
+	data := append(randBytes(7, 9<<20+12345), make([]byte, 3<<20)...)
+	data = append(data, randBytes(8, 5<<20)...)
+	for _, w := range []int{1 << 20, 128 << 10, 4096 + 17} {
+		t.Run(fmt.Sprint(w), func(t *testing.T) {
+			sameChunks(t, parallelChunks(t, data, segmentSize, []int{w}), sequentialChunks(t, data))
+		})
+	}
+}
+
+func FuzzParallelChunks(f *testing.F) {
+	f.Add(randBytes(1, 40<<10), uint32(2<<10), uint32(4096))
+	f.Add(make([]byte, 40<<10), uint32(3<<10), uint32(1))
+	f.Fuzz(func(t *testing.T, data []byte, segSize, write uint32) {
+		seg := int(segSize%(2*MaxChunkSize)) + 1<<10
+		sameChunks(t, parallelChunks(t, data, seg, []int{int(write%(1<<20)) + 1}), sequentialChunks(t, data))
+	})
+}
