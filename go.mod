@@ -11,6 +11,7 @@ require (
 	github.com/google/flatbuffers v25.12.19+incompatible
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/hashicorp/golang-lru/v2 v2.0.7
+	github.com/moby/sys/mountinfo v0.7.3
 	github.com/restic/chunker v0.4.0
 	github.com/spf13/cobra v1.10.2
 	github.com/twmb/murmur3 v1.2.2

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 func TestTour(t *testing.T) {
@@ -415,6 +417,19 @@ func TestLargeFile(t *testing.T) {
 	}
 	if limit := 512 << 10; peak > limit {
 		t.Fatalf("server peak RSS %d MiB while writing %d MiB (limit %d MiB)", peak>>10, size>>20, limit>>10)
+	}
+	// A server run by root sets the mount's kernel read-ahead to its
+	// largest read: the kernel's 128 KiB default held sequential reads back.
+	if os.Geteuid() == 0 {
+		ms, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(s.mnt))
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("mount %s not found: %v", s.mnt, err)
+		}
+		ra, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", ms[0].Major, ms[0].Minor))
+		must(t, err)
+		if got := strings.TrimSpace(string(ra)); got != "1024" {
+			t.Fatalf("kernel read-ahead of the mount is %s KiB, want 1024", got)
+		}
 	}
 }
 

@@ -3,7 +3,6 @@
 package mount_test
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 var (
@@ -101,18 +102,8 @@ func mountWith(t testing.TB, bin, repo, mnt string, args ...string) *server {
 }
 
 func mounted(mnt string) bool {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fields := strings.Fields(sc.Text()); len(fields) > 4 && fields[4] == mnt {
-			return true
-		}
-	}
-	return false
+	ms, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(mnt))
+	return err == nil && len(ms) > 0
 }
 
 // stop asks the server to unmount (SIGTERM) and waits for it.

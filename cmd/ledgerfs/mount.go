@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -12,12 +11,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
-	"strings"
 	"syscall"
 	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/moby/sys/mountinfo"
 	"github.com/spf13/cobra"
 
 	"github.com/ledgerfs/ledgerfs/fs"
@@ -141,7 +140,7 @@ func serve(c serveConfig) error {
 			AllowOther:    c.allowOther,
 			Debug:         c.debug,
 			MaxWrite:      1 << 20,
-			MaxReadAhead:  1 << 20,
+			MaxReadAhead:  readAheadKiB << 10,
 			DisableXAttrs: true,
 		},
 		Logger: nil,
@@ -152,6 +151,9 @@ func serve(c serveConfig) error {
 	server, err := gofs.Mount(mnt, fsys.Root(), opts)
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", mnt, err)
+	}
+	if err := setReadAhead(mnt, readAheadKiB); err != nil {
+		slog.Info("kernel read-ahead left at its default", "err", err)
 	}
 	slog.Info("serving", "repo", c.repo, "mountpoint", mnt)
 
@@ -217,13 +219,11 @@ func checkMountpoint(mnt string) error {
 	return nil
 }
 
+// isMountpoint reports whether something is mounted at dir; when
+// /proc/self/mountinfo cannot be read, it cannot tell and says no.
 func isMountpoint(dir string) (bool, error) {
-	found := false
-	err := scanMounts(func(mountpoint, source string) bool {
-		found = mountpoint == dir
-		return !found
-	})
-	return found, err
+	ms, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(dir))
+	return err == nil && len(ms) > 0, nil
 }
 
 // mountOf returns where the repository at dir is mounted, or "".
@@ -232,63 +232,14 @@ func mountOf(dir string) string {
 	if err != nil {
 		return ""
 	}
-	var at string
-	scanMounts(func(mountpoint, source string) bool {
-		if source == fsName(abs) {
-			at = mountpoint
-		}
-		return at == ""
+	ms, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return m.Source != fsName(abs), false
 	})
-	return at
+	if err != nil || len(ms) == 0 {
+		return ""
+	}
+	return ms[0].Mountpoint
 }
 
 // fsName is the source a mount of the repository at abs shows.
 func fsName(abs string) string { return "ledgerfs:" + abs }
-
-// scanMounts calls fn with the mount point and source of each mount in
-// /proc/self/mountinfo until fn returns false.
-func scanMounts(fn func(mountpoint, source string) bool) error {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil // cannot tell
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		source := ""
-		for i, fl := range fields {
-			if fl == "-" && i+2 < len(fields) {
-				source = unescapeMountinfo(fields[i+2])
-				break
-			}
-		}
-		if !fn(unescapeMountinfo(fields[4]), source) {
-			break
-		}
-	}
-	return sc.Err()
-}
-
-// unescapeMountinfo undoes the octal escapes of /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &v); err == nil {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
