@@ -168,7 +168,14 @@ type inoTable struct {
 	mu    sync.Mutex
 	byKey map[string]uint64
 	byIno map[uint64]string
+	peak  int // the most entries since the maps were last rebuilt
 }
+
+// shrinkFrom is the size from which the table rebuilds its maps once the
+// kernel has forgotten three quarters of the inodes: Go maps never shrink,
+// and after a 100,000-file directory was listed and removed they held
+// ~10 MiB, which the collector's heap goal doubled.
+const shrinkFrom = 4096
 
 func newInoTable() inoTable {
 	return inoTable{byKey: map[string]uint64{}, byIno: map[uint64]string{1: "/"}}
@@ -203,6 +210,7 @@ func (t *inoTable) get(id string) uint64 {
 		ino = h.Sum64()
 	}
 	t.byKey[id], t.byIno[ino] = ino, id
+	t.peak = max(t.peak, len(t.byKey))
 	return ino
 }
 
@@ -238,6 +246,11 @@ func (t *inoTable) forget(ino uint64) {
 	if id, ok := t.byIno[ino]; ok && ino != 1 {
 		delete(t.byIno, ino)
 		delete(t.byKey, id)
+	}
+	if n := len(t.byKey); t.peak >= shrinkFrom && n < t.peak/4 {
+		t.byKey = maps.Collect(maps.All(t.byKey))
+		t.byIno = maps.Collect(maps.All(t.byIno))
+		t.peak = n
 	}
 }
 
