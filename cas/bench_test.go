@@ -74,3 +74,18 @@ func BenchmarkWriter(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkWriterSmallValue is one small file's value, as cp -a writes
+// thousands of them: the writer's fixed cost per value.
+func BenchmarkWriterSmallValue(b *testing.B) {
+	data := benchData[:14<<10]
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		w := NewWriter(discard{}, testPol, KindBlob)
+		w.Write(data)
+		if _, _, err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

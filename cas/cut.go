@@ -112,7 +112,7 @@ type stitcher struct {
 	pos  uint64     // the stream's last cut
 	c    *chunker.Chunker
 	buf  *[]byte // the chunker's output, unused
-	span []byte  // bytes from pos for the chunker
+	span *[]byte // bytes from pos for the chunker
 	emit func(data []byte, lv int) error
 }
 
@@ -121,7 +121,7 @@ func newStitcher(pol chunker.Pol, emit func(data []byte, lv int) error) *stitche
 		pol:  pol,
 		c:    getChunker(nil, pol),
 		buf:  chunkBufs.Get().(*[]byte),
-		span: make([]byte, MaxChunkSize),
+		span: chunkBufs.Get().(*[]byte),
 		emit: emit,
 	}
 }
@@ -130,6 +130,7 @@ func newStitcher(pol chunker.Pol, emit func(data []byte, lv int) error) *stitche
 func (st *stitcher) release() {
 	chunkers.Put(st.c)
 	chunkBufs.Put(st.buf)
+	chunkBufs.Put(st.span)
 	for _, s := range st.segs {
 		segBufs.Put(s.buf)
 	}
@@ -189,8 +190,9 @@ func (st *stitcher) finish() error {
 // MaxChunkSize bytes, or end if the stream ends first.
 func (st *stitcher) next(end uint64) cut {
 	n := int(min(end-st.pos, MaxChunkSize))
-	st.read(st.span[:n], st.pos)
-	st.c.ResetWithBoundaries(bytes.NewReader(st.span[:n]), st.pol, MinChunkSize, MaxChunkSize)
+	span := (*st.span)[:n]
+	st.read(span, st.pos)
+	st.c.ResetWithBoundaries(bytes.NewReader(span), st.pol, MinChunkSize, MaxChunkSize)
 	st.c.SetAverageBits(averageBits)
 	ch, err := st.c.Next((*st.buf)[:0])
 	if err != nil { // io.EOF, which n > 0 bytes never give
