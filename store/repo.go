@@ -70,8 +70,9 @@ type Repository struct {
 	db   *badger.DB
 	pol  chunker.Pol
 	// nodes caches decoded tree nodes for every page.
-	nodes *btree.NodeCache
-	trim  trimmer
+	nodes    *btree.NodeCache
+	trim     trimmer
+	stopTrim chan struct{}
 
 	mu      sync.Mutex
 	open    map[string]*Page // by ledger + "/" + page
@@ -115,6 +116,8 @@ func Open(dir string, opts Options) (*Repository, error) {
 	// No eviction callback: simplelru calls it on Remove too, and a page
 	// taken back into use must not be closed. Release evicts by hand.
 	r.idle, _ = simplelru.NewLRU[string, *Page](opts.MaxIdlePages+1, nil)
+	r.stopTrim = make(chan struct{})
+	go r.trim.run(r.stopTrim)
 	if !opts.ReadOnly {
 		if err := r.recover(); err != nil {
 			r.Close()
@@ -569,7 +572,11 @@ func (r *Repository) closeDB(p *Page) error {
 	}
 	p.mu.Lock()
 	p.closed.Store(true)
+	// No trim while the db unmaps its files: one that read a mapping's
+	// address before could drop pages someone else mapped there since.
+	r.trim.running.Lock()
 	errs = append(errs, p.db.Close())
+	r.trim.running.Unlock()
 	p.mu.Unlock()
 	if !r.opts.ReadOnly {
 		errs = append(errs, r.db.Update(func(txn *badger.Txn) error {
@@ -658,12 +665,14 @@ func (r *Repository) Close() error {
 	}
 	r.open = map[string]*Page{}
 	r.unlock()
+	close(r.stopTrim)
 	slices.SortFunc(pages, func(a, b *Page) int { return bytes.Compare([]byte(a.Name), []byte(b.Name)) })
 	var errs []error
 	for _, p := range pages {
 		errs = append(errs, r.closeDB(p))
 	}
 	r.nodes.Close()
+	r.trim.running.Lock() // for good: no trim while or after the db unmaps
 	errs = append(errs, r.db.Close())
 	return errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -69,9 +70,11 @@ func mappedKiB(t testing.TB, dir, suffix string) int {
 	return total
 }
 
-// Tables read through their mappings leave the process at a trim.
-func TestTablePagesAreTrimmed(t *testing.T) {
-	p := testPage(t)
+// readTables writes rows small enough to stay in the tables, makes them
+// tables, and reads every row back through the tables' mappings: traffic the
+// trimmer does not count.
+func readTables(t *testing.T, p *Page) {
+	t.Helper()
 	db := p.DB()
 	val := make([]byte, 200) // below the value threshold: in the tables
 	for b := range 40 {
@@ -102,6 +105,14 @@ func TestTablePagesAreTrimmed(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Tables read through their mappings leave the process at a trim.
+func TestTablePagesAreTrimmed(t *testing.T) {
+	p := testPage(t)
+	p.repo.trim.running.Lock() // only this test's trim
+	defer p.repo.trim.running.Unlock()
+	readTables(t, p)
 	dir := p.repo.trim.dir
 	before := mappedKiB(t, dir, ".sst")
 	if err := p.repo.trim.trim(); err != nil {
@@ -111,5 +122,40 @@ func TestTablePagesAreTrimmed(t *testing.T) {
 	t.Logf("resident table pages: %d KiB before the trim, %d KiB after", before, after)
 	if before < 4<<10 || after > before/8 {
 		t.Fatalf("resident table pages: %d KiB before the trim, %d KiB after", before, after)
+	}
+}
+
+// Pages mapped by reads the trimmer does not count, such as compactions',
+// leave the process at the next periodic check.
+func TestPeriodicTrim(t *testing.T) {
+	p := testPage(t)
+	p.repo.trim.running.Lock() // no trim until the pages are counted
+	readTables(t, p)
+	dir := p.repo.trim.dir
+	before := mappedKiB(t, dir, ".sst")
+	rss := fileRSS()
+	p.repo.trim.running.Unlock()
+	if rss < trimAbove {
+		t.Fatalf("file-backed RSS %d KiB after reading the tables: below the %d KiB the check trims from", rss>>10, trimAbove>>10)
+	}
+	after := before
+	for deadline := time.Now().Add(4 * trimCheck); time.Now().Before(deadline) && after > before/8; {
+		time.Sleep(trimCheck / 10)
+		after = mappedKiB(t, dir, ".sst")
+	}
+	t.Logf("resident table pages: %d KiB after reading, %d KiB after the periodic check", before, after)
+	if before < 4<<10 || after > before/8 {
+		t.Fatalf("resident table pages: %d KiB after reading, %d KiB after the periodic check", before, after)
+	}
+}
+
+func TestFileRSS(t *testing.T) {
+	got := fileRSS()
+	want := int64(procStatusKiB(t, "RssFile")+procStatusKiB(t, "RssShmem")) << 10
+	t.Logf("fileRSS %d KiB, RssFile+RssShmem %d KiB", got>>10, want>>10)
+	// Both count the same pages; the process may fault a few more in
+	// between the two reads.
+	if got <= 0 || got < want-(4<<20) || got > want+(4<<20) {
+		t.Fatalf("fileRSS %d KiB, /proc/self/status RssFile+RssShmem %d KiB", got>>10, want>>10)
 	}
 }
