@@ -57,7 +57,7 @@ const maxImplicitOps = 256
 // for it. A one-entry commit of a full page rewrites ~80 KiB of tree nodes;
 // shared by a stream of closes, it costs each a fraction.
 const (
-	batchDelay = 2 * time.Millisecond
+	batchDelay = 10 * time.Millisecond
 	batchOps   = 128
 )
 
