@@ -136,6 +136,48 @@ func TestIdIndependentOfWriteSizes(t *testing.T) {
 	}
 }
 
+// A value that fits in one segment is chunked on the closing goroutine,
+// a larger one in the pipeline: both give WriteObject's id.
+func TestIdAcrossSegmentBoundary(t *testing.T) {
+	for _, n := range []int{MaxChunkSize + 1, 700_000, segmentSize - 1, segmentSize, segmentSize + 1} {
+		data := randBytes(uint64(n)+11, n)
+		want, err := WriteObject(newMemStore(), testPol, KindBlob, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, bs := range []int{n, 4096, 65536 + 3} {
+			if got := write(t, newMemStore(), data, bs); got != want {
+				t.Fatalf("%d bytes at %d: id %s, want %s", n, bs, got, want)
+			}
+		}
+	}
+}
+
+// A small value's sink error reaches Close, and an aborted small value
+// stores nothing.
+func TestSmallValueSinkErrorAndAbort(t *testing.T) {
+	w := NewWriter(&failSink{after: 2, once: true}, testPol, KindBlob)
+	if _, err := w.Write(randBytes(3, 500_000)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.Close(); err == nil || err.Error() != "disk full" {
+		t.Fatalf("Close: %v, want disk full", err)
+	}
+	m := newMemStore()
+	w = NewWriter(m, testPol, KindBlob)
+	if _, err := w.Write(randBytes(4, 500_000)); err != nil {
+		t.Fatal(err)
+	}
+	w.Abort()
+	w.Abort()
+	if len(m.pieces) != 0 {
+		t.Fatalf("an aborted value stored %d pieces", len(m.pieces))
+	}
+	if _, err := w.Write([]byte{1}); err == nil {
+		t.Fatal("write after Abort succeeded")
+	}
+}
+
 func TestDedupAndLocalEdit(t *testing.T) {
 	const size = 16 << 20
 	data := randBytes(1, size)
@@ -237,13 +279,18 @@ func TestCorruptPieceIsAnError(t *testing.T) {
 	}
 }
 
-type failSink struct{ after int }
+// failSink fails its Put after `after` successful ones: every later one,
+// or with once only the next.
+type failSink struct {
+	after int
+	once  bool
+}
 
 func (f *failSink) Put(d Digest, data []byte) error {
-	if f.after == 0 {
+	f.after--
+	if f.after == -1 || f.after < -1 && !f.once {
 		return errors.New("disk full")
 	}
-	f.after--
 	return nil
 }
 

@@ -14,13 +14,21 @@ import (
 // FUSE request) waits for none of it. Memory is bounded by the queue, the
 // segments being chunked and a few chunks in flight, whatever the value's
 // size.
+//
+// That pipeline starts once a segment is full. A value that fits in one is
+// chunked, hashed and stored on the goroutine that closes it: for a small
+// file the pipeline's goroutines and hand-offs cost its close more than the
+// work itself.
 type Writer struct {
-	q      *queue
-	done   chan struct{}
-	id     ObjectIdentifier
-	size   uint64
-	err    error
-	closed bool
+	q       *queue
+	sink    Sink
+	kind    Kind
+	started bool
+	done    chan struct{}
+	id      ObjectIdentifier
+	size    uint64
+	err     error
+	closed  bool
 }
 
 type chunkMsg struct {
@@ -30,8 +38,14 @@ type chunkMsg struct {
 
 // NewWriter starts a streaming write of one object into sink.
 func NewWriter(sink Sink, pol chunker.Pol, kind Kind) *Writer {
-	q := newQueue(pol)
-	w := &Writer{q: q, done: make(chan struct{})}
+	return &Writer{q: newQueue(pol), sink: sink, kind: kind, done: make(chan struct{})}
+}
+
+// start runs the pipeline: chunking on one goroutine (and the cut finders),
+// hashing and storing on another.
+func (w *Writer) start() {
+	w.started = true
+	q := w.q
 	chunks := make(chan chunkMsg, 4)
 	chunkErr := make(chan error, 1)
 	go func() {
@@ -47,7 +61,7 @@ func NewWriter(sink Sink, pol chunker.Pol, kind Kind) *Writer {
 	}()
 	go func() {
 		defer close(w.done)
-		s := &splitter{kind: kind, sink: sink}
+		s := &splitter{kind: w.kind, sink: w.sink}
 		var err error
 		for c := range chunks {
 			if err != nil {
@@ -66,13 +80,15 @@ func NewWriter(sink Sink, pol chunker.Pol, kind Kind) *Writer {
 		}
 		w.err = err
 	}()
-	return w
 }
 
 // Write adds p to the value.
 func (w *Writer) Write(p []byte) (int, error) {
 	if w.closed {
 		return 0, errors.New("cas: write to closed writer")
+	}
+	if !w.started && w.q.buffered()+len(p) >= w.q.size {
+		w.start()
 	}
 	return w.q.Write(p)
 }
@@ -83,6 +99,15 @@ func (w *Writer) Close() (ObjectIdentifier, uint64, error) {
 	if !w.closed {
 		w.closed = true
 		w.q.Close()
+		if !w.started {
+			// At most one segment, queued: chunk it here.
+			s := &splitter{kind: w.kind, sink: w.sink}
+			w.err = w.q.chunk(s.add)
+			if w.err == nil {
+				w.id, w.size, w.err = s.finish()
+			}
+			close(w.done)
+		}
 	}
 	<-w.done
 	return w.id, w.size, w.err
@@ -93,6 +118,10 @@ func (w *Writer) Abort() {
 	if !w.closed {
 		w.closed = true
 		w.q.CloseWithError(errors.New("cas: write aborted"))
+		if !w.started {
+			w.q.release()
+			close(w.done)
+		}
 	}
 	<-w.done
 }
@@ -148,6 +177,23 @@ func (q *queue) send() error {
 	case <-q.done:
 		segBufs.Put(s.buf)
 		return q.err
+	}
+}
+
+// buffered returns the bytes written but not yet queued.
+func (q *queue) buffered() int {
+	if q.cur == nil {
+		return 0
+	}
+	return len(*q.cur.buf)
+}
+
+// release recycles the segment being filled, of a stream that will not be
+// chunked.
+func (q *queue) release() {
+	if q.cur != nil {
+		segBufs.Put(q.cur.buf)
+		q.cur = nil
 	}
 }
 
