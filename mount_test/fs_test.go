@@ -812,3 +812,31 @@ func TestClosesShareCommits(t *testing.T) {
 	s.stop()
 	verifySchema(t, repo)
 }
+
+// SIGTERM as soon as the mount shows ends the server cleanly: no dead mount
+// left behind.
+func TestStopRightAfterMount(t *testing.T) {
+	repo := t.TempDir()
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	for i := range 20 {
+		var log bytes.Buffer
+		cmd := exec.Command(binary, "mount", repo, mnt)
+		cmd.Stdout, cmd.Stderr = &log, &log
+		must(t, cmd.Start())
+		for deadline := time.Now().Add(20 * time.Second); !mounted(mnt); time.Sleep(50 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatalf("not mounted after 20s:\n%s", &log)
+			}
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		err := cmd.Wait()
+		if mounted(mnt) {
+			detach(mnt)
+			t.Fatalf("round %d: still mounted after the server exited (%v):\n%s", i, err, &log)
+		}
+		if err != nil {
+			t.Fatalf("round %d: server exited with %v:\n%s", i, err, &log)
+		}
+	}
+}

@@ -111,6 +111,11 @@ func serve(c serveConfig) error {
 	if err := checkMountpoint(mnt); err != nil {
 		return err
 	}
+	// From here on SIGINT and SIGTERM end the server cleanly: a signal that
+	// came once the mount was visible but before this would kill the process
+	// and leave a dead mount.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 	repo, err := store.Open(c.repo, store.Options{
 		MaxIdlePages: c.idlePages,
 		ReadOnly:     c.readOnly,
@@ -157,8 +162,6 @@ func serve(c serveConfig) error {
 	}
 	slog.Info("serving", "repo", c.repo, "mountpoint", mnt)
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	go func() {
 		<-ctx.Done()
 		slog.Info("unmounting", "mountpoint", mnt)
