@@ -28,11 +28,12 @@ const trimEvery = 32 << 20
 // the kernel's default read-around and fault-around sizes.
 const readAround = 128 << 10
 
-// trimCheck is how often the repository looks at its file-backed RSS, for
+// trimCheck is how often the repository looks at its file-backed RSS (a
+// statm read), for
 // what traffic does not count: Badger's compactions and flushes read and
 // write tables through mappings too, and after 100,000 files were created
 // and removed they left 125 MiB resident as the next write began.
-const trimCheck = time.Second
+const trimCheck = 100 * time.Millisecond
 
 // trimAbove is the file-backed RSS from which the periodic check trims.
 const trimAbove = 32 << 20
