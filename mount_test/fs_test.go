@@ -543,6 +543,11 @@ func TestCommandErrors(t *testing.T) {
 	os.WriteFile(file, nil, 0o644)
 	try("not a directory", "mount", t.TempDir(), file)
 	try("accepts between 1 and 2 arg", "mount")
+	fresh := filepath.Join(t.TempDir(), "repo")
+	try("--gc-percent 0: must be positive", "mount", "--gc-percent", "0", fresh, t.TempDir())
+	if _, err := os.Stat(fresh); !os.IsNotExist(err) {
+		t.Fatalf("a refused mount created its repository: %v", err)
+	}
 	if out, err := exec.Command(binary, "mount", "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "Usage") {
 		t.Fatalf("--help: %v %s", err, out)
 	}

@@ -45,6 +45,7 @@ func newMount() *cobra.Command {
 		gcInterval time.Duration
 		pprofAddr  string
 		memLimit   int64
+		gcPercent  int
 	)
 	cmd := &cobra.Command{
 		Use:   "mount [flags] [REPO] MOUNTPOINT",
@@ -68,6 +69,15 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			if _, set := os.LookupEnv("GOMEMLIMIT"); !set && memLimit > 0 {
 				debug.SetMemoryLimit(memLimit << 20)
 			}
+			// The heap holds ~90 MiB that stays live (Badger's pooled
+			// allocators, decoded tree nodes); at Go's default of 100 the
+			// collector lets garbage double that. GOGC, when set, wins.
+			if gcPercent <= 0 {
+				return fmt.Errorf("--gc-percent %d: must be positive", gcPercent)
+			}
+			if _, set := os.LookupEnv("GOGC"); !set {
+				debug.SetGCPercent(gcPercent)
+			}
 			if pprofAddr != "" {
 				go func() {
 					slog.Info("pprof listening", "addr", pprofAddr)
@@ -87,6 +97,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.IntVar(&idlePages, "max-idle-pages", 16, "page databases kept open while no file of theirs is in use")
 	f.Float64Var(&cacheSecs, "cache-timeout", 1, "seconds the kernel may cache names and attributes")
 	f.Int64Var(&memLimit, "memory-limit", 256, "soft limit of the server's Go heap in MiB (0: none; GOMEMLIMIT overrides)")
+	f.IntVar(&gcPercent, "gc-percent", 50, "garbage the server's Go heap may add before a collection, in percent of what is live (Go's default is 100; GOGC overrides)")
 	f.StringVar(&pprofAddr, "pprof", "", "serve Go profiles (net/http/pprof) on this address, e.g. localhost:6060")
 	f.DurationVar(&gcInterval, "gc-interval", 10*time.Minute, "how often to reclaim value-log space of open pages")
 	return cmd
