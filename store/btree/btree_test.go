@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -406,4 +407,61 @@ func TestEditsLeaveStoredNodesAlone(t *testing.T) {
 	if got := contents(t, s, root); !slices.Equal(got, want) {
 		t.Fatal("stored tree changed by edits of another tree")
 	}
+}
+
+// A hiding view answers as the tree without the hidden keys would, and
+// leaves the tree itself alone.
+func TestHiding(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s, _ := newStore(t, rapid.Bool().Draw(rt, "cached"))
+		keys := map[string]bool{}
+		for _, k := range rapid.SliceOfN(keyGen, 0, 400).Draw(rt, "keys") {
+			keys[k] = true
+		}
+		hidden := map[string]bool{}
+		for _, k := range rapid.SliceOfN(keyGen, 0, 100).Draw(rt, "hidden") {
+			hidden[k] = true
+		}
+		root := build(rt, s, EmptyRoot, func(tr *Tree) {
+			for k := range keys {
+				if err := tr.Put(entry(k, 1)); err != nil {
+					rt.Fatal(err)
+				}
+			}
+		})
+		full := s.Open(root)
+		view := full.Hiding(func(k string) bool { return hidden[k] })
+
+		prefix := rapid.StringMatching(`[ab/k]{0,2}`).Draw(rt, "prefix")
+		var want []string
+		for k := range keys {
+			if !hidden[k] && strings.HasPrefix(k, prefix) {
+				want = append(want, k)
+			}
+		}
+		slices.Sort(want)
+		var got []string
+		it := view.Prefix(prefix)
+		for it.Next() {
+			got = append(got, it.Entry().Key)
+		}
+		if it.Err() != nil {
+			rt.Fatal(it.Err())
+		}
+		if !slices.Equal(got, want) {
+			rt.Fatalf("view lists %q under %q, want %q", got, prefix, want)
+		}
+		for k := range keys {
+			_, ok, err := view.Get(k)
+			if err != nil || ok == hidden[k] {
+				rt.Fatalf("view.Get(%q) = %v, %v; hidden %v", k, ok, err, hidden[k])
+			}
+			if _, ok, err := full.Get(k); err != nil || !ok {
+				rt.Fatalf("tree.Get(%q) = %v, %v after a view hid it", k, ok, err)
+			}
+		}
+		if n := len(contents(rt, s, root)); n != len(keys) {
+			rt.Fatalf("tree has %d entries, want %d", n, len(keys))
+		}
+	})
 }

@@ -75,6 +75,9 @@ func (it *Iterator) Next() bool {
 				it.stack = nil
 				return false
 			}
+			if it.t.hidden != nil && it.t.hidden(it.cur.Key) {
+				continue
+			}
 			return true
 		}
 		it.stack = it.stack[:len(it.stack)-1]

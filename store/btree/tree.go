@@ -11,8 +11,16 @@ import (
 // Tree is not safe for concurrent edits, but stored trees are immutable and
 // any number of Trees may read them at once.
 type Tree struct {
-	s    *Store
-	root ref
+	s      *Store
+	root   ref
+	hidden func(key string) bool
+}
+
+// Hiding returns a view of t for reading in which the keys hidden reports
+// are absent, from Get and from iterators: changes queued but not committed
+// yet (a page's pending deletes) show through it.
+func (t *Tree) Hiding(hidden func(key string) bool) *Tree {
+	return &Tree{s: t.s, root: t.root, hidden: hidden}
 }
 
 // Open returns the tree with the given root.
@@ -33,6 +41,9 @@ func (t *Tree) Get(key string) (Entry, bool, error) {
 		}
 		i, found := search(n.entries, key)
 		if found {
+			if t.hidden != nil && t.hidden(key) {
+				return Entry{}, false, nil
+			}
 			return n.entries[i], true, nil
 		}
 		r, parent = n.children[i], int(n.level)
