@@ -518,12 +518,13 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	return errno("rmdir", d.pg.apply(false, ops...))
 }
 
+// Unlink removes a file. On the live page, when the file's directory keeps
+// other entries, the delete is queued and the file hidden until it lands
+// (see queueDelete); otherwise, with the directory's marker to add, it
+// waits for its commit.
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if d.pg.readOnly() {
 		return syscall.EROFS
-	}
-	if err := d.pg.settle(); err != nil {
-		return errno("unlink", err)
 	}
 	key, _, err := d.childKey(name)
 	if err != nil {
@@ -535,27 +536,32 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 			f.markUnlinked()
 		}
 	}
-	var ops []journal.Op
+	pending := d.pg.pendingFile(key) != nil // before the tree; see listDir
+	var inTree bool
+	var keep []journal.Op
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
-		_, ok, err := t.Get(key)
-		if err != nil {
+		var err error
+		if _, inTree, err = t.Get(key); err != nil {
 			return err
 		}
-		if ok {
-			ops = append(ops, journal.Op{Key: key, Delete: true})
-		} else if d.pg.pendingFile(key) == nil {
+		if !inTree && !pending {
 			return syscall.ENOENT
 		}
-		keep, err := keepParent(t, prefix, key)
-		ops = append(ops, keep...)
+		keep, err = keepParent(t, prefix, key)
 		return err
 	})
-	d.pg.dropPending(key)
 	if err != nil {
 		return errno("unlink", err)
 	}
-	if len(ops) == 0 {
-		return 0
+	d.pg.dropPending(key)
+	if d.pg.tx == nil && len(keep) == 0 {
+		// A pending file's close may still be queued: the delete goes
+		// after it even if the tree does not have the key yet.
+		return errno("unlink", d.pg.queueDelete(key))
+	}
+	ops := keep
+	if inTree || pending {
+		ops = append([]journal.Op{{Key: key, Delete: true}}, keep...)
 	}
 	return errno("unlink", d.pg.apply(false, ops...))
 }

@@ -43,7 +43,11 @@ type pageRef struct {
 	// whose commit is queued, by key; seq tells a later change apart.
 	markers   map[string]queuedMarker
 	markerSeq uint64
-	opens     int
+	// gone holds the keys whose deletion is queued, with the seq that tells
+	// a later delete of the same key apart. It is replaced, never changed
+	// in place, so that a view can keep the one it read.
+	gone  map[string]uint64
+	opens int
 }
 
 func (pg *pageRef) names() (string, string) {
@@ -97,11 +101,59 @@ func (pg *pageRef) view(fn func(p *store.Page, head *store.Commit, t *btree.Tree
 	if pg.snap != nil {
 		return fn(p, pg.snap, p.Tree(pg.snap))
 	}
+	// Queued deletes are read before the head, as pending files are: one
+	// that lands in between is then in the head already.
+	pg.mu.Lock()
+	gone := pg.gone
+	pg.mu.Unlock()
 	head, err := p.Head()
 	if err != nil {
 		return err
 	}
-	return fn(p, head, p.Tree(head))
+	t := p.Tree(head)
+	if len(gone) > 0 {
+		t = t.Hiding(func(key string) bool {
+			_, ok := gone[key]
+			return ok
+		})
+	}
+	return fn(p, head, t)
+}
+
+// queueDelete queues the deletion of key in the live page's implicit
+// journal; until it lands, views of the page hide the key. A sequential rm
+// then shares commits as a stream of closes does, rather than waiting for
+// one commit per file.
+func (pg *pageRef) queueDelete(key string) error {
+	pg.mu.Lock()
+	pg.markerSeq++
+	seq := pg.markerSeq
+	gone := make(map[string]uint64, len(pg.gone)+1)
+	for k, v := range pg.gone {
+		gone[k] = v
+	}
+	gone[key] = seq
+	pg.gone = gone
+	pg.mu.Unlock()
+	landed := func(error) {
+		pg.mu.Lock()
+		defer pg.mu.Unlock()
+		if pg.gone[key] != seq {
+			return
+		}
+		gone := make(map[string]uint64, len(pg.gone))
+		for k, v := range pg.gone {
+			if k != key {
+				gone[k] = v
+			}
+		}
+		pg.gone = gone
+	}
+	err := pg.queue(landed, journal.Op{Key: key, Delete: true})
+	if err != nil {
+		landed(err)
+	}
+	return err
 }
 
 // apply commits ops through the page's implicit journal, or records them in

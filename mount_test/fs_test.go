@@ -818,6 +818,109 @@ func TestClosesShareCommits(t *testing.T) {
 	verifySchema(t, repo)
 }
 
+// An unlink in a directory that keeps other entries returns before its
+// commit, which it shares with the unlinks that follow: a sequential rm
+// makes fewer commits than files. Everything right after an unlink misses
+// the file: stat, a listing, the history; a name removed and created again
+// at once has its new content; the last file's removal keeps the directory;
+// and a crash right after the unlinks loses none of them.
+func TestUnlinksShareCommits(t *testing.T) {
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("u", "p")
+	meta := filepath.Join(pg, ".ledger")
+	logLines := func() int {
+		b, err := os.ReadFile(filepath.Join(meta, "log"))
+		must(t, err)
+		return strings.Count(string(b), "\n")
+	}
+	dir := filepath.Join(pg, "d")
+	must(t, os.Mkdir(dir, 0o755))
+	const files = 400
+	for i := range files {
+		must(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%03d", i)), content(i, 10+i), 0o644))
+	}
+	settle := func(name string) { // fsync waits for the queued commits
+		f, err := os.Open(filepath.Join(dir, name))
+		must(t, err)
+		must(t, f.Sync())
+		f.Close()
+	}
+	settle("f000")
+
+	before := logLines()
+	for i := range files - 1 {
+		path := filepath.Join(dir, fmt.Sprintf("f%03d", i))
+		must(t, os.Remove(path))
+		if _, err := os.Lstat(path); !os.IsNotExist(err) {
+			t.Fatalf("f%03d still there after unlink: %v", i, err)
+		}
+		switch i % 50 {
+		case 7:
+			again := (i + 41) / 50 // created again below, at 9, 59, ...
+			if got := len(ls(t, dir)); got != files-1-i+again {
+				t.Fatalf("listed %d files after removing %d of %d and creating %d again", got, i+1, files, again)
+			}
+		case 9:
+			// Created again at once: the queued delete does not take it.
+			must(t, os.WriteFile(path, []byte("again"), 0o644))
+		case 11:
+			if err := os.Remove(path); !os.IsNotExist(err) {
+				t.Fatalf("second unlink of f%03d: %v, want ENOENT", i, err)
+			}
+		}
+	}
+	commits := logLines() - before
+	t.Logf("%d unlinks made %d commits", files-1, commits)
+	if commits >= (files-1)/2 {
+		t.Fatalf("%d unlinks made %d commits: few shared", files-1, commits)
+	}
+	want := []string{fmt.Sprintf("f%03d", files-1)}
+	for i := range files - 1 {
+		if i%50 == 9 {
+			want = append(want, fmt.Sprintf("f%03d", i))
+		}
+	}
+	slices.Sort(want)
+	check := func(dir string) {
+		t.Helper()
+		if got := ls(t, dir); !slices.Equal(got, want) {
+			t.Fatalf("%s lists %v, want %v", dir, got, want)
+		}
+		for _, name := range want[:len(want)-1] {
+			if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != "again" {
+				t.Fatalf("%s/%s: %q, %v; want its new content", dir, name, b, err)
+			}
+		}
+	}
+	check(dir)
+	check(filepath.Join(meta, readlink(t, filepath.Join(meta, "latest")), "d"))
+
+	// Removing every file keeps the directory, empty.
+	for _, name := range want {
+		must(t, os.Remove(filepath.Join(dir, name)))
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() || len(ls(t, dir)) != 0 {
+		t.Fatalf("directory after its last file went: %v, %v", fi, err)
+	}
+
+	// A crash right after queued unlinks keeps them.
+	for i := range 50 {
+		must(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("g%02d", i)), []byte("g"), 0o644))
+	}
+	settle("g49")
+	for i := range 49 {
+		must(t, os.Remove(filepath.Join(dir, fmt.Sprintf("g%02d", i))))
+	}
+	s.kill()
+	s = mountAt(t, repo, s.mnt)
+	if got := ls(t, dir); !slices.Equal(got, []string{"g49"}) {
+		t.Fatalf("after a crash right after 49 unlinks: %v, want [g49]", got)
+	}
+	s.stop()
+	verifySchema(t, repo)
+}
+
 // SIGTERM as soon as the mount shows ends the server cleanly: no dead mount
 // left behind.
 func TestStopRightAfterMount(t *testing.T) {
