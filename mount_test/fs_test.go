@@ -701,6 +701,14 @@ func TestListRightAfterCreates(t *testing.T) {
 	}
 }
 
+// commitCount is the number of commits .ledger/log lists.
+func commitCount(t *testing.T, meta string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(meta, "log"))
+	must(t, err)
+	return strings.Count(string(b), "\n")
+}
+
 // A close returns before its commit, which it shares with the closes that
 // follow it. Everything done right after a close sees the closed file:
 // reads, stat, rename, unlink, a listing, a transaction and the history;
@@ -710,11 +718,7 @@ func TestClosesShareCommits(t *testing.T) {
 	s := mount(t, repo)
 	pg := s.page("q", "p")
 	meta := filepath.Join(pg, ".ledger")
-	logLines := func() int {
-		b, err := os.ReadFile(filepath.Join(meta, "log"))
-		must(t, err)
-		return strings.Count(string(b), "\n")
-	}
+	logLines := func() int { return commitCount(t, meta) }
 	const closes = 300
 	before := logLines()
 	for i := range closes {
@@ -829,11 +833,7 @@ func TestUnlinksShareCommits(t *testing.T) {
 	s := mount(t, repo)
 	pg := s.page("u", "p")
 	meta := filepath.Join(pg, ".ledger")
-	logLines := func() int {
-		b, err := os.ReadFile(filepath.Join(meta, "log"))
-		must(t, err)
-		return strings.Count(string(b), "\n")
-	}
+	logLines := func() int { return commitCount(t, meta) }
 	dir := filepath.Join(pg, "d")
 	must(t, os.Mkdir(dir, 0o755))
 	const files = 400
