@@ -519,9 +519,9 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 }
 
 // Unlink removes a file. On the live page, when the file's directory keeps
-// other entries, the delete is queued and the file hidden until it lands
-// (see queueDelete); otherwise, with the directory's marker to add, it
-// waits for its commit.
+// other entries or its marker, the delete is queued and the file hidden
+// until it lands (see queueDelete); otherwise, with a marker to add so that
+// the directory stays, it waits for its commit.
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if d.pg.readOnly() {
 		return syscall.EROFS
