@@ -537,11 +537,10 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 		}
 	}
 	pending := d.pg.pendingFile(key) != nil // before the tree; see listDir
-	var inTree bool
 	var keep []journal.Op
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
-		var err error
-		if _, inTree, err = t.Get(key); err != nil {
+		_, inTree, err := t.Get(key)
+		if err != nil {
 			return err
 		}
 		if !inTree && !pending {
@@ -559,10 +558,7 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 		// after it even if the tree does not have the key yet.
 		return errno("unlink", d.pg.queueDelete(key))
 	}
-	ops := keep
-	if inTree || pending {
-		ops = append([]journal.Op{{Key: key, Delete: true}}, keep...)
-	}
+	ops := append([]journal.Op{{Key: key, Delete: true}}, keep...)
 	return errno("unlink", d.pg.apply(false, ops...))
 }
 

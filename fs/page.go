@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"maps"
 	"sync"
 	"syscall"
 
@@ -40,14 +41,15 @@ type pageRef struct {
 	inflight, ending int
 	endCond          *sync.Cond // signals ending reaching 0; on mu
 	// markers are directory markers (mode and mtime) changed by a setattr
-	// whose commit is queued, by key; seq tells a later change apart.
-	markers   map[string]queuedMarker
-	markerSeq uint64
-	// gone holds the keys whose deletion is queued, with the seq that tells
-	// a later delete of the same key apart. It is replaced, never changed
-	// in place, so that a view can keep the one it read.
-	gone  map[string]uint64
-	opens int
+	// whose commit is queued, by key.
+	markers map[string]queuedMarker
+	// gone holds the keys whose deletion is queued. It is replaced, never
+	// changed in place, so that a view can keep the one it read.
+	gone map[string]uint64
+	// queuedSeq numbers queued changes, so that a change landing does not
+	// clear what a later change of the same key shows.
+	queuedSeq uint64
+	opens     int
 }
 
 func (pg *pageRef) names() (string, string) {
@@ -125,33 +127,36 @@ func (pg *pageRef) view(fn func(p *store.Page, head *store.Commit, t *btree.Tree
 // then shares commits as a stream of closes does, rather than waiting for
 // one commit per file.
 func (pg *pageRef) queueDelete(key string) error {
+	return pg.queueShown(journal.Op{Key: key, Delete: true}, func(seq uint64) {
+		pg.gone = maps.Clone(pg.gone)
+		if pg.gone == nil {
+			pg.gone = map[string]uint64{}
+		}
+		pg.gone[key] = seq
+	}, func(seq uint64) {
+		if pg.gone[key] == seq {
+			pg.gone = maps.Clone(pg.gone)
+			delete(pg.gone, key)
+		}
+	})
+}
+
+// queueShown queues op, which shows until it lands: show records it and
+// landed drops it, both called with pg.mu held and the change's number.
+func (pg *pageRef) queueShown(op journal.Op, show, landed func(seq uint64)) error {
 	pg.mu.Lock()
-	pg.markerSeq++
-	seq := pg.markerSeq
-	gone := make(map[string]uint64, len(pg.gone)+1)
-	for k, v := range pg.gone {
-		gone[k] = v
-	}
-	gone[key] = seq
-	pg.gone = gone
+	pg.queuedSeq++
+	seq := pg.queuedSeq
+	show(seq)
 	pg.mu.Unlock()
-	landed := func(error) {
+	done := func(error) {
 		pg.mu.Lock()
 		defer pg.mu.Unlock()
-		if pg.gone[key] != seq {
-			return
-		}
-		gone := make(map[string]uint64, len(pg.gone))
-		for k, v := range pg.gone {
-			if k != key {
-				gone[k] = v
-			}
-		}
-		pg.gone = gone
+		landed(seq)
 	}
-	err := pg.queue(landed, journal.Op{Key: key, Delete: true})
+	err := pg.queue(done, op)
 	if err != nil {
-		landed(err)
+		done(err)
 	}
 	return err
 }
@@ -217,26 +222,16 @@ func (pg *pageRef) queuedMarker(key string) (btree.Entry, bool) {
 // shows until it lands: chmod and utimes of a directory need not wait for a
 // commit (cp -a sets both on every directory it copies).
 func (pg *pageRef) queueMarker(key string, e btree.Entry) error {
-	pg.mu.Lock()
-	pg.markerSeq++
-	seq := pg.markerSeq
-	if pg.markers == nil {
-		pg.markers = map[string]queuedMarker{}
-	}
-	pg.markers[key] = queuedMarker{e, seq}
-	pg.mu.Unlock()
-	landed := func(error) {
-		pg.mu.Lock()
-		defer pg.mu.Unlock()
+	return pg.queueShown(journal.Op{Key: key, Entry: e}, func(seq uint64) {
+		if pg.markers == nil {
+			pg.markers = map[string]queuedMarker{}
+		}
+		pg.markers[key] = queuedMarker{e, seq}
+	}, func(seq uint64) {
 		if m, ok := pg.markers[key]; ok && m.seq == seq {
 			delete(pg.markers, key)
 		}
-	}
-	err := pg.queue(landed, journal.Op{Key: key, Entry: e})
-	if err != nil {
-		landed(err)
-	}
-	return err
+	})
 }
 
 // settle waits until the live page's queued commits have landed. A close

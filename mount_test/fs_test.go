@@ -718,13 +718,12 @@ func TestClosesShareCommits(t *testing.T) {
 	s := mount(t, repo)
 	pg := s.page("q", "p")
 	meta := filepath.Join(pg, ".ledger")
-	logLines := func() int { return commitCount(t, meta) }
 	const closes = 300
-	before := logLines()
+	before := commitCount(t, meta)
 	for i := range closes {
 		must(t, os.WriteFile(filepath.Join(pg, fmt.Sprintf("s%03d", i)), content(i, 100+i), 0o644))
 	}
-	commits := logLines() - before
+	commits := commitCount(t, meta) - before
 	t.Logf("%d closes made %d commits", closes, commits)
 	if commits >= closes {
 		t.Fatalf("%d closes made %d commits: none shared", closes, commits)
@@ -833,7 +832,6 @@ func TestUnlinksShareCommits(t *testing.T) {
 	s := mount(t, repo)
 	pg := s.page("u", "p")
 	meta := filepath.Join(pg, ".ledger")
-	logLines := func() int { return commitCount(t, meta) }
 	dir := filepath.Join(pg, "d")
 	must(t, os.Mkdir(dir, 0o755))
 	const files = 400
@@ -848,7 +846,7 @@ func TestUnlinksShareCommits(t *testing.T) {
 	}
 	settle("f000")
 
-	before := logLines()
+	before := commitCount(t, meta)
 	for i := range files - 1 {
 		path := filepath.Join(dir, fmt.Sprintf("f%03d", i))
 		must(t, os.Remove(path))
@@ -870,7 +868,7 @@ func TestUnlinksShareCommits(t *testing.T) {
 			}
 		}
 	}
-	commits := logLines() - before
+	commits := commitCount(t, meta) - before
 	t.Logf("%d unlinks made %d commits", files-1, commits)
 	if commits >= (files-1)/2 {
 		t.Fatalf("%d unlinks made %d commits: few shared", files-1, commits)

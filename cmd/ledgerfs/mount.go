@@ -64,6 +64,9 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 				repoDir, mnt = args[0], args[1]
 			}
 			debugLog, _ := cmd.Flags().GetBool("debug")
+			if gcPercent <= 0 {
+				return fmt.Errorf("--gc-percent %d: must be positive", gcPercent)
+			}
 			// A soft limit makes the garbage collector give memory back
 			// before the heap doubles; GOMEMLIMIT, when set, wins.
 			if _, set := os.LookupEnv("GOMEMLIMIT"); !set && memLimit > 0 {
@@ -72,9 +75,6 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			// The heap holds ~90 MiB that stays live (Badger's pooled
 			// allocators, decoded tree nodes); at Go's default of 100 the
 			// collector lets garbage double that. GOGC, when set, wins.
-			if gcPercent <= 0 {
-				return fmt.Errorf("--gc-percent %d: must be positive", gcPercent)
-			}
 			if _, set := os.LookupEnv("GOGC"); !set {
 				debug.SetGCPercent(gcPercent)
 			}
