@@ -19,8 +19,8 @@ import (
 // start with its prefix.
 type dirNode struct {
 	gofs.Inode
-	pg   *pageRef
-	root *dirNode // the page root; nil for the page root itself
+	pg    *pageRef
+	below bool // a directory inside the page, not its root
 }
 
 var (
@@ -40,18 +40,18 @@ var (
 	_ gofs.NodeOnForgetter = (*dirNode)(nil)
 )
 
-func (d *dirNode) pageRoot() *dirNode {
-	if d.root == nil {
-		return d
-	}
-	return d.root
-}
-
-// pathFrom returns the components of n's path below the page root, and
-// false for a node no longer in the tree (deleted).
-func pathFrom(n *gofs.Inode, root *gofs.Inode) ([]string, bool) {
+// pathFrom returns the components of n's path below the root of page pg,
+// and false for a node no longer in the tree (deleted). The root is known by
+// what it is, not by which node it is: the kernel may forget a page's root
+// and look it up again as a new node while a file below it stays ours (a
+// closed file whose commit is queued), and that file is then found again
+// under the new root.
+func pathFrom(n *gofs.Inode, pg *pageRef) ([]string, bool) {
 	var comps []string
-	for n != root {
+	for {
+		if d, ok := n.Operations().(*dirNode); ok && !d.below && d.pg == pg {
+			break
+		}
 		name, parent := n.Parent()
 		if parent == nil {
 			return nil, false
@@ -66,7 +66,7 @@ func pathFrom(n *gofs.Inode, root *gofs.Inode) ([]string, bool) {
 }
 
 func (d *dirNode) comps() ([]string, bool) {
-	return pathFrom(d.EmbeddedInode(), d.pageRoot().EmbeddedInode())
+	return pathFrom(d.EmbeddedInode(), d.pg)
 }
 
 // prefix is the key prefix of the directory's keys.
@@ -110,12 +110,12 @@ func isMarker(e btree.Entry) bool {
 }
 
 func (d *dirNode) newDir(ctx context.Context, prefix string) *gofs.Inode {
-	n := &dirNode{pg: d.pg, root: d.pageRoot()}
+	n := &dirNode{pg: d.pg, below: true}
 	return d.NewInode(ctx, n, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: d.pg.fs.inos.get(d.pg.id('d', prefix))})
 }
 
 func (d *dirNode) newFile(ctx context.Context, key string, mode uint32) *gofs.Inode {
-	n := &fileNode{pg: d.pg, root: d.pageRoot()}
+	n := &fileNode{pg: d.pg}
 	return d.NewInode(ctx, n, gofs.StableAttr{Mode: mode & syscall.S_IFMT, Ino: d.pg.fs.inos.get(d.pg.id('f', key))})
 }
 
@@ -172,7 +172,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if !ok {
 		return nil, syscall.ENOENT
 	}
-	if name == store.ReservedName && d.root == nil && d.pg.live == nil {
+	if name == store.ReservedName && !d.below && d.pg.live == nil {
 		ch := d.NewInode(ctx, &ledgerDir{roDir(d.pg)}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: d.pg.fs.inos.get(d.pg.metaID(""))})
 		return ch, getattr(ctx, ch, &out.Attr)
 	}

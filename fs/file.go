@@ -22,8 +22,7 @@ import (
 // them.
 type fileNode struct {
 	gofs.Inode
-	pg   *pageRef
-	root *dirNode
+	pg *pageRef
 	// fixed gives a node whose place is not its key (a version under
 	// .ledger/versions) the key it shows.
 	fixed    bool
@@ -72,7 +71,7 @@ func (f *fileNode) key() (string, bool) {
 	if f.fixed {
 		return f.fixedKey, true
 	}
-	comps, ok := pathFrom(f.EmbeddedInode(), f.root.EmbeddedInode())
+	comps, ok := pathFrom(f.EmbeddedInode(), f.pg)
 	if !ok {
 		return "", false
 	}

@@ -701,6 +701,57 @@ func TestListRightAfterCreates(t *testing.T) {
 	}
 }
 
+// A closed file whose commit is still queued keeps its name when the kernel
+// forgets it and the page's directories, then looks them up again as new
+// nodes: the file's node, kept while its commit is queued, is found again
+// under the new directories and must still find its key there once the
+// commit lands. It did not: fstat and chmod failed with ENOENT, and so did
+// a read that made the kernel check the file's size.
+func TestForgottenPageRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: only root can make the kernel forget inodes (drop_caches)")
+	}
+	// No kernel attribute cache: every fstat below reaches the server.
+	s := mount(t, t.TempDir(), "--cache-timeout", "0")
+	pg := s.page("g", "p")
+	must(t, os.Mkdir(filepath.Join(pg, "d"), 0o755))
+	names := []string{"d/big", "d/small", "small"}
+	data := [][]byte{content(1, 3<<20), content(2, 4096), content(3, 4096)}
+	for i, name := range names {
+		must(t, os.WriteFile(filepath.Join(pg, name), data[i], 0o644))
+	}
+	// Right after the last close, within the committer's wait: the kernel
+	// forgets every dentry and inode it does not hold.
+	must(t, os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0))
+	var files []*os.File
+	for _, name := range names {
+		f, err := os.Open(filepath.Join(pg, name))
+		must(t, err)
+		defer f.Close()
+		files = append(files, f)
+	}
+	commitCount(t, filepath.Join(pg, ".ledger")) // waits for queued commits
+	for i, name := range names {
+		fi, err := files[i].Stat()
+		if err != nil {
+			t.Fatalf("fstat %s: %v", name, err)
+		}
+		if fi.Size() != int64(len(data[i])) {
+			t.Fatalf("fstat %s: size %d, want %d", name, fi.Size(), len(data[i]))
+		}
+		got, err := io.ReadAll(files[i])
+		must(t, err)
+		if !bytes.Equal(got, data[i]) {
+			t.Fatalf("%s: read %d bytes, want %d", name, len(got), len(data[i]))
+		}
+		path := filepath.Join(pg, name)
+		must(t, os.Chmod(path, 0o600))
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s after chmod: %v %v", name, fi, err)
+		}
+	}
+}
+
 // commitCount is the number of commits .ledger/log lists.
 func commitCount(t *testing.T, meta string) int {
 	t.Helper()
