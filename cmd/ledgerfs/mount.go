@@ -158,6 +158,10 @@ func serve(c serveConfig) error {
 			MaxWrite:      1 << 20,
 			MaxReadAhead:  readAheadKiB << 10,
 			DisableXAttrs: true,
+			// Reads reply with bytes, never a descriptor: go-fuse's splice
+			// attempt only cost syscalls per reply, and for 1 MiB replies
+			// failed (pipe too small) and logged every time.
+			DisableSplice: true,
 		},
 		Logger: nil,
 	}
