@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func (m *memStore) Put(d Digest, data []byte) error {
 	return nil
 }
 
-func (m *memStore) Get(d Digest) ([]byte, error) {
+func (m *memStore) Get(d Digest, buf []byte) ([]byte, error) {
 	if m.delay > 0 {
 		m.mu.Lock()
 		m.running++
@@ -57,7 +58,7 @@ func (m *memStore) Get(d Digest) ([]byte, error) {
 	if !ok {
 		return nil, ErrNotFound
 	}
-	return p, nil
+	return append(buf[:0], p...), nil
 }
 
 func randBytes(seed uint64, n int) []byte {
@@ -436,5 +437,51 @@ func TestSequentialReadFetchesEachPieceOnce(t *testing.T) {
 	}
 	if s.most < 2 {
 		t.Fatalf("concurrent reads fetched one piece at a time")
+	}
+}
+
+// A sequential read reuses the buffers of chunks that left the cache: it
+// allocates far less than it reads (it allocated a buffer per chunk), and
+// concurrent reads, copying out while buffers are reused, get the right
+// bytes (run with -race).
+func TestSequentialReadReusesBuffers(t *testing.T) {
+	s := newMemStore()
+	data := randBytes(7, 16<<20)
+	id := write(t, s, data, 1<<20)
+	r, err := NewReader(s, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data))
+	const block = 128 << 10
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for off := 0; off < len(data); off += block {
+		if _, err := r.ReadAt(got[off:min(off+block, len(data))], int64(off)); err != nil && err != io.EOF {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if !bytes.Equal(got, data) {
+		t.Fatal("wrong bytes")
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(len(data)/8) {
+		t.Fatalf("reading %d MiB allocated %d KiB", len(data)>>20, alloc>>10)
+	}
+
+	clear(got)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for off := w * block; off < len(data); off += 4 * block {
+				if _, err := r.ReadAt(got[off:min(off+block, len(data))], int64(off)); err != nil && err != io.EOF {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if !bytes.Equal(got, data) {
+		t.Fatal("concurrent reads: wrong bytes")
 	}
 }

@@ -9,15 +9,18 @@ import (
 
 // Source returns stored pieces by digest (never inline ones).
 type Source interface {
-	Get(d Digest) ([]byte, error)
+	// Get returns the piece d appended to buf[:0]. The result belongs to
+	// the caller, who may reuse it as a later buf.
+	Get(d Digest, buf []byte) ([]byte, error)
 }
 
-// GetPiece returns a piece's verified content, inline or stored.
-func GetPiece(src Source, d Digest) ([]byte, error) {
+// GetPiece returns a piece's verified content, inline or stored; a stored
+// piece is appended to buf[:0].
+func GetPiece(src Source, d Digest, buf []byte) ([]byte, error) {
 	if d.IsInline() {
 		return d.InlineData(), nil
 	}
-	data, err := src.Get(d)
+	data, err := src.Get(d, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -31,7 +34,10 @@ func GetPiece(src Source, d Digest) ([]byte, error) {
 // a read touches only the pieces that hold the bytes asked for; it keeps the
 // last pieces it fetched, which makes sequential reads fetch each piece
 // once, and concurrent reads of one piece (the kernel's neighbouring
-// read-ahead requests) fetch it once. A Reader is safe for concurrent use.
+// read-ahead requests) fetch it once. Chunks are copied out under the lock,
+// so the buffer of a chunk that leaves the cache takes the next one: a
+// stream of reads allocates nothing per chunk. A Reader is safe for
+// concurrent use.
 type Reader struct {
 	src  Source
 	root Digest
@@ -44,6 +50,7 @@ type Reader struct {
 	indexes  [maxIndexDepth]cached
 	chunks   [8]cached
 	nextCh   int
+	spare    [][]byte // buffers of chunks that left the cache, up to maxSpare
 	tick     uint64
 	fetching map[Digest]*fetch
 }
@@ -122,7 +129,7 @@ func (r *Reader) piece(d Digest) (cached, error) {
 
 // load fetches, verifies and decodes the piece d into f and the cache.
 func (r *Reader) load(d Digest, f *fetch) {
-	f.c, f.err = r.decode(d)
+	f.c, f.err = r.decode(d, nil)
 	r.mu.Lock()
 	switch {
 	case f.err != nil:
@@ -145,8 +152,8 @@ func (r *Reader) load(d Digest, f *fetch) {
 	close(f.done)
 }
 
-func (r *Reader) decode(d Digest) (cached, error) {
-	data, err := GetPiece(r.src, d)
+func (r *Reader) decode(d Digest, buf []byte) (cached, error) {
+	data, err := GetPiece(r.src, d, buf)
 	if err != nil {
 		return cached{}, fmt.Errorf("read piece %s: %w", d, err)
 	}
@@ -199,15 +206,12 @@ func (r *Reader) readAt(d Digest, p []byte, pos uint64, depth int) (int, error) 
 	if depth > maxIndexDepth {
 		return 0, fmt.Errorf("cas: index of %s is too deep", r.root)
 	}
+	if !d.IsIndex() {
+		return r.readChunk(d, p, pos)
+	}
 	c, err := r.piece(d)
 	if err != nil {
 		return 0, err
-	}
-	if c.index == nil {
-		if pos >= uint64(len(c.data)) {
-			return 0, nil
-		}
-		return copy(p, c.data[pos:]), nil
 	}
 	i := sort.Search(len(c.ends), func(i int) bool { return c.ends[i] > pos })
 	if i == len(c.ends) {
@@ -215,6 +219,61 @@ func (r *Reader) readAt(d Digest, p []byte, pos uint64, depth int) (int, error) 
 	}
 	start := c.ends[i] - c.index.Children[i].Size
 	return r.readAt(c.index.Children[i].ID.Digest, p, pos-start, depth+1)
+}
+
+// readChunk copies bytes of the chunk d from pos on into p. The copy is made
+// under r.mu: the chunk's buffer is reused once the chunk leaves the cache.
+func (r *Reader) readChunk(d Digest, p []byte, pos uint64) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for {
+		c, f, ok := r.lookup(d)
+		if ok && f == nil {
+			return copyFrom(p, c.data, pos), nil
+		}
+		if ok {
+			// Another read fetches it; it is in the cache when done,
+			// unless eight others pushed it out meanwhile.
+			r.mu.Unlock()
+			<-f.done
+			r.mu.Lock()
+			if f.err != nil {
+				return 0, f.err
+			}
+			continue
+		}
+		f = &fetch{done: make(chan struct{})}
+		r.fetching[d] = f
+		var buf []byte
+		if n := len(r.spare); n > 0 {
+			buf, r.spare = r.spare[n-1], r.spare[:n-1]
+		}
+		r.mu.Unlock()
+		f.c, f.err = r.decode(d, buf)
+		r.mu.Lock()
+		delete(r.fetching, d)
+		close(f.done)
+		if f.err != nil {
+			return 0, f.err
+		}
+		if old := r.chunks[r.nextCh].data; old != nil && !r.chunks[r.nextCh].d.IsInline() && len(r.spare) < maxSpare {
+			r.spare = append(r.spare, old)
+		}
+		r.chunks[r.nextCh] = f.c
+		r.nextCh = (r.nextCh + 1) % len(r.chunks)
+		return copyFrom(p, f.c.data, pos), nil
+	}
+}
+
+// maxSpare buffers serve the fetches of as many concurrent reads (the
+// kernel keeps about two under way); more allocate.
+const maxSpare = 2
+
+func copyFrom(p, data []byte, pos uint64) int {
+	if pos >= uint64(len(data)) {
+		return 0
+	}
+	return copy(p, data[pos:])
 }
 
 // Walk visits the pieces of the object id. pre is called on a piece before
@@ -233,7 +292,7 @@ func walk(src Source, d Digest, pre func(d Digest) (bool, error), post func(d Di
 		return err
 	}
 	if d.IsIndex() {
-		data, err := GetPiece(src, d)
+		data, err := GetPiece(src, d, nil)
 		if err != nil {
 			return err
 		}

@@ -75,7 +75,7 @@ func (p *Page) check() error {
 }
 
 // Get returns a stored piece (cas.Source).
-func (p *Page) Get(d cas.Digest) ([]byte, error) {
+func (p *Page) Get(d cas.Digest, buf []byte) ([]byte, error) {
 	if err := p.check(); err != nil {
 		return nil, err
 	}
@@ -85,7 +85,7 @@ func (p *Page) Get(d cas.Digest) ([]byte, error) {
 		if err != nil {
 			return err
 		}
-		out, err = it.ValueCopy(nil)
+		out, err = it.ValueCopy(buf[:0])
 		return err
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {

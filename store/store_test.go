@@ -167,7 +167,7 @@ func TestClosedPage(t *testing.T) {
 	if _, err := p.Head(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Head on closed page: %v", err)
 	}
-	if _, err := p.Get(cas.Digest("x")); !errors.Is(err, ErrClosed) {
+	if _, err := p.Get(cas.Digest("x"), nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Get on closed page: %v", err)
 	}
 	w := p.NewValueWriter()

@@ -33,14 +33,14 @@ func (p *memPieces) Put(d cas.Digest, b []byte) error {
 	return nil
 }
 
-func (p *memPieces) Get(d cas.Digest) ([]byte, error) {
+func (p *memPieces) Get(d cas.Digest, buf []byte) ([]byte, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	b, ok := p.m[d]
 	if !ok {
 		return nil, cas.ErrNotFound
 	}
-	return b, nil
+	return append(buf[:0], b...), nil
 }
 
 func newStore(t testing.TB, cached bool) (*Store, *memPieces) {

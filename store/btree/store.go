@@ -122,7 +122,7 @@ func (s *Store) loadID(id cas.ObjectIdentifier) (*node, error) {
 // readObject returns a node's bytes, joining its pieces if it was split.
 func (s *Store) readObject(id cas.ObjectIdentifier) ([]byte, error) {
 	if !id.Digest.IsIndex() {
-		return cas.GetPiece(s.pieces, id.Digest)
+		return cas.GetPiece(s.pieces, id.Digest, nil)
 	}
 	r, err := cas.NewReader(s.pieces, id)
 	if err != nil {
