@@ -418,8 +418,8 @@ func TestLargeFile(t *testing.T) {
 	if limit := 512 << 10; peak > limit {
 		t.Fatalf("server peak RSS %d MiB while writing %d MiB (limit %d MiB)", peak>>10, size>>20, limit>>10)
 	}
-	// A server run by root sets the mount's kernel read-ahead to its
-	// largest read: the kernel's 128 KiB default held sequential reads back.
+	// A server run by root sets the mount's kernel read-ahead to four of its
+	// largest reads: the kernel's 128 KiB default held sequential reads back.
 	if os.Geteuid() == 0 {
 		ms, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(s.mnt))
 		if err != nil || len(ms) != 1 {
@@ -427,8 +427,8 @@ func TestLargeFile(t *testing.T) {
 		}
 		ra, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", ms[0].Major, ms[0].Minor))
 		must(t, err)
-		if got := strings.TrimSpace(string(ra)); got != "1024" {
-			t.Fatalf("kernel read-ahead of the mount is %s KiB, want 1024", got)
+		if got := strings.TrimSpace(string(ra)); got != "4096" {
+			t.Fatalf("kernel read-ahead of the mount is %s KiB, want 4096", got)
 		}
 	}
 	// Reads return bytes, not a descriptor to splice from: go-fuse's splice

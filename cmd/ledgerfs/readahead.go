@@ -9,9 +9,13 @@ import (
 	"github.com/moby/sys/mountinfo"
 )
 
-// readAheadKiB is the kernel read-ahead set for the mount, as large as the
-// server's largest read (MaxReadAhead).
-const readAheadKiB = 1024
+// readAheadKiB is the kernel read-ahead set for the mount (and the
+// MaxReadAhead it asks for): four of the server's largest reads (1 MiB,
+// MaxWrite), so that a sequential reader keeps several reads under way and
+// the server verifies chunks on every core while the value log is read in.
+// A cold 1 GiB read, 4 rounds alternating: 2.14/2.03/2.41/2.40 s at 1 MiB,
+// 2.14/1.85/1.90/1.95 s at 2 MiB, 1.86/1.87/1.87/2.00 s at 4 MiB.
+const readAheadKiB = 4096
 
 // setReadAhead sets the kernel's read-ahead for the FUSE mount at mnt. The
 // kernel caps a FUSE mount's read-ahead at its 128 KiB default whatever the
