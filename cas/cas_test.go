@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -483,5 +484,59 @@ func TestSequentialReadReusesBuffers(t *testing.T) {
 	wg.Wait()
 	if !bytes.Equal(got, data) {
 		t.Fatal("concurrent reads: wrong bytes")
+	}
+}
+
+// streamStore counts the gets made as streaming.
+type streamStore struct {
+	*memStore
+	streamed atomic.Int64
+}
+
+func (s *streamStore) GetStreaming(d Digest, buf []byte) ([]byte, error) {
+	s.streamed.Add(1)
+	return s.Get(d, buf)
+}
+
+// A reader streams (asks its source to read ahead) once reads follow each
+// other, and not for reads at random offsets.
+func TestReaderStreamsSequentialReads(t *testing.T) {
+	s := &streamStore{memStore: newMemStore()}
+	data := randBytes(8, 64<<20)
+	id := write(t, s, data, 1<<20)
+	read := func(r *Reader, off, n int) {
+		got := make([]byte, n)
+		if _, err := r.ReadAt(got, int64(off)); err != nil && err != io.EOF {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data[off:off+n]) {
+			t.Fatalf("wrong bytes at %d", off)
+		}
+	}
+
+	r, err := NewReader(s, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := s.count()
+	for off := 0; off < 16<<20; off += 128 << 10 {
+		read(r, off, 128<<10)
+	}
+	if gets, streamed := s.count()-before, int(s.streamed.Load()); streamed < gets*3/4 {
+		t.Fatalf("sequential reads: %d of %d gets streaming", streamed, gets)
+	}
+
+	r, err = NewReader(s, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.streamed.Store(0)
+	before = s.count()
+	rng := rand.New(rand.NewPCG(9, 9))
+	for range 2000 {
+		read(r, rng.IntN(len(data)-4096), 4096)
+	}
+	if gets, streamed := s.count()-before, int(s.streamed.Load()); streamed > gets/10 {
+		t.Fatalf("random reads: %d of %d gets streaming", streamed, gets)
 	}
 }

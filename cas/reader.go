@@ -14,6 +14,17 @@ type Source interface {
 	Get(d Digest, buf []byte) ([]byte, error)
 }
 
+// A StreamSource also serves a read that goes on in order, and may read ahead
+// of the piece asked for.
+type StreamSource interface {
+	Source
+	GetStreaming(d Digest, buf []byte) ([]byte, error)
+}
+
+type streaming struct{ StreamSource }
+
+func (s streaming) Get(d Digest, buf []byte) ([]byte, error) { return s.GetStreaming(d, buf) }
+
 // GetPiece returns a piece's verified content, inline or stored; a stored
 // piece is appended to buf[:0].
 func GetPiece(src Source, d Digest, buf []byte) ([]byte, error) {
@@ -47,10 +58,14 @@ type Reader struct {
 	// Index pieces and chunks are kept apart, index pieces by last use: a
 	// stream of chunks must not push out the index pieces every read walks
 	// through, down from the root.
-	indexes  [maxIndexDepth]cached
-	chunks   [8]cached
-	nextCh   int
-	spare    [][]byte // buffers of chunks that left the cache, up to maxSpare
+	indexes [maxIndexDepth]cached
+	chunks  [8]cached
+	nextCh  int
+	spare   [][]byte // buffers of chunks that left the cache, up to maxSpare
+	// A read that starts near where the last one ended continues a
+	// stream; after streamAfter of them, chunks are fetched as streaming.
+	lastEnd  uint64
+	run      int
 	tick     uint64
 	fetching map[Digest]*fetch
 }
@@ -129,7 +144,7 @@ func (r *Reader) piece(d Digest) (cached, error) {
 
 // load fetches, verifies and decodes the piece d into f and the cache.
 func (r *Reader) load(d Digest, f *fetch) {
-	f.c, f.err = r.decode(d, nil)
+	f.c, f.err = r.decode(r.src, d, nil)
 	r.mu.Lock()
 	switch {
 	case f.err != nil:
@@ -152,8 +167,8 @@ func (r *Reader) load(d Digest, f *fetch) {
 	close(f.done)
 }
 
-func (r *Reader) decode(d Digest, buf []byte) (cached, error) {
-	data, err := GetPiece(r.src, d, buf)
+func (r *Reader) decode(src Source, d Digest, buf []byte) (cached, error) {
+	data, err := GetPiece(src, d, buf)
 	if err != nil {
 		return cached{}, fmt.Errorf("read piece %s: %w", d, err)
 	}
@@ -180,13 +195,19 @@ func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("cas: negative offset %d", off)
 	}
+	src := r.src
+	if r.streams(uint64(off), uint64(len(p))) {
+		if s, ok := r.src.(StreamSource); ok {
+			src = streaming{s}
+		}
+	}
 	n := 0
 	for n < len(p) {
 		pos := uint64(off) + uint64(n)
 		if pos >= r.size {
 			return n, io.EOF
 		}
-		m, err := r.readAt(r.root, p[n:], pos, 0)
+		m, err := r.readAt(src, r.root, p[n:], pos, 0)
 		if err != nil {
 			return n, err
 		}
@@ -200,14 +221,38 @@ func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
 
 const maxIndexDepth = 16
 
+// Reads that start within streamSlack of where the last one ended continue
+// a stream (the kernel's read-ahead sends several at once, not in order);
+// streamAfter of them in a row make the reader stream. Random reads seldom
+// land near each other twice in a row.
+const (
+	streamSlack = 4 << 20
+	streamAfter = 2
+)
+
+// streams records a read of n bytes at off and reports whether the reader
+// is streaming.
+func (r *Reader) streams(off, n uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if off+streamSlack >= r.lastEnd && off <= r.lastEnd+streamSlack {
+		r.run++
+		r.lastEnd = max(r.lastEnd, off+n)
+	} else {
+		r.run = 0
+		r.lastEnd = off + n
+	}
+	return r.run >= streamAfter
+}
+
 // readAt copies from the piece d, which starts at offset 0 of its own
 // content, bytes from pos on into p, staying within one leaf chunk.
-func (r *Reader) readAt(d Digest, p []byte, pos uint64, depth int) (int, error) {
+func (r *Reader) readAt(src Source, d Digest, p []byte, pos uint64, depth int) (int, error) {
 	if depth > maxIndexDepth {
 		return 0, fmt.Errorf("cas: index of %s is too deep", r.root)
 	}
 	if !d.IsIndex() {
-		return r.readChunk(d, p, pos)
+		return r.readChunk(src, d, p, pos)
 	}
 	c, err := r.piece(d)
 	if err != nil {
@@ -218,12 +263,12 @@ func (r *Reader) readAt(d Digest, p []byte, pos uint64, depth int) (int, error) 
 		return 0, nil
 	}
 	start := c.ends[i] - c.index.Children[i].Size
-	return r.readAt(c.index.Children[i].ID.Digest, p, pos-start, depth+1)
+	return r.readAt(src, c.index.Children[i].ID.Digest, p, pos-start, depth+1)
 }
 
 // readChunk copies bytes of the chunk d from pos on into p. The copy is made
 // under r.mu: the chunk's buffer is reused once the chunk leaves the cache.
-func (r *Reader) readChunk(d Digest, p []byte, pos uint64) (int, error) {
+func (r *Reader) readChunk(src Source, d Digest, p []byte, pos uint64) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for {
@@ -249,7 +294,7 @@ func (r *Reader) readChunk(d Digest, p []byte, pos uint64) (int, error) {
 			buf, r.spare = r.spare[n-1], r.spare[:n-1]
 		}
 		r.mu.Unlock()
-		f.c, f.err = r.decode(d, buf)
+		f.c, f.err = r.decode(src, d, buf)
 		r.mu.Lock()
 		delete(r.fetching, d)
 		close(f.done)

@@ -45,6 +45,8 @@ type Page struct {
 
 	repo *Repository
 	refs int // guarded by repo.mu
+
+	ra readAhead
 }
 
 // DB returns the page's Badger db, for the journal package's row writes.
@@ -75,7 +77,13 @@ func (p *Page) check() error {
 }
 
 // Get returns a stored piece (cas.Source).
-func (p *Page) Get(d cas.Digest, buf []byte) ([]byte, error) {
+func (p *Page) Get(d cas.Digest, buf []byte) ([]byte, error) { return p.get(d, buf, false) }
+
+// GetStreaming returns a stored piece that a read in order wants, and has
+// the value log around it read in (cas.StreamSource).
+func (p *Page) GetStreaming(d cas.Digest, buf []byte) ([]byte, error) { return p.get(d, buf, true) }
+
+func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 	if err := p.check(); err != nil {
 		return nil, err
 	}
@@ -85,8 +93,13 @@ func (p *Page) Get(d cas.Digest, buf []byte) ([]byte, error) {
 		if err != nil {
 			return err
 		}
-		out, err = it.ValueCopy(buf[:0])
-		return err
+		return it.Value(func(v []byte) error {
+			out = append(buf[:0], v...)
+			if stream {
+				p.ra.near(v)
+			}
+			return nil
+		})
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, fmt.Errorf("piece %s: %w", d, cas.ErrNotFound)
