@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -22,14 +23,22 @@ import (
 const (
 	raRegion = 4 << 20 // value log asked for at a time
 	raAround = 2       // regions on each side of a value's: its batch and the next
+	// raFresh is how long a region asked for is not asked for again: the
+	// pages may have left the page cache by the next read of the file.
+	raFresh = time.Second
 )
 
 // readAhead is a page's record of the value-log regions it asked for.
 type readAhead struct {
 	mu   sync.Mutex
-	done [16]uintptr // regions asked for lately, by number
+	done [16]asked // regions asked for lately
 	next int
 	m    mapping // the mapping of the last value
+}
+
+type asked struct {
+	region uintptr // address / raRegion
+	at     time.Time
 }
 
 // near asks the kernel to read in the regions around v, a value in a
@@ -52,13 +61,13 @@ func (ra *readAhead) near(v []byte) {
 	}
 	var todo [2*raAround + 1][2]uintptr
 	n := 0
-	r := addr / raRegion
+	r, now := addr/raRegion, time.Now()
 	for b := r - raAround; b <= r+raAround; b++ {
 		start, end := max(b*raRegion, ra.m.start), min((b+1)*raRegion, ra.m.end)
-		if start >= end || ra.asked(b) {
+		if start >= end || ra.askedLately(b, now) {
 			continue
 		}
-		ra.done[ra.next] = b
+		ra.done[ra.next] = asked{b, now}
 		ra.next = (ra.next + 1) % len(ra.done)
 		todo[n] = [2]uintptr{start, end}
 		n++
@@ -75,9 +84,9 @@ func (ra *readAhead) near(v []byte) {
 	}()
 }
 
-func (ra *readAhead) asked(b uintptr) bool {
-	for _, d := range ra.done {
-		if d == b && b != 0 {
+func (ra *readAhead) askedLately(region uintptr, now time.Time) bool {
+	for _, a := range ra.done {
+		if a.region == region && now.Sub(a.at) < raFresh {
 			return true
 		}
 	}

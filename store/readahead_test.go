@@ -58,7 +58,7 @@ func vlogResident(t *testing.T, p *Page, evict bool) int {
 // A streaming get has the kernel read in the value log around the piece, a
 // plain get does not: after a piece of a cold 32 MiB value was read, the
 // page cache holds at least 8 MiB more of the value log for the streaming
-// get than for the plain one.
+// get than for the plain one, also when the stretch was read ahead before.
 func TestGetStreamingReadsAhead(t *testing.T) {
 	p := testPage(t)
 	id := writeValue(t, p, benchBytes(32<<20))
@@ -92,5 +92,16 @@ func TestGetStreamingReadsAhead(t *testing.T) {
 	t.Logf("resident after one get: plain %d KiB, streaming %d KiB", plain>>10, streaming>>10)
 	if streaming < plain+8<<20 {
 		t.Fatalf("streaming get: %d KiB of value log read in, plain get %d KiB", streaming>>10, plain>>10)
+	}
+
+	// A later read of the same stretch, once the pages left the cache,
+	// is read ahead again.
+	vlogResident(t, p, true)
+	time.Sleep(raFresh)
+	if _, err := p.GetStreaming(d, nil); err != nil {
+		t.Fatal(err)
+	}
+	if again := settled(); again < plain+8<<20 {
+		t.Fatalf("streaming get %v later: %d KiB of value log read in, plain get %d KiB", raFresh, again>>10, plain>>10)
 	}
 }
