@@ -1,9 +1,6 @@
 package store
 
 import (
-	"bufio"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -93,38 +90,13 @@ func (ra *readAhead) askedLately(region uintptr, now time.Time) bool {
 	return false
 }
 
-// mapping is a range of this process's address space that maps a file.
-type mapping struct {
-	start, end uintptr
-	path       string
-}
-
-func (m mapping) contains(addr uintptr) bool { return m.start <= addr && addr < m.end }
-
-// mappingOf finds the file mapping that holds addr in /proc/self/maps.
-func mappingOf(addr uintptr) (mapping, bool) {
-	f, err := os.Open("/proc/self/maps")
-	if err != nil {
-		return mapping{}, false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// start-end perms offset dev inode path
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 {
-			continue
+// mappingOf finds the file mapping that holds addr.
+func mappingOf(addr uintptr) (found mapping, ok bool) {
+	eachMapping(func(m mapping) bool {
+		if m.contains(addr) {
+			found, ok = m, true
 		}
-		start, end, ok := strings.Cut(fields[0], "-")
-		if !ok {
-			continue
-		}
-		s, err1 := strconv.ParseUint(start, 16, 64)
-		e, err2 := strconv.ParseUint(end, 16, 64)
-		if err1 != nil || err2 != nil || uintptr(s) > addr || addr >= uintptr(e) {
-			continue
-		}
-		return mapping{uintptr(s), uintptr(e), fields[5]}, true
-	}
-	return mapping{}, false
+		return !ok
+	})
+	return found, ok
 }

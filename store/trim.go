@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bufio"
 	"log/slog"
 	"os"
 	"strconv"
@@ -120,35 +119,14 @@ func (t *trimmer) settle() {
 
 // trim drops the resident pages of every value-log mapping under t.dir.
 func (t *trimmer) trim() error {
-	f, err := os.Open("/proc/self/maps")
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// start-end perms offset dev inode path
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || !trimmed(fields[5]) || !strings.HasPrefix(fields[5], t.dir) {
-			continue
+	return eachMapping(func(m mapping) bool {
+		if trimmed(m.path) && strings.HasPrefix(m.path, t.dir) && m.shared {
+			// A mapping unmapped meanwhile makes madvise fail with
+			// ENOMEM: harmless.
+			unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, unix.MADV_DONTNEED)
 		}
-		if !strings.Contains(fields[1], "s") { // shared mappings only
-			continue
-		}
-		start, end, ok := strings.Cut(fields[0], "-")
-		if !ok {
-			continue
-		}
-		s, err1 := strconv.ParseUint(start, 16, 64)
-		e, err2 := strconv.ParseUint(end, 16, 64)
-		if err1 != nil || err2 != nil || e <= s {
-			continue
-		}
-		// A mapping unmapped meanwhile makes madvise fail with ENOMEM:
-		// harmless.
-		unix.Syscall(unix.SYS_MADVISE, uintptr(s), uintptr(e-s), unix.MADV_DONTNEED)
-	}
-	return sc.Err()
+		return true
+	})
 }
 
 // trimmed reports whether a mapped file is one trim drops: a value log or a
