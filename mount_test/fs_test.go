@@ -976,6 +976,29 @@ func TestUnlinksShareCommits(t *testing.T) {
 	verifySchema(t, repo)
 }
 
+// An unmount from outside ends the server cleanly, and it does not then try
+// to unmount again (it logged "unmounting" after "unmounted").
+func TestUnmountFromOutside(t *testing.T) {
+	s := mount(t, t.TempDir())
+	must(t, os.WriteFile(filepath.Join(s.page("u", "p"), "f"), []byte("kept"), 0o644))
+	must(t, syscall.Unmount(s.mnt, 0))
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Fatalf("server exited with %v:\n%s", err, s.log)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("server still running 60s after the unmount:\n%s", s.log)
+	}
+	if log := s.log.String(); strings.Contains(log, "unmounting") || !strings.Contains(log, "unmounted") {
+		t.Fatalf("server log after an unmount from outside:\n%s", log)
+	}
+	s2 := mount(t, s.repo)
+	if b, err := os.ReadFile(filepath.Join(s2.mnt, "u", "p", "f")); err != nil || string(b) != "kept" {
+		t.Fatalf("after remount: %q, %v", b, err)
+	}
+}
+
 // SIGTERM as soon as the mount shows ends the server cleanly: no dead mount
 // left behind.
 func TestStopRightAfterMount(t *testing.T) {

@@ -177,8 +177,15 @@ func serve(c serveConfig) error {
 	}
 	slog.Info("serving", "repo", c.repo, "mountpoint", mnt)
 
+	// A signal unmounts; an unmount from outside (umount, fusermount3 -u)
+	// ends the serving, and then there is nothing left to unmount.
+	served := make(chan struct{})
 	go func() {
-		<-ctx.Done()
+		select {
+		case <-served:
+			return
+		case <-ctx.Done():
+		}
 		slog.Info("unmounting", "mountpoint", mnt)
 		for i := 0; ; i++ {
 			err := server.Unmount()
@@ -206,6 +213,7 @@ func serve(c serveConfig) error {
 		}()
 	}
 	server.Wait()
+	close(served)
 	slog.Info("unmounted", "mountpoint", mnt)
 	fsys.Close()
 	return repo.Close()
