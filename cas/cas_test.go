@@ -88,12 +88,19 @@ func write(t testing.TB, s Sink, data []byte, blocks int) ObjectIdentifier {
 	return id
 }
 
-func readAll(t testing.TB, src Source, id ObjectIdentifier) []byte {
+// openReader opens a reader of id, failing the test if it cannot.
+func openReader(t testing.TB, src Source, id ObjectIdentifier) *Reader {
 	t.Helper()
 	r, err := NewReader(src, id)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+func readAll(t testing.TB, src Source, id ObjectIdentifier) []byte {
+	t.Helper()
+	r := openReader(t, src, id)
 	out := make([]byte, r.Size())
 	if n, err := r.ReadAt(out, 0); err != nil && err != io.EOF || n != len(out) {
 		t.Fatalf("ReadAt: %d, %v", n, err)
@@ -234,10 +241,7 @@ func TestReadAtTouchesFewPieces(t *testing.T) {
 	s := newMemStore()
 	data := randBytes(5, 8<<20)
 	id := write(t, s, data, 1<<20)
-	r, err := NewReader(s, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := openReader(t, s, id)
 	rng := rand.New(rand.NewPCG(1, 2))
 	buf := make([]byte, 4096)
 	for range 200 {
@@ -270,11 +274,8 @@ func TestCorruptPieceIsAnError(t *testing.T) {
 			break
 		}
 	}
-	r, err := NewReader(s, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = r.ReadAt(make([]byte, len(data)), 0)
+	r := openReader(t, s, id)
+	_, err := r.ReadAt(make([]byte, len(data)), 0)
 	var ce *CorruptError
 	if !errors.As(err, &ce) {
 		t.Fatalf("want CorruptError, got %v", err)
@@ -403,10 +404,7 @@ func TestSequentialReadFetchesEachPieceOnce(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	r, err := NewReader(s, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := openReader(t, s, id)
 	got := make([]byte, len(data))
 	for off := 0; off < len(data); off += block {
 		read(r, got, off)
@@ -419,10 +417,7 @@ func TestSequentialReadFetchesEachPieceOnce(t *testing.T) {
 	}
 
 	s.delay = 50 * time.Microsecond
-	r, err = NewReader(s, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r = openReader(t, s, id)
 	clear(got)
 	var wg sync.WaitGroup
 	for off := 0; off < len(data); off += 4 * block {
@@ -449,10 +444,7 @@ func TestSequentialReadReusesBuffers(t *testing.T) {
 	s := newMemStore()
 	data := randBytes(7, 16<<20)
 	id := write(t, s, data, 1<<20)
-	r, err := NewReader(s, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := openReader(t, s, id)
 	got := make([]byte, len(data))
 	const block = 128 << 10
 	var before, after runtime.MemStats
@@ -514,10 +506,7 @@ func TestReaderStreamsSequentialReads(t *testing.T) {
 		}
 	}
 
-	r, err := NewReader(s, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := openReader(t, s, id)
 	before := s.count()
 	for off := 0; off < 16<<20; off += 128 << 10 {
 		read(r, off, 128<<10)
@@ -526,10 +515,7 @@ func TestReaderStreamsSequentialReads(t *testing.T) {
 		t.Fatalf("sequential reads: %d of %d gets streaming", streamed, gets)
 	}
 
-	r, err = NewReader(s, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r = openReader(t, s, id)
 	s.streamed.Store(0)
 	before = s.count()
 	rng := rand.New(rand.NewPCG(9, 9))

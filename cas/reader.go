@@ -50,9 +50,10 @@ func GetPiece(src Source, d Digest, buf []byte) ([]byte, error) {
 // stream of reads allocates nothing per chunk. A Reader is safe for
 // concurrent use.
 type Reader struct {
-	src  Source
-	root Digest
-	size uint64
+	src    Source
+	stream Source // src, or its streaming form if it has one
+	root   Digest
+	size   uint64
 
 	mu sync.Mutex
 	// Index pieces and chunks are kept apart, index pieces by last use: a
@@ -87,7 +88,10 @@ type fetch struct {
 
 // NewReader opens the object id for reading.
 func NewReader(src Source, id ObjectIdentifier) (*Reader, error) {
-	r := &Reader{src: src, root: id.Digest, fetching: map[Digest]*fetch{}}
+	r := &Reader{src: src, stream: src, root: id.Digest, fetching: map[Digest]*fetch{}}
+	if s, ok := src.(StreamSource); ok {
+		r.stream = streaming{s}
+	}
 	p, err := r.piece(id.Digest)
 	if err != nil {
 		return nil, err
@@ -122,49 +126,62 @@ func (r *Reader) lookup(d Digest) (cached, *fetch, bool) {
 }
 
 // piece returns the piece d: cached, being fetched by another read, or
-// fetched now.
+// fetched now. Chunks are read through readChunk, which copies them out
+// under the lock; piece serves index pieces and the root of a new reader.
 func (r *Reader) piece(d Digest) (cached, error) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	c, f, ok := r.lookup(d)
-	if ok && f == nil {
-		r.mu.Unlock()
+	switch {
+	case ok && f == nil:
 		return c, nil
-	}
-	if !ok {
-		f = &fetch{done: make(chan struct{})}
-		r.fetching[d] = f
+	case ok:
 		r.mu.Unlock()
-		r.load(d, f)
-	} else {
-		r.mu.Unlock()
+		<-f.done
+		r.mu.Lock()
+		return f.c, f.err
 	}
-	<-f.done
+	return r.fetchLocked(r.src, d, nil)
+}
+
+// fetchLocked fetches, verifies and decodes the piece d, into buf if it is
+// a chunk, and caches it. Concurrent reads of d wait for this fetch. Called
+// with r.mu held, which it releases while fetching.
+func (r *Reader) fetchLocked(src Source, d Digest, buf []byte) (cached, error) {
+	f := &fetch{done: make(chan struct{})}
+	r.fetching[d] = f
+	r.mu.Unlock()
+	f.c, f.err = r.decode(src, d, buf)
+	r.mu.Lock()
+	delete(r.fetching, d)
+	if f.err == nil {
+		r.keep(f.c)
+	}
+	close(f.done)
 	return f.c, f.err
 }
 
-// load fetches, verifies and decodes the piece d into f and the cache.
-func (r *Reader) load(d Digest, f *fetch) {
-	f.c, f.err = r.decode(r.src, d, nil)
-	r.mu.Lock()
-	switch {
-	case f.err != nil:
-	case d.IsIndex():
+// keep caches a fetched piece: an index piece in place of the one used
+// least lately, a chunk in place of the oldest, whose buffer it keeps for
+// the next fetch. Called with r.mu held.
+func (r *Reader) keep(c cached) {
+	if c.d.IsIndex() {
 		lru := 0
-		for i, c := range r.indexes {
-			if c.used < r.indexes[lru].used {
+		for i, ic := range r.indexes {
+			if ic.used < r.indexes[lru].used {
 				lru = i
 			}
 		}
 		r.tick++
-		r.indexes[lru] = f.c
-		r.indexes[lru].used = r.tick
-	default:
-		r.chunks[r.nextCh] = f.c
-		r.nextCh = (r.nextCh + 1) % len(r.chunks)
+		c.used = r.tick
+		r.indexes[lru] = c
+		return
 	}
-	delete(r.fetching, d)
-	r.mu.Unlock()
-	close(f.done)
+	if old := r.chunks[r.nextCh]; old.data != nil && !old.d.IsInline() && len(r.spare) < maxSpare {
+		r.spare = append(r.spare, old.data)
+	}
+	r.chunks[r.nextCh] = c
+	r.nextCh = (r.nextCh + 1) % len(r.chunks)
 }
 
 func (r *Reader) decode(src Source, d Digest, buf []byte) (cached, error) {
@@ -197,9 +214,7 @@ func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
 	}
 	src := r.src
 	if r.streams(uint64(off), uint64(len(p))) {
-		if s, ok := r.src.(StreamSource); ok {
-			src = streaming{s}
-		}
+		src = r.stream
 	}
 	n := 0
 	for n < len(p) {
@@ -276,37 +291,25 @@ func (r *Reader) readChunk(src Source, d Digest, p []byte, pos uint64) (int, err
 		if ok && f == nil {
 			return copyFrom(p, c.data, pos), nil
 		}
-		if ok {
-			// Another read fetches it; it is in the cache when done,
-			// unless eight others pushed it out meanwhile.
-			r.mu.Unlock()
-			<-f.done
-			r.mu.Lock()
-			if f.err != nil {
-				return 0, f.err
+		if !ok {
+			var buf []byte
+			if n := len(r.spare); n > 0 {
+				buf, r.spare = r.spare[n-1], r.spare[:n-1]
 			}
-			continue
+			c, err := r.fetchLocked(src, d, buf)
+			if err != nil {
+				return 0, err
+			}
+			return copyFrom(p, c.data, pos), nil
 		}
-		f = &fetch{done: make(chan struct{})}
-		r.fetching[d] = f
-		var buf []byte
-		if n := len(r.spare); n > 0 {
-			buf, r.spare = r.spare[n-1], r.spare[:n-1]
-		}
+		// Another read fetches it; it is in the cache when done, unless
+		// eight others pushed it out meanwhile.
 		r.mu.Unlock()
-		f.c, f.err = r.decode(src, d, buf)
+		<-f.done
 		r.mu.Lock()
-		delete(r.fetching, d)
-		close(f.done)
 		if f.err != nil {
 			return 0, f.err
 		}
-		if old := r.chunks[r.nextCh].data; old != nil && !r.chunks[r.nextCh].d.IsInline() && len(r.spare) < maxSpare {
-			r.spare = append(r.spare, old)
-		}
-		r.chunks[r.nextCh] = f.c
-		r.nextCh = (r.nextCh + 1) % len(r.chunks)
-		return copyFrom(p, f.c.data, pos), nil
 	}
 }
 
