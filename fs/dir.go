@@ -206,7 +206,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	var entry btree.Entry
 	var isFile, isDir bool
 	var headTs int64
-	pendingDir := d.pg.pendingUnder(key+"/") != nil // before the tree; see listDir
+	pendingDir := d.pg.dirShown(key + "/") // before the tree; see listDir
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		headTs = head.Timestamp
 		var err error
@@ -316,9 +316,11 @@ func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error
 		}
 		return ""
 	}
-	// Pending files first: one that lands meanwhile is in the tree read
-	// after, as it leaves pending only once its commit is the head.
+	// Pending files and queued markers first: one that lands meanwhile is
+	// in the tree read after, as it leaves pending only once its commit is
+	// the head.
 	pending := pg.pendingUnder(prefix)
+	markers := pg.queuedMarkersUnder(prefix)
 	err := pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		it := t.Prefix(prefix)
 		for it.Next() {
@@ -334,6 +336,9 @@ func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error
 	}
 	for key, f := range pending {
 		addKey(key, f.mode()&syscall.S_IFMT, false)
+	}
+	for _, key := range markers {
+		addKey(key, fuse.S_IFDIR, true)
 	}
 	return es, nil
 }
@@ -404,7 +409,7 @@ func (d *dirNode) freeName(op, name string) (string, syscall.Errno) {
 	if err != nil || coll {
 		return "", syscall.EINVAL
 	}
-	exists := d.pg.pendingFile(key) != nil
+	exists := d.pg.pendingFile(key) != nil || d.pg.dirShown(key+"/")
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		_, isFile, err := t.Get(key)
 		if err != nil {
@@ -436,7 +441,14 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	if eno != 0 {
 		return nil, eno
 	}
-	if err := d.pg.apply(false, journal.Op{Key: key + "/", Entry: dirMarker(mode, nowNs())}); err != nil {
+	marker := dirMarker(mode, nowNs())
+	var err error
+	if d.pg.tx == nil {
+		err = d.pg.queueMarker(key+"/", marker)
+	} else {
+		err = d.pg.apply(false, journal.Op{Key: key + "/", Entry: marker})
+	}
+	if err != nil {
 		return nil, errno("mkdir", err)
 	}
 	ch := d.newDir(ctx, key+"/")

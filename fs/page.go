@@ -2,6 +2,7 @@ package fs
 
 import (
 	"maps"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -218,9 +219,25 @@ func (pg *pageRef) queuedMarker(key string) (btree.Entry, bool) {
 	return m.e, ok
 }
 
-// queueMarker queues the commit of a directory's changed marker, which
-// shows until it lands: chmod and utimes of a directory need not wait for a
-// commit (cp -a sets both on every directory it copies).
+// queuedMarkersUnder lists the keys of the queued directory markers under
+// prefix (prefix's own included).
+func (pg *pageRef) queuedMarkersUnder(prefix string) []string {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	var out []string
+	for k := range pg.markers {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// queueMarker queues the commit of a directory's new or changed marker,
+// which shows until it lands: mkdir, chmod and utimes of a directory need
+// not wait for a commit (cp -a does all three for every directory it
+// copies). Lookups, listings and name checks see a queued marker as the
+// directory it keeps.
 func (pg *pageRef) queueMarker(key string, e btree.Entry) error {
 	return pg.queueShown(journal.Op{Key: key, Entry: e}, func(seq uint64) {
 		if pg.markers == nil {
@@ -238,9 +255,8 @@ func (pg *pageRef) queueMarker(key string, e btree.Entry) error {
 // returns before its commit; operations that read the head to decide what
 // to change (unlink, rename, rmdir), and views of history, settle first so
 // that they see every close that returned before them. Mkdir, symlink and
-// a directory's setattr need not: they read names, which pending files
-// cover, and directory markers, which a close never changes; their own
-// commit takes the queued closes along.
+// a directory's setattr need not: they read names, which pending files and
+// queued markers cover, and directory markers, which a close never changes.
 func (pg *pageRef) settle() error {
 	if pg.live != nil {
 		return nil // a snapshot never changes; a transaction commits at once
@@ -314,6 +330,24 @@ func (pg *pageRef) pendingFile(key string) *fileNode {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
 	return pg.pending[key]
+}
+
+// dirShown reports whether the directory at prefix exists by what is
+// queued: a pending file or a queued marker in it.
+func (pg *pageRef) dirShown(prefix string) bool {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	for k := range pg.markers {
+		if strings.HasPrefix(k, prefix) {
+			return true
+		}
+	}
+	for k := range pg.pending {
+		if strings.HasPrefix(k, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // pendingUnder lists pending keys starting with prefix.
