@@ -55,9 +55,13 @@ const maxImplicitOps = 256
 // A queued batch is committed once it holds batchOps changes, once
 // batchDelay has passed since its first change, or as soon as someone waits
 // for it. A one-entry commit of a full page rewrites ~80 KiB of tree nodes;
-// shared by a stream of closes, it costs each a fraction.
+// shared by a stream of closes, it costs each a fraction. Nobody waits for
+// the delay (a waiter hurries the batch) and a crash finds the batch in the
+// journal, so it is set by what it saves: cp -a of a source tree spent 10 %
+// less CPU at 40 ms than at 10 ms, and no less at 100 ms, where batches
+// fill to batchOps first.
 const (
-	batchDelay = 10 * time.Millisecond
+	batchDelay = 40 * time.Millisecond
 	batchOps   = 128
 )
 
