@@ -116,15 +116,26 @@ func (c *content) write(data []byte, off int64) error {
 	return nil
 }
 
-// endStream finishes the streamed value and makes it the base.
+// endStream finishes the streamed value, stores it and makes it the base.
 func (c *content) endStream() error {
-	id, size, err := c.stream.Close()
-	c.stream = nil
+	w, err := c.endStreamLater()
 	if err != nil {
 		return err
 	}
+	return w.Commit(nil)
+}
+
+// endStreamLater finishes the streamed value and makes it the base, leaving
+// its last pieces for the caller to commit or discard.
+func (c *content) endStreamLater() (*store.ValueWriter, error) {
+	w := c.stream
+	c.stream = nil
+	id, size, err := w.End()
+	if err != nil {
+		return nil, err
+	}
 	c.base, c.baseID, c.baseSize, c.baseFull = nil, id, int64(size), true
-	return nil
+	return w, nil
 }
 
 func (c *content) ensureSpool() error {
@@ -272,36 +283,47 @@ func (c *content) readAt(p []byte, off int64) (int, error) {
 
 // value returns the id and size of the current content, storing it first if
 // it changed since the base. Unchanged chunks are deduplicated, so only the
-// pieces around the changes add rows.
-func (c *content) value() (cas.ObjectIdentifier, int64, error) {
+// pieces around the changes add rows. The last pieces of a changed value are
+// left in w, for the caller to commit with the rows that refer to the value
+// (or to discard); w is nil when nothing is left to commit.
+func (c *content) value() (id cas.ObjectIdentifier, size int64, w *store.ValueWriter, err error) {
 	if !c.dirty {
-		return c.baseID, c.size, nil
+		return c.baseID, c.size, nil, nil
 	}
 	if c.stream != nil {
-		if err := c.endStream(); err != nil {
-			return cas.ObjectIdentifier{}, 0, err
+		if w, err = c.endStreamLater(); err != nil {
+			return cas.ObjectIdentifier{}, 0, nil, err
 		}
 	}
 	if c.ext == nil && c.baseFull && c.baseSize == c.size {
-		return c.baseID, c.size, nil
+		return c.baseID, c.size, w, nil
+	}
+	if w != nil {
+		// The merge below reads the streamed value back.
+		if err := w.Commit(nil); err != nil {
+			return cas.ObjectIdentifier{}, 0, nil, err
+		}
 	}
 	if c.size == 0 {
-		return emptyValue, 0, nil
+		return emptyValue, 0, nil, nil
 	}
-	w := c.p.NewValueWriter()
+	w = c.p.NewValueWriter()
 	buf := make([]byte, 1<<20)
 	for off := int64(0); off < c.size; {
 		n, err := c.readAt(buf, off)
 		if err != nil && err != io.EOF {
 			w.Abort()
-			return cas.ObjectIdentifier{}, 0, err
+			return cas.ObjectIdentifier{}, 0, nil, err
 		}
 		if _, err := w.Write(buf[:n]); err != nil {
 			w.Abort()
-			return cas.ObjectIdentifier{}, 0, err
+			return cas.ObjectIdentifier{}, 0, nil, err
 		}
 		off += int64(n)
 	}
-	id, size, err := w.Close()
-	return id, int64(size), err
+	id, n, err := w.End()
+	if err != nil {
+		return cas.ObjectIdentifier{}, 0, nil, err
+	}
+	return id, int64(n), w, nil
 }

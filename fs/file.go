@@ -313,19 +313,31 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 	if !ok {
 		return 0 // deleted meanwhile
 	}
-	id, size, err := f.c.value()
+	id, size, w, err := f.c.value()
 	if err != nil {
 		return errno("commit", err)
+	}
+	if w != nil {
+		defer w.Discard() // what a failure left uncommitted
 	}
 	m := f.meta
 	m.Size = uint64(size)
 	op := journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: m}}
 	if mode == commitQueue && f.pg.tx == nil {
-		if err := f.queue(key, op); err != nil {
+		// The value's last pieces land with its journal entry.
+		if err := f.queue(key, op, w); err != nil {
 			return errno("commit", err)
 		}
-	} else if err := f.pg.apply(sync, op); err != nil {
-		return errno("commit", err)
+	} else {
+		if w != nil {
+			err = w.Commit(nil)
+		}
+		if err == nil {
+			err = f.pg.apply(sync, op)
+		}
+		if err != nil {
+			return errno("commit", err)
+		}
 	}
 	f.c.reset(id, size)
 	f.latest, f.latestSize = id, size
@@ -338,11 +350,12 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 	return 0
 }
 
-// queue records op in the page's journal and lets the committer commit it
-// with other closes. Until it lands, f stays pending at key with its
+// queue records op in the page's journal, in one db transaction with the
+// last pieces of the value in w (if not nil), and lets the committer commit
+// it with other closes. Until it lands, f stays pending at key with its
 // content, so lookups and reads see what was closed; a crash leaves the
 // journal for recovery to commit.
-func (f *fileNode) queue(key string, op journal.Op) error {
+func (f *fileNode) queue(key string, op journal.Op, w *store.ValueWriter) error {
 	pg := f.pg
 	pg.mu.Lock()
 	f.queued++
@@ -377,7 +390,7 @@ func (f *fileNode) queue(key string, op journal.Op) error {
 			pg.ended()
 		})
 	}
-	err := pg.queue(landed, op)
+	err := pg.queueWith(w, landed, op)
 	if err != nil {
 		pg.mu.Lock()
 		f.queued--

@@ -183,6 +183,16 @@ func (pg *pageRef) apply(sync bool, ops ...journal.Op) error {
 // the background, calling done after; see journal.Committer.Queue. The
 // commit counts in pg.inflight until done has run, so settle waits for it.
 func (pg *pageRef) queue(done func(error), ops ...journal.Op) error {
+	return pg.queueWith(nil, done, ops...)
+}
+
+// queueWith is queue with the journal rows landing through w's commit,
+// with the last pieces of the value they refer to.
+func (pg *pageRef) queueWith(w *store.ValueWriter, done func(error), ops ...journal.Op) error {
+	var commit journal.CommitFunc
+	if w != nil {
+		commit = w.Commit
+	}
 	p, err := pg.acquire()
 	if err != nil {
 		return err
@@ -196,7 +206,7 @@ func (pg *pageRef) queue(done func(error), ops ...journal.Op) error {
 		pg.inflight--
 		pg.mu.Unlock()
 	}
-	err = journal.CommitterFor(p).Queue(func(err error) {
+	err = journal.CommitterFor(p).QueueWith(commit, func(err error) {
 		done(err)
 		landed()
 	}, ops...)

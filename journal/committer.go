@@ -85,7 +85,7 @@ func (c *Committer) Apply(sync bool, ops ...Op) error {
 		return c.applyExplicit(sync, ops)
 	}
 	ch := make(chan error, 1)
-	if err := c.record(ops, ch, nil, sync); err != nil {
+	if err := c.record(ops, nil, ch, nil, sync); err != nil {
 		return err
 	}
 	return c.reported(<-ch)
@@ -106,14 +106,26 @@ func (c *Committer) reported(err error) error {
 // if Queue returned nil. done must not wait for anything a caller of Apply
 // or Wait may hold.
 func (c *Committer) Queue(done func(error), ops ...Op) error {
+	return c.QueueWith(nil, done, ops...)
+}
+
+// QueueWith is Queue with the journal rows landing through commit, with
+// rows of its own (see Journal.ApplyWith): a close's value and its journal
+// entry in one db transaction.
+func (c *Committer) QueueWith(commit CommitFunc, done func(error), ops ...Op) error {
 	if len(ops) > maxImplicitOps {
+		if commit != nil {
+			if err := commit(nil); err != nil {
+				return err
+			}
+		}
 		err := c.Apply(false, ops...)
 		if err == nil && done != nil {
 			done(nil)
 		}
 		return err
 	}
-	return c.record(ops, nil, done, false)
+	return c.record(ops, commit, nil, done, false)
 }
 
 // Wait returns once every change recorded before it is committed, with the
@@ -135,8 +147,9 @@ func (c *Committer) Wait() error {
 	return c.reported(<-ch)
 }
 
-// record adds ops to the current implicit journal, starting the committer.
-func (c *Committer) record(ops []Op, wait chan error, done func(error), sync bool) error {
+// record adds ops to the current implicit journal (through commit, if not
+// nil), starting the committer.
+func (c *Committer) record(ops []Op, commit CommitFunc, wait chan error, done func(error), sync bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cur == nil {
@@ -146,7 +159,7 @@ func (c *Committer) record(ops []Op, wait chan error, done func(error), sync boo
 		}
 		c.cur, c.ops, c.since = j, 0, time.Now()
 	}
-	if err := c.cur.Apply(ops...); err != nil {
+	if err := c.cur.ApplyWith(commit, ops...); err != nil {
 		return err
 	}
 	c.ops += len(ops)

@@ -150,8 +150,17 @@ func DecodeOp(key string, v []byte) (Op, error) {
 // ErrDone reports the use of a journal after commit or rollback.
 var ErrDone = errors.New("journal: already committed or rolled back")
 
-// Apply records changes in the journal, in one db transaction.
-func (j *Journal) Apply(ops ...Op) error {
+// Apply records ops in the journal.
+func (j *Journal) Apply(ops ...Op) error { return j.ApplyWith(nil, ops...) }
+
+// A CommitFunc lands the rows that rows sets (if not nil) in one db
+// transaction with rows of its own, such as a value's last pieces (see
+// store.ValueWriter.Commit), and waits for it.
+type CommitFunc func(rows func(txn *badger.Txn) error) error
+
+// ApplyWith records ops in the journal through commit; nil commits the rows
+// alone.
+func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 	if j.done {
 		return ErrDone
 	}
@@ -160,12 +169,24 @@ func (j *Journal) Apply(ops ...Op) error {
 			return fmt.Errorf("journal: %d-byte key: %w", len(op.Key), btree.ErrKeyTooLong)
 		}
 	}
-	// Rows of one Apply need not land in one transaction: an implicit
-	// journal only gets groups small enough for one (see Committer), and
-	// an explicit journal is dropped whole by a crash.
-	err := store.Batched(j.p.DB(), len(ops), func(txn *badger.Txn, i int) error {
-		return txn.Set(store.JournalEntryKey(j.ID, ops[i].Key), EncodeOp(ops[i]))
-	})
+	var err error
+	if commit == nil {
+		// Rows of one Apply need not land in one transaction: an implicit
+		// journal only gets groups small enough for one (see Committer),
+		// and an explicit journal is dropped whole by a crash.
+		err = store.Batched(j.p.DB(), len(ops), func(txn *badger.Txn, i int) error {
+			return txn.Set(store.JournalEntryKey(j.ID, ops[i].Key), EncodeOp(ops[i]))
+		})
+	} else {
+		err = commit(func(txn *badger.Txn) error {
+			for _, op := range ops {
+				if err := txn.Set(store.JournalEntryKey(j.ID, op.Key), EncodeOp(op)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
 	if err == nil && j.ops != nil {
 		for _, op := range ops {
 			j.ops[op.Key] = op

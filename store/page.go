@@ -256,6 +256,40 @@ func (w *PieceWriter) Flush() error {
 	return w.firstErr()
 }
 
+// FlushWith commits the pieces written so far together with the rows that
+// rows sets, in one transaction after the batches already committing have
+// landed, and waits for it: rows that refer to the pieces (a journal entry)
+// land with them or not at all. Rows too many for the transaction follow
+// the pieces in one of their own.
+func (w *PieceWriter) FlushWith(rows func(txn *badger.Txn) error) error {
+	w.wg.Wait()
+	if err := w.firstErr(); err != nil {
+		w.Discard()
+		return err
+	}
+	txn := w.txn
+	w.txn, w.pending = nil, 0
+	if txn == nil {
+		txn = w.p.db.NewTransaction(true)
+	}
+	defer func() { txn.Discard() }()
+	err := rows(txn)
+	if errors.Is(err, badger.ErrTxnTooBig) {
+		if err = txn.Commit(); err != nil {
+			return fmt.Errorf("store: commit pieces: %w", err)
+		}
+		txn = w.p.db.NewTransaction(true)
+		err = rows(txn)
+	}
+	if err != nil {
+		return err
+	}
+	if err := txn.Commit(); err != nil {
+		return fmt.Errorf("store: commit pieces and rows: %w", err)
+	}
+	return nil
+}
+
 // Discard drops the pieces not yet flushed (batches already committing
 // complete: their pieces stay transient, garbage for recovery).
 func (w *PieceWriter) Discard() {

@@ -1,8 +1,11 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -355,4 +358,66 @@ func FuzzJournalRowKey(f *testing.F) {
 			t.Fatalf("%q parsed as %q + %q", b, id, rest)
 		}
 	})
+}
+
+// A value's last pieces land with the rows its Commit is given, in one
+// transaction: before Commit neither is in the db, after it both are. Rows
+// that fit in a transaction but not with the pieces follow them in one of
+// their own.
+func TestValueCommitWithRows(t *testing.T) {
+	p := testPage(t)
+	row := func(name string, i int) []byte { return []byte(fmt.Sprintf("test/%s/%05d", name, i)) }
+	// As many rows as one transaction takes, by Badger's own count.
+	fit := 0
+	txn := p.DB().NewTransaction(true)
+	for txn.Set(row("fit", fit), []byte("row")) == nil {
+		fit++
+	}
+	txn.Discard()
+	for _, tc := range []struct {
+		name       string
+		size, rows int
+	}{{"one row", 40_000, 1}, {"rows beyond the pieces' transaction", 6 << 20, fit - 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := make([]byte, tc.size)
+			rng := rand.New(rand.NewPCG(uint64(tc.rows), 1))
+			for i := range data {
+				data[i] = byte(rng.Uint32())
+			}
+			w := p.NewValueWriter()
+			if _, err := w.Write(data); err != nil {
+				t.Fatal(err)
+			}
+			id, _, err := w.End()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Get(id.Digest, nil); err == nil {
+				t.Fatal("the value's root piece is in the db before Commit")
+			}
+			err = w.Commit(func(txn *badger.Txn) error {
+				for i := range tc.rows {
+					if err := txn.Set(row(tc.name, i), []byte("row")); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Discard() // a no-op after Commit
+			if got := countRows(t, p.DB(), "test/"+tc.name+"/"); got != tc.rows {
+				t.Fatalf("%d rows after Commit, want %d", got, tc.rows)
+			}
+			r, err := p.OpenValue(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(io.NewSectionReader(r, 0, int64(len(data))))
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("value read back after Commit: %d bytes, %v", len(got), err)
+			}
+		})
+	}
 }
