@@ -345,19 +345,7 @@ func (pg *pageRef) pendingFile(key string) *fileNode {
 // dirShown reports whether the directory at prefix exists by what is
 // queued: a pending file or a queued marker in it.
 func (pg *pageRef) dirShown(prefix string) bool {
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	for k := range pg.markers {
-		if strings.HasPrefix(k, prefix) {
-			return true
-		}
-	}
-	for k := range pg.pending {
-		if strings.HasPrefix(k, prefix) {
-			return true
-		}
-	}
-	return false
+	return pg.pendingUnder(prefix) != nil || len(pg.queuedMarkersUnder(prefix)) > 0
 }
 
 // pendingUnder lists pending keys starting with prefix.
