@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+
+	"github.com/ledgerfs/ledgerfs/store/btree"
 )
 
 // BenchmarkApplyDelete removes one entry per Apply from a directory of n, as
@@ -52,5 +54,39 @@ func BenchmarkApplyDelete(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkQueueClose is a stream of closes of new 4 KiB files, as a create
+// loop makes them: each stores its value and queues its entry, the value's
+// last pieces and the journal row in one db transaction; the committer
+// commits them in batches behind. The time per close includes the commits.
+func BenchmarkQueueClose(b *testing.B) {
+	e := newEnv(b)
+	c := CommitterFor(e.p)
+	data := make([]byte, 4096)
+	rng := rand.New(rand.NewPCG(1, 2))
+	i := 0
+	for b.Loop() {
+		for j := range data {
+			data[j] = byte(rng.Uint32())
+		}
+		w := e.p.NewValueWriter()
+		if _, err := w.Write(data); err != nil {
+			b.Fatal(err)
+		}
+		id, size, err := w.End()
+		if err != nil {
+			b.Fatal(err)
+		}
+		key := fmt.Sprintf("small/f%07d", i)
+		op := Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: btree.Meta{Mode: 0o100644, Size: size}}}
+		if err := c.QueueWith(w.Commit, nil, op); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	if err := c.Wait(); err != nil {
+		b.Fatal(err)
 	}
 }
