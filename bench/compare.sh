@@ -152,10 +152,12 @@ for t in "${order[@]}"; do
   python3 - "$d/small" "$SMALL_FILES" <<'PY'
 import os, sys
 d, n = sys.argv[1], int(sys.argv[2])
-buf = os.urandom(4096)
+# Distinct content per file: on ledgerfs, files of one content would all
+# deduplicate to the first one's chunk.
+pool = memoryview(os.urandom(4096 * n))
 for i in range(n):
     with open(os.path.join(d, "f%06d" % i), "wb") as f:
-        f.write(buf)
+        f.write(pool[4096 * i:4096 * (i + 1)])
 PY
   e=$(now)
   measure "${SMALL_FILES} x 4 KiB creates" files/s "$t" "$(echo "$SMALL_FILES/($e-$s)" | bc -l)"
