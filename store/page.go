@@ -185,7 +185,7 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
 	}
 	err := set()
 	if errors.Is(err, badger.ErrTxnTooBig) {
-		if err = w.commitAsync(true); err == nil {
+		if err = w.commitAsync(); err == nil {
 			err = set()
 		}
 	}
@@ -198,28 +198,22 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
 	w.pending += len(data)
 	w.p.repo.trim.add(len(data))
 	if w.pending >= flushBytes {
-		return w.commitAsync(true)
+		return w.commitAsync()
 	}
 	return nil
 }
 
-// commitAsync starts committing the current batch, so that hashing and
-// chunking go on while Badger writes it. A piece in a batch not yet
-// committed is not seen by the next batch's lookups and may be written
+// commitAsync starts committing the current (non-nil) batch, so that
+// hashing and chunking go on while Badger writes it. A piece in a batch not
+// yet committed is not seen by the next batch's lookups and may be written
 // twice, which costs space until value-log GC and nothing else.
 //
-// With next, the next batch's transaction starts before this one commits:
-// Badger starts a transaction only once every commit before it has landed,
-// so starting it afterwards would make hashing wait for this batch's write.
-func (w *PieceWriter) commitAsync(next bool) error {
-	if w.txn == nil {
-		return w.firstErr()
-	}
+// The next batch's transaction starts before this one commits: Badger
+// starts a transaction only once every commit before it has landed, so
+// starting it afterwards would make hashing wait for this batch's write.
+func (w *PieceWriter) commitAsync() error {
 	txn, full := w.txn, w.pending >= flushBytes
-	w.txn, w.pending = nil, 0
-	if next {
-		w.txn = w.p.db.NewTransaction(true)
-	}
+	w.txn, w.pending = w.p.db.NewTransaction(true), 0
 	w.inflight <- struct{}{}
 	w.wg.Add(1)
 	txn.CommitWith(func(err error) {
@@ -247,20 +241,13 @@ func (w *PieceWriter) firstErr() error {
 
 // Flush commits the pieces written so far and waits until they are in the
 // db.
-func (w *PieceWriter) Flush() error {
-	err := w.commitAsync(false)
-	w.wg.Wait()
-	if err != nil {
-		return err
-	}
-	return w.firstErr()
-}
+func (w *PieceWriter) Flush() error { return w.FlushWith(nil) }
 
 // FlushWith commits the pieces written so far together with the rows that
-// rows sets, in one transaction after the batches already committing have
-// landed, and waits for it: rows that refer to the pieces (a journal entry)
-// land with them or not at all. Rows too many for the transaction follow
-// the pieces in one of their own.
+// rows (if not nil) sets, in one transaction after the batches already
+// committing have landed, and waits for it: rows that refer to the pieces
+// (a journal entry) land with them or not at all. Rows too many for the
+// transaction follow the pieces in one of their own.
 func (w *PieceWriter) FlushWith(rows func(txn *badger.Txn) error) error {
 	w.wg.Wait()
 	if err := w.firstErr(); err != nil {
@@ -269,6 +256,12 @@ func (w *PieceWriter) FlushWith(rows func(txn *badger.Txn) error) error {
 	}
 	txn := w.txn
 	w.txn, w.pending = nil, 0
+	if rows == nil {
+		if txn == nil {
+			return nil
+		}
+		rows = func(*badger.Txn) error { return nil }
+	}
 	if txn == nil {
 		txn = w.p.db.NewTransaction(true)
 	}

@@ -53,9 +53,6 @@ func (v *ValueWriter) End() (cas.ObjectIdentifier, uint64, error) {
 // Commit stores the ended value's last pieces, in one db transaction with
 // the rows set by rows (if not nil), and waits for it.
 func (v *ValueWriter) Commit(rows func(txn *badger.Txn) error) error {
-	if rows == nil {
-		return v.pw.Flush()
-	}
 	return v.pw.FlushWith(rows)
 }
 
