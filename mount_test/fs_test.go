@@ -551,6 +551,7 @@ func TestCommandErrors(t *testing.T) {
 	try("accepts between 1 and 2 arg", "mount")
 	fresh := filepath.Join(t.TempDir(), "repo")
 	try("--gc-percent 0: must be positive", "mount", "--gc-percent", "0", fresh, t.TempDir())
+	try("--node-cache -1: must be positive", "mount", "--node-cache", "-1", fresh, t.TempDir())
 	if _, err := os.Stat(fresh); !os.IsNotExist(err) {
 		t.Fatalf("a refused mount created its repository: %v", err)
 	}

@@ -46,6 +46,7 @@ func newMount() *cobra.Command {
 		pprofAddr  string
 		memLimit   int64
 		gcPercent  int
+		nodeCache  int64
 	)
 	cmd := &cobra.Command{
 		Use:   "mount [flags] [REPO] MOUNTPOINT",
@@ -67,6 +68,9 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			if gcPercent <= 0 {
 				return fmt.Errorf("--gc-percent %d: must be positive", gcPercent)
 			}
+			if nodeCache <= 0 {
+				return fmt.Errorf("--node-cache %d: must be positive", nodeCache)
+			}
 			// A soft limit makes the garbage collector give memory back
 			// before the heap doubles; GOMEMLIMIT, when set, wins.
 			if _, set := os.LookupEnv("GOMEMLIMIT"); !set && memLimit > 0 {
@@ -87,7 +91,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			return serve(serveConfig{
 				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther,
 				debug: debugLog, idlePages: idlePages, cache: time.Duration(cacheSecs * float64(time.Second)),
-				gcInterval: gcInterval,
+				gcInterval: gcInterval, nodeCache: nodeCache << 20,
 			})
 		},
 	}
@@ -98,6 +102,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.Float64Var(&cacheSecs, "cache-timeout", 1, "seconds the kernel may cache names and attributes")
 	f.Int64Var(&memLimit, "memory-limit", 256, "soft limit of the server's Go heap in MiB (0: none; GOMEMLIMIT overrides)")
 	f.IntVar(&gcPercent, "gc-percent", 50, "garbage the server's Go heap may add before a collection, in percent of what is live (Go's default is 100; GOGC overrides)")
+	f.Int64Var(&nodeCache, "node-cache", 16, "MiB of decoded tree nodes kept in memory; more makes long history listings faster")
 	f.StringVar(&pprofAddr, "pprof", "", "serve Go profiles (net/http/pprof) on this address, e.g. localhost:6060")
 	f.DurationVar(&gcInterval, "gc-interval", 10*time.Minute, "how often to reclaim value-log space of open pages")
 	return cmd
@@ -108,6 +113,7 @@ type serveConfig struct {
 	readOnly, allowOther bool
 	debug                bool
 	idlePages            int
+	nodeCache            int64 // bytes
 	cache, gcInterval    time.Duration
 }
 
@@ -128,9 +134,10 @@ func serve(c serveConfig) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	repo, err := store.Open(c.repo, store.Options{
-		MaxIdlePages: c.idlePages,
-		ReadOnly:     c.readOnly,
-		OnOpen:       journal.Recover,
+		MaxIdlePages:   c.idlePages,
+		NodeCacheBytes: c.nodeCache,
+		ReadOnly:       c.readOnly,
+		OnOpen:         journal.Recover,
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
