@@ -36,9 +36,8 @@ func badgerOptions(dir string, readOnly bool) badger.Options {
 	// A compaction keeps up to eight table builders in flight, each with
 	// an allocator of twice the table size that Badger then pools, eight
 	// per db: 32 MiB of live heap at 2 MiB tables, 16 MiB at 1 MiB.
-	// Tables keep one size at every level:
-	// with Badger's doubling per level the builders held 70 MiB while
-	// 4 GiB were written.
+	// Tables keep one size at every level: with Badger's doubling per
+	// level the builders held 70 MiB while 4 GiB were written.
 	o.TableSizeMultiplier = 1
 	return o
 }
