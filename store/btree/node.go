@@ -164,12 +164,19 @@ func decodeNode(buf []byte) (*node, error) {
 			return err
 		}
 		n.entries = make([]Entry, ne)
-		var es schema.EntryStorage
+		// One accessor of each table for every entry: the generated getters
+		// allocate one per call when given nil, two of the four allocations
+		// an entry cost.
+		var (
+			es  schema.EntryStorage
+			ids schema.ObjectIdentifierStorage
+			ms  schema.EntryMetaStorage
+		)
 		for i := range ne {
 			if !fb.Entries(&es, i) {
 				return fmt.Errorf("entry %d missing", i)
 			}
-			id, err := cas.IdentifierFrom(es.ObjectId(nil))
+			id, err := cas.IdentifierFrom(es.ObjectId(&ids))
 			if err != nil {
 				return fmt.Errorf("entry %d: %w", i, err)
 			}
@@ -177,7 +184,7 @@ func decodeNode(buf []byte) (*node, error) {
 				Key:      string(es.KeyBytes()),
 				Value:    id,
 				Priority: Priority(es.Priority()),
-				Meta:     metaFrom(es.Meta(nil)),
+				Meta:     metaFrom(es.Meta(&ms)),
 			}
 			if e.Priority > Lazy {
 				return fmt.Errorf("entry %d: bad priority %d", i, e.Priority)
@@ -206,7 +213,7 @@ func decodeNode(buf []byte) (*node, error) {
 				return fmt.Errorf("child %d: index %d out of order or range", i, idx)
 			}
 			last = idx
-			id, err := cas.IdentifierFrom(cs.ObjectId(nil))
+			id, err := cas.IdentifierFrom(cs.ObjectId(&ids))
 			if err != nil {
 				return fmt.Errorf("child %d: %w", i, err)
 			}
