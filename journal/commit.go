@@ -147,6 +147,7 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 	}
 	if final != head {
 		p.SetHeads([]*store.Commit{final})
+		tree.Forget()
 	}
 	if err := step("committed"); err != nil {
 		return nil, err

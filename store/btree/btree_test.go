@@ -504,3 +504,78 @@ func BenchmarkDecodeNode(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*entries), "ns/entry")
 	b.ReportMetric(float64(entries), "entries")
 }
+
+// After Forget, the cache holds the nodes of the new tree and none of the
+// stored nodes its edits replaced; nodes the edits did not touch stay.
+func TestForgetDropsReplacedNodes(t *testing.T) {
+	s, _ := newStore(t, true)
+	root := bigTree(t, s, 5000)
+	cached := func(d cas.Digest) bool {
+		s.cache.c.Wait()
+		_, ok := s.cache.c.Get(string(d))
+		return ok
+	}
+	old := map[cas.Digest]bool{}
+	var walk func(id cas.ObjectIdentifier)
+	walk = func(id cas.ObjectIdentifier) {
+		n, err := s.loadID(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old[id.Digest] = true
+		for _, c := range n.children {
+			if !c.empty() {
+				walk(c.id)
+			}
+		}
+	}
+	walk(root)
+	for d := range old {
+		if !cached(d) {
+			t.Fatalf("node %s of the old tree not cached to begin with", d)
+		}
+	}
+
+	tr := s.Open(root)
+	for _, k := range []int{7, 2500, 4999} {
+		if _, err := tr.Delete(fmt.Sprintf("key-%08d", k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tr.Put(entry("key-00001234", -1)); err != nil {
+		t.Fatal(err)
+	}
+	newRoot, _, err := tr.Write(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replaced := slices.Clone(tr.replaced)
+	tr.Forget()
+	if len(replaced) == 0 || !slices.Contains(replaced, root.Digest) {
+		t.Fatalf("replaced %d nodes, old root among them: %v", len(replaced), slices.Contains(replaced, root.Digest))
+	}
+	for _, d := range replaced {
+		if cached(d) {
+			t.Errorf("replaced node %s still cached", d)
+		}
+	}
+	if !cached(newRoot.Digest) {
+		t.Error("new root not cached")
+	}
+	kept := 0
+	for d := range old {
+		if !slices.Contains(replaced, d) && cached(d) {
+			kept++
+		}
+	}
+	if kept != len(old)-len(replaced) {
+		t.Errorf("%d of the %d untouched nodes still cached", kept, len(old)-len(replaced))
+	}
+	// The new tree reads back whole, the edits in it.
+	if e, ok, err := s.Open(newRoot).Get("key-00001234"); err != nil || !ok || e != entry("key-00001234", -1) {
+		t.Fatalf("get after forget: %+v %v %v", e, ok, err)
+	}
+	if _, ok, _ := s.Open(newRoot).Get("key-00002500"); ok {
+		t.Fatal("deleted key back")
+	}
+}

@@ -61,6 +61,8 @@ func (nc *NodeCache) set(key string, n *node) {
 	nc.mu.Unlock()
 }
 
+func (nc *NodeCache) del(key string) { nc.c.Del(key) }
+
 // NewNodeCache returns a cache that holds about maxBytes of decoded nodes.
 func NewNodeCache(maxBytes int64) (*NodeCache, error) {
 	c, err := ristretto.NewCache(&ristretto.Config[string, *node]{

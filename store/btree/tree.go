@@ -14,6 +14,8 @@ type Tree struct {
 	s      *Store
 	root   ref
 	hidden func(key string) bool
+	// replaced are the stored nodes the edits copied (Forget).
+	replaced []cas.Digest
 }
 
 // Hiding returns a view of t for reading in which the keys hidden reports
@@ -73,6 +75,28 @@ func (t *Tree) Delete(key string) (bool, error) {
 	return true, nil
 }
 
+// Forget drops the stored nodes that this tree's edits replaced from the
+// node cache. Called once the tree is a page's head, when only the page's
+// past refers to them: a commit replaces every node on the path to each key
+// it changes, and the cache's admission policy favours the old versions,
+// often read, over the new ones, so that they filled the cache while the
+// live tree's nodes were decoded again and again.
+func (t *Tree) Forget() {
+	if t.s.cache != nil {
+		for _, d := range t.replaced {
+			t.s.cache.del(string(d))
+		}
+	}
+	t.replaced = nil
+}
+
+// replacing notes that an edit copies the node r refers to, if stored.
+func (t *Tree) replacing(r ref) {
+	if !r.dirty() && r.id.Digest != "" {
+		t.replaced = append(t.replaced, r.id.Digest)
+	}
+}
+
 // Clear removes every entry.
 func (t *Tree) Clear() { t.root = ref{} }
 
@@ -127,6 +151,7 @@ func (t *Tree) insert(r ref, parent int, e Entry, lv uint8) (ref, error) {
 		}
 		return r, nil
 	}
+	t.replacing(r)
 	if n.level == lv {
 		entries := make([]Entry, 0, len(n.entries)+1)
 		children := make([]ref, 0, len(n.children)+1)
@@ -167,6 +192,7 @@ func (t *Tree) split(r ref, parent int, key string) (ref, ref, error) {
 	if err != nil {
 		return ref{}, ref{}, err
 	}
+	t.replacing(r)
 	lc := append(append([]ref(nil), n.children[:i]...), cl)
 	rc := append([]ref{cr}, n.children[i+1:]...)
 	return mk(n.level, slices.Clone(n.entries[:i]), lc), mk(n.level, slices.Clone(n.entries[i:]), rc), nil
@@ -187,6 +213,7 @@ func (t *Tree) delete(r ref, parent int, key string, lv uint8) (ref, bool, error
 			n.children[i] = c
 			return r, true, nil
 		}
+		t.replacing(r)
 		children := append([]ref(nil), n.children...)
 		children[i] = c
 		return mk(n.level, slices.Clone(n.entries), children), true, nil
@@ -198,6 +225,7 @@ func (t *Tree) delete(r ref, parent int, key string, lv uint8) (ref, bool, error
 	if err != nil {
 		return r, false, err
 	}
+	t.replacing(r)
 	entries := append(append([]Entry(nil), n.entries[:i]...), n.entries[i+1:]...)
 	children := append(append(append([]ref(nil), n.children[:i]...), j), n.children[i+2:]...)
 	return mk(n.level, entries, children), true, nil
@@ -224,6 +252,7 @@ func (t *Tree) join(a, b ref, parent int) (ref, error) {
 		if err != nil {
 			return ref{}, err
 		}
+		t.replacing(a)
 		children := append([]ref(nil), na.children...)
 		children[last] = j
 		return mk(na.level, slices.Clone(na.entries), children), nil
@@ -232,6 +261,7 @@ func (t *Tree) join(a, b ref, parent int) (ref, error) {
 		if err != nil {
 			return ref{}, err
 		}
+		t.replacing(b)
 		children := append([]ref(nil), nb.children...)
 		children[0] = j
 		return mk(nb.level, slices.Clone(nb.entries), children), nil
@@ -241,6 +271,8 @@ func (t *Tree) join(a, b ref, parent int) (ref, error) {
 	if err != nil {
 		return ref{}, err
 	}
+	t.replacing(a)
+	t.replacing(b)
 	entries := append(append([]Entry(nil), na.entries...), nb.entries...)
 	children := append(append(append([]ref(nil), na.children[:last]...), j), nb.children[1:]...)
 	return mk(na.level, entries, children), nil
