@@ -579,3 +579,68 @@ func TestForgetDropsReplacedNodes(t *testing.T) {
 		t.Fatal("deleted key back")
 	}
 }
+
+// Deletes in nodes an edit session already copied change them in place:
+// every kind of key, level-0 and higher, deleted after puts on the same
+// paths in one session, gives the root a fresh build of the result has.
+func TestDeleteInEditedNodes(t *testing.T) {
+	s, _ := newStore(t, true)
+	const n = 3000
+	base := bigTree(t, s, n)
+	rapid.Check(t, func(rt *rapid.T) {
+		model := map[string]Entry{}
+		for i := range n {
+			model[fmt.Sprintf("key-%08d", i)] = entry(fmt.Sprintf("key-%08d", i), i)
+		}
+		tr := s.Open(base)
+		ops := rapid.SliceOfN(rapid.IntRange(-n-n/3, n+n/3), 1, 2000).Draw(rt, "ops")
+		for _, o := range ops {
+			k := fmt.Sprintf("key-%08d", max(o, -o))
+			if o < 0 {
+				if _, err := tr.Delete(k); err != nil {
+					rt.Fatal(err)
+				}
+				delete(model, k)
+				continue
+			}
+			if err := tr.Put(entry(k, -o)); err != nil {
+				rt.Fatal(err)
+			}
+			model[k] = entry(k, -o)
+		}
+		// Then the keys above level 0, in the nodes those edits copied: all
+		// of them, or some, in any order.
+		upper := []string{}
+		for k := range model {
+			if Level(k) > 0 {
+				upper = append(upper, k)
+			}
+		}
+		slices.Sort(upper)
+		upper = rapid.Permutation(upper).Draw(rt, "upper")
+		if !rapid.Bool().Draw(rt, "all") {
+			upper = upper[:rapid.IntRange(0, len(upper)).Draw(rt, "some")]
+		}
+		for _, k := range upper {
+			if _, err := tr.Delete(k); err != nil {
+				rt.Fatal(err)
+			}
+			delete(model, k)
+		}
+		root, _, err := tr.Write(nil)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		s2, _ := newStore(t, false)
+		fresh := build(rt, s2, EmptyRoot, func(tr *Tree) {
+			for _, e := range model {
+				if err := tr.Put(e); err != nil {
+					rt.Fatal(err)
+				}
+			}
+		})
+		if fresh != root {
+			rt.Fatalf("root after edits %s != root built fresh %s", root, fresh)
+		}
+	})
+}

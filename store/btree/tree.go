@@ -225,9 +225,24 @@ func (t *Tree) delete(r ref, parent int, key string, lv uint8) (ref, bool, error
 	if err != nil {
 		return r, false, err
 	}
+	if r.dirty() {
+		// This session's node: change it in place, as insert does.
+		n.entries = slices.Delete(n.entries, i, i+1)
+		n.children[i] = j
+		n.children = slices.Delete(n.children, i+1, i+2)
+		if len(n.entries) == 0 {
+			return n.children[0], true, nil
+		}
+		return r, true, nil
+	}
 	t.replacing(r)
-	entries := append(append([]Entry(nil), n.entries[:i]...), n.entries[i+1:]...)
-	children := append(append(append([]ref(nil), n.children[:i]...), j), n.children[i+2:]...)
+	// One allocation of the final size each: leaves of a large directory
+	// hold hundreds of entries, and appending the two halves to a nil
+	// slice copied them twice (a sixth of rm -rf's CPU).
+	entries := make([]Entry, 0, len(n.entries)-1)
+	entries = append(append(entries, n.entries[:i]...), n.entries[i+1:]...)
+	children := make([]ref, 0, len(n.children)-1)
+	children = append(append(append(children, n.children[:i]...), j), n.children[i+2:]...)
 	return mk(n.level, entries, children), true, nil
 }
 
@@ -273,8 +288,10 @@ func (t *Tree) join(a, b ref, parent int) (ref, error) {
 	}
 	t.replacing(a)
 	t.replacing(b)
-	entries := append(append([]Entry(nil), na.entries...), nb.entries...)
-	children := append(append(append([]ref(nil), na.children[:last]...), j), nb.children[1:]...)
+	entries := make([]Entry, 0, len(na.entries)+len(nb.entries))
+	entries = append(append(entries, na.entries...), nb.entries...)
+	children := make([]ref, 0, len(na.children)+len(nb.children)-1)
+	children = append(append(append(children, na.children[:last]...), j), nb.children[1:]...)
 	return mk(na.level, entries, children), nil
 }
 
