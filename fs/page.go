@@ -235,11 +235,10 @@ func (pg *pageRef) queuedMarkersUnder(prefix string) []string {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
 	var out []string
-	for k := range pg.markers {
-		if strings.HasPrefix(k, prefix) {
-			out = append(out, k)
-		}
-	}
+	eachUnder(pg.markers, prefix, func(k string, _ queuedMarker) bool {
+		out = append(out, k)
+		return true
+	})
 	return out
 }
 
@@ -343,9 +342,24 @@ func (pg *pageRef) pendingFile(key string) *fileNode {
 }
 
 // dirShown reports whether the directory at prefix exists by what is
-// queued: a pending file or a queued marker in it.
+// queued: a pending file or a queued marker in it. Every lookup and name
+// check asks, so it stops at the first and collects nothing.
 func (pg *pageRef) dirShown(prefix string) bool {
-	return pg.pendingUnder(prefix) != nil || len(pg.queuedMarkersUnder(prefix)) > 0
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	return !eachUnder(pg.markers, prefix, func(string, queuedMarker) bool { return false }) ||
+		!eachUnder(pg.pending, prefix, func(string, *fileNode) bool { return false })
+}
+
+// eachUnder calls fn with each entry of m whose key starts with prefix
+// until fn returns false, and reports whether it went through them all.
+func eachUnder[V any](m map[string]V, prefix string, fn func(k string, v V) bool) bool {
+	for k, v := range m {
+		if strings.HasPrefix(k, prefix) && !fn(k, v) {
+			return false
+		}
+	}
+	return true
 }
 
 // pendingUnder lists pending keys starting with prefix.
@@ -353,13 +367,12 @@ func (pg *pageRef) pendingUnder(prefix string) map[string]*fileNode {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
 	var out map[string]*fileNode
-	for k, f := range pg.pending {
-		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
-			if out == nil {
-				out = map[string]*fileNode{}
-			}
-			out[k] = f
+	eachUnder(pg.pending, prefix, func(k string, f *fileNode) bool {
+		if out == nil {
+			out = map[string]*fileNode{}
 		}
-	}
+		out[k] = f
+		return true
+	})
 	return out
 }
