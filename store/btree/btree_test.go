@@ -466,6 +466,21 @@ func TestHiding(t *testing.T) {
 	})
 }
 
+// eachNode calls fn with every stored node of the tree at root.
+func eachNode(t tb, s *Store, root cas.ObjectIdentifier, fn func(id cas.ObjectIdentifier, n *node)) {
+	t.Helper()
+	n, err := s.loadID(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn(root, n)
+	for _, c := range n.children {
+		if !c.empty() {
+			eachNode(t, s, c.id, fn)
+		}
+	}
+}
+
 // BenchmarkDecodeNode decodes every stored node of a 20,000-entry tree:
 // a lookup in a large directory whose nodes the cache no longer holds
 // decodes a whole node, and `rm -rf` of 100,000 entries spent a fifth of
@@ -474,25 +489,14 @@ func BenchmarkDecodeNode(b *testing.B) {
 	s, _ := newStore(b, false)
 	var nodes [][]byte
 	entries := 0
-	var walk func(id cas.ObjectIdentifier)
-	walk = func(id cas.ObjectIdentifier) {
+	eachNode(b, s, bigTree(b, s, 20000), func(id cas.ObjectIdentifier, n *node) {
 		buf, err := s.readObject(id)
-		if err != nil {
-			b.Fatal(err)
-		}
-		n, err := decodeNode(buf)
 		if err != nil {
 			b.Fatal(err)
 		}
 		nodes = append(nodes, buf)
 		entries += len(n.entries)
-		for _, c := range n.children {
-			if !c.empty() {
-				walk(c.id)
-			}
-		}
-	}
-	walk(bigTree(b, s, 20000))
+	})
 	b.ReportAllocs()
 	for b.Loop() {
 		for _, buf := range nodes {
@@ -516,20 +520,7 @@ func TestForgetDropsReplacedNodes(t *testing.T) {
 		return ok
 	}
 	old := map[cas.Digest]bool{}
-	var walk func(id cas.ObjectIdentifier)
-	walk = func(id cas.ObjectIdentifier) {
-		n, err := s.loadID(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		old[id.Digest] = true
-		for _, c := range n.children {
-			if !c.empty() {
-				walk(c.id)
-			}
-		}
-	}
-	walk(root)
+	eachNode(t, s, root, func(id cas.ObjectIdentifier, _ *node) { old[id.Digest] = true })
 	for d := range old {
 		if !cached(d) {
 			t.Fatalf("node %s of the old tree not cached to begin with", d)

@@ -82,17 +82,16 @@ func (t *Tree) Delete(key string) (bool, error) {
 // often read, over the new ones, so that they filled the cache while the
 // live tree's nodes were decoded again and again.
 func (t *Tree) Forget() {
-	if t.s.cache != nil {
-		for _, d := range t.replaced {
-			t.s.cache.del(string(d))
-		}
+	for _, d := range t.replaced {
+		t.s.cache.del(string(d))
 	}
 	t.replaced = nil
 }
 
-// replacing notes that an edit copies the node r refers to, if stored.
+// replacing notes that an edit copies the node r refers to, if stored and
+// there is a cache to forget it from.
 func (t *Tree) replacing(r ref) {
-	if !r.dirty() && r.id.Digest != "" {
+	if t.s.cache != nil && !r.dirty() && r.id.Digest != "" {
 		t.replaced = append(t.replaced, r.id.Digest)
 	}
 }
