@@ -1,11 +1,11 @@
 package fs
 
 import (
-	"maps"
 	"strings"
 	"sync"
 	"syscall"
 
+	gbtree "github.com/google/btree"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
 	"github.com/ledgerfs/ledgerfs/journal"
@@ -44,9 +44,11 @@ type pageRef struct {
 	// markers are directory markers (mode and mtime) changed by a setattr
 	// whose commit is queued, by key.
 	markers map[string]queuedMarker
-	// gone holds the keys whose deletion is queued. It is replaced, never
-	// changed in place, so that a view can keep the one it read.
-	gone map[string]uint64
+	// gone holds the keys whose deletion is queued, with the change's
+	// number. A view keeps a lazy clone of it (O(1); the tree copies only
+	// the nodes a later change touches): a copy of the whole set per
+	// unlink was a third of what rm -rf of a large directory allocated.
+	gone *gbtree.BTreeG[goneKey]
 	// queuedSeq numbers queued changes, so that a change landing does not
 	// clear what a later change of the same key shows.
 	queuedSeq uint64
@@ -107,18 +109,18 @@ func (pg *pageRef) view(fn func(p *store.Page, head *store.Commit, t *btree.Tree
 	// Queued deletes are read before the head, as pending files are: one
 	// that lands in between is then in the head already.
 	pg.mu.Lock()
-	gone := pg.gone
+	var gone *gbtree.BTreeG[goneKey]
+	if pg.gone != nil && pg.gone.Len() > 0 {
+		gone = pg.gone.Clone()
+	}
 	pg.mu.Unlock()
 	head, err := p.Head()
 	if err != nil {
 		return err
 	}
 	t := p.Tree(head)
-	if len(gone) > 0 {
-		t = t.Hiding(func(key string) bool {
-			_, ok := gone[key]
-			return ok
-		})
+	if gone != nil {
+		t = t.Hiding(func(key string) bool { return gone.Has(goneKey{key: key}) })
 	}
 	return fn(p, head, t)
 }
@@ -129,18 +131,24 @@ func (pg *pageRef) view(fn func(p *store.Page, head *store.Commit, t *btree.Tree
 // one commit per file.
 func (pg *pageRef) queueDelete(key string) error {
 	return pg.queueShown(journal.Op{Key: key, Delete: true}, func(seq uint64) {
-		pg.gone = maps.Clone(pg.gone)
 		if pg.gone == nil {
-			pg.gone = map[string]uint64{}
+			pg.gone = gbtree.NewG(16, goneKey.less)
 		}
-		pg.gone[key] = seq
+		pg.gone.ReplaceOrInsert(goneKey{key, seq})
 	}, func(seq uint64) {
-		if pg.gone[key] == seq {
-			pg.gone = maps.Clone(pg.gone)
-			delete(pg.gone, key)
+		if g, ok := pg.gone.Get(goneKey{key: key}); ok && g.seq == seq {
+			pg.gone.Delete(g)
 		}
 	})
 }
+
+// goneKey is a key whose deletion is queued, ordered by key.
+type goneKey struct {
+	key string
+	seq uint64 // the queued change's number
+}
+
+func (a goneKey) less(b goneKey) bool { return a.key < b.key }
 
 // queueShown queues op, which shows until it lands: show records it and
 // landed drops it, both called with pg.mu held and the change's number.
