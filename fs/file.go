@@ -254,7 +254,7 @@ func (f *fileNode) create(key string, mode uint32) (gofs.FileHandle, syscall.Err
 	f.mu.Unlock()
 	f.pg.mu.Lock()
 	f.pg.opens++
-	f.pg.pending[key] = f
+	f.pg.pending.Set(key, f)
 	f.pg.mu.Unlock()
 	return &handle{f: f, write: true}, 0
 }
@@ -262,7 +262,7 @@ func (f *fileNode) create(key string, mode uint32) (gofs.FileHandle, syscall.Err
 func (pg *pageRef) dropPending(key string) {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	delete(pg.pending, key)
+	pg.pending.Delete(key)
 }
 
 // unpend drops f from pg.pending at key unless a commit of f is still
@@ -270,8 +270,8 @@ func (pg *pageRef) dropPending(key string) {
 func (pg *pageRef) unpend(key string, f *fileNode) {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	if f.queued == 0 && pg.pending[key] == f {
-		delete(pg.pending, key)
+	if f.queued == 0 && pg.pendingAt(key) == f {
+		pg.pending.Delete(key)
 	}
 }
 
@@ -359,7 +359,7 @@ func (f *fileNode) queue(key string, op journal.Op, w *store.ValueWriter) error 
 	pg := f.pg
 	pg.mu.Lock()
 	f.queued++
-	pg.pending[key] = f
+	pg.pending.Set(key, f)
 	pg.mu.Unlock()
 	landed := func(err error) {
 		// On the committer's goroutine: f.mu may be held by a caller
@@ -367,8 +367,8 @@ func (f *fileNode) queue(key string, op journal.Op, w *store.ValueWriter) error 
 		pg.mu.Lock()
 		f.queued--
 		last := f.queued == 0
-		if last && pg.pending[key] == f {
-			delete(pg.pending, key)
+		if last && pg.pendingAt(key) == f {
+			pg.pending.Delete(key)
 		}
 		if last {
 			pg.ending++
@@ -394,8 +394,8 @@ func (f *fileNode) queue(key string, op journal.Op, w *store.ValueWriter) error 
 	if err != nil {
 		pg.mu.Lock()
 		f.queued--
-		if f.queued == 0 && !f.created && pg.pending[key] == f {
-			delete(pg.pending, key)
+		if f.queued == 0 && !f.created && pg.pendingAt(key) == f {
+			pg.pending.Delete(key)
 		}
 		pg.mu.Unlock()
 	}

@@ -90,7 +90,7 @@ func (f *FS) page(ledger, name string) *pageRef {
 	k := ledger + "/" + name
 	p, ok := f.pages[k]
 	if !ok {
-		p = &pageRef{fs: f, ledger: ledger, name: name, pending: map[string]*fileNode{}}
+		p = &pageRef{fs: f, ledger: ledger, name: name}
 		f.pages[k] = p
 	}
 	return p

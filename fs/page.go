@@ -1,11 +1,9 @@
 package fs
 
 import (
-	"strings"
 	"sync"
 	"syscall"
 
-	gbtree "github.com/google/btree"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
 	"github.com/ledgerfs/ledgerfs/journal"
@@ -36,19 +34,19 @@ type pageRef struct {
 	root    *gofs.Inode         // the live page's root, once looked up
 	ledger  string
 	name    string
-	pending map[string]*fileNode // created and not yet committed, or with a commit queued, by key
+	pending keyMap[*fileNode] // created and not yet committed, or with a commit queued, by key
 	// inflight counts the commits queued at close that have not landed;
 	// ending, the landed ones whose node has yet to drop its content.
 	inflight, ending int
 	endCond          *sync.Cond // signals ending reaching 0; on mu
 	// markers are directory markers (mode and mtime) changed by a setattr
 	// whose commit is queued, by key.
-	markers map[string]queuedMarker
+	markers keyMap[queuedMarker]
 	// gone holds the keys whose deletion is queued, with the change's
-	// number. A view keeps a lazy clone of it (O(1); the tree copies only
-	// the nodes a later change touches): a copy of the whole set per
-	// unlink was a third of what rm -rf of a large directory allocated.
-	gone *gbtree.BTreeG[goneKey]
+	// number. A view keeps a clone of it (see keyMap.Clone): a copy of the
+	// whole set per unlink was a third of what rm -rf of a large directory
+	// allocated.
+	gone keyMap[uint64]
 	// queuedSeq numbers queued changes, so that a change landing does not
 	// clear what a later change of the same key shows.
 	queuedSeq uint64
@@ -109,8 +107,8 @@ func (pg *pageRef) view(fn func(p *store.Page, head *store.Commit, t *btree.Tree
 	// Queued deletes are read before the head, as pending files are: one
 	// that lands in between is then in the head already.
 	pg.mu.Lock()
-	var gone *gbtree.BTreeG[goneKey]
-	if pg.gone != nil && pg.gone.Len() > 0 {
+	var gone keyMap[uint64]
+	if pg.gone.Len() > 0 {
 		gone = pg.gone.Clone()
 	}
 	pg.mu.Unlock()
@@ -119,8 +117,11 @@ func (pg *pageRef) view(fn func(p *store.Page, head *store.Commit, t *btree.Tree
 		return err
 	}
 	t := p.Tree(head)
-	if gone != nil {
-		t = t.Hiding(func(key string) bool { return gone.Has(goneKey{key: key}) })
+	if gone.Len() > 0 {
+		t = t.Hiding(func(key string) bool {
+			_, ok := gone.Get(key)
+			return ok
+		})
 	}
 	return fn(p, head, t)
 }
@@ -131,24 +132,13 @@ func (pg *pageRef) view(fn func(p *store.Page, head *store.Commit, t *btree.Tree
 // one commit per file.
 func (pg *pageRef) queueDelete(key string) error {
 	return pg.queueShown(journal.Op{Key: key, Delete: true}, func(seq uint64) {
-		if pg.gone == nil {
-			pg.gone = gbtree.NewG(16, goneKey.less)
-		}
-		pg.gone.ReplaceOrInsert(goneKey{key, seq})
+		pg.gone.Set(key, seq)
 	}, func(seq uint64) {
-		if g, ok := pg.gone.Get(goneKey{key: key}); ok && g.seq == seq {
-			pg.gone.Delete(g)
+		if s, ok := pg.gone.Get(key); ok && s == seq {
+			pg.gone.Delete(key)
 		}
 	})
 }
-
-// goneKey is a key whose deletion is queued, ordered by key.
-type goneKey struct {
-	key string
-	seq uint64 // the queued change's number
-}
-
-func (a goneKey) less(b goneKey) bool { return a.key < b.key }
 
 // queueShown queues op, which shows until it lands: show records it and
 // landed drops it, both called with pg.mu held and the change's number.
@@ -233,7 +223,7 @@ type queuedMarker struct {
 func (pg *pageRef) queuedMarker(key string) (btree.Entry, bool) {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	m, ok := pg.markers[key]
+	m, ok := pg.markers.Get(key)
 	return m.e, ok
 }
 
@@ -243,7 +233,7 @@ func (pg *pageRef) queuedMarkersUnder(prefix string) []string {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
 	var out []string
-	eachUnder(pg.markers, prefix, func(k string, _ queuedMarker) bool {
+	pg.markers.Under(prefix, func(k string, _ queuedMarker) bool {
 		out = append(out, k)
 		return true
 	})
@@ -257,13 +247,10 @@ func (pg *pageRef) queuedMarkersUnder(prefix string) []string {
 // directory it keeps.
 func (pg *pageRef) queueMarker(key string, e btree.Entry) error {
 	return pg.queueShown(journal.Op{Key: key, Entry: e}, func(seq uint64) {
-		if pg.markers == nil {
-			pg.markers = map[string]queuedMarker{}
-		}
-		pg.markers[key] = queuedMarker{e, seq}
+		pg.markers.Set(key, queuedMarker{e, seq})
 	}, func(seq uint64) {
-		if m, ok := pg.markers[key]; ok && m.seq == seq {
-			delete(pg.markers, key)
+		if m, ok := pg.markers.Get(key); ok && m.seq == seq {
+			pg.markers.Delete(key)
 		}
 	})
 }
@@ -326,7 +313,7 @@ func (pg *pageRef) id(kind byte, key string) string {
 func (pg *pageRef) busy() bool {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	return pg.opens > 0 || len(pg.pending) > 0 || len(pg.txns) > 0
+	return pg.opens > 0 || pg.pending.Len() > 0 || len(pg.txns) > 0
 }
 
 // empty reports whether the page has no entries.
@@ -346,7 +333,13 @@ func (pg *pageRef) empty() (bool, error) {
 func (pg *pageRef) pendingFile(key string) *fileNode {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	return pg.pending[key]
+	return pg.pendingAt(key)
+}
+
+// pendingAt is pendingFile for a caller holding pg.mu.
+func (pg *pageRef) pendingAt(key string) *fileNode {
+	f, _ := pg.pending.Get(key)
+	return f
 }
 
 // dirShown reports whether the directory at prefix exists by what is
@@ -355,19 +348,8 @@ func (pg *pageRef) pendingFile(key string) *fileNode {
 func (pg *pageRef) dirShown(prefix string) bool {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	return !eachUnder(pg.markers, prefix, func(string, queuedMarker) bool { return false }) ||
-		!eachUnder(pg.pending, prefix, func(string, *fileNode) bool { return false })
-}
-
-// eachUnder calls fn with each entry of m whose key starts with prefix
-// until fn returns false, and reports whether it went through them all.
-func eachUnder[V any](m map[string]V, prefix string, fn func(k string, v V) bool) bool {
-	for k, v := range m {
-		if strings.HasPrefix(k, prefix) && !fn(k, v) {
-			return false
-		}
-	}
-	return true
+	return !pg.markers.Under(prefix, func(string, queuedMarker) bool { return false }) ||
+		!pg.pending.Under(prefix, func(string, *fileNode) bool { return false })
 }
 
 // pendingUnder lists pending keys starting with prefix.
@@ -375,7 +357,7 @@ func (pg *pageRef) pendingUnder(prefix string) map[string]*fileNode {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
 	var out map[string]*fileNode
-	eachUnder(pg.pending, prefix, func(k string, f *fileNode) bool {
+	pg.pending.Under(prefix, func(k string, f *fileNode) bool {
 		if out == nil {
 			out = map[string]*fileNode{}
 		}
