@@ -270,8 +270,8 @@ func (pg *pageRef) dropPending(key string) {
 func (pg *pageRef) unpend(key string, f *fileNode) {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	if f.queued == 0 && pg.pendingAt(key) == f {
-		pg.pending.Delete(key)
+	if f.queued == 0 {
+		pg.unpendLocked(key, f)
 	}
 }
 
@@ -367,10 +367,8 @@ func (f *fileNode) queue(key string, op journal.Op, w *store.ValueWriter) error 
 		pg.mu.Lock()
 		f.queued--
 		last := f.queued == 0
-		if last && pg.pendingAt(key) == f {
-			pg.pending.Delete(key)
-		}
 		if last {
+			pg.unpendLocked(key, f)
 			pg.ending++
 		}
 		pg.mu.Unlock()
@@ -394,8 +392,8 @@ func (f *fileNode) queue(key string, op journal.Op, w *store.ValueWriter) error 
 	if err != nil {
 		pg.mu.Lock()
 		f.queued--
-		if f.queued == 0 && !f.created && pg.pendingAt(key) == f {
-			pg.pending.Delete(key)
+		if f.queued == 0 && !f.created {
+			pg.unpendLocked(key, f)
 		}
 		pg.mu.Unlock()
 	}

@@ -333,13 +333,16 @@ func (pg *pageRef) empty() (bool, error) {
 func (pg *pageRef) pendingFile(key string) *fileNode {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	return pg.pendingAt(key)
-}
-
-// pendingAt is pendingFile for a caller holding pg.mu.
-func (pg *pageRef) pendingAt(key string) *fileNode {
 	f, _ := pg.pending.Get(key)
 	return f
+}
+
+// unpendLocked drops f from pending at key if f is the node pending there
+// (a later create may have taken the key). Called with pg.mu held.
+func (pg *pageRef) unpendLocked(key string, f *fileNode) {
+	if p, _ := pg.pending.Get(key); p == f {
+		pg.pending.Delete(key)
+	}
 }
 
 // dirShown reports whether the directory at prefix exists by what is
