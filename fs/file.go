@@ -428,12 +428,16 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		f.meta.MtimeNs, f.meta.HasMtime = t.UnixNano(), true
 		f.changed = true
 	}
-	// While the file is open for writing, the change commits with the
-	// writes, at the next flush or at the last release; this includes the
-	// truncation the kernel sends, without a handle, for open(O_TRUNC). A
-	// file nobody writes commits now.
+	// While the file has changes no flush has committed (bytes written, a
+	// truncation, a creation not yet closed), the change commits with them,
+	// at the next flush or at the last release: cp -a sets mode and times
+	// between its last write and close. This includes the truncation the
+	// kernel sends, without a handle, for open(O_TRUNC). Otherwise it
+	// commits now, even if the file is still open for writing: the kernel
+	// releases a closed descriptor asynchronously, so a chmod right after
+	// close may arrive while the server still counts its writer.
 	var eno syscall.Errno
-	if f.writers == 0 {
+	if f.writers == 0 || !(f.c.dirty || f.created) {
 		eno = f.commitLocked(commitWait)
 		f.endChange()
 	}

@@ -659,6 +659,47 @@ func TestSetattrRightAfterClose(t *testing.T) {
 	}
 }
 
+// A change by path to a file whose writes are all committed lands before
+// chmod returns, even while a descriptor is open for writing: the kernel
+// sends the release of a closed descriptor asynchronously, so the server
+// may still count a writer that has gone. A change while bytes are written
+// but not flushed waits for them (cp -a: write, fchmod, futimens, close).
+func TestSetattrWhileOpenCommitsClean(t *testing.T) {
+	s := mount(t, t.TempDir())
+	pg := s.page("s", "p")
+	path := filepath.Join(pg, "f")
+	write(t, path, "data")
+	held, err := os.OpenFile(path, os.O_WRONLY, 0) // a release not yet arrived
+	must(t, err)
+	defer held.Close()
+	mt := time.Unix(1_000_000, 0)
+	must(t, os.Chmod(path, 0o600))
+	must(t, os.Chtimes(path, mt, mt))
+	latest := func() (os.FileInfo, string) {
+		t.Helper()
+		head := readlink(t, filepath.Join(pg, ".ledger", "latest"))
+		p := filepath.Join(pg, ".ledger", head, "f")
+		fi, err := os.Stat(p)
+		must(t, err)
+		b, err := os.ReadFile(p)
+		must(t, err)
+		return fi, string(b)
+	}
+	if fi, data := latest(); fi.Mode().Perm() != 0o600 || !fi.ModTime().Equal(mt) || data != "data" {
+		t.Fatalf("head after chmod and utimes: %v %v %q, want -rw------- %v \"data\"", fi.Mode(), fi.ModTime(), data, mt)
+	}
+	_, err = held.Write([]byte("more"))
+	must(t, err)
+	must(t, os.Chmod(path, 0o640))
+	if fi, data := latest(); fi.Mode().Perm() != 0o600 || data != "data" {
+		t.Fatalf("head with writes unflushed: %v %q, want the last commit's -rw------- \"data\"", fi.Mode(), data)
+	}
+	must(t, held.Close())
+	if fi, data := latest(); fi.Mode().Perm() != 0o640 || data != "more" {
+		t.Fatalf("head after close: %v %q, want -rw-r----- \"more\"", fi.Mode(), data)
+	}
+}
+
 // A descriptor that writes, commits with fsync, truncates and writes again
 // from offset 0 starts a new stream on the same open content.
 func TestRewriteAfterFsync(t *testing.T) {
