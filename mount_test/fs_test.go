@@ -1041,6 +1041,42 @@ func TestUnmountFromOutside(t *testing.T) {
 	}
 }
 
+// A db that cannot be written at unmount (its repository deleted under the
+// mount; a full disk looks the same to Badger, which retries the flush of
+// its memtable for ever inside Close) ends the server within the close
+// timeout, with an error that names the db and a non-zero exit, instead of
+// a process that never exits.
+func TestStopWhenDBCannotClose(t *testing.T) {
+	repo := t.TempDir()
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	s := mountAt(t, repo, mnt, "--close-timeout", "2s")
+	must(t, os.WriteFile(filepath.Join(s.page("c", "p"), "f"), []byte("data"), 0o644))
+	must(t, os.RemoveAll(repo))
+	start := time.Now()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	var err error
+	select {
+	case err = <-s.done:
+	case <-time.After(60 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.done
+		t.Fatalf("server still running 60s after SIGTERM:\n%s", s.log)
+	}
+	log := s.log.String()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("server exited with %v, want a non-zero exit:\n%s", err, log)
+	}
+	if !strings.Contains(log, "did not close within 2s") {
+		t.Fatalf("server log does not say which db did not close:\n%s", log)
+	}
+	if mounted(mnt) {
+		detach(mnt)
+		t.Fatal("still mounted after the server exited")
+	}
+	t.Logf("exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
+}
+
 // SIGTERM as soon as the mount shows ends the server cleanly: no dead mount
 // left behind.
 func TestStopRightAfterMount(t *testing.T) {

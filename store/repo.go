@@ -63,6 +63,10 @@ type Options struct {
 	OnOpen func(*Page) error
 	// OnClose runs before a page db is closed.
 	OnClose func(*Page) error
+	// CloseTimeout bounds the wait for one db to close; 0 means 30 s.
+	// Badger retries a memtable flush that fails (its directory deleted,
+	// the disk full) for ever, inside Close.
+	CloseTimeout time.Duration
 }
 
 // Repository is an open repository directory.
@@ -91,6 +95,9 @@ func Open(dir string, opts Options) (*Repository, error) {
 	}
 	if opts.NodeCacheBytes <= 0 {
 		opts.NodeCacheBytes = 16 << 20
+	}
+	if opts.CloseTimeout <= 0 {
+		opts.CloseTimeout = 30 * time.Second
 	}
 	if !opts.ReadOnly {
 		if err := os.MkdirAll(filepath.Join(dir, SerializationVersion, "ledgers"), 0o755); err != nil {
@@ -574,11 +581,7 @@ func (r *Repository) closeDB(p *Page) error {
 	}
 	p.mu.Lock()
 	p.closed.Store(true)
-	// No trim while the db unmaps its files: one that read a mapping's
-	// address before could drop pages someone else mapped there since.
-	r.trim.running.Lock()
-	errs = append(errs, p.db.Close())
-	r.trim.running.Unlock()
+	errs = append(errs, r.closeBadger(p.db))
 	p.mu.Unlock()
 	if !r.opts.ReadOnly {
 		errs = append(errs, r.db.Update(func(txn *badger.Txn) error {
@@ -674,7 +677,34 @@ func (r *Repository) Close() error {
 		errs = append(errs, r.closeDB(p))
 	}
 	r.nodes.Close()
-	r.trim.running.Lock() // for good: no trim while or after the db unmaps
-	errs = append(errs, r.db.Close())
+	errs = append(errs, r.closeBadger(r.db))
+	r.trim.running.Lock() // for good: the dbs are gone
 	return errors.Join(errs...)
+}
+
+// errCloseStuck reports a db that did not close within the timeout.
+var errCloseStuck = errors.New("did not close")
+
+// closeBadger closes db, giving up after the close timeout: one db whose
+// memtable cannot be written must not hold up the other dbs, nor the
+// process's exit. Its writes stay in its write-ahead log, which the next
+// open replays if the files are still there.
+//
+// No trim runs while a db unmaps its files: one that read a mapping's
+// address before could drop pages someone else mapped there since. A close
+// given up on may unmap them at any later time, so trimming stops for good.
+func (r *Repository) closeBadger(db *badger.DB) error {
+	r.trim.running.Lock()
+	done := make(chan error, 1)
+	go func() { done <- db.Close() }()
+	select {
+	case err := <-done:
+		r.trim.running.Unlock()
+		return err
+	case <-time.After(r.opts.CloseTimeout):
+		r.trim.off.Store(true)
+		r.trim.running.Unlock()
+		return fmt.Errorf("db %s %w within %v (see Badger's errors); its write-ahead log is left for the next open",
+			db.Opts().Dir, errCloseStuck, r.opts.CloseTimeout)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -419,5 +420,43 @@ func TestValueCommitWithRows(t *testing.T) {
 				t.Fatalf("value read back after Commit: %d bytes, %v", len(got), err)
 			}
 		})
+	}
+}
+
+// A db whose memtable cannot be flushed (its directory deleted) is given up
+// on after the close timeout, the other dbs still close, and trimming stops:
+// the abandoned close may unmap its files at any later time.
+func TestCloseGivesUpOnStuckDB(t *testing.T) {
+	dir := t.TempDir()
+	r := openRepo(t, dir, Options{CloseTimeout: 200 * time.Millisecond})
+	r.CreateLedger("l")
+	r.CreatePage("l", "p")
+	p, err := r.Acquire("l", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 4096)
+	for i := range data {
+		data[i] = byte(i * 7919 >> 3)
+	}
+	writeValue(t, p, data)
+	pageDir := p.db.Opts().Dir
+	if err := os.RemoveAll(pageDir); err != nil {
+		t.Fatal(err)
+	}
+	r.Release(p)
+	start := time.Now()
+	err = r.Close()
+	if !errors.Is(err, errCloseStuck) || !strings.Contains(err.Error(), pageDir) {
+		t.Fatalf("Close: %v, want the page db %s to be given up on", err, pageDir)
+	}
+	if strings.Contains(err.Error(), "page_usage_db") {
+		t.Fatalf("Close gave up on the repository db too: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("Close took %v", d)
+	}
+	if !r.trim.off.Load() {
+		t.Fatal("trimming still on after a close was given up on")
 	}
 }

@@ -41,6 +41,7 @@ type trimmer struct {
 	dir     string // only mappings of files under dir are trimmed
 	traffic atomic.Int64
 	running sync.Mutex
+	off     atomic.Bool // set, with running held, once trimming must stop
 }
 
 // add counts value-log traffic and trims once enough has passed.
@@ -59,6 +60,9 @@ func (t *trimmer) add(n int) {
 
 // trimLocked trims, with t.running held, and starts counting traffic anew.
 func (t *trimmer) trimLocked() {
+	if t.off.Load() {
+		return
+	}
 	t.traffic.Store(0)
 	if err := t.trim(); err != nil {
 		slog.Debug("trim value-log mappings", "err", err)

@@ -47,6 +47,7 @@ func newMount() *cobra.Command {
 		memLimit   int64
 		gcPercent  int
 		nodeCache  int64
+		closeWait  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "mount [flags] [REPO] MOUNTPOINT",
@@ -91,7 +92,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			return serve(serveConfig{
 				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther,
 				debug: debugLog, idlePages: idlePages, cache: time.Duration(cacheSecs * float64(time.Second)),
-				gcInterval: gcInterval, nodeCache: nodeCache << 20,
+				gcInterval: gcInterval, nodeCache: nodeCache << 20, closeTimeout: closeWait,
 			})
 		},
 	}
@@ -105,6 +106,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.Int64Var(&nodeCache, "node-cache", 16, "MiB of decoded tree nodes kept in memory; more makes long history listings faster")
 	f.StringVar(&pprofAddr, "pprof", "", "serve Go profiles (net/http/pprof) on this address, e.g. localhost:6060")
 	f.DurationVar(&gcInterval, "gc-interval", 10*time.Minute, "how often to reclaim value-log space of open pages")
+	f.DurationVar(&closeWait, "close-timeout", 30*time.Second, "how long to wait for one page database to close (at unmount or when idle) before giving up on it")
 	return cmd
 }
 
@@ -115,6 +117,7 @@ type serveConfig struct {
 	idlePages            int
 	nodeCache            int64 // bytes
 	cache, gcInterval    time.Duration
+	closeTimeout         time.Duration
 }
 
 func serve(c serveConfig) error {
@@ -138,6 +141,7 @@ func serve(c serveConfig) error {
 		NodeCacheBytes: c.nodeCache,
 		ReadOnly:       c.readOnly,
 		OnOpen:         journal.Recover,
+		CloseTimeout:   c.closeTimeout,
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
