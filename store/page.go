@@ -105,8 +105,16 @@ func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 		return nil, fmt.Errorf("piece %s: %w", d, cas.ErrNotFound)
 	}
 	// A read from a mapped value log maps the pages around it too
-	// (read-around, fault-around): count at least that much.
-	p.repo.trim.add(max(len(out), readAround))
+	// (read-around, fault-around): count at least that much, unless the
+	// read streams. A streaming reader's next values lie in the pages
+	// already mapped around this one; counting the read-around for each
+	// of them (chunks average 16 KiB) trimmed every 4 MiB read, 8 % of the
+	// mount's CPU in a cold sequential read.
+	if stream {
+		p.repo.trim.add(len(out))
+	} else {
+		p.repo.trim.add(max(len(out), readAround))
+	}
 	return out, err
 }
 

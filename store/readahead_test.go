@@ -105,3 +105,41 @@ func TestGetStreamingReadsAhead(t *testing.T) {
 		t.Fatalf("streaming get %v later: %d KiB of value log read in, plain get %d KiB", raFresh, again>>10, plain>>10)
 	}
 }
+
+// A streaming get counts the bytes it read towards the next trim, a plain
+// get at least the read-around: the chunks of a stream share the pages
+// mapped around each other, and counting the read-around for each trimmed
+// every 4 MiB of a sequential read.
+func TestStreamingGetsCountTheirBytes(t *testing.T) {
+	p := testPage(t)
+	id := writeValue(t, p, benchBytes(4<<20))
+	var chunks []cas.Digest
+	if err := cas.Walk(p, id, func(d cas.Digest) (bool, error) {
+		if !d.IsIndex() {
+			chunks = append(chunks, d)
+		}
+		return true, nil
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	counted := func(get func(cas.Digest, []byte) ([]byte, error)) (traffic, read int64) {
+		t.Helper()
+		p.repo.trim.running.Lock() // no trim resets the count meanwhile
+		defer p.repo.trim.running.Unlock()
+		before := p.repo.trim.traffic.Load()
+		for _, d := range chunks {
+			v, err := get(d, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			read += int64(len(v))
+		}
+		return p.repo.trim.traffic.Load() - before, read
+	}
+	if traffic, read := counted(p.GetStreaming); traffic != read {
+		t.Errorf("%d streaming gets of %d bytes counted %d bytes", len(chunks), read, traffic)
+	}
+	if traffic, _ := counted(p.Get); traffic < int64(len(chunks))*readAround {
+		t.Errorf("%d plain gets counted %d bytes, want at least the read-around of each", len(chunks), traffic)
+	}
+}
