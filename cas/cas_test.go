@@ -91,7 +91,7 @@ func write(t testing.TB, s Sink, data []byte, blocks int) ObjectIdentifier {
 // openReader opens a reader of id, failing the test if it cannot.
 func openReader(t testing.TB, src Source, id ObjectIdentifier) *Reader {
 	t.Helper()
-	r, err := NewReader(src, id)
+	r, err := NewReader(src, id, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +375,7 @@ func FuzzSplitRoundTrip(f *testing.F) {
 			t.Fatal("content differs")
 		}
 		if int(off) < len(data) {
-			r, _ := NewReader(s, id)
+			r, _ := NewReader(s, id, nil)
 			buf := make([]byte, 100)
 			n, _ := r.ReadAt(buf, int64(off))
 			if !bytes.Equal(buf[:n], data[off:min(len(data), int(off)+100)]) {
@@ -524,5 +524,63 @@ func TestReaderStreamsSequentialReads(t *testing.T) {
 	}
 	if gets, streamed := s.count()-before, int(s.streamed.Load()); streamed > gets/10 {
 		t.Fatalf("random reads: %d of %d gets streaming", streamed, gets)
+	}
+}
+
+// indexCounter counts the index pieces fetched through it.
+type indexCounter struct {
+	Source
+	index atomic.Int64
+}
+
+func (c *indexCounter) Get(d Digest, buf []byte) ([]byte, error) {
+	if d.IsIndex() {
+		c.index.Add(1)
+	}
+	return c.Source.Get(d, buf)
+}
+
+// A reader finds in the shared cache the index pieces that another reader
+// of the same object decoded (pieces are content-addressed: of any page),
+// so random reads through it fetch chunks only.
+func TestSharedIndexCache(t *testing.T) {
+	s := newMemStore()
+	data := randBytes(7, 16<<20)
+	id := write(t, s, data, 1<<20)
+	ic, err := NewIndexCache(8 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ic.Close()
+	rng := rand.New(rand.NewPCG(7, 7))
+	offsets := make([]int, 300)
+	for i := range offsets {
+		offsets[i] = rng.IntN(len(data) - 4096)
+	}
+	read := func(shared *IndexCache) int64 {
+		t.Helper()
+		src := &indexCounter{Source: s}
+		r, err := NewReader(src, id, shared)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4096)
+		for _, o := range offsets {
+			if _, err := r.ReadAt(buf, int64(o)); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(buf, data[o:o+4096]) {
+				t.Fatalf("wrong bytes at %d", o)
+			}
+		}
+		return src.index.Load()
+	}
+	if n := read(nil); n < int64(len(offsets)/2) {
+		t.Fatalf("without a shared cache %d random reads fetched only %d index pieces: the object's index is too small to test", len(offsets), n)
+	}
+	read(ic)
+	ic.c.Wait()
+	if n := read(ic); n != 0 {
+		t.Fatalf("a second reader fetched %d index pieces the first one had decoded", n)
 	}
 }

@@ -54,6 +54,7 @@ type Reader struct {
 	stream Source // src, or its streaming form if it has one
 	root   Digest
 	size   uint64
+	shared *IndexCache // may be nil
 
 	mu sync.Mutex
 	// Index pieces and chunks are kept apart, index pieces by last use: a
@@ -86,9 +87,10 @@ type fetch struct {
 	err  error
 }
 
-// NewReader opens the object id for reading.
-func NewReader(src Source, id ObjectIdentifier) (*Reader, error) {
-	r := &Reader{src: src, stream: src, root: id.Digest, fetching: map[Digest]*fetch{}}
+// NewReader opens the object id for reading. Index pieces are looked up
+// in shared, if not nil, before they are fetched, and kept there.
+func NewReader(src Source, id ObjectIdentifier, shared *IndexCache) (*Reader, error) {
+	r := &Reader{src: src, stream: src, root: id.Digest, shared: shared, fetching: map[Digest]*fetch{}}
 	if s, ok := src.(StreamSource); ok {
 		r.stream = streaming{s}
 	}
@@ -141,7 +143,15 @@ func (r *Reader) piece(d Digest) (cached, error) {
 		r.mu.Lock()
 		return f.c, f.err
 	}
-	return r.fetchLocked(r.src, d, nil)
+	if c, ok := r.shared.get(d); ok {
+		r.keep(c)
+		return c, nil
+	}
+	c, err := r.fetchLocked(r.src, d, nil)
+	if err == nil && c.index != nil {
+		r.shared.set(c)
+	}
+	return c, err
 }
 
 // fetchLocked fetches, verifies and decodes the piece d, into buf if it is

@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/restic/chunker"
 
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/store/btree"
 )
 
@@ -56,6 +57,10 @@ type Options struct {
 	// commits replaced: after 100,000 unlinks the cache held 19 MiB of
 	// them while the next file was written.
 	NodeCacheBytes int64
+	// IndexCacheBytes bounds the decoded index pieces of values kept in
+	// memory (cas.IndexCache); 0 means 8 MiB, the index of random reads
+	// over about 1.5 GiB of values.
+	IndexCacheBytes int64
 	// ReadOnly opens every db read-only.
 	ReadOnly bool
 	// OnOpen runs when a page db is opened, before anyone uses it: the
@@ -75,8 +80,10 @@ type Repository struct {
 	opts Options
 	db   *badger.DB
 	pol  chunker.Pol
-	// nodes caches decoded tree nodes for every page.
+	// nodes caches decoded tree nodes for every page, indexes the index
+	// pieces of values.
 	nodes    *btree.NodeCache
+	indexes  *cas.IndexCache
 	trim     trimmer
 	stopTrim chan struct{}
 
@@ -95,6 +102,9 @@ func Open(dir string, opts Options) (*Repository, error) {
 	}
 	if opts.NodeCacheBytes <= 0 {
 		opts.NodeCacheBytes = 16 << 20
+	}
+	if opts.IndexCacheBytes <= 0 {
+		opts.IndexCacheBytes = 8 << 20
 	}
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 30 * time.Second
@@ -119,6 +129,11 @@ func Open(dir string, opts Options) (*Repository, error) {
 		return nil, err
 	}
 	if r.nodes, err = btree.NewNodeCache(opts.NodeCacheBytes); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if r.indexes, err = cas.NewIndexCache(opts.IndexCacheBytes); err != nil {
+		r.nodes.Close()
 		db.Close()
 		return nil, err
 	}
@@ -677,6 +692,7 @@ func (r *Repository) Close() error {
 		errs = append(errs, r.closeDB(p))
 	}
 	r.nodes.Close()
+	r.indexes.Close()
 	errs = append(errs, r.closeBadger(r.db))
 	r.trim.running.Lock() // for good: the dbs are gone
 	return errors.Join(errs...)

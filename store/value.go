@@ -71,5 +71,5 @@ func (p *Page) OpenValue(id cas.ObjectIdentifier) (*cas.Reader, error) {
 	if err := p.check(); err != nil {
 		return nil, err
 	}
-	return cas.NewReader(p, id)
+	return cas.NewReader(p, id, p.repo.indexes)
 }

@@ -126,7 +126,7 @@ func (s *Store) readObject(id cas.ObjectIdentifier) ([]byte, error) {
 	if !id.Digest.IsIndex() {
 		return cas.GetPiece(s.pieces, id.Digest, nil)
 	}
-	r, err := cas.NewReader(s.pieces, id)
+	r, err := cas.NewReader(s.pieces, id, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,56 @@
+package cas
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/dgraph-io/ristretto/v2"
+)
+
+// IndexCache holds decoded index pieces for every Reader of a process.
+// Pieces are content-addressed, so one cache serves every file of every
+// page. A Reader keeps the last index pieces it used, which serves a
+// stream; a random read walks a path of its own from the root, through
+// one index piece per level (a 1 GiB file has about 4,400 of them), and
+// without this fetched, verified and decoded most of them again: two of
+// the three pieces a 4 KiB random read fetched were index pieces.
+type IndexCache struct {
+	c *ristretto.Cache[string, cached]
+}
+
+// NewIndexCache returns a cache that holds about maxBytes of decoded index
+// pieces.
+func NewIndexCache(maxBytes int64) (*IndexCache, error) {
+	c, err := ristretto.NewCache(&ristretto.Config[string, cached]{
+		NumCounters: max(maxBytes/256, 1000),
+		MaxCost:     maxBytes,
+		BufferItems: 64,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("index cache: %w", err)
+	}
+	return &IndexCache{c: c}, nil
+}
+
+// Close stops the cache's goroutines.
+func (ic *IndexCache) Close() { ic.c.Close() }
+
+func (ic *IndexCache) get(d Digest) (cached, bool) {
+	if ic == nil {
+		return cached{}, false
+	}
+	return ic.c.Get(string(d))
+}
+
+// set offers an index piece to the cache. Ristretto applies sets
+// asynchronously and may decline one when full.
+func (ic *IndexCache) set(c cached) {
+	if ic == nil {
+		return
+	}
+	cost := int64(unsafe.Sizeof(c)) + int64(len(c.d))
+	for _, ch := range c.index.Children {
+		cost += int64(unsafe.Sizeof(ch)) + int64(len(ch.ID.Digest)) + 8 // and its end
+	}
+	ic.c.Set(string(c.d), c, cost)
+}
