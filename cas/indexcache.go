@@ -48,9 +48,14 @@ func (ic *IndexCache) set(c cached) {
 	if ic == nil {
 		return
 	}
-	cost := int64(unsafe.Sizeof(c)) + int64(len(c.d))
-	for _, ch := range c.index.Children {
-		cost += int64(unsafe.Sizeof(ch)) + int64(len(ch.ID.Digest)) + 8 // and its end
-	}
-	ic.c.Set(string(c.d), c, cost)
+	ic.c.Set(string(c.d), c, indexCost(c))
+}
+
+// indexCost is the memory a cached index piece holds: its entry and key,
+// and for each child the IndexChild, its digest's allocation (a 33-byte
+// digest takes 48) and its end.
+func indexCost(c cached) int64 {
+	const perPiece = int64(unsafe.Sizeof(c)+unsafe.Sizeof(FileIndex{})) + 2*48 + 64 // entry, key, digest, ristretto's item
+	perChild := int64(unsafe.Sizeof(IndexChild{})) + 48 + 8
+	return perPiece + perChild*int64(cap(c.index.Children))
 }

@@ -58,8 +58,8 @@ type Options struct {
 	// them while the next file was written.
 	NodeCacheBytes int64
 	// IndexCacheBytes bounds the decoded index pieces of values kept in
-	// memory (cas.IndexCache); 0 means 8 MiB, the index of random reads
-	// over about 1.5 GiB of values.
+	// memory (cas.IndexCache); 0 means 4 MiB, the index of random reads
+	// over about 600 MiB of values.
 	IndexCacheBytes int64
 	// ReadOnly opens every db read-only.
 	ReadOnly bool
@@ -104,7 +104,7 @@ func Open(dir string, opts Options) (*Repository, error) {
 		opts.NodeCacheBytes = 16 << 20
 	}
 	if opts.IndexCacheBytes <= 0 {
-		opts.IndexCacheBytes = 8 << 20
+		opts.IndexCacheBytes = 4 << 20
 	}
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 30 * time.Second
