@@ -1105,6 +1105,47 @@ func TestStopRightAfterMount(t *testing.T) {
 	}
 }
 
+// A directory's chmod queued while the commit of its mkdir is being
+// written still shows after that commit lands: a landing change stops
+// showing its queued marker only if no later change of the same key
+// replaced it. An fsync hurries the batch with the mkdir and keeps it from
+// landing until the db is synced (milliseconds); the chmod, queued in the
+// meantime, goes to the next batch.
+func TestLaterMarkerOutlivesEarlierCommit(t *testing.T) {
+	s := mount(t, t.TempDir(), "--cache-timeout", "0")
+	pg := s.page("m", "p")
+	f, err := os.Create(filepath.Join(pg, "synced"))
+	must(t, err)
+	defer f.Close()
+	for i := range 20 {
+		d := filepath.Join(pg, fmt.Sprintf("d%02d", i))
+		must(t, os.Mkdir(d, 0o755))
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if _, err := f.WriteAt([]byte{byte(i)}, 0); err != nil {
+				t.Error(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Error(err)
+			}
+		})
+		time.Sleep(500 * time.Microsecond)
+		must(t, os.Chmod(d, 0o700))
+		// Past the group commit's quiet time (40 ms): the mkdir's batch
+		// lands after the sync, the chmod's after it.
+		for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); {
+			fi, err := os.Stat(d)
+			if err != nil {
+				t.Fatalf("round %d: stat after chmod: %v", i, err)
+			}
+			if fi.Mode().Perm() != 0o700 {
+				t.Fatalf("round %d: %s shows %v after chmod 0700", i, d, fi.Mode())
+			}
+		}
+		wg.Wait()
+	}
+}
+
 // Mkdir returns before its marker is committed (cp -a and tar x make one
 // directory per directory they copy); until the commit lands, lookups,
 // listings and name checks see the queued marker, and a crash leaves it in
