@@ -60,10 +60,12 @@ func (t *trimmer) add(n int) {
 
 // trimLocked trims, with t.running held, and starts counting traffic anew.
 func (t *trimmer) trimLocked() {
+	// The count starts anew even when trimming is off, or every later get
+	// would start a goroutine that does nothing.
+	t.traffic.Store(0)
 	if t.off.Load() {
 		return
 	}
-	t.traffic.Store(0)
 	if err := t.trim(); err != nil {
 		slog.Debug("trim value-log mappings", "err", err)
 	}
