@@ -160,14 +160,15 @@ func (c *Committer) Wait() error {
 func (c *Committer) record(ops []Op, commit CommitFunc, wait chan error, done func(error), sync bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	now := time.Now()
 	if c.cur == nil {
 		j, err := Begin(c.p, false)
 		if err != nil {
 			return err
 		}
-		c.cur, c.ops, c.since = j, 0, time.Now()
+		c.cur, c.ops, c.since = j, 0, now
 	}
-	c.last = time.Now()
+	c.last = now
 	if err := c.cur.ApplyWith(commit, ops...); err != nil {
 		return err
 	}
