@@ -435,11 +435,7 @@ func TestCloseGivesUpOnStuckDB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := make([]byte, 4096)
-	for i := range data {
-		data[i] = byte(i * 7919 >> 3)
-	}
-	writeValue(t, p, data)
+	writeValue(t, p, bytes.Repeat([]byte("x"), 4096))
 	pageDir := p.db.Opts().Dir
 	if err := os.RemoveAll(pageDir); err != nil {
 		t.Fatal(err)
