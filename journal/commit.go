@@ -102,7 +102,7 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 	var commits []*store.Commit
 	final := head
 	if root != base.Root {
-		c, err := store.NewCommit(timestamp(base), root, base)
+		c, err := store.NewCommit(timestamp(base, j.at), root, base)
 		if err != nil {
 			return nil, err
 		}
@@ -167,10 +167,13 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 	return final, nil
 }
 
-// timestamp is now, but never before the parent: time views rely on commit
-// times growing along history.
-func timestamp(parent *store.Commit) int64 {
-	return max(time.Now().UnixNano(), parent.Timestamp+1)
+// timestamp is at, or now if at is 0, but never before the parent: time
+// views rely on commit times growing along history.
+func timestamp(parent *store.Commit, at int64) int64 {
+	if at == 0 {
+		at = time.Now().UnixNano()
+	}
+	return max(at, parent.Timestamp+1)
 }
 
 // merge makes the merge commit of head and c, whose common ancestor is base:

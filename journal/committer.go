@@ -168,10 +168,10 @@ func (c *Committer) record(ops []Op, commit CommitFunc, wait chan error, done fu
 		}
 		c.cur, c.ops, c.since = j, 0, now
 	}
-	c.last = now
 	if err := c.cur.ApplyWith(commit, ops...); err != nil {
 		return err
 	}
+	c.last = now
 	c.ops += len(ops)
 	if wait != nil {
 		c.waiters = append(c.waiters, wait)
@@ -189,6 +189,20 @@ func (c *Committer) record(ops []Op, commit CommitFunc, wait chan error, done fu
 		go c.run()
 	}
 	return nil
+}
+
+// Latest returns the time (Unix ns) of the latest change recorded, 0 if
+// none. A batch's commit takes the time of its latest change, so a view
+// that shows queued changes shows the later of the head's time and this
+// one, and that time does not move when the batch lands: tar, for one,
+// fails a directory whose ctime changed while it read it.
+func (c *Committer) Latest() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last.IsZero() {
+		return 0
+	}
+	return c.last.UnixNano()
 }
 
 // hurry makes the committer commit the current journal without delay.
@@ -240,6 +254,9 @@ func (c *Committer) run() {
 			c.mu.Lock()
 		}
 		j, ws, done, sync := c.cur, c.waiters, c.done, c.synced
+		if j != nil {
+			j.at = c.last.UnixNano()
+		}
 		c.cur, c.waiters, c.done, c.synced, c.urgent = nil, nil, nil, false, false
 		if j == nil {
 			c.running = false

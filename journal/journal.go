@@ -34,6 +34,10 @@ type Journal struct {
 	// process, so that commit and clean-up need not scan its rows (nil: a
 	// journal found on disk, read from its rows).
 	ops map[string]Op
+	// at, when set, is the time (Unix ns) of the journal's latest change:
+	// its commit takes that time rather than the time it lands (see
+	// Committer.Latest).
+	at int64
 }
 
 // Op is one change: a put of Entry, or a delete when Delete is set.

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -167,6 +168,39 @@ func TestGroupCommit(t *testing.T) {
 	t.Logf("%d concurrent closes made %d commits", n, head.Generation)
 	if head.Generation >= n {
 		t.Fatalf("%d closes made %d commits: no grouping", n, head.Generation)
+	}
+}
+
+// A queued batch's commit takes the time of its latest change, which
+// Latest showed while the batch was queued.
+func TestQueuedCommitTakesLatestChangeTime(t *testing.T) {
+	e := newEnv(t)
+	c := CommitterFor(e.p)
+	if c.Latest() != 0 {
+		t.Fatalf("latest %d before any change", c.Latest())
+	}
+	for round := range 3 {
+		for i := range 5 {
+			if err := c.Queue(nil, e.put(fmt.Sprintf("k%d-%d", round, i), "v")); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		queued := c.Latest()
+		before, _ := e.p.Head()
+		if queued <= before.Timestamp {
+			t.Fatalf("round %d: latest change %d not after the head's %d", round, queued, before.Timestamp)
+		}
+		// Let the batch land when it is due, not hurried by a waiter.
+		time.Sleep(batchDelay + 100*time.Millisecond)
+		head, _ := e.p.Head()
+		if head.ID == before.ID {
+			t.Fatalf("round %d: batch did not land", round)
+		}
+		if head.Timestamp != queued {
+			t.Fatalf("round %d: commit time %d, want the latest change's %d (landed %v later)",
+				round, head.Timestamp, queued, time.Duration(head.Timestamp-queued))
+		}
 	}
 }
 

@@ -26,7 +26,8 @@ func (id CommitID) String() string { return hex.EncodeToString(id[:]) }
 // Commit is one version of a page.
 type Commit struct {
 	ID CommitID
-	// Timestamp is the commit's creation time in Unix nanoseconds.
+	// Timestamp is the commit's time in Unix nanoseconds: when it was made,
+	// or for a batch of queued changes, when its latest change was queued.
 	Timestamp int64
 	// Generation is the length of the longest path to the first commit.
 	Generation uint64
