@@ -135,7 +135,7 @@ func (d *dirNode) attr(prefix string, a *fuse.Attr) syscall.Errno {
 	var ts int64
 	queued, isQueued := d.pg.queuedMarker(prefix) // before the tree; see listDir
 	err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
-		ts = head.Timestamp
+		ts = d.pg.shownTime(p, head)
 		if isQueued {
 			perm = queued.Meta.Mode & 0o7777
 			if queued.Meta.HasMtime {
@@ -208,7 +208,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	var headTs int64
 	pendingDir := d.pg.dirShown(key + "/") // before the tree; see listDir
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
-		headTs = head.Timestamp
+		headTs = d.pg.shownTime(p, head)
 		var err error
 		if entry, isFile, err = t.Get(key); err != nil {
 			return err
@@ -365,7 +365,7 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 				var err error
 				marker, ok, err = t.Get(prefix)
 				if !ok || !marker.Meta.IsDir() {
-					marker = dirMarker(0o755, head.Timestamp)
+					marker = dirMarker(0o755, d.pg.shownTime(p, head))
 				}
 				return err
 			})

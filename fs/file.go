@@ -124,7 +124,7 @@ func (f *fileNode) entryAt(key string) (btree.Entry, int64, error) {
 		if err == nil && !found {
 			err = syscall.ENOENT
 		}
-		ts = head.Timestamp
+		ts = f.pg.shownTime(p, head)
 		return err
 	})
 	return e, ts, err

@@ -79,7 +79,7 @@ func (m *metaNode) OnForget() { m.pg.fs.inos.forget(m.StableAttr().Ino) }
 func (m *metaNode) headTime() int64 {
 	var ts int64
 	m.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
-		ts = head.Timestamp
+		ts = m.pg.shownTime(p, head)
 		return nil
 	})
 	return ts

@@ -126,6 +126,18 @@ func (pg *pageRef) view(fn func(p *store.Page, head *store.Commit, t *btree.Tree
 	return fn(p, head, t)
 }
 
+// shownTime is the time a view shows for the page itself (its root, its
+// directories without a marker, .ledger): the head's, or on the live page
+// the latest queued change's if later. That is the time the change's commit
+// takes (see journal.Committer.Latest), so a batch landing moves no time a
+// reader has seen.
+func (pg *pageRef) shownTime(p *store.Page, head *store.Commit) int64 {
+	if pg.live != nil {
+		return head.Timestamp
+	}
+	return max(head.Timestamp, journal.CommitterFor(p).Latest())
+}
+
 // queueDelete queues the deletion of key in the live page's implicit
 // journal; until it lands, views of the page hide the key. A sequential rm
 // then shares commits as a stream of closes does, rather than waiting for
