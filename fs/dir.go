@@ -227,6 +227,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		if f.hasContent() {
 			return ch, f.fillAttrAt(key, &out.Attr)
 		}
+		f.shown(entry.Meta, headTs)
 		fileAttr(d.pg.fs, &out.Attr, ch.StableAttr().Ino, entry.Meta, headTs)
 		return ch, 0
 	case !coll && isDir:
@@ -543,14 +544,28 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 		return syscall.ENOENT
 	}
 	prefix, _, _ := d.prefix()
+	var unlinked *fileNode
 	if ch := d.GetChild(name); ch != nil {
 		if f, ok := ch.Operations().(*fileNode); ok {
-			f.markUnlinked()
+			f.setUnlinked(true)
+			unlinked = f
 		}
 	}
+	eno := d.unlink(key, prefix)
+	switch {
+	case eno == 0:
+		d.pg.fs.inos.release(d.pg.id('f', key))
+	case unlinked != nil:
+		unlinked.setUnlinked(false)
+	}
+	return eno
+}
+
+// unlink deletes the file at key in the directory at prefix.
+func (d *dirNode) unlink(key, prefix string) syscall.Errno {
 	pending := d.pg.pendingFile(key) != nil // before the tree; see listDir
 	var keep []journal.Op
-	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+	err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		_, inTree, err := t.Get(key)
 		if err != nil {
 			return err

@@ -34,13 +34,18 @@ type fileNode struct {
 	// place.
 	placed string
 
-	mu       sync.Mutex
-	c        *content // open for writing, or being changed
-	p        *store.Page
-	writers  int
-	meta     btree.Meta // with c: the metadata to commit
-	changed  bool       // with c: meta changed since the last commit
-	created  bool       // created and never committed
+	mu      sync.Mutex
+	c       *content // open for writing, or being changed
+	p       *store.Page
+	writers int
+	meta    btree.Meta // with c: the metadata to commit; else as last shown
+	metaTs  int64      // the time shown with meta when it has no mtime
+	changed bool       // with c: meta changed since the last commit
+	created bool       // created and never committed
+	// unlinked is set once the file is deleted or replaced by a rename:
+	// descriptors still open keep reading the value they opened, and
+	// fstat shows the attributes last shown, with no link, as POSIX has
+	// it. Its key may by then hold another file.
 	unlinked bool
 	cacheID  cas.Digest // value at the last open, for keep-cache
 	// latest is the value this node last committed, with its size, so that
@@ -93,10 +98,12 @@ func (f *fileNode) stillAt(key string) bool {
 	return err == nil
 }
 
-func (f *fileNode) markUnlinked() {
+// setUnlinked marks the file deleted or replaced, or not after all (the
+// unlink or rename failed).
+func (f *fileNode) setUnlinked(v bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.unlinked = true
+	f.unlinked = v
 }
 
 func (f *fileNode) mode() uint32 {
@@ -130,6 +137,16 @@ func (f *fileNode) entryAt(key string) (btree.Entry, int64, error) {
 	return e, ts, err
 }
 
+// shown records the attributes a lookup showed, which the node shows once
+// unlinked; a node with content shows its own.
+func (f *fileNode) shown(m btree.Meta, ts int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.c == nil {
+		f.meta, f.metaTs = m, ts
+	}
+}
+
 func (f *fileNode) hasContent() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -148,11 +165,16 @@ func (f *fileNode) fillAttr(a *fuse.Attr) syscall.Errno {
 // deleted, only open content is left).
 func (f *fileNode) fillAttrAt(key string, a *fuse.Attr) syscall.Errno {
 	f.mu.Lock()
-	if f.c != nil {
-		m := f.meta
-		m.Size = uint64(f.c.size)
+	if f.c != nil || f.unlinked {
+		m, ts, unlinked := f.meta, f.metaTs, f.unlinked
+		if f.c != nil {
+			m.Size = uint64(f.c.size)
+		}
 		f.mu.Unlock()
-		fileAttr(f.pg.fs, a, f.StableAttr().Ino, m, 0)
+		fileAttr(f.pg.fs, a, f.StableAttr().Ino, m, ts)
+		if unlinked {
+			a.Nlink = 0
+		}
 		return 0
 	}
 	f.mu.Unlock()
@@ -160,11 +182,17 @@ func (f *fileNode) fillAttrAt(key string, a *fuse.Attr) syscall.Errno {
 		return syscall.ENOENT
 	}
 	e, ts, err := f.entryAt(key)
+	f.mu.Lock()
+	if f.unlinked {
+		// Replaced meanwhile: what the key holds may be the new file.
+		f.mu.Unlock()
+		return f.fillAttrAt("", a)
+	}
 	if err != nil {
+		f.mu.Unlock()
 		return errno("getattr", err)
 	}
-	f.mu.Lock()
-	f.meta = e.Meta
+	f.meta, f.metaTs = e.Meta, ts
 	f.mu.Unlock()
 	fileAttr(f.pg.fs, a, f.StableAttr().Ino, e.Meta, ts)
 	return 0
@@ -230,6 +258,7 @@ func (f *fileNode) endChange() {
 	if f.c == nil || f.writers > 0 || f.isQueued() {
 		return
 	}
+	f.meta.Size = uint64(f.c.size) // as shown once unlinked
 	f.c.close()
 	f.c = nil
 	f.pg.release(f.p)
@@ -491,13 +520,14 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		}
 		return h, 0, 0
 	}
-	e, _, err := f.entry()
+	e, ts, err := f.entry()
 	if err != nil {
 		return nil, 0, errno("open", err)
 	}
 	if e.Meta.Mode&syscall.S_IFMT == syscall.S_IFLNK {
 		return nil, 0, syscall.ELOOP
 	}
+	f.meta, f.metaTs = e.Meta, ts
 	p, err := f.pg.acquire()
 	if err != nil {
 		return nil, 0, errno("open", err)

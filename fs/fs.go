@@ -222,7 +222,7 @@ func (t *inoTable) move(from, to string, prefix bool) {
 	moveOne := func(id string, ino uint64) {
 		nid := to + id[len(from):]
 		if old, ok := t.byKey[nid]; ok {
-			delete(t.byIno, old)
+			t.byIno[old] = "" // a replaced inode, taken until forgotten
 		}
 		delete(t.byKey, id)
 		t.byKey[nid], t.byIno[ino] = ino, nid
@@ -240,12 +240,26 @@ func (t *inoTable) move(from, to string, prefix bool) {
 	}
 }
 
+// release takes id's number from it, for the inode that has it to keep
+// until the kernel forgets it (a file unlinked while open): a new file at
+// the key gets a number of its own, as two live files never share one.
+func (t *inoTable) release(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ino, ok := t.byKey[id]; ok {
+		delete(t.byKey, id)
+		t.byIno[ino] = ""
+	}
+}
+
 func (t *inoTable) forget(ino uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if id, ok := t.byIno[ino]; ok && ino != 1 {
 		delete(t.byIno, ino)
-		delete(t.byKey, id)
+		if t.byKey[id] == ino {
+			delete(t.byKey, id)
+		}
 	}
 	if n := len(t.byKey); t.peak >= shrinkFrom && n < t.peak/4 {
 		t.byKey = maps.Collect(maps.All(t.byKey))

@@ -44,3 +44,37 @@ func TestInoTableShrinks(t *testing.T) {
 	}
 	runtime.KeepAlive(inos)
 }
+
+// An inode unlinked or replaced while the kernel still holds it keeps its
+// number until forgotten; a new file at its key gets another, and keeps it
+// when the old inode is forgotten.
+func TestInoTableReleaseAndReplace(t *testing.T) {
+	tab := newInoTable()
+	old := tab.get("k")
+	tab.release("k")
+	fresh := tab.get("k")
+	if fresh == old {
+		t.Fatalf("new file at a released key got the live inode's number %d", old)
+	}
+	tab.forget(old)
+	if got := tab.get("k"); got != fresh {
+		t.Fatalf("forgetting the unlinked inode moved the new file's number %d to %d", fresh, got)
+	}
+
+	// A rename over "k": the replaced number stays taken until forgotten.
+	src := tab.get("tmp")
+	tab.move("tmp", "k", false)
+	if got := tab.get("k"); got != src {
+		t.Fatalf("renamed file's number %d, want %d", got, src)
+	}
+	if id, taken := tab.byIno[fresh]; !taken {
+		t.Fatalf("replaced inode's number %d freed while the kernel holds it (id %q)", fresh, id)
+	}
+	tab.forget(fresh)
+	if _, taken := tab.byIno[fresh]; taken {
+		t.Fatalf("replaced inode's number %d still taken after forget", fresh)
+	}
+	if got := tab.get("k"); got != src {
+		t.Fatalf("forgetting the replaced inode moved the renamed file's number %d to %d", src, got)
+	}
+}

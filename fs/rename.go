@@ -138,13 +138,19 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	if err != nil {
 		return errno("rename", err)
 	}
-	// A file replaced by the rename must not commit itself back.
+	// A file replaced by the rename must not commit itself back, nor show
+	// what its key holds once the rename lands.
+	var replaced *fileNode
 	if ch := nd.GetChild(newName); ch != nil {
 		if f, ok := ch.Operations().(*fileNode); ok {
-			f.markUnlinked()
+			f.setUnlinked(true)
+			replaced = f
 		}
 	}
 	if err := d.pg.apply(false, ops...); err != nil {
+		if replaced != nil {
+			replaced.setUnlinked(false)
+		}
 		return errno("rename", err)
 	}
 	inos := &d.pg.fs.inos

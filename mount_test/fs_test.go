@@ -310,6 +310,55 @@ func TestEditorSave(t *testing.T) {
 	}
 }
 
+// A file unlinked or replaced by a rename while open stays what it was
+// for its descriptors, as POSIX has it: fstat shows its size with no link,
+// read returns its content, and a new file at its name is another inode.
+func TestOpenFileOutlivesItsName(t *testing.T) {
+	// No attribute cache: every fstat asks the mount.
+	s := mount(t, t.TempDir(), "--cache-timeout", "0")
+	pg := s.page("o", "p")
+	path := filepath.Join(pg, "doc")
+	check := func(what string, f *os.File, want []byte, other string) {
+		t.Helper()
+		var st, ost syscall.Stat_t
+		if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+			t.Fatalf("%s: fstat: %v", what, err)
+		}
+		if st.Size != int64(len(want)) || st.Nlink != 0 {
+			t.Fatalf("%s: fstat size %d nlink %d, want %d and 0", what, st.Size, st.Nlink, len(want))
+		}
+		got, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<20))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: read %d bytes (%v), want the %d it had", what, len(got), err, len(want))
+		}
+		must(t, syscall.Stat(other, &ost))
+		if ost.Ino == st.Ino || ost.Nlink != 1 {
+			t.Fatalf("%s: the file now at the name has inode %d nlink %d; the open one %d", what, ost.Ino, ost.Nlink, st.Ino)
+		}
+	}
+
+	old := bytes.Repeat([]byte("old "), 10000)
+	must(t, os.WriteFile(path, old, 0o644))
+	f, err := os.Open(path)
+	must(t, err)
+	defer f.Close()
+	tmp := filepath.Join(pg, ".doc.swp")
+	must(t, os.WriteFile(tmp, bytes.Repeat([]byte("new "), 12000), 0o644))
+	must(t, os.Rename(tmp, path))
+	check("replaced by rename", f, old, path)
+
+	must(t, os.WriteFile(path, []byte("second"), 0o644))
+	g, err := os.Open(path)
+	must(t, err)
+	defer g.Close()
+	must(t, os.Remove(path))
+	must(t, os.WriteFile(path, []byte("third"), 0o644))
+	check("unlinked, name reused", g, []byte("second"), path)
+	if b, err := os.ReadFile(path); err != nil || string(b) != "third" {
+		t.Fatalf("new file: %q %v", b, err)
+	}
+}
+
 func TestConcurrentWriters(t *testing.T) {
 	s := mount(t, t.TempDir())
 	pg := s.page("c", "p")
