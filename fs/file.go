@@ -38,6 +38,7 @@ type fileNode struct {
 	c       *content // open for writing, or being changed
 	p       *store.Page
 	writers int
+	readers int        // read-only handles
 	meta    btree.Meta // with c: the metadata to commit; else as last shown
 	metaTs  int64      // the time shown with meta when it has no mtime
 	changed bool       // with c: meta changed since the last commit
@@ -253,9 +254,10 @@ func (f *fileNode) beginChange() syscall.Errno {
 }
 
 // endChange drops the loaded content once no writer holds it and no commit
-// of it is queued. Called with f.mu held.
+// of it is queued. The content of an unlinked file is all there is of it,
+// so it stays while any descriptor is open. Called with f.mu held.
 func (f *fileNode) endChange() {
-	if f.c == nil || f.writers > 0 || f.isQueued() {
+	if f.c == nil || f.writers > 0 || f.isQueued() || (f.unlinked && f.readers > 0) {
 		return
 	}
 	f.meta.Size = uint64(f.c.size) // as shown once unlinked
@@ -508,6 +510,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		if err != nil {
 			return nil, 0, errno("open", err)
 		}
+		f.readers++
 		h := &handle{f: f, p: p, seen: f.committed}
 		if f.committed > 0 {
 			h.id, h.size = f.latest, f.latestSize
@@ -546,6 +549,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		fl = fuse.FOPEN_KEEP_CACHE
 	}
 	f.cacheID = e.Value.Digest
+	f.readers++
 	return &handle{f: f, p: p, r: r, id: e.Value, size: int64(e.Meta.Size), seen: f.committed}, fl, 0
 }
 
@@ -680,11 +684,17 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
+	f := h.f
 	if h.p != nil {
-		h.f.pg.release(h.p)
+		f.mu.Lock()
+		f.readers--
+		if f.unlinked && f.writers == 0 {
+			f.endChange()
+		}
+		f.mu.Unlock()
+		f.pg.release(h.p)
 		return 0
 	}
-	f := h.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if h.write {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 )
 
 func TestTour(t *testing.T) {
@@ -357,6 +358,29 @@ func TestOpenFileOutlivesItsName(t *testing.T) {
 	if b, err := os.ReadFile(path); err != nil || string(b) != "third" {
 		t.Fatalf("new file: %q %v", b, err)
 	}
+
+	// Written after the unlink through one descriptor, then read through
+	// another once the writer has closed: the writes are the file now.
+	r, err := os.Open(path)
+	must(t, err)
+	defer r.Close()
+	w, err := os.OpenFile(path, os.O_RDWR, 0)
+	must(t, err)
+	must(t, os.Remove(path))
+	want := []byte("third")
+	_, err = w.WriteAt([]byte("XY"), 1)
+	must(t, err)
+	copy(want[1:], "XY")
+	must(t, w.Truncate(1))
+	must(t, w.Truncate(100))
+	want = append(want[:1], make([]byte, 99)...)
+	must(t, w.Close())
+	// The kernel releases a closed file after close returns.
+	time.Sleep(300 * time.Millisecond)
+	must(t, os.WriteFile(path, []byte("fourth"), 0o644))
+	// Reads go to the mount, not to pages the writes left in the cache.
+	must(t, unix.Fadvise(int(r.Fd()), 0, 0, unix.FADV_DONTNEED))
+	check("unlinked, written, writer closed", r, want, path)
 }
 
 func TestConcurrentWriters(t *testing.T) {
