@@ -222,11 +222,15 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	isDir = isDir || pendingDir
 	switch {
 	case coll && isFile && isDir, !coll && isFile && !isDir:
+		// A file open for writing shows what is written, not what was
+		// last committed: the kernel takes a lookup's size as the file's.
+		if ch := d.GetChild(name); ch != nil {
+			if f, ok := ch.Operations().(*fileNode); ok && f.hasContent() {
+				return ch, f.fillAttrAt(key, &out.Attr)
+			}
+		}
 		ch := d.newFile(ctx, key, entry.Meta.FileMode())
 		f := ch.Operations().(*fileNode)
-		if f.hasContent() {
-			return ch, f.fillAttrAt(key, &out.Attr)
-		}
 		f.shown(entry.Meta, headTs)
 		fileAttr(d.pg.fs, &out.Attr, ch.StableAttr().Ino, entry.Meta, headTs)
 		return ch, 0

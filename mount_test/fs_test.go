@@ -383,6 +383,43 @@ func TestOpenFileOutlivesItsName(t *testing.T) {
 	check("unlinked, written, writer closed", r, want, path)
 }
 
+// A file open for writing shows what is written to every lookup, not only
+// to its writer: a stat by path or a listing after the kernel's caches
+// expired took the size of the last commit, and reads stopped there.
+func TestLookupShowsWhatIsWritten(t *testing.T) {
+	// Names and attributes cached for 0.2 s: a lookup after that takes
+	// its attributes for as long again (with none cached, a getattr of the
+	// node follows every lookup and hides what the lookup said).
+	s := mount(t, t.TempDir(), "--cache-timeout", "0.2")
+	pg := s.page("w", "p")
+	path := filepath.Join(pg, "log")
+	must(t, os.WriteFile(path, []byte("first line\n"), 0o644))
+	// Past its commit, so that lookups find the file in the page, not
+	// among the files whose commit is queued.
+	time.Sleep(300 * time.Millisecond)
+	w, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	must(t, err)
+	defer w.Close()
+	want := []byte("first line\n")
+	for i := range 3 {
+		line := fmt.Appendf(nil, "line %d\n", i)
+		_, err := w.Write(line)
+		must(t, err)
+		want = append(want, line...)
+		time.Sleep(300 * time.Millisecond) // past the cached name
+		fi, err := os.Stat(path)
+		if err != nil || fi.Size() != int64(len(want)) {
+			t.Fatalf("stat after %d appends: %v %v, want size %d", i+1, fi, err, len(want))
+		}
+		if b, err := os.ReadFile(path); err != nil || !bytes.Equal(b, want) {
+			t.Fatalf("read after %d appends: %q %v, want %q", i+1, b, err, want)
+		}
+		if out := run(t, pg, "ls", "-l", "log"); !strings.Contains(out, fmt.Sprintf(" %d ", len(want))) {
+			t.Fatalf("ls -l after %d appends: %q, want size %d", i+1, out, len(want))
+		}
+	}
+}
+
 func TestConcurrentWriters(t *testing.T) {
 	s := mount(t, t.TempDir())
 	pg := s.page("c", "p")
