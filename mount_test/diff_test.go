@@ -1,0 +1,177 @@
+package mount_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// TestRandomOpsMatchNative runs the same random file operations in a page
+// and in a native directory and fails at the first result or file content
+// that differs: writes at offsets, truncations through a path and through
+// descriptors, renames over files, unlinks of open files, and reads and
+// fstat through descriptors opened before. It found a lookup that showed a
+// file's last commit instead of what its open writer had written, and an
+// unlinked file's content dropped while a reader still had it open.
+func TestRandomOpsMatchNative(t *testing.T) {
+	s := mount(t, t.TempDir())
+	seeds, steps := 12, 300
+	if testing.Short() {
+		seeds = 4
+	}
+	for seed := range seeds {
+		native := t.TempDir()
+		page := s.page("diff", fmt.Sprint("p", seed))
+		runOps(t, uint64(seed), steps, [2]string{native, page})
+	}
+}
+
+var diffNames = []string{"a", "b", "c", "d/e", "d/f"}
+
+// opResult is what one operation returned: a value or an errno.
+type opResult struct {
+	val  string
+	errn syscall.Errno
+}
+
+func result(val string, err error) opResult {
+	if err == nil {
+		return opResult{val: val}
+	}
+	var en syscall.Errno
+	if !errors.As(err, &en) {
+		return opResult{val: "error " + err.Error()}
+	}
+	return opResult{errn: en}
+}
+
+func runOps(t *testing.T, seed uint64, steps int, dirs [2]string) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	// Descriptors by the name they were opened at, one list per side.
+	fds := [2]map[string][]*os.File{{}, {}}
+	t.Cleanup(func() {
+		for _, m := range fds {
+			for _, l := range m {
+				for _, f := range l {
+					f.Close()
+				}
+			}
+		}
+	})
+	for _, d := range dirs {
+		must(t, os.MkdirAll(filepath.Join(d, "d"), 0o755))
+	}
+	ops := []string{"write", "pwrite", "append", "truncate", "rename", "unlink", "open", "close", "read", "fstat", "ftruncate", "fwrite"}
+	for step := range steps {
+		op := ops[rng.IntN(len(ops))]
+		name, name2 := diffNames[rng.IntN(len(diffNames))], diffNames[rng.IntN(len(diffNames))]
+		off := []int64{0, 1, 4095, 4096, 70000, 200000}[rng.IntN(6)]
+		data := bytes.Repeat([]byte{byte(rng.IntN(256))}, []int{1, 100, 5000, 70000}[rng.IntN(4)])
+		which, rdwr := rng.IntN(3), rng.IntN(2) == 1
+		var res [2]opResult
+		for i, d := range dirs {
+			p, p2 := filepath.Join(d, name), filepath.Join(d, name2)
+			open := fds[i][name]
+			var fd *os.File
+			if len(open) > 0 {
+				fd = open[which%len(open)]
+			}
+			switch op {
+			case "write":
+				res[i] = result("", os.WriteFile(p, data, 0o644))
+			case "pwrite", "append":
+				flag := os.O_WRONLY | os.O_CREATE
+				if op == "append" {
+					flag |= os.O_APPEND
+				}
+				f, err := os.OpenFile(p, flag, 0o644)
+				if err == nil {
+					if op == "append" {
+						_, err = f.Write(data)
+					} else {
+						_, err = f.WriteAt(data, off)
+					}
+					err = errors.Join(err, f.Close())
+				}
+				res[i] = result("", err)
+			case "truncate":
+				res[i] = result("", os.Truncate(p, off))
+			case "rename":
+				res[i] = result("", os.Rename(p, p2))
+			case "unlink":
+				res[i] = result("", os.Remove(p))
+			case "open":
+				flag := os.O_RDONLY
+				if rdwr {
+					flag = os.O_RDWR
+				}
+				f, err := os.OpenFile(p, flag, 0)
+				if err == nil {
+					fds[i][name] = append(open, f)
+				}
+				res[i] = result("", err)
+			case "close":
+				if fd != nil {
+					fds[i][name] = append(open[:which%len(open)], open[which%len(open)+1:]...)
+					res[i] = result("", fd.Close())
+				}
+			case "read":
+				if fd != nil {
+					b := make([]byte, 300000)
+					n, err := fd.ReadAt(b, 0)
+					if err != nil && n > 0 {
+						err = nil // io.EOF at the end
+					}
+					res[i] = result(string(b[:n]), err)
+				}
+			case "fstat":
+				if fd != nil {
+					var st syscall.Stat_t
+					err := syscall.Fstat(int(fd.Fd()), &st)
+					res[i] = result(fmt.Sprint(st.Size, " links ", st.Nlink), err)
+				}
+			case "ftruncate":
+				if fd != nil {
+					res[i] = result("", fd.Truncate(off))
+				}
+			case "fwrite":
+				if fd != nil {
+					_, err := fd.WriteAt(data, off)
+					res[i] = result("", err)
+				}
+			}
+		}
+		if res[0] != res[1] {
+			t.Fatalf("seed %d step %d: %s %s %s off %d len %d: native %s, ledgerfs %s", seed, step, op, name, name2, off, len(data), brief(res[0]), brief(res[1]))
+		}
+		for _, nm := range diffNames {
+			a, errA := os.ReadFile(filepath.Join(dirs[0], nm))
+			b, errB := os.ReadFile(filepath.Join(dirs[1], nm))
+			if !bytes.Equal(a, b) || errno(errA) != errno(errB) {
+				t.Fatalf("seed %d step %d, after %s %s %s: %s is %d bytes (%v) natively, %d bytes (%v) in the page", seed, step, op, name, name2, nm, len(a), errA, len(b), errB)
+			}
+		}
+	}
+}
+
+func errno(err error) syscall.Errno {
+	var en syscall.Errno
+	errors.As(err, &en)
+	return en
+}
+
+func brief(r opResult) string {
+	if r.errn != 0 {
+		return r.errn.Error()
+	}
+	if len(r.val) > 40 {
+		return fmt.Sprintf("%d bytes", len(r.val))
+	}
+	return fmt.Sprintf("%q", r.val)
+}
