@@ -439,6 +439,19 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		return errno
 	}
 	f.mu.Lock()
+	if f.unlinked && f.c == nil {
+		// Only its descriptors still see it, and nothing commits it (a
+		// size change needs a writer, whose content would be loaded).
+		_, sized := in.GetSize()
+		if !sized {
+			f.setModeTime(in)
+		}
+		f.mu.Unlock()
+		if sized {
+			return syscall.EBADF
+		}
+		return f.fillAttrAt("", &out.Attr)
+	}
 	if errno := f.beginChange(); errno != 0 {
 		f.mu.Unlock()
 		return errno
@@ -451,12 +464,7 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		}
 		f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
 	}
-	if m, ok := in.GetMode(); ok {
-		f.meta.Mode = f.meta.FileMode()&syscall.S_IFMT | m&0o7777
-		f.changed = true
-	}
-	if t, ok := in.GetMTime(); ok {
-		f.meta.MtimeNs, f.meta.HasMtime = t.UnixNano(), true
+	if f.setModeTime(in) {
 		f.changed = true
 	}
 	// While the file has changes no flush has committed (bytes written, a
@@ -477,6 +485,20 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		return eno
 	}
 	return f.fillAttr(&out.Attr)
+}
+
+// setModeTime takes the permission bits and mtime a setattr sets into the
+// node's metadata and reports whether there were any. Called with f.mu held.
+func (f *fileNode) setModeTime(in *fuse.SetAttrIn) bool {
+	m, hasMode := in.GetMode()
+	if hasMode {
+		f.meta.Mode = f.meta.FileMode()&syscall.S_IFMT | m&0o7777
+	}
+	t, hasMtime := in.GetMTime()
+	if hasMtime {
+		f.meta.MtimeNs, f.meta.HasMtime = t.UnixNano(), true
+	}
+	return hasMode || hasMtime
 }
 
 func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {

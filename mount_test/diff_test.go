@@ -14,10 +14,11 @@ import (
 // TestRandomOpsMatchNative runs the same random file operations in a page
 // and in a native directory and fails at the first result or file content
 // that differs: writes at offsets, truncations through a path and through
-// descriptors, renames over files, unlinks of open files, and reads and
-// fstat through descriptors opened before. It found a lookup that showed a
+// descriptors, renames over files, unlinks of open files, chmod, and
+// reads, fstat and fchmod through descriptors opened before. It found a lookup that showed a
 // file's last commit instead of what its open writer had written, and an
-// unlinked file's content dropped while a reader still had it open.
+// unlinked file's content dropped while a reader still had it open, and
+// fchmod of an unlinked file failing.
 func TestRandomOpsMatchNative(t *testing.T) {
 	s := mount(t, t.TempDir())
 	seeds, steps := 12, 300
@@ -67,13 +68,14 @@ func runOps(t *testing.T, seed uint64, steps int, dirs [2]string) {
 	for _, d := range dirs {
 		must(t, os.MkdirAll(filepath.Join(d, "d"), 0o755))
 	}
-	ops := []string{"write", "pwrite", "append", "truncate", "rename", "unlink", "open", "close", "read", "fstat", "ftruncate", "fwrite"}
+	ops := []string{"write", "pwrite", "append", "truncate", "rename", "unlink", "open", "close", "read", "fstat", "ftruncate", "fwrite", "chmod", "fchmod"}
 	for step := range steps {
 		op := ops[rng.IntN(len(ops))]
 		name, name2 := diffNames[rng.IntN(len(diffNames))], diffNames[rng.IntN(len(diffNames))]
 		off := []int64{0, 1, 4095, 4096, 70000, 200000}[rng.IntN(6)]
 		data := bytes.Repeat([]byte{byte(rng.IntN(256))}, []int{1, 100, 5000, 70000}[rng.IntN(4)])
 		which, rdwr := rng.IntN(3), rng.IntN(2) == 1
+		mode := []os.FileMode{0o600, 0o640, 0o644, 0o755}[rng.IntN(4)]
 		var res [2]opResult
 		for i, d := range dirs {
 			p, p2 := filepath.Join(d, name), filepath.Join(d, name2)
@@ -134,7 +136,13 @@ func runOps(t *testing.T, seed uint64, steps int, dirs [2]string) {
 				if fd != nil {
 					var st syscall.Stat_t
 					err := syscall.Fstat(int(fd.Fd()), &st)
-					res[i] = result(fmt.Sprint(st.Size, " links ", st.Nlink), err)
+					res[i] = result(fmt.Sprintf("%d bytes, %d links, mode %o", st.Size, st.Nlink, st.Mode), err)
+				}
+			case "chmod":
+				res[i] = result("", os.Chmod(p, mode))
+			case "fchmod":
+				if fd != nil {
+					res[i] = result("", fd.Chmod(mode))
 				}
 			case "ftruncate":
 				if fd != nil {
@@ -155,6 +163,13 @@ func runOps(t *testing.T, seed uint64, steps int, dirs [2]string) {
 			b, errB := os.ReadFile(filepath.Join(dirs[1], nm))
 			if !bytes.Equal(a, b) || errno(errA) != errno(errB) {
 				t.Fatalf("seed %d step %d, after %s %s %s: %s is %d bytes (%v) natively, %d bytes (%v) in the page", seed, step, op, name, name2, nm, len(a), errA, len(b), errB)
+			}
+			if errA == nil {
+				fa, errA := os.Stat(filepath.Join(dirs[0], nm))
+				fb, errB := os.Stat(filepath.Join(dirs[1], nm))
+				if errA != nil || errB != nil || fa.Mode() != fb.Mode() {
+					t.Fatalf("seed %d step %d, after %s %s %s: %s natively %v (%v), in the page %v (%v)", seed, step, op, name, name2, nm, fa, errA, fb, errB)
+				}
 			}
 		}
 	}
