@@ -43,10 +43,11 @@ type fileNode struct {
 	metaTs  int64      // the time shown with meta when it has no mtime
 	changed bool       // with c: meta changed since the last commit
 	created bool       // created and never committed
-	// unlinked is set once the file is deleted or replaced by a rename:
-	// descriptors still open keep reading the value they opened, and
-	// fstat shows the attributes last shown, with no link, as POSIX has
-	// it. Its key may by then hold another file.
+	// unlinked is set once the file is deleted or replaced by a rename.
+	// As POSIX has it, the file lives on for the descriptors still open:
+	// they read what it holds (its content stays while any is open), and
+	// fstat shows the attributes last shown, with no link. Its key may by
+	// then hold another file.
 	unlinked bool
 	cacheID  cas.Digest // value at the last open, for keep-cache
 	// latest is the value this node last committed, with its size, so that
@@ -532,7 +533,6 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		if err != nil {
 			return nil, 0, errno("open", err)
 		}
-		f.readers++
 		h := &handle{f: f, p: p, seen: f.committed}
 		if f.committed > 0 {
 			h.id, h.size = f.latest, f.latestSize
@@ -543,6 +543,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 				}
 			}
 		}
+		f.readers++
 		return h, 0, 0
 	}
 	e, ts, err := f.entry()

@@ -180,6 +180,7 @@ func TestQueuedCommitTakesLatestChangeTime(t *testing.T) {
 		t.Fatalf("latest %d before any change", c.Latest())
 	}
 	for round := range 3 {
+		before, _ := e.p.Head()
 		for i := range 5 {
 			if err := c.Queue(nil, e.put(fmt.Sprintf("k%d-%d", round, i), "v")); err != nil {
 				t.Fatal(err)
@@ -187,10 +188,6 @@ func TestQueuedCommitTakesLatestChangeTime(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		queued := c.Latest()
-		before, _ := e.p.Head()
-		if queued <= before.Timestamp {
-			t.Fatalf("round %d: latest change %d not after the head's %d", round, queued, before.Timestamp)
-		}
 		// Let the batch land when it is due, not hurried by a waiter.
 		time.Sleep(batchDelay + 100*time.Millisecond)
 		head, _ := e.p.Head()
