@@ -12,13 +12,13 @@ import (
 )
 
 // TestRandomOpsMatchNative runs the same random file operations in a page
-// and in a native directory and fails at the first result or file content
-// that differs: writes at offsets, truncations through a path and through
-// descriptors, renames over files, unlinks of open files, chmod, and
-// reads, fstat and fchmod through descriptors opened before. It found a lookup that showed a
-// file's last commit instead of what its open writer had written, and an
-// unlinked file's content dropped while a reader still had it open, and
-// fchmod of an unlinked file failing.
+// and in a native directory and fails at the first result, content or
+// mode that differs: writes at offsets, truncations through a path and
+// through descriptors, renames over files, unlinks of open files, chmod,
+// and reads, fstat and fchmod through descriptors opened before. It found
+// a lookup that showed a file's last commit instead of what its open
+// writer had written, an unlinked file's content dropped while a reader
+// still had it open, and fchmod of an unlinked file failing.
 func TestRandomOpsMatchNative(t *testing.T) {
 	s := mount(t, t.TempDir())
 	seeds, steps := 12, 300
