@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -21,6 +22,11 @@ type dirNode struct {
 	gofs.Inode
 	pg    *pageRef
 	below bool // a directory inside the page, not its root
+	// removed holds the attributes the directory had when rmdir removed
+	// it: a descriptor or working directory still on it sees an empty
+	// directory with no link, as on a native filesystem, whatever is made
+	// at its name later.
+	removed atomic.Pointer[fuse.Attr]
 }
 
 var (
@@ -123,6 +129,10 @@ func (d *dirNode) newFile(ctx context.Context, key string, mode uint32) *gofs.In
 func (d *dirNode) OnForget() { d.pg.fs.inos.forget(d.StableAttr().Ino) }
 
 func (d *dirNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if a := d.removed.Load(); a != nil {
+		out.Attr = *a
+		return 0
+	}
 	prefix, _, err := d.prefix()
 	if err != nil {
 		return errno("getattr", err)
@@ -169,7 +179,7 @@ func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno
 
 func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	comps, ok := d.comps()
-	if !ok {
+	if !ok || d.removed.Load() != nil {
 		return nil, syscall.ENOENT
 	}
 	if name == store.ReservedName && !d.below && d.pg.live == nil {
@@ -532,7 +542,22 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if err != nil {
 		return errno("rmdir", err)
 	}
-	return errno("rmdir", d.pg.apply(false, ops...))
+	var gone *dirNode
+	var last fuse.Attr
+	if ch := d.GetChild(name); ch != nil {
+		if n, ok := ch.Operations().(*dirNode); ok && n.attr(dir, &last) == 0 {
+			gone = n
+		}
+	}
+	if err := d.pg.apply(false, ops...); err != nil {
+		return errno("rmdir", err)
+	}
+	if gone != nil {
+		last.Nlink = 0
+		gone.removed.Store(&last)
+	}
+	d.pg.fs.inos.release(d.pg.id('d', dir))
+	return 0
 }
 
 // Unlink removes a file. On the live page, when the file's directory keeps

@@ -383,6 +383,38 @@ func TestOpenFileOutlivesItsName(t *testing.T) {
 	check("unlinked, written, writer closed", r, want, path)
 }
 
+// A directory removed while open stays, with no link, for the descriptors
+// on it (a shell's working directory), and a new directory at its name is
+// another inode: the same steps in a page and in a native directory must
+// see the same.
+func TestRemovedDirectoryStaysOpen(t *testing.T) {
+	s := mount(t, t.TempDir(), "--cache-timeout", "0")
+	steps := func(base string) string {
+		dir := filepath.Join(base, "x")
+		must(t, os.Mkdir(dir, 0o750))
+		d, err := os.Open(dir)
+		must(t, err)
+		defer d.Close()
+		must(t, os.Remove(dir))
+		must(t, os.Mkdir(dir, 0o755))
+		var st, nst syscall.Stat_t
+		fstatErr := syscall.Fstat(int(d.Fd()), &st)
+		must(t, syscall.Stat(dir, &nst))
+		_, listErr := d.Readdirnames(-1)
+		fd, createErr := unix.Openat(int(d.Fd()), "f", unix.O_CREAT|unix.O_WRONLY, 0o644)
+		if createErr == nil {
+			unix.Close(fd)
+		}
+		return fmt.Sprintf("fstat: %v, nlink %d, mode %o, same inode as the new one: %v; list: %v; create in it: %v",
+			errno(fstatErr), st.Nlink, st.Mode&0o7777, st.Ino == nst.Ino, errno(listErr), errno(createErr))
+	}
+	native, page := steps(t.TempDir()), steps(s.page("r", "p"))
+	if native != page {
+		t.Fatalf("removed directory\nnatively:   %s\nin a page: %s", native, page)
+	}
+	t.Log(page)
+}
+
 // A file open for writing shows what is written to every lookup, not only
 // to its writer: a stat by path or a listing after the kernel's caches
 // expired took the size of the last commit, and reads stopped there.
