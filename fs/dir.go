@@ -542,22 +542,33 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if err != nil {
 		return errno("rmdir", err)
 	}
-	var gone *dirNode
-	var last fuse.Attr
-	if ch := d.GetChild(name); ch != nil {
-		if n, ok := ch.Operations().(*dirNode); ok && n.attr(dir, &last) == 0 {
-			gone = n
-		}
-	}
+	removed := d.removing(name, dir)
 	if err := d.pg.apply(false, ops...); err != nil {
 		return errno("rmdir", err)
 	}
-	if gone != nil {
-		last.Nlink = 0
-		gone.removed.Store(&last)
-	}
-	d.pg.fs.inos.release(d.pg.id('d', dir))
+	removed()
 	return 0
+}
+
+// removing takes the attributes of the directory child name (key prefix
+// dir) before rmdir or a rename over it removes it, and returns what marks
+// it removed once the removal has landed (see dirNode.removed) and releases
+// its inode number.
+func (d *dirNode) removing(name, dir string) (removed func()) {
+	var n *dirNode
+	var last fuse.Attr
+	if ch := d.GetChild(name); ch != nil {
+		if c, ok := ch.Operations().(*dirNode); ok && c.attr(dir, &last) == 0 {
+			n = c
+		}
+	}
+	return func() {
+		if n != nil {
+			last.Nlink = 0
+			n.removed.Store(&last)
+		}
+		d.pg.fs.inos.release(d.pg.id('d', dir))
+	}
 }
 
 // Unlink removes a file. On the live page, when the file's directory keeps

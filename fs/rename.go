@@ -62,7 +62,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	}
 
 	var ops []journal.Op
-	srcIsDir := false
+	srcIsDir, dstIsDir := false, false
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		se, srcFile, err := t.Get(src)
 		if err != nil {
@@ -93,6 +93,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 				if flags&renameNoReplace != 0 {
 					return syscall.EEXIST
 				}
+				dstIsDir = true
 				it := t.Prefix(dst + "/")
 				for it.Next() {
 					if it.Entry().Key != dst+"/" {
@@ -147,12 +148,18 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 			replaced = f
 		}
 	}
+	// So is an empty directory it replaces.
+	removedDir := func() {}
+	if dstIsDir {
+		removedDir = nd.removing(newName, dst+"/")
+	}
 	if err := d.pg.apply(false, ops...); err != nil {
 		if replaced != nil {
 			replaced.setUnlinked(false)
 		}
 		return errno("rename", err)
 	}
+	removedDir()
 	inos := &d.pg.fs.inos
 	if srcIsDir {
 		inos.move(d.pg.id('d', src+"/"), d.pg.id('d', dst+"/"), true)

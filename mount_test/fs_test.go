@@ -383,34 +383,45 @@ func TestOpenFileOutlivesItsName(t *testing.T) {
 	check("unlinked, written, writer closed", r, want, path)
 }
 
-// A directory removed while open stays, with no link, for the descriptors
-// on it (a shell's working directory), and a new directory at its name is
-// another inode: the same steps in a page and in a native directory must
-// see the same.
+// A directory removed while open, by rmdir or by a rename over it, stays
+// with no link for the descriptors on it (a shell's working directory), and
+// a new directory at its name is another inode: the same steps in a page
+// and in a native directory must see the same.
 func TestRemovedDirectoryStaysOpen(t *testing.T) {
 	s := mount(t, t.TempDir(), "--cache-timeout", "0")
 	steps := func(base string) string {
-		dir := filepath.Join(base, "x")
-		must(t, os.Mkdir(dir, 0o750))
-		d, err := os.Open(dir)
-		must(t, err)
-		defer d.Close()
-		must(t, os.Remove(dir))
-		must(t, os.Mkdir(dir, 0o755))
-		var st, nst syscall.Stat_t
-		fstatErr := syscall.Fstat(int(d.Fd()), &st)
-		must(t, syscall.Stat(dir, &nst))
-		_, listErr := d.Readdirnames(-1)
-		fd, createErr := unix.Openat(int(d.Fd()), "f", unix.O_CREAT|unix.O_WRONLY, 0o644)
-		if createErr == nil {
-			unix.Close(fd)
+		var out []string
+		for _, how := range []string{"rmdir", "rename over"} {
+			dir := filepath.Join(base, "x")
+			must(t, os.Mkdir(dir, 0o750))
+			d, err := os.Open(dir)
+			must(t, err)
+			defer d.Close()
+			if how == "rmdir" {
+				must(t, os.Remove(dir))
+				must(t, os.Mkdir(dir, 0o755))
+			} else {
+				must(t, os.Mkdir(filepath.Join(base, "y"), 0o755))
+				// os.Rename refuses to replace a directory; rename(2) does not.
+				must(t, syscall.Rename(filepath.Join(base, "y"), dir))
+			}
+			var st, nst syscall.Stat_t
+			fstatErr := syscall.Fstat(int(d.Fd()), &st)
+			must(t, syscall.Stat(dir, &nst))
+			_, listErr := d.Readdirnames(-1)
+			fd, createErr := unix.Openat(int(d.Fd()), "f", unix.O_CREAT|unix.O_WRONLY, 0o644)
+			if createErr == nil {
+				unix.Close(fd)
+			}
+			out = append(out, fmt.Sprintf("%s: fstat %v, nlink %d, mode %o, same inode as the new one: %v; list: %v; create in it: %v",
+				how, errno(fstatErr), st.Nlink, st.Mode&0o7777, st.Ino == nst.Ino, errno(listErr), errno(createErr)))
+			must(t, os.Remove(dir))
 		}
-		return fmt.Sprintf("fstat: %v, nlink %d, mode %o, same inode as the new one: %v; list: %v; create in it: %v",
-			errno(fstatErr), st.Nlink, st.Mode&0o7777, st.Ino == nst.Ino, errno(listErr), errno(createErr))
+		return strings.Join(out, "\n")
 	}
 	native, page := steps(t.TempDir()), steps(s.page("r", "p"))
 	if native != page {
-		t.Fatalf("removed directory\nnatively:   %s\nin a page: %s", native, page)
+		t.Fatalf("removed directory\nnatively:\n%s\nin a page:\n%s", native, page)
 	}
 	t.Log(page)
 }
