@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -15,7 +16,8 @@ import (
 // and in a native directory and fails at the first result, content or
 // mode that differs: writes at offsets, truncations through a path and
 // through descriptors, renames over files, unlinks of open files, chmod,
-// and reads, fstat and fchmod through descriptors opened before. It found
+// reads, fstat and fchmod through descriptors opened before, and mkdir,
+// rmdir and directory renames. It found
 // a lookup that showed a file's last commit instead of what its open
 // writer had written, an unlinked file's content dropped while a reader
 // still had it open, and fchmod of an unlinked file failing.
@@ -32,7 +34,10 @@ func TestRandomOpsMatchNative(t *testing.T) {
 	}
 }
 
-var diffNames = []string{"a", "b", "c", "d/e", "d/f"}
+var (
+	diffNames = []string{"a", "b", "c", "d/e", "d/f", "g/h", "d/x/y"}
+	diffDirs  = []string{"d", "g", "d/x", "k"}
+)
 
 // opResult is what one operation returned: a value or an errno.
 type opResult struct {
@@ -68,10 +73,13 @@ func runOps(t *testing.T, seed uint64, steps int, dirs [2]string) {
 	for _, d := range dirs {
 		must(t, os.MkdirAll(filepath.Join(d, "d"), 0o755))
 	}
-	ops := []string{"write", "pwrite", "append", "truncate", "rename", "unlink", "open", "close", "read", "fstat", "ftruncate", "fwrite", "chmod", "fchmod"}
+	ops := []string{"write", "pwrite", "append", "truncate", "rename", "unlink", "open", "close", "read", "fstat", "ftruncate", "fwrite", "chmod", "fchmod", "mkdir", "rmdir", "renamedir"}
 	for step := range steps {
 		op := ops[rng.IntN(len(ops))]
 		name, name2 := diffNames[rng.IntN(len(diffNames))], diffNames[rng.IntN(len(diffNames))]
+		if strings.HasSuffix(op, "dir") {
+			name, name2 = diffDirs[rng.IntN(len(diffDirs))], diffDirs[rng.IntN(len(diffDirs))]
+		}
 		off := []int64{0, 1, 4095, 4096, 70000, 200000}[rng.IntN(6)]
 		data := bytes.Repeat([]byte{byte(rng.IntN(256))}, []int{1, 100, 5000, 70000}[rng.IntN(4)])
 		which, rdwr := rng.IntN(3), rng.IntN(2) == 1
@@ -138,6 +146,13 @@ func runOps(t *testing.T, seed uint64, steps int, dirs [2]string) {
 					err := syscall.Fstat(int(fd.Fd()), &st)
 					res[i] = result(fmt.Sprintf("%d bytes, %d links, mode %o", st.Size, st.Nlink, st.Mode), err)
 				}
+			case "mkdir":
+				res[i] = result("", os.Mkdir(p, 0o755))
+			case "rmdir":
+				res[i] = result("", syscall.Rmdir(p))
+			case "renamedir":
+				// rename(2): os.Rename refuses to replace a directory.
+				res[i] = result("", syscall.Rename(p, p2))
 			case "chmod":
 				res[i] = result("", os.Chmod(p, mode))
 			case "fchmod":
@@ -158,6 +173,13 @@ func runOps(t *testing.T, seed uint64, steps int, dirs [2]string) {
 		if res[0] != res[1] {
 			t.Fatalf("seed %d step %d: %s %s %s off %d len %d: native %s, ledgerfs %s", seed, step, op, name, name2, off, len(data), brief(res[0]), brief(res[1]))
 		}
+		for _, nm := range diffDirs {
+			a, errA := os.ReadDir(filepath.Join(dirs[0], nm))
+			b, errB := os.ReadDir(filepath.Join(dirs[1], nm))
+			if dirNames(a) != dirNames(b) || errno(errA) != errno(errB) {
+				t.Fatalf("seed %d step %d, after %s %s %s: directory %s holds %s (%v) natively, %s (%v) in the page", seed, step, op, name, name2, nm, dirNames(a), errA, dirNames(b), errB)
+			}
+		}
 		for _, nm := range diffNames {
 			a, errA := os.ReadFile(filepath.Join(dirs[0], nm))
 			b, errB := os.ReadFile(filepath.Join(dirs[1], nm))
@@ -173,6 +195,14 @@ func runOps(t *testing.T, seed uint64, steps int, dirs [2]string) {
 			}
 		}
 	}
+}
+
+func dirNames(es []os.DirEntry) string {
+	var b strings.Builder
+	for _, e := range es {
+		fmt.Fprintf(&b, "%s:%v ", e.Name(), e.IsDir())
+	}
+	return b.String()
 }
 
 func errno(err error) syscall.Errno {
