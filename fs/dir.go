@@ -218,10 +218,12 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	var headTs int64
 	pendingDir := d.pg.dirShown(key + "/") // before the tree; see listDir
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
-		headTs = d.pg.shownTime(p, head)
 		var err error
 		if entry, isFile, err = t.Get(key); err != nil {
 			return err
+		}
+		if isFile && !entry.Meta.HasMtime {
+			headTs = d.pg.shownTime(p, head) // shown only without an mtime of its own
 		}
 		isDir, err = hasPrefixKey(t, key+"/")
 		return err

@@ -133,7 +133,9 @@ func (f *fileNode) entryAt(key string) (btree.Entry, int64, error) {
 		if err == nil && !found {
 			err = syscall.ENOENT
 		}
-		ts = f.pg.shownTime(p, head)
+		if found && !e.Meta.HasMtime {
+			ts = f.pg.shownTime(p, head) // shown only without an mtime of its own
+		}
 		return err
 	})
 	return e, ts, err
@@ -711,7 +713,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	if h.p != nil {
 		f.mu.Lock()
 		f.readers--
-		if f.unlinked && f.writers == 0 {
+		if f.unlinked {
 			f.endChange()
 		}
 		f.mu.Unlock()
