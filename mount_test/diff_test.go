@@ -49,11 +49,10 @@ func result(val string, err error) opResult {
 	if err == nil {
 		return opResult{val: val}
 	}
-	var en syscall.Errno
-	if !errors.As(err, &en) {
-		return opResult{val: "error " + err.Error()}
+	if en := errno(err); en != 0 {
+		return opResult{errn: en}
 	}
-	return opResult{errn: en}
+	return opResult{val: "error " + err.Error()}
 }
 
 func runOps(t *testing.T, seed uint64, steps int, dirs [2]string) {

@@ -88,11 +88,6 @@ func sameTree(t testing.TB, a, b string) {
 	}
 }
 
-func isErrno(err error, want syscall.Errno) bool {
-	var e syscall.Errno
-	return errors.As(err, &e) && e == want
-}
-
 func TestHistoryViews(t *testing.T) {
 	repo := t.TempDir()
 	s := mount(t, repo)
@@ -148,7 +143,7 @@ func TestHistoryViews(t *testing.T) {
 	if got := readlink(t, filepath.Join(meta, "at", "946684800")); got != "../commits/"+strings.Repeat("0", 64) {
 		t.Errorf("at/946684800 (2000) -> %s, want the first, empty commit", got)
 	}
-	if _, err := os.Lstat(filepath.Join(meta, "at", "yesterday")); !isErrno(err, syscall.ENOENT) {
+	if _, err := os.Lstat(filepath.Join(meta, "at", "yesterday")); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("at/yesterday: %v, want ENOENT", err)
 	}
 
@@ -217,7 +212,7 @@ func TestHistoryViews(t *testing.T) {
 		"remove version":    os.Remove(filepath.Join(vdir, names[0])),
 		"mkdir commits":     os.Mkdir(filepath.Join(meta, "commits", "x"), 0o755),
 	} {
-		if !isErrno(err, syscall.EROFS) {
+		if !errors.Is(err, syscall.EROFS) {
 			t.Errorf("%s: %v, want EROFS", name, err)
 		}
 	}

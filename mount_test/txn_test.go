@@ -1,6 +1,7 @@
 package mount_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -173,7 +174,7 @@ func TestTransactions(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(pg, ".ledger", "transactions", "t5"), 0o755); err != nil {
 		t.Fatalf("reusing a committed transaction's name: %v", err)
 	}
-	if err := os.Mkdir(filepath.Join(pg, ".ledger", "transactions", "t5"), 0o755); !isErrno(err, syscall.EEXIST) {
+	if err := os.Mkdir(filepath.Join(pg, ".ledger", "transactions", "t5"), 0o755); !errors.Is(err, syscall.EEXIST) {
 		t.Fatalf("mkdir of an open transaction: %v, want EEXIST", err)
 	}
 	if err := os.Remove(filepath.Join(pg, ".ledger", "transactions", "none")); err == nil {
