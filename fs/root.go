@@ -41,6 +41,10 @@ func statfs(f *FS, out *fuse.StatfsOut) syscall.Errno {
 	if err := syscall.Statfs(f.repo.Dir(), &st); err != nil {
 		return errno("statfs", err)
 	}
+	// What changes would leave free: the reserve is kept (store.Options).
+	reserve := f.repo.Reserve() / uint64(st.Bsize)
+	st.Bavail -= min(st.Bavail, reserve)
+	st.Bfree -= min(st.Bfree, reserve)
 	out.FromStatfsT(&st)
 	out.NameLen = 255
 	return 0

@@ -91,6 +91,9 @@ func Begin(p *store.Page, explicit bool) (*Journal, error) {
 	}
 	j := &Journal{p: p, ID: newID(explicit), Base: head.ID, ops: map[string]Op{}}
 	if !explicit {
+		if err := p.CheckSpace(); err != nil {
+			return nil, err
+		}
 		err := p.DB().Update(func(txn *badger.Txn) error {
 			return txn.Set(store.ImplicitMetaKey(j.ID), head.ID[:])
 		})
@@ -168,6 +171,9 @@ func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 	if j.done {
 		return ErrDone
 	}
+	if err := j.p.CheckSpace(); err != nil {
+		return err
+	}
 	for _, op := range ops {
 		if len(op.Key) > btree.MaxKeySize {
 			return fmt.Errorf("journal: %d-byte key: %w", len(op.Key), btree.ErrKeyTooLong)
@@ -222,6 +228,9 @@ func (j *Journal) deleteOwnRows() error {
 func (j *Journal) Clear() error {
 	if j.done {
 		return ErrDone
+	}
+	if err := j.p.CheckSpace(); err != nil {
+		return err
 	}
 	if err := j.deleteOwnRows(); err != nil {
 		return err

@@ -69,6 +69,11 @@ func (p *Page) State(mk func() any) any {
 	return p.state
 }
 
+// CheckSpace returns an error wrapping syscall.ENOSPC when a change other
+// than new content must be refused to keep the repository's filesystem from
+// filling up (see space).
+func (p *Page) CheckSpace() error { return p.repo.space.claim(0, false) }
+
 func (p *Page) check() error {
 	if p.closed.Load() {
 		return fmt.Errorf("page %s/%s: %w", p.Ledger, p.Name, ErrClosed)
@@ -147,6 +152,9 @@ type PieceWriter struct {
 	New []cas.Digest
 	// Track makes the writer record New.
 	Track bool
+	// bulk marks a writer of file content, which must leave the whole
+	// reserve free (see space).
+	bulk bool
 }
 
 // flushBytes bounds the memory a batch holds before it is committed.
@@ -184,6 +192,11 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
 		return nil
 	case !errors.Is(err, badger.ErrKeyNotFound):
 		return fmt.Errorf("store: look up piece %s: %w", d, err)
+	}
+	if w.bulk {
+		if err := w.p.repo.space.claim(uint64(len(key)+len(data)), true); err != nil {
+			return err
+		}
 	}
 	set := func() error {
 		if err := w.txn.Set(key, data); err != nil {

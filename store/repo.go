@@ -68,6 +68,9 @@ type Options struct {
 	OnOpen func(*Page) error
 	// OnClose runs before a page db is closed.
 	OnClose func(*Page) error
+	// Reserve is the free space kept on the repository's filesystem for
+	// Badger's own writes (see space); 0 means DefaultReserve.
+	Reserve uint64
 	// CloseTimeout bounds the wait for one db to close; 0 means 30 s.
 	// Badger retries a memtable flush that fails (its directory deleted,
 	// the disk full) for ever, inside Close.
@@ -86,6 +89,7 @@ type Repository struct {
 	indexes  *cas.IndexCache
 	trim     trimmer
 	stopTrim chan struct{}
+	space    *space // nil when read-only
 
 	mu      sync.Mutex
 	open    map[string]*Page // by ledger + "/" + page
@@ -106,6 +110,9 @@ func Open(dir string, opts Options) (*Repository, error) {
 	if opts.IndexCacheBytes <= 0 {
 		opts.IndexCacheBytes = 4 << 20
 	}
+	if opts.Reserve == 0 {
+		opts.Reserve = DefaultReserve
+	}
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 30 * time.Second
 	}
@@ -121,6 +128,9 @@ func Open(dir string, opts Options) (*Repository, error) {
 		return nil, fmt.Errorf("open repository %s: %w", dir, lockError(err))
 	}
 	r := &Repository{dir: dir, opts: opts, db: db, open: map[string]*Page{}, closing: map[string]chan struct{}{}}
+	if !opts.ReadOnly {
+		r.space = &space{dir: dir, reserve: opts.Reserve}
+	}
 	if abs, err := filepath.Abs(dir); err == nil {
 		r.trim.dir = abs + string(filepath.Separator)
 	}
@@ -204,6 +214,15 @@ func (r *Repository) Polynomial() chunker.Pol { return r.pol }
 
 // Dir is the repository directory.
 func (r *Repository) Dir() string { return r.dir }
+
+// Reserve is the free space that changes leave on the repository's
+// filesystem (Options.Reserve); 0 when read-only.
+func (r *Repository) Reserve() uint64 {
+	if r.space == nil {
+		return 0
+	}
+	return r.space.reserve
+}
 
 func (r *Repository) trashDir() string { return filepath.Join(r.dir, SerializationVersion, "trash") }
 
@@ -291,6 +310,9 @@ func (r *Repository) CreateLedger(ledger string) error {
 	if err := CheckName(ledger); err != nil {
 		return err
 	}
+	if err := r.space.claim(0, false); err != nil {
+		return err
+	}
 	return r.db.Update(func(txn *badger.Txn) error {
 		if _, err := txn.Get([]byte(prefixLedgers + ledger)); err == nil {
 			return fmt.Errorf("ledger %q: %w", ledger, ErrExists)
@@ -320,6 +342,9 @@ func (r *Repository) DeleteLedger(ledger string) error {
 // CreatePage creates an empty page in a ledger.
 func (r *Repository) CreatePage(ledger, page string) error {
 	if err := CheckName(page); err != nil {
+		return err
+	}
+	if err := r.space.claim(0, false); err != nil {
 		return err
 	}
 	if ok, err := r.HasLedger(ledger); err != nil || !ok {
@@ -564,6 +589,10 @@ func (r *Repository) OpenPages() int {
 
 func (r *Repository) openPage(ledger, page string) (*Page, error) {
 	id := PageIDFor(page)
+	// Opening writes: a memtable log, a value log's header, the manifest.
+	if err := r.space.claim(0, false); err != nil {
+		return nil, fmt.Errorf("open page %s/%s: %w", ledger, page, err)
+	}
 	db, err := badger.Open(badgerOptions(r.pageDir(ledger, id), r.opts.ReadOnly))
 	if err != nil {
 		return nil, fmt.Errorf("open page %s/%s: %w", ledger, page, lockError(err))
@@ -666,6 +695,12 @@ func (r *Repository) RunGC() {
 	pages := slices.Collect(maps.Values(r.open))
 	r.mu.Unlock()
 	for _, p := range pages {
+		// A file rewritten at ratio 0.5 moves up to half its size before
+		// the old one is deleted.
+		if err := r.space.claim(valueLogFileSize/2, false); err != nil {
+			slog.Info("value-log GC skipped", "page", p.Ledger+"/"+p.Name, "err", err)
+			continue
+		}
 		p.RunGC(0.5)
 	}
 }

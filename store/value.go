@@ -18,6 +18,7 @@ type ValueWriter struct {
 // commit uses the value.
 func (p *Page) NewValueWriter() *ValueWriter {
 	pw := p.NewPieceWriter()
+	pw.bulk = true
 	return &ValueWriter{pw: pw, w: cas.NewWriter(pw, p.pol, cas.KindBlob)}
 }
 

@@ -37,13 +37,12 @@ it runs, and a table (or JSON) to standard output at the end.`,
   ledgerfs bench --big-file-size 4G --json /tmp`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sz := bigSize
-			if strings.ContainsAny(sz[len(sz)-1:], "KkMmGgTt") {
-				sz += "iB" // 1G is a GiB, as for dd and fio
+			n, err := parseSize("--big-file-size", bigSize)
+			if err != nil {
+				return err
 			}
-			n, err := humanize.ParseBytes(sz)
-			if err != nil || n == 0 {
-				return fmt.Errorf("--big-file-size %q: want a size such as 512M or 1G", bigSize)
+			if n == 0 {
+				return fmt.Errorf("--big-file-size %q: must not be 0", bigSize)
 			}
 			o.BigFileSize = int64(n)
 			o.DropCaches = os.Geteuid() == 0 && !noDrop
@@ -114,4 +113,18 @@ func (p *progress) done() {
 	if p.tty {
 		fmt.Fprint(p.f, "\r\033[K")
 	}
+}
+
+// parseSize reads a size flag: 512M and 1G are binary units, as for dd and
+// fio; 512MB is decimal.
+func parseSize(flag, v string) (uint64, error) {
+	sz := v
+	if sz != "" && strings.ContainsAny(sz[len(sz)-1:], "KkMmGgTt") {
+		sz += "iB"
+	}
+	n, err := humanize.ParseBytes(sz)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: want a size such as 512M or 1G", flag, v)
+	}
+	return n, nil
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/moby/sys/mountinfo"
@@ -36,6 +37,10 @@ func defaultRepo() string {
 	return filepath.Join(home, ".ledgerfs")
 }
 
+// minReserve is the least free space --reserve may keep: room for a
+// memtable flush and a compaction of one page.
+const minReserve = 16 << 20
+
 func newMount() *cobra.Command {
 	var (
 		readOnly   bool
@@ -48,6 +53,7 @@ func newMount() *cobra.Command {
 		gcPercent  int
 		nodeCache  int64
 		closeWait  time.Duration
+		reserve    string
 	)
 	cmd := &cobra.Command{
 		Use:   "mount [flags] [REPO] MOUNTPOINT",
@@ -72,6 +78,13 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			if nodeCache <= 0 {
 				return fmt.Errorf("--node-cache %d: must be positive", nodeCache)
 			}
+			reserveBytes, err := parseSize("--reserve", reserve)
+			if err != nil {
+				return err
+			}
+			if reserveBytes < minReserve {
+				return fmt.Errorf("--reserve %s: must be at least %s", reserve, humanize.IBytes(minReserve))
+			}
 			// A soft limit makes the garbage collector give memory back
 			// before the heap doubles; GOMEMLIMIT, when set, wins.
 			if _, set := os.LookupEnv("GOMEMLIMIT"); !set && memLimit > 0 {
@@ -93,6 +106,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther,
 				debug: debugLog, idlePages: idlePages, cache: time.Duration(cacheSecs * float64(time.Second)),
 				gcInterval: gcInterval, nodeCache: nodeCache << 20, closeTimeout: closeWait,
+				reserve: reserveBytes,
 			})
 		},
 	}
@@ -106,6 +120,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.Int64Var(&nodeCache, "node-cache", 16, "MiB of decoded tree nodes kept in memory; more makes long history listings faster")
 	f.StringVar(&pprofAddr, "pprof", "", "serve Go profiles (net/http/pprof) on this address, e.g. localhost:6060")
 	f.DurationVar(&gcInterval, "gc-interval", 10*time.Minute, "how often to reclaim value-log space of open pages")
+	f.StringVar(&reserve, "reserve", humanize.IBytes(store.DefaultReserve), "free space to keep on the repository's filesystem; changes fail with ENOSPC (\"no space left on device\") rather than fill it, since the database cannot survive a full disk")
 	f.DurationVar(&closeWait, "close-timeout", 30*time.Second, "how long to wait for one page database to close (at unmount or when idle) before giving up on it")
 	return cmd
 }
@@ -118,6 +133,7 @@ type serveConfig struct {
 	nodeCache            int64 // bytes
 	cache, gcInterval    time.Duration
 	closeTimeout         time.Duration
+	reserve              uint64
 }
 
 func serve(c serveConfig) error {
@@ -142,6 +158,7 @@ func serve(c serveConfig) error {
 		ReadOnly:       c.readOnly,
 		OnOpen:         journal.Recover,
 		CloseTimeout:   c.closeTimeout,
+		Reserve:        c.reserve,
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
