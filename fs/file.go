@@ -729,13 +729,25 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		// Normally committed by Flush; this catches changes made after the
 		// last flush, which nobody else would commit.
 		if eno := f.commitLocked(commitQueue); eno != 0 {
-			slog.Error("commit on release failed", "errno", eno)
+			slog.Warn("change dropped: commit on release failed", "errno", eno)
 		}
 	}
 	if f.unlinked || f.writers == 0 {
-		if f.created && f.unlinked {
+		// A file never committed leaves no name behind once its last
+		// writer is gone: unlinked, or its first commit failed (the close
+		// reported it; ENOSPC, say).
+		if f.created {
 			if k, ok := f.key(); ok {
-				f.pg.dropPending(k)
+				f.pg.unpend(k, f)
+			}
+			if !f.unlinked {
+				// The kernel still has the name; an open of it would
+				// reach this node instead of creating a file. Not from
+				// this request, which the kernel may hold locks for.
+				name, parent := f.EmbeddedInode().Parent()
+				if parent != nil {
+					f.pg.fs.background.Go(func() { parent.NotifyEntry(name) })
+				}
 			}
 		}
 		f.endChange()
