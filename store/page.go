@@ -72,7 +72,7 @@ func (p *Page) State(mk func() any) any {
 // CheckSpace returns an error wrapping syscall.ENOSPC when a change other
 // than new content must be refused to keep the repository's filesystem from
 // filling up (see space).
-func (p *Page) CheckSpace() error { return p.repo.space.claim(0, false) }
+func (p *Page) CheckSpace() error { return p.repo.space.claim(0, forChange) }
 
 func (p *Page) check() error {
 	if p.closed.Load() {
@@ -194,7 +194,7 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
 		return fmt.Errorf("store: look up piece %s: %w", d, err)
 	}
 	if w.bulk {
-		if err := w.p.repo.space.claim(uint64(len(key)+len(data)), true); err != nil {
+		if err := w.p.repo.space.claim(uint64(len(data)), forContent); err != nil {
 			return err
 		}
 	}
@@ -211,6 +211,7 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
 		}
 	}
 	if err != nil {
+		w.landed(len(data))
 		return fmt.Errorf("store: write piece %s: %w", d, err)
 	}
 	if w.Track {
@@ -233,11 +234,12 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
 // starts a transaction only once every commit before it has landed, so
 // starting it afterwards would make hashing wait for this batch's write.
 func (w *PieceWriter) commitAsync() error {
-	txn, full := w.txn, w.pending >= flushBytes
+	txn, full, n := w.txn, w.pending >= flushBytes, w.pending
 	w.txn, w.pending = w.p.db.NewTransaction(true), 0
 	w.inflight <- struct{}{}
 	w.wg.Add(1)
 	txn.CommitWith(func(err error) {
+		w.landed(n)
 		if err != nil {
 			w.errMu.Lock()
 			if w.err == nil {
@@ -252,6 +254,14 @@ func (w *PieceWriter) commitAsync() error {
 		w.wg.Done()
 	})
 	return w.firstErr()
+}
+
+// landed tells the space guard that n bytes of content claimed by Put are
+// in the db's files, or dropped.
+func (w *PieceWriter) landed(n int) {
+	if w.bulk {
+		w.p.repo.space.landed(uint64(n))
+	}
 }
 
 func (w *PieceWriter) firstErr() error {
@@ -275,8 +285,9 @@ func (w *PieceWriter) FlushWith(rows func(txn *badger.Txn) error) error {
 		w.Discard()
 		return err
 	}
-	txn := w.txn
+	txn, n := w.txn, w.pending
 	w.txn, w.pending = nil, 0
+	defer w.landed(n)
 	if rows == nil {
 		if txn == nil {
 			return nil
@@ -311,6 +322,8 @@ func (w *PieceWriter) Discard() {
 		w.txn.Discard()
 		w.txn = nil
 	}
+	w.landed(w.pending)
+	w.pending = 0
 	w.wg.Wait()
 }
 

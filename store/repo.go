@@ -69,7 +69,8 @@ type Options struct {
 	// OnClose runs before a page db is closed.
 	OnClose func(*Page) error
 	// Reserve is the free space kept on the repository's filesystem for
-	// Badger's own writes (see space); 0 means DefaultReserve.
+	// Badger's own writes (see space); 0 means 5 % of the filesystem,
+	// between MinReserve and MaxDefaultReserve.
 	Reserve uint64
 	// CloseTimeout bounds the wait for one db to close; 0 means 30 s.
 	// Badger retries a memtable flush that fails (its directory deleted,
@@ -110,9 +111,6 @@ func Open(dir string, opts Options) (*Repository, error) {
 	if opts.IndexCacheBytes <= 0 {
 		opts.IndexCacheBytes = 4 << 20
 	}
-	if opts.Reserve == 0 {
-		opts.Reserve = DefaultReserve
-	}
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 30 * time.Second
 	}
@@ -129,6 +127,12 @@ func Open(dir string, opts Options) (*Repository, error) {
 	}
 	r := &Repository{dir: dir, opts: opts, db: db, open: map[string]*Page{}, closing: map[string]chan struct{}{}}
 	if !opts.ReadOnly {
+		if opts.Reserve == 0 {
+			if opts.Reserve, err = defaultReserve(dir); err != nil {
+				db.Close()
+				return nil, err
+			}
+		}
 		r.space = &space{dir: dir, reserve: opts.Reserve}
 	}
 	if abs, err := filepath.Abs(dir); err == nil {
@@ -310,7 +314,7 @@ func (r *Repository) CreateLedger(ledger string) error {
 	if err := CheckName(ledger); err != nil {
 		return err
 	}
-	if err := r.space.claim(0, false); err != nil {
+	if err := r.space.claim(0, forChange); err != nil {
 		return err
 	}
 	return r.db.Update(func(txn *badger.Txn) error {
@@ -344,7 +348,7 @@ func (r *Repository) CreatePage(ledger, page string) error {
 	if err := CheckName(page); err != nil {
 		return err
 	}
-	if err := r.space.claim(0, false); err != nil {
+	if err := r.space.claim(0, forChange); err != nil {
 		return err
 	}
 	if ok, err := r.HasLedger(ledger); err != nil || !ok {
@@ -590,7 +594,7 @@ func (r *Repository) OpenPages() int {
 func (r *Repository) openPage(ledger, page string) (*Page, error) {
 	id := PageIDFor(page)
 	// Opening writes: a memtable log, a value log's header, the manifest.
-	if err := r.space.claim(0, false); err != nil {
+	if err := r.space.claim(0, forOpen); err != nil {
 		return nil, fmt.Errorf("open page %s/%s: %w", ledger, page, err)
 	}
 	db, err := badger.Open(badgerOptions(r.pageDir(ledger, id), r.opts.ReadOnly))
@@ -697,11 +701,12 @@ func (r *Repository) RunGC() {
 	for _, p := range pages {
 		// A file rewritten at ratio 0.5 moves up to half its size before
 		// the old one is deleted.
-		if err := r.space.claim(valueLogFileSize/2, false); err != nil {
+		if err := r.space.claim(valueLogFileSize/2, forChange); err != nil {
 			slog.Info("value-log GC skipped", "page", p.Ledger+"/"+p.Name, "err", err)
 			continue
 		}
 		p.RunGC(0.5)
+		r.space.landed(valueLogFileSize / 2)
 	}
 }
 

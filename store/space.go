@@ -11,9 +11,31 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DefaultReserve is the free space kept on the repository's filesystem when
-// Options.Reserve is 0.
-const DefaultReserve = 128 << 20
+// The free space kept on the repository's filesystem when Options.Reserve
+// is 0: 5 % of the filesystem (ext4 keeps as much for root), between
+// MinReserve and MaxDefaultReserve.
+const (
+	MinReserve        = 16 << 20
+	MaxDefaultReserve = 128 << 20
+)
+
+// defaultReserve is the reserve for the filesystem holding dir.
+func defaultReserve(dir string) (uint64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("store: size of the filesystem of %s: %w", dir, err)
+	}
+	return min(max(st.Blocks*uint64(st.Bsize)/20, MinReserve), MaxDefaultReserve), nil
+}
+
+// claimKind says how much of the reserve a claim must leave free.
+type claimKind uint
+
+const (
+	forContent claimKind = iota // new file content: all of it
+	forChange                   // changes without content: half
+	forOpen                     // opening a page's db, to read it: a quarter
+)
 
 // space keeps free space on the filesystem that holds the repository.
 // Badger writes every file it makes (value logs, memtable logs, tables)
@@ -23,43 +45,46 @@ const DefaultReserve = 128 << 20
 // ledgerfs refuses changes with ENOSPC while there is still room for what
 // Badger does with the changes it has taken: new file content while less
 // than the reserve is free, any other change (names, journal rows, a new
-// page) while less than half of it is. Commits of changes already taken,
-// memtable flushes and compactions use the rest.
+// page) while less than half of it is, and opening a page (which writes a
+// little) while less than a quarter is, so that files stay readable on a
+// full disk. Commits of changes already taken, memtable flushes and
+// compactions use the rest.
 type space struct {
 	dir     string
 	reserve uint64
 
-	mu      sync.Mutex
-	free    uint64    // bytes available at the last statfs
-	at      time.Time // of the last statfs
-	claimed uint64    // bytes taken since
-	full    bool      // new content was refused; logged once until it has room
+	mu   sync.Mutex
+	free uint64    // bytes available at the last statfs
+	at   time.Time // of the last statfs
+	// inflight is content taken and not yet in the db's files, which
+	// statfs cannot see: a piece batch holds up to 8 MiB before Badger
+	// writes it. since is content taken since the last statfs.
+	inflight, since uint64
+	full            bool // new content was refused; logged once until it has room
 }
 
 // spaceRefresh bounds how long a statfs result is trusted.
 const spaceRefresh = 100 * time.Millisecond
 
-// claim takes n bytes of new content (bulk) or checks that a smaller
-// change still has room. A refusal wraps syscall.ENOSPC, and is confirmed
-// by a fresh statfs, so space freed on the filesystem is seen at once.
-func (s *space) claim(n uint64, bulk bool) error {
+// claim takes n bytes, to be given back with landed once they are written,
+// leaving the part of the reserve that kind keeps. A refusal wraps
+// syscall.ENOSPC, and is confirmed by a fresh statfs, so space freed on the
+// filesystem is seen at once.
+func (s *space) claim(n uint64, kind claimKind) error {
 	if s == nil {
 		return nil
 	}
-	keep := s.reserve / 2
-	if bulk {
-		keep = s.reserve
-	}
+	keep := s.reserve >> kind
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	stale := time.Since(s.at) > spaceRefresh || s.claimed > s.reserve/8
+	stale := time.Since(s.at) > spaceRefresh || s.since > s.reserve/8
 	for {
 		if stale {
 			if err := s.statfs(); err != nil {
 				return err
 			}
 		}
-		left := s.free - min(s.free, s.claimed)
+		left := s.free - min(s.free, s.inflight)
 		if left >= keep+n {
 			if s.full && left >= s.reserve+n {
 				s.full = false
@@ -79,8 +104,20 @@ func (s *space) claim(n uint64, bulk bool) error {
 		return fmt.Errorf("store: %s free on the filesystem of %s, %s kept for the database's own writes: %w",
 			humanize.IBytes(left), s.dir, humanize.IBytes(keep), syscall.ENOSPC)
 	}
-	s.claimed += n
+	s.inflight += n
+	s.since += n
 	return nil
+}
+
+// landed gives back n bytes taken by claim once they are in the db's files
+// (where statfs sees them) or dropped.
+func (s *space) landed(n uint64) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.inflight -= min(s.inflight, n)
+	s.mu.Unlock()
 }
 
 func (s *space) statfs() error {
@@ -90,17 +127,6 @@ func (s *space) statfs() error {
 	}
 	s.free = st.Bavail * uint64(st.Bsize)
 	s.at = time.Now()
-	s.claimed = 0
+	s.since = 0
 	return nil
-}
-
-// available is the space left for content beyond the reserve, for statfs
-// on the mount.
-func (s *space) available() (uint64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.statfs(); err != nil {
-		return 0, err
-	}
-	return s.free - min(s.free, s.reserve), nil
 }

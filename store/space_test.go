@@ -5,6 +5,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,12 +29,12 @@ func TestSpaceKeepsTheReserve(t *testing.T) {
 		t.Fatalf("%d bytes free in %s: too little to test with", free, dir)
 	}
 
-	// A reserve above what is free refuses every change, with ENOSPC.
-	s := &space{dir: dir, reserve: 4 * free}
-	for _, bulk := range []bool{true, false} {
-		err := s.claim(0, bulk)
+	// A reserve far above what is free refuses everything, with ENOSPC.
+	s := &space{dir: dir, reserve: 8 * free}
+	for _, kind := range []claimKind{forContent, forChange, forOpen} {
+		err := s.claim(0, kind)
 		if !errors.Is(err, syscall.ENOSPC) {
-			t.Fatalf("claim(bulk=%v) with reserve 4 x free: %v, want ENOSPC", bulk, err)
+			t.Fatalf("claim(kind %d) with reserve 8 x free: %v, want ENOSPC", kind, err)
 		}
 		if !strings.Contains(err.Error(), dir) {
 			t.Errorf("error does not name the directory: %v", err)
@@ -43,25 +44,49 @@ func TestSpaceKeepsTheReserve(t *testing.T) {
 	// Between the two thresholds: new content is refused, other changes
 	// (which must leave only half the reserve) pass.
 	s = &space{dir: dir, reserve: free + free/2}
-	if err := s.claim(1, true); !errors.Is(err, syscall.ENOSPC) {
+	if err := s.claim(1, forContent); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("bulk claim with 1.5 x free reserved: %v, want ENOSPC", err)
 	}
-	if err := s.claim(0, false); err != nil {
+	if err := s.claim(0, forChange); err != nil {
 		t.Fatalf("small change with 1.5 x free reserved (half of it kept): %v", err)
+	}
+
+	// Opening a page, so that files stay readable, leaves only a quarter.
+	s = &space{dir: dir, reserve: 3 * free}
+	if err := s.claim(0, forChange); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("change with 3 x free reserved: %v, want ENOSPC", err)
+	}
+	if err := s.claim(0, forOpen); err != nil {
+		t.Fatalf("open with 3 x free reserved (a quarter of it kept): %v", err)
 	}
 
 	// Content is taken while it leaves the reserve.
 	s = &space{dir: dir, reserve: free / 4}
-	if err := s.claim(free/4, true); err != nil {
+	if err := s.claim(free/4, forContent); err != nil {
 		t.Fatalf("claim of a quarter with a quarter reserved: %v", err)
 	}
-	if err := s.claim(free, true); !errors.Is(err, syscall.ENOSPC) {
+	if err := s.claim(free, forContent); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("claim of all that is free: %v, want ENOSPC", err)
+	}
+
+	// Content taken counts until it lands, across statfs calls: statfs
+	// does not see a batch Badger has not written yet.
+	s = &space{dir: dir, reserve: free / 2}
+	if err := s.claim(free/4, forContent); err != nil {
+		t.Fatalf("claim of a quarter with half reserved: %v", err)
+	}
+	s.at = time.Time{} // the next claim takes a fresh statfs
+	if err := s.claim(free/4+free/8, forContent); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("claim beyond the reserve with a quarter in flight: %v, want ENOSPC", err)
+	}
+	s.landed(free / 4)
+	if err := s.claim(free/4+free/8, forContent); err != nil {
+		t.Fatalf("the same claim once the quarter landed: %v", err)
 	}
 
 	// A read-only repository has no space to keep.
 	var none *space
-	if err := none.claim(1<<62, true); err != nil {
+	if err := none.claim(1<<62, forContent); err != nil {
 		t.Fatalf("nil space: %v", err)
 	}
 }
@@ -72,12 +97,31 @@ func TestSpaceSeesFreedSpaceAtOnce(t *testing.T) {
 	dir := t.TempDir()
 	free := freeBytes(t, dir)
 	s := &space{dir: dir, reserve: free / 4}
-	if err := s.claim(0, true); err != nil {
+	if err := s.claim(0, forContent); err != nil {
 		t.Fatal(err)
 	}
 	// As if the statfs had been taken when the disk was nearly full.
 	s.free = free / 8
-	if err := s.claim(free/4, true); err != nil {
+	if err := s.claim(free/4, forContent); err != nil {
 		t.Fatalf("claim after space was freed: %v", err)
+	}
+}
+
+func TestDefaultReserve(t *testing.T) {
+	dir := t.TempDir()
+	got, err := defaultReserve(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	size := st.Blocks * uint64(st.Bsize)
+	if got < MinReserve || got > MaxDefaultReserve {
+		t.Fatalf("default reserve %d outside [%d, %d]", got, MinReserve, MaxDefaultReserve)
+	}
+	if got != MinReserve && got != MaxDefaultReserve && got != size/20 {
+		t.Fatalf("default reserve %d on a %d-byte filesystem, want 5 %% of it", got, size)
 	}
 }

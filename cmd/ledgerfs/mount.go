@@ -37,10 +37,6 @@ func defaultRepo() string {
 	return filepath.Join(home, ".ledgerfs")
 }
 
-// minReserve is the least free space --reserve may keep: room for a
-// memtable flush and a compaction of one page.
-const minReserve = 16 << 20
-
 func newMount() *cobra.Command {
 	var (
 		readOnly   bool
@@ -78,12 +74,15 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			if nodeCache <= 0 {
 				return fmt.Errorf("--node-cache %d: must be positive", nodeCache)
 			}
-			reserveBytes, err := parseSize("--reserve", reserve)
-			if err != nil {
-				return err
-			}
-			if reserveBytes < minReserve {
-				return fmt.Errorf("--reserve %s: must be at least %s", reserve, humanize.IBytes(minReserve))
+			var reserveBytes uint64 // 0: the store's default
+			if reserve != "" {
+				var err error
+				if reserveBytes, err = parseSize("--reserve", reserve); err != nil {
+					return err
+				}
+				if reserveBytes < store.MinReserve {
+					return fmt.Errorf("--reserve %s: must be at least %s", reserve, humanize.IBytes(store.MinReserve))
+				}
 			}
 			// A soft limit makes the garbage collector give memory back
 			// before the heap doubles; GOMEMLIMIT, when set, wins.
@@ -120,7 +119,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.Int64Var(&nodeCache, "node-cache", 16, "MiB of decoded tree nodes kept in memory; more makes long history listings faster")
 	f.StringVar(&pprofAddr, "pprof", "", "serve Go profiles (net/http/pprof) on this address, e.g. localhost:6060")
 	f.DurationVar(&gcInterval, "gc-interval", 10*time.Minute, "how often to reclaim value-log space of open pages")
-	f.StringVar(&reserve, "reserve", humanize.IBytes(store.DefaultReserve), "free space to keep on the repository's filesystem; changes fail with ENOSPC (\"no space left on device\") rather than fill it, since the database cannot survive a full disk")
+	f.StringVar(&reserve, "reserve", "", fmt.Sprintf("free space to keep on the repository's filesystem, at least %s (default 5 %% of the filesystem, at most %s); changes fail with ENOSPC (\"no space left on device\") rather than fill it, since the database cannot survive a full disk", humanize.IBytes(store.MinReserve), humanize.IBytes(store.MaxDefaultReserve)))
 	f.DurationVar(&closeWait, "close-timeout", 30*time.Second, "how long to wait for one page database to close (at unmount or when idle) before giving up on it")
 	return cmd
 }
