@@ -31,6 +31,10 @@ type content struct {
 
 	stream    *store.ValueWriter
 	streamPos int64
+	// failed is set when a stream fails: the bytes it took are gone, and
+	// the content would read and commit as zeros in their place, so every
+	// later use fails until the file's last handle closes.
+	failed error
 
 	spool *os.File
 	ext   *btree.BTreeG[extent]
@@ -50,6 +54,7 @@ func newContent(p *store.Page, tmpDir string, id cas.ObjectIdentifier, size int6
 // reset makes the committed value id the base, dropping every change.
 func (c *content) reset(id cas.ObjectIdentifier, size int64) {
 	c.dropSpool()
+	c.failed = nil
 	c.base, c.baseID, c.baseSize, c.size, c.dirty = nil, id, size, size, false
 	c.baseFull = true
 }
@@ -82,14 +87,25 @@ func (c *content) dropSpool() {
 // close releases the spool and any unfinished stream.
 func (c *content) close() { c.dropSpool() }
 
+// fail drops the stream after its error err.
+func (c *content) fail(err error) error {
+	if c.stream != nil {
+		c.stream.Abort()
+		c.stream = nil
+	}
+	c.failed = fmt.Errorf("content lost by an earlier failed write: %w", err)
+	return err
+}
+
 func (c *content) write(data []byte, off int64) error {
+	if c.failed != nil {
+		return c.failed
+	}
 	end := off + int64(len(data))
 	c.dirty = true
 	if c.stream != nil && off == c.streamPos {
 		if _, err := c.stream.Write(data); err != nil {
-			c.stream.Abort()
-			c.stream = nil
-			return err
+			return c.fail(err)
 		}
 		c.streamPos = end
 		c.size = max(c.size, end)
@@ -132,7 +148,7 @@ func (c *content) endStreamLater() (*store.ValueWriter, error) {
 	c.stream = nil
 	id, size, err := w.End()
 	if err != nil {
-		return nil, err
+		return nil, c.fail(err)
 	}
 	c.base, c.baseID, c.baseSize, c.baseFull = nil, id, int64(size), true
 	return w, nil
@@ -176,6 +192,9 @@ func (c *content) addExtent(s, e int64) {
 }
 
 func (c *content) truncate(n int64) error {
+	if c.failed != nil {
+		return c.failed
+	}
 	if c.stream != nil {
 		if n == c.streamPos {
 			return nil
@@ -217,6 +236,9 @@ func (c *content) truncate(n int64) error {
 
 // readAt reads the current content; bytes past the end read as EOF.
 func (c *content) readAt(p []byte, off int64) (int, error) {
+	if c.failed != nil {
+		return 0, c.failed
+	}
 	if c.stream != nil {
 		if err := c.endStream(); err != nil {
 			return 0, err
@@ -287,6 +309,9 @@ func (c *content) readAt(p []byte, off int64) (int, error) {
 // left in w, for the caller to commit with the rows that refer to the value
 // (or to discard); w is nil when nothing is left to commit.
 func (c *content) value() (id cas.ObjectIdentifier, size int64, w *store.ValueWriter, err error) {
+	if c.failed != nil {
+		return cas.ObjectIdentifier{}, 0, nil, c.failed
+	}
 	if !c.dirty {
 		return c.baseID, c.size, nil, nil
 	}

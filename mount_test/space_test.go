@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -86,6 +87,15 @@ func TestDiskFull(t *testing.T) {
 	if s.cmd.ProcessState != nil || !mounted(s.mnt) {
 		t.Fatalf("server gone after ENOSPC:\n%s", s.log)
 	}
+	// The reserve held: the writes stopped with most of it still free
+	// (piece batches that statfs could not see yet count too).
+	var ds unix.Statfs_t
+	if err := unix.Statfs(repo, &ds); err != nil {
+		t.Fatal(err)
+	}
+	if free := ds.Bavail * uint64(ds.Bsize); free < 12<<20 {
+		t.Errorf("%d bytes free on the disk when writes stopped, want most of the 16 MiB reserve", free)
+	}
 
 	// The mount says it is full; what failed never appeared; every name
 	// listed can be looked up.
@@ -96,8 +106,16 @@ func TestDiskFull(t *testing.T) {
 	if avail := st.Bavail * uint64(st.Bsize); avail >= 4<<20 {
 		t.Errorf("statfs of the full mount: %d bytes available", avail)
 	}
-	if _, err := os.Lstat(filepath.Join(pg, failed)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("file whose writes failed: lstat %v, want ENOENT", err)
+	// The kernel releases the file after close returns; then it goes.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, err := os.Lstat(filepath.Join(pg, failed))
+		if errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			fi, _ := os.Lstat(filepath.Join(pg, failed))
+			t.Fatalf("file whose close failed: lstat %v %v 5 s later, want ENOENT\n%s", err, fi.Size(), s.log)
+		}
 	}
 	ents, err := os.ReadDir(pg)
 	if err != nil {
@@ -148,4 +166,68 @@ func TestDiskFull(t *testing.T) {
 	}
 	s = mount(t, repo, "--reserve", "16M")
 	check("remounted")
+}
+
+// A write that fails for want of space loses the bytes the file's stream
+// had taken. Writing on through the same descriptor once there is room
+// again must not commit the file with zeros in their place: the descriptor
+// keeps failing, and the file keeps its last committed content.
+func TestDiskFullMidFile(t *testing.T) {
+	disk := smallDisk(t, 64<<20)
+	repo := filepath.Join(disk, "repo")
+	ballast := filepath.Join(disk, "ballast")
+	if err := os.WriteFile(ballast, make([]byte, 24<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := mount(t, repo, "--reserve", "16M")
+	pg := s.page("l", "p")
+	rng := rand.New(rand.NewPCG(3, 4))
+	block := func() []byte {
+		b := make([]byte, 1<<20)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	old := block()
+	name := filepath.Join(pg, "old")
+	if err := writeFile(name, old); err != nil {
+		t.Fatal(err)
+	}
+
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var werr error
+	for i := 0; i < 64 && werr == nil; i++ {
+		_, werr = f.Write(block())
+	}
+	if !errors.Is(werr, syscall.ENOSPC) {
+		f.Close()
+		t.Fatalf("rewriting a file on a full disk: %v, want ENOSPC", werr)
+	}
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(block()); err == nil {
+		t.Errorf("write after a failed one, with room again: no error, though the bytes before it are lost")
+	}
+	if err := f.Close(); err == nil {
+		t.Errorf("close after a failed write: no error")
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got, err := os.ReadFile(name)
+		if err == nil && bytes.Equal(got, old) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the failed rewrite: %d bytes (%v), want the %d committed before", len(got), err, len(old))
+		}
+	}
+	s.stop()
+	s = mount(t, repo)
+	if got, err := os.ReadFile(filepath.Join(s.mnt, "l", "p", "old")); err != nil || !bytes.Equal(got, old) {
+		t.Errorf("remounted: %d bytes (%v), want the %d committed before", len(got), err, len(old))
+	}
 }
