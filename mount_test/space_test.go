@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,33 +41,31 @@ func writeFile(path string, data []byte) error {
 	return errors.Join(werr, f.Close())
 }
 
+// fullDisk serves a repository on a tmpfs of size bytes that also holds a
+// ballast file, to be removed to make room; it returns the repository,
+// the ballast, the server (keeping 16 MiB free) and a page.
+func fullDisk(t *testing.T, size, ballastSize int) (repo, ballast string, s *server, pg string) {
+	disk := smallDisk(t, size)
+	repo = filepath.Join(disk, "repo")
+	ballast = filepath.Join(disk, "ballast")
+	if err := os.WriteFile(ballast, make([]byte, ballastSize), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s = mount(t, repo, "--reserve", "16M")
+	return repo, ballast, s, s.page("l", "p")
+}
+
 // Badger writes through mapped files, and a write to a mapped file on a
 // full filesystem kills the process with SIGBUS. The mount must refuse
 // changes with ENOSPC before that, keep serving, keep what was committed,
 // and take changes again once there is room.
 func TestDiskFull(t *testing.T) {
-	disk := smallDisk(t, 96<<20)
-	repo := filepath.Join(disk, "repo")
-	ballast := filepath.Join(disk, "ballast")
-	if err := os.WriteFile(ballast, make([]byte, 32<<20), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s := mount(t, repo, "--reserve", "16M")
-	pg := s.page("l", "p")
-
-	rng := rand.New(rand.NewPCG(1, 2))
-	content := func(n int) []byte {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = byte(rng.Uint32())
-		}
-		return b
-	}
+	repo, ballast, s, pg := fullDisk(t, 96<<20, 32<<20)
 	kept := map[string][]byte{}
 	var failed string
 	for i := 0; i < 30 && failed == ""; i++ {
 		name := fmt.Sprintf("f%02d", i)
-		data := content(4 << 20)
+		data := content(i, 4<<20)
 		switch err := writeFile(filepath.Join(pg, name), data); {
 		case err == nil:
 			kept[name] = data
@@ -144,7 +141,7 @@ func TestDiskFull(t *testing.T) {
 	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)
 	}
-	data := content(4 << 20)
+	data := content(100, 4<<20)
 	if err := writeFile(filepath.Join(pg, failed), data); err != nil {
 		t.Fatalf("write after freeing space: %v", err)
 	}
@@ -173,21 +170,11 @@ func TestDiskFull(t *testing.T) {
 // again must not commit the file with zeros in their place: the descriptor
 // keeps failing, and the file keeps its last committed content.
 func TestDiskFullMidFile(t *testing.T) {
-	disk := smallDisk(t, 64<<20)
-	repo := filepath.Join(disk, "repo")
-	ballast := filepath.Join(disk, "ballast")
-	if err := os.WriteFile(ballast, make([]byte, 24<<20), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s := mount(t, repo, "--reserve", "16M")
-	pg := s.page("l", "p")
-	rng := rand.New(rand.NewPCG(3, 4))
+	repo, ballast, s, pg := fullDisk(t, 64<<20, 24<<20)
+	seed := 0
 	block := func() []byte {
-		b := make([]byte, 1<<20)
-		for i := range b {
-			b[i] = byte(rng.Uint32())
-		}
-		return b
+		seed++
+		return content(seed, 1<<20)
 	}
 	old := block()
 	name := filepath.Join(pg, "old")
