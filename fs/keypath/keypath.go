@@ -154,6 +154,25 @@ func unescape(s string) (string, bool) {
 // Key returns the key a path names and whether its last component is a
 // collision form. The path must be canonical.
 func Key(comps []string) (key string, coll bool, err error) {
+	// Most paths are plain names, their own encoding: joined without the
+	// encode-and-compare below, which cost 4 % of the mount's CPU in a
+	// cp -a of many small files.
+	simple := len(comps) > 0
+	for i, c := range comps {
+		if !plain(c, i == 0) || strings.IndexByte(c, '/') >= 0 {
+			simple = false
+			break
+		}
+	}
+	if simple {
+		return strings.Join(comps, "/"), false, nil
+	}
+	return decode(comps)
+}
+
+// decode is Key for any path: it decodes each component, then checks that
+// the key's own encoding is the path.
+func decode(comps []string) (key string, coll bool, err error) {
 	if len(comps) == 0 {
 		return "", false, ErrInvalid
 	}

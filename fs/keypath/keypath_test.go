@@ -77,9 +77,16 @@ func FuzzPathToKey(f *testing.F) {
 	f.Add("a/b")
 	f.Add("%%/%%..")
 	f.Add("%%+abc/d")
+	f.Add(".ledger/x")
+	f.Add("x/.ledger")
+	f.Add("a/./b")
 	f.Fuzz(func(t *testing.T, p string) {
 		comps := strings.Split(p, "/")
 		key, coll, err := Key(comps)
+		// The plain-name shortcut answers as the full decoding does.
+		if k, c, e := decode(comps); k != key || c != coll || e != err {
+			t.Fatalf("path %q: Key %q %v %v, decode %q %v %v", comps, key, coll, err, k, c, e)
+		}
 		if err != nil {
 			return
 		}
