@@ -31,9 +31,14 @@ type content struct {
 
 	stream    *store.ValueWriter
 	streamPos int64
+	// unstored is set while the base is a streamed value whose last
+	// pieces wait in the writer endStreamLater returned: if they are not
+	// stored, the base names pieces that do not exist.
+	unstored bool
 	// failed is set when a stream fails: the bytes it took are gone, and
-	// the content would read and commit as zeros in their place, so every
-	// later use fails until the file's last handle closes.
+	// the content would read and commit as zeros in their place (or name
+	// pieces never stored), so every later use fails until the file's last
+	// handle closes.
 	failed error
 
 	spool *os.File
@@ -54,7 +59,7 @@ func newContent(p *store.Page, tmpDir string, id cas.ObjectIdentifier, size int6
 // reset makes the committed value id the base, dropping every change.
 func (c *content) reset(id cas.ObjectIdentifier, size int64) {
 	c.dropSpool()
-	c.failed = nil
+	c.failed, c.unstored = nil, false
 	c.base, c.baseID, c.baseSize, c.size, c.dirty = nil, id, size, size, false
 	c.baseFull = true
 }
@@ -138,7 +143,17 @@ func (c *content) endStream() error {
 	if err != nil {
 		return err
 	}
-	return w.Commit(nil)
+	return c.stored(w.Commit(nil))
+}
+
+// stored is told whether the last pieces of the base that endStreamLater
+// left to the caller were stored (err is nil) or not, and returns err.
+func (c *content) stored(err error) error {
+	if err != nil && c.unstored {
+		return c.fail(err)
+	}
+	c.unstored = false
+	return err
 }
 
 // endStreamLater finishes the streamed value and makes it the base, leaving
@@ -151,6 +166,7 @@ func (c *content) endStreamLater() (*store.ValueWriter, error) {
 		return nil, c.fail(err)
 	}
 	c.base, c.baseID, c.baseSize, c.baseFull = nil, id, int64(size), true
+	c.unstored = true
 	return w, nil
 }
 
@@ -307,7 +323,8 @@ func (c *content) readAt(p []byte, off int64) (int, error) {
 // it changed since the base. Unchanged chunks are deduplicated, so only the
 // pieces around the changes add rows. The last pieces of a changed value are
 // left in w, for the caller to commit with the rows that refer to the value
-// (or to discard); w is nil when nothing is left to commit.
+// (or to discard), and to report with stored; w is nil when nothing is
+// left to commit.
 func (c *content) value() (id cas.ObjectIdentifier, size int64, w *store.ValueWriter, err error) {
 	if c.failed != nil {
 		return cas.ObjectIdentifier{}, 0, nil, c.failed
@@ -325,7 +342,7 @@ func (c *content) value() (id cas.ObjectIdentifier, size int64, w *store.ValueWr
 	}
 	if w != nil {
 		// The merge below reads the streamed value back.
-		if err := w.Commit(nil); err != nil {
+		if err := c.stored(w.Commit(nil)); err != nil {
 			return cas.ObjectIdentifier{}, 0, nil, err
 		}
 	}

@@ -358,13 +358,14 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 	m.Size = uint64(size)
 	op := journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: m}}
 	if mode == commitQueue && f.pg.tx == nil {
-		// The value's last pieces land with its journal entry.
+		// The value's last pieces land with its journal entry, or
+		// neither does.
 		if err := f.queue(key, op, w); err != nil {
-			return errno("commit", err)
+			return errno("commit", f.c.stored(err))
 		}
 	} else {
 		if w != nil {
-			err = w.Commit(nil)
+			err = f.c.stored(w.Commit(nil))
 		}
 		if err == nil {
 			err = f.pg.apply(sync, op)
