@@ -218,3 +218,57 @@ func TestDiskFullMidFile(t *testing.T) {
 		t.Errorf("remounted: %d bytes (%v), want the %d committed before", len(got), err, len(old))
 	}
 }
+
+// A page opened while the disk is full cannot be opened for changes, which
+// write: it is opened read-only, so its files stay readable, and for
+// changes again once there is room.
+func TestReadOnFullDisk(t *testing.T) {
+	repo, ballast, s, pg := fullDisk(t, 64<<20, 1<<20)
+	data := content(1, 4<<20)
+	if err := writeFile(filepath.Join(pg, "a"), data); err != nil {
+		t.Fatal(err)
+	}
+	s.stop()
+	// Fill the disk up to its last MiB, below a quarter of the reserve.
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(repo, &st); err != nil {
+		t.Fatal(err)
+	}
+	fill := int(st.Bavail*uint64(st.Bsize)) - 1<<20
+	if err := os.WriteFile(ballast, make([]byte, fill), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	s = mount(t, repo, "--reserve", "16M")
+	pg = filepath.Join(s.mnt, "l", "p")
+	if got, err := os.ReadFile(filepath.Join(pg, "a")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read on a full disk: %d bytes (%v), want the %d written", len(got), err, len(data))
+	}
+	if err := writeFile(filepath.Join(pg, "b"), []byte("b")); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("write on a full disk: %v, want ENOSPC", err)
+	}
+	if err := os.Mkdir(filepath.Join(pg, "d"), 0o755); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("mkdir on a full disk: %v, want ENOSPC", err)
+	}
+
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	more := content(2, 2<<20)
+	if err := writeFile(filepath.Join(pg, "c"), more); err != nil {
+		t.Fatalf("write once there is room: %v", err)
+	}
+	s.stop()
+	if !strings.Contains(s.log.String(), "opened read-only") {
+		t.Errorf("server did not log the read-only open:\n%s", s.log)
+	}
+	s = mount(t, repo)
+	for name, want := range map[string][]byte{"a": data, "c": more} {
+		if got, err := os.ReadFile(filepath.Join(s.mnt, "l", "p", name)); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("remounted: %s: %d bytes (%v), want %d", name, len(got), err, len(want))
+		}
+	}
+}

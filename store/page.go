@@ -45,6 +45,10 @@ type Page struct {
 
 	repo *Repository
 	refs int // guarded by repo.mu
+	// lowSpace is why the db was opened read-only: the repository's
+	// filesystem was nearly full (see space). Every change gets it; the
+	// page is reopened for changes once there is room and it is idle.
+	lowSpace error
 
 	ra readAhead
 }
@@ -72,7 +76,12 @@ func (p *Page) State(mk func() any) any {
 // CheckSpace returns an error wrapping syscall.ENOSPC when a change other
 // than new content must be refused to keep the repository's filesystem from
 // filling up (see space).
-func (p *Page) CheckSpace() error { return p.repo.space.claim(0, forChange) }
+func (p *Page) CheckSpace() error {
+	if p.lowSpace != nil {
+		return p.lowSpace
+	}
+	return p.repo.space.claim(0, forChange)
+}
 
 func (p *Page) check() error {
 	if p.closed.Load() {
@@ -172,6 +181,9 @@ func (p *Page) NewPieceWriter() *PieceWriter {
 func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
 	if err := w.p.check(); err != nil {
 		return err
+	}
+	if w.p.lowSpace != nil {
+		return w.p.lowSpace
 	}
 	if w.txn == nil {
 		w.txn = w.p.db.NewTransaction(true)

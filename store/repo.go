@@ -503,6 +503,15 @@ func (r *Repository) Acquire(ledger, page string) (*Page, error) {
 			return nil, errors.New("store: repository is closed")
 		}
 		if p, ok := r.open[key]; ok {
+			if p.lowSpace != nil && p.refs == 0 && r.space.claim(0, forOpen) == nil {
+				// Opened read-only for want of space, idle, and there
+				// is room again: reopen it for changes.
+				r.idle.Remove(key)
+				r.queueClose(key, p)
+				r.unlock()
+				r.mu.Lock()
+				continue
+			}
 			p.refs++
 			r.idle.Remove(key)
 			r.mu.Unlock()
@@ -593,17 +602,23 @@ func (r *Repository) OpenPages() int {
 
 func (r *Repository) openPage(ledger, page string) (*Page, error) {
 	id := PageIDFor(page)
-	// Opening writes: a memtable log, a value log's header, the manifest.
-	if err := r.space.claim(0, forOpen); err != nil {
-		return nil, fmt.Errorf("open page %s/%s: %w", ledger, page, err)
+	// Opening for changes writes (a memtable log, a value log's header,
+	// the manifest); without room for that the page can still be read.
+	readOnly := r.opts.ReadOnly
+	var lowSpace error
+	if !readOnly {
+		if lowSpace = r.space.claim(0, forOpen); lowSpace != nil {
+			slog.Warn("page opened read-only for want of space", "ledger", ledger, "page", page, "err", lowSpace)
+			readOnly = true
+		}
 	}
-	db, err := badger.Open(badgerOptions(r.pageDir(ledger, id), r.opts.ReadOnly))
+	db, err := badger.Open(badgerOptions(r.pageDir(ledger, id), readOnly))
 	if err != nil {
 		return nil, fmt.Errorf("open page %s/%s: %w", ledger, page, lockError(err))
 	}
-	p := &Page{Ledger: ledger, Name: page, ID: id, db: db, pol: r.pol, repo: r}
+	p := &Page{Ledger: ledger, Name: page, ID: id, db: db, pol: r.pol, repo: r, lowSpace: lowSpace}
 	p.nodes = btree.NewStore(p, r.pol, r.nodes)
-	if !r.opts.ReadOnly {
+	if !readOnly {
 		if err := r.db.Update(func(txn *badger.Txn) error {
 			return txn.Set(openedKey(ledger, id), EncodeUint64(0))
 		}); err != nil {
@@ -611,7 +626,7 @@ func (r *Repository) openPage(ledger, page string) (*Page, error) {
 			return nil, fmt.Errorf("mark page open: %w", err)
 		}
 	}
-	if r.opts.OnOpen != nil {
+	if r.opts.OnOpen != nil && lowSpace == nil {
 		if err := r.opts.OnOpen(p); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("open page %s/%s: %w", ledger, page, err)
@@ -631,7 +646,7 @@ func (r *Repository) closeDB(p *Page) error {
 	p.closed.Store(true)
 	errs = append(errs, r.closeBadger(p.db))
 	p.mu.Unlock()
-	if !r.opts.ReadOnly {
+	if !r.opts.ReadOnly && p.lowSpace == nil {
 		errs = append(errs, r.db.Update(func(txn *badger.Txn) error {
 			return txn.Set(openedKey(p.Ledger, p.ID), EncodeUint64(uint64(nowNs())))
 		}))

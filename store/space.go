@@ -34,7 +34,7 @@ type claimKind uint
 const (
 	forContent claimKind = iota // new file content: all of it
 	forChange                   // changes without content: half
-	forOpen                     // opening a page's db, to read it: a quarter
+	forOpen                     // opening a page's db for changes: a quarter
 )
 
 // space keeps free space on the filesystem that holds the repository.
@@ -45,10 +45,10 @@ const (
 // ledgerfs refuses changes with ENOSPC while there is still room for what
 // Badger does with the changes it has taken: new file content while less
 // than the reserve is free, any other change (names, journal rows, a new
-// page) while less than half of it is, and opening a page (which writes a
-// little) while less than a quarter is, so that files stay readable on a
-// full disk. Commits of changes already taken, memtable flushes and
-// compactions use the rest.
+// page) while less than half of it is; a page opened while less than a
+// quarter is (opening for changes writes a little) is opened read-only,
+// so that files stay readable on a full disk. Commits of changes already
+// taken, memtable flushes and compactions use the rest.
 type space struct {
 	dir     string
 	reserve uint64
