@@ -44,7 +44,18 @@ var (
 	_ gofs.NodeMknoder     = (*dirNode)(nil)
 	_ gofs.NodeStatfser    = (*dirNode)(nil)
 	_ gofs.NodeOnForgetter = (*dirNode)(nil)
+	_ gofs.NodeFsyncer     = (*dirNode)(nil)
 )
+
+// Fsync of a directory makes the changes in it durable, as programs that
+// create or rename a file and then sync its directory expect (databases,
+// git, editors): here every change of the page so far.
+func (d *dirNode) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) syscall.Errno {
+	if d.pg.readOnly() {
+		return 0
+	}
+	return errno("fsync", d.pg.apply(true))
+}
 
 // pathFrom returns the components of n's path below the root of page pg,
 // and false for a node no longer in the tree (deleted). The root is known by

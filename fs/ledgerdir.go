@@ -43,7 +43,13 @@ var (
 	_ gofs.NodeMknoder   = (*metaNode)(nil)
 	_ gofs.NodeSetattrer = (*metaNode)(nil)
 	_ gofs.NodeStatfser  = (*metaNode)(nil)
+	_ gofs.NodeFsyncer   = (*metaNode)(nil)
 )
+
+// Fsync has nothing to do: what .ledger shows is read from the db.
+func (m *metaNode) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) syscall.Errno {
+	return 0
+}
 
 func (m *metaNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	return nil, nil, 0, syscall.EROFS

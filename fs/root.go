@@ -17,6 +17,7 @@ type rootNode struct {
 var (
 	_ gofs.NodeLookuper  = (*rootNode)(nil)
 	_ gofs.NodeReaddirer = (*rootNode)(nil)
+	_ gofs.NodeFsyncer   = (*rootNode)(nil)
 	_ gofs.NodeMkdirer   = (*rootNode)(nil)
 	_ gofs.NodeRmdirer   = (*rootNode)(nil)
 	_ gofs.NodeRenamer   = (*rootNode)(nil)
@@ -29,6 +30,18 @@ func (r *rootNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.Att
 	out.Nlink = 2
 	r.fs.attrOwner(&out.Attr)
 	return 0
+}
+
+// Fsync makes the ledgers (their names) durable.
+func (r *rootNode) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) syscall.Errno {
+	return syncRepo(r.fs)
+}
+
+func syncRepo(f *FS) syscall.Errno {
+	if f.opts.ReadOnly {
+		return 0
+	}
+	return errno("fsync", f.repo.Sync())
 }
 
 func (r *rootNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
@@ -151,7 +164,13 @@ var (
 	_ gofs.NodeRmdirer   = (*ledgerNode)(nil)
 	_ gofs.NodeRenamer   = (*ledgerNode)(nil)
 	_ gofs.NodeGetattrer = (*ledgerNode)(nil)
+	_ gofs.NodeFsyncer   = (*ledgerNode)(nil)
 )
+
+// Fsync makes the ledger's pages (their names) durable.
+func (l *ledgerNode) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) syscall.Errno {
+	return syncRepo(l.fs)
+}
 
 func (l *ledgerNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	dirAttr(l.fs, &out.Attr, l.StableAttr().Ino, 0o755)

@@ -219,6 +219,14 @@ func (r *Repository) Polynomial() chunker.Pol { return r.pol }
 // Dir is the repository directory.
 func (r *Repository) Dir() string { return r.dir }
 
+// Sync makes the repository db's changes (ledger and page names) durable.
+func (r *Repository) Sync() error {
+	if err := r.db.Sync(); err != nil {
+		return fmt.Errorf("store: sync repository db: %w", err)
+	}
+	return nil
+}
+
 // Reserve is the free space that changes leave on the repository's
 // filesystem (Options.Reserve); 0 when read-only.
 func (r *Repository) Reserve() uint64 {
