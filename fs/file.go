@@ -442,6 +442,9 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	if errno := checkOwner(f.pg.fs, in); errno != 0 {
 		return errno
 	}
+	if f.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		return f.setSymlinkTime(in, out)
+	}
 	f.mu.Lock()
 	if f.unlinked && f.c == nil {
 		// Only its descriptors still see it, and nothing commits it (a
@@ -489,6 +492,36 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		return eno
 	}
 	return f.fillAttr(&out.Attr)
+}
+
+// setSymlinkTime is Setattr of a symlink, which has no content to load:
+// cp -a, tar and rsync set its times (lutimes) and owner (lchown, to the
+// mount's owner: see checkOwner). Its mode is 0777, as on Linux.
+func (f *fileNode) setSymlinkTime(in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if _, ok := in.GetSize(); ok {
+		return syscall.EINVAL
+	}
+	if t, ok := in.GetMTime(); ok {
+		if eno := f.setSymlinkMtime(t.UnixNano()); eno != 0 {
+			return eno
+		}
+	}
+	return f.fillAttr(&out.Attr)
+}
+
+func (f *fileNode) setSymlinkMtime(ns int64) syscall.Errno {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key, ok := f.key()
+	if !ok {
+		return syscall.ENOENT
+	}
+	e, _, err := f.entryAt(key)
+	if err != nil {
+		return errno("setattr", err)
+	}
+	e.Meta.MtimeNs, e.Meta.HasMtime = ns, true
+	return errno("setattr", f.pg.apply(false, journal.Op{Key: key, Entry: e}))
 }
 
 // setModeTime takes the permission bits and mtime a setattr sets into the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -1383,4 +1384,50 @@ func TestMkdirShowsBeforeItsCommit(t *testing.T) {
 	}
 	s.stop()
 	verifySchema(t, repo)
+}
+
+// cp -a, tar x and rsync set a symlink's owner and times (lchown,
+// lutimes); both failed with EINVAL, so cp -a and tar x of any tree with a
+// symlink exited with an error.
+func TestSymlinksKeepTheirTimes(t *testing.T) {
+	src := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(src, "sub"), 0o755))
+	must(t, os.WriteFile(filepath.Join(src, "f"), []byte("f"), 0o644))
+	links := map[string]string{"link": "f", "sub/up": "../f", "dangling": "nowhere", "dirlink": "sub"}
+	for i, name := range slices.Sorted(maps.Keys(links)) {
+		p := filepath.Join(src, name)
+		must(t, os.Symlink(links[name], p))
+		when := time.Date(2001, 2, 3, 4, 5, 6+i, 0, time.UTC) // whole seconds: what tar keeps
+		ts := []unix.Timespec{unix.NsecToTimespec(when.UnixNano()), unix.NsecToTimespec(when.UnixNano())}
+		must(t, unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW))
+	}
+	s := mount(t, t.TempDir())
+	pg := s.page("t", "p")
+	run(t, "/", "cp", "-a", src, filepath.Join(pg, "cp"))
+	tarball := filepath.Join(t.TempDir(), "a.tar")
+	run(t, src, "tar", "cf", tarball, ".")
+	must(t, os.Mkdir(filepath.Join(pg, "tar"), 0o755))
+	run(t, filepath.Join(pg, "tar"), "tar", "xf", tarball)
+	check := func(when string) {
+		t.Helper()
+		for _, copy := range []string{"cp", "tar"} {
+			for name, target := range links {
+				p := filepath.Join(s.mnt, "t", "p", copy, name)
+				got, err := os.Readlink(p)
+				if err != nil || got != target {
+					t.Errorf("%s: %s/%s -> %q (%v), want %q", when, copy, name, got, err, target)
+				}
+				var a, b unix.Stat_t
+				must(t, unix.Lstat(filepath.Join(src, name), &a))
+				must(t, unix.Lstat(p, &b))
+				if a.Mtim != b.Mtim {
+					t.Errorf("%s: %s/%s mtime %v, want %v", when, copy, name, b.Mtim, a.Mtim)
+				}
+			}
+		}
+	}
+	check("mounted")
+	s.stop()
+	s = mount(t, s.repo)
+	check("remounted")
 }
