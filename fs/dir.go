@@ -559,15 +559,16 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if err := d.pg.apply(false, ops...); err != nil {
 		return errno("rmdir", err)
 	}
-	removed()
+	removed(true)
 	return 0
 }
 
 // removing takes the attributes of the directory child name (key prefix
 // dir) before rmdir or a rename over it removes it, and returns what marks
 // it removed once the removal has landed (see dirNode.removed) and releases
-// its inode number.
-func (d *dirNode) removing(name, dir string) (removed func()) {
+// its inode number. As on ext4, a directory rmdir removed shows size 0, one
+// a rename replaced keeps its size.
+func (d *dirNode) removing(name, dir string) (removed func(rmdir bool)) {
 	var n *dirNode
 	var last fuse.Attr
 	if ch := d.GetChild(name); ch != nil {
@@ -575,9 +576,12 @@ func (d *dirNode) removing(name, dir string) (removed func()) {
 			n = c
 		}
 	}
-	return func() {
+	return func(rmdir bool) {
 		if n != nil {
 			last.Nlink = 0
+			if rmdir {
+				last.Size, last.Blocks = 0, 0
+			}
 			n.removed.Store(&last)
 		}
 		d.pg.fs.inos.release(d.pg.id('d', dir))

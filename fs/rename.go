@@ -149,7 +149,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 		}
 	}
 	// So is an empty directory it replaces.
-	removedDir := func() {}
+	removedDir := func(bool) {}
 	if dstIsDir {
 		removedDir = nd.removing(newName, dst+"/")
 	}
@@ -159,7 +159,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 		}
 		return errno("rename", err)
 	}
-	removedDir()
+	removedDir(false)
 	inos := &d.pg.fs.inos
 	if srcIsDir {
 		inos.move(d.pg.id('d', src+"/"), d.pg.id('d', dst+"/"), true)

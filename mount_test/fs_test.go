@@ -414,8 +414,8 @@ func TestRemovedDirectoryStaysOpen(t *testing.T) {
 			if createErr == nil {
 				unix.Close(fd)
 			}
-			out = append(out, fmt.Sprintf("%s: fstat %v, nlink %d, mode %o, same inode as the new one: %v; list: %v; create in it: %v",
-				how, errno(fstatErr), st.Nlink, st.Mode&0o7777, st.Ino == nst.Ino, errno(listErr), errno(createErr)))
+			out = append(out, fmt.Sprintf("%s: fstat %v, nlink %d, size %d, mode %o, same inode as the new one: %v; list: %v; create in it: %v",
+				how, errno(fstatErr), st.Nlink, st.Size, st.Mode&0o7777, st.Ino == nst.Ino, errno(listErr), errno(createErr)))
 			must(t, os.Remove(dir))
 		}
 		return strings.Join(out, "\n")
