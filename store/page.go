@@ -508,11 +508,17 @@ func (p *Page) Sync() error {
 	if err := p.check(); err != nil {
 		return err
 	}
+	if p.lowSpace != nil {
+		return nil // opened read-only: nothing was written
+	}
 	return p.db.Sync()
 }
 
 // RunGC reclaims value log space; it runs until no file is worth rewriting.
 func (p *Page) RunGC(ratio float64) {
+	if p.lowSpace != nil {
+		return
+	}
 	for p.check() == nil && p.db.RunValueLogGC(ratio) == nil {
 	}
 }
