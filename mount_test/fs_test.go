@@ -1431,3 +1431,21 @@ func TestSymlinksKeepTheirTimes(t *testing.T) {
 	s = mount(t, s.repo)
 	check("remounted")
 }
+
+// Programs that create or rename a file sync its directory (databases,
+// git, editors); every directory of the mount takes fsync.
+func TestFsyncDirectories(t *testing.T) {
+	s := mount(t, t.TempDir())
+	pg := s.page("l", "p")
+	must(t, os.MkdirAll(filepath.Join(pg, "d", "e"), 0o755))
+	must(t, os.WriteFile(filepath.Join(pg, "d", "f"), []byte("f"), 0o644))
+	for _, dir := range []string{s.mnt, filepath.Join(s.mnt, "l"), pg, filepath.Join(pg, "d"), filepath.Join(pg, "d", "e"),
+		filepath.Join(pg, ".ledger"), filepath.Join(pg, ".ledger", "commits")} {
+		d, err := os.Open(dir)
+		must(t, err)
+		if err := d.Sync(); err != nil {
+			t.Errorf("fsync %s: %v", dir, err)
+		}
+		d.Close()
+	}
+}
