@@ -129,6 +129,11 @@ func (c *content) write(data []byte, off int64) error {
 	if err := c.ensureSpool(); err != nil {
 		return err
 	}
+	// The spool is on the repository's filesystem: it must leave the
+	// reserve to Badger as the db's own writes do.
+	if err := c.p.CheckContentSpace(len(data)); err != nil {
+		return err
+	}
 	if _, err := c.spool.WriteAt(data, off); err != nil {
 		return fmt.Errorf("spool: %w", err)
 	}

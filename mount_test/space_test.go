@@ -272,3 +272,60 @@ func TestReadOnFullDisk(t *testing.T) {
 		}
 	}
 }
+
+// Writes at random offsets into an existing file go to a spool on the
+// repository's filesystem until the close merges them. The spool must
+// leave the reserve too: a full disk under it would crash the mount at
+// Badger's next write.
+func TestDiskFullRandomWrites(t *testing.T) {
+	repo, ballast, s, pg := fullDisk(t, 64<<20, 8<<20)
+	name := filepath.Join(pg, "old")
+	defer func() {
+		if s.cmd.ProcessState != nil || !mounted(s.mnt) {
+			t.Errorf("server gone:\n%s", s.log)
+		}
+	}()
+	old := content(1, 1<<20)
+	if err := writeFile(name, old); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var werr error
+	for i := 0; i < 100 && werr == nil; i++ {
+		_, werr = f.WriteAt(content(i+2, 1<<20), int64(2*i+2)<<20)
+	}
+	if !errors.Is(werr, syscall.ENOSPC) {
+		f.Close()
+		t.Fatalf("writes at offsets on a full disk: %v, want ENOSPC", werr)
+	}
+	var ds unix.Statfs_t
+	if err := unix.Statfs(repo, &ds); err != nil {
+		t.Fatal(err)
+	}
+	if free := ds.Bavail * uint64(ds.Bsize); free < 12<<20 {
+		t.Errorf("%d bytes free on the disk when the spool stopped, want most of the 16 MiB reserve", free)
+	}
+	if err := f.Close(); err == nil {
+		t.Errorf("close of a file whose changes cannot be stored: no error")
+	}
+	// The spool is gone with the last descriptor, and the file is as it
+	// was committed.
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got, err := os.ReadFile(name)
+		if err == nil && bytes.Equal(got, old) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the failed rewrite: %d bytes (%v), want the %d committed before", len(got), err, len(old))
+		}
+	}
+	if err := writeFile(filepath.Join(pg, "new"), content(200, 4<<20)); err != nil {
+		t.Errorf("write once the spool is gone: %v", err)
+	}
+}

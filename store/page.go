@@ -83,6 +83,17 @@ func (p *Page) CheckSpace() error {
 	return p.repo.space.claim(0, forChange)
 }
 
+// CheckContentSpace returns an error wrapping syscall.ENOSPC when n more
+// bytes of file content written outside the db, where statfs sees them at
+// once (a spool), would eat into the reserve.
+func (p *Page) CheckContentSpace(n int) error {
+	if err := p.repo.space.claim(uint64(n), forContent); err != nil {
+		return err
+	}
+	p.repo.space.landed(uint64(n))
+	return nil
+}
+
 func (p *Page) check() error {
 	if p.closed.Load() {
 		return fmt.Errorf("page %s/%s: %w", p.Ledger, p.Name, ErrClosed)
