@@ -41,6 +41,22 @@ func writeFile(path string, data []byte) error {
 	return errors.Join(werr, f.Close())
 }
 
+// waitForContent waits until the file at name holds want: a failed
+// rewrite leaves the file's committed content once the kernel releases
+// the descriptor, after close returns.
+func waitForContent(t *testing.T, name string, want []byte) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got, err := os.ReadFile(name)
+		if err == nil && bytes.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the failed rewrite: %d bytes (%v), want the %d committed before", len(got), err, len(want))
+		}
+	}
+}
+
 // fullDisk serves a repository on a tmpfs of size bytes that also holds a
 // ballast file, to be removed to make room; it returns the repository,
 // the ballast, the server (keeping 16 MiB free) and a page.
@@ -203,15 +219,7 @@ func TestDiskFullMidFile(t *testing.T) {
 	if err := f.Close(); err == nil {
 		t.Errorf("close after a failed write: no error")
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		got, err := os.ReadFile(name)
-		if err == nil && bytes.Equal(got, old) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the failed rewrite: %d bytes (%v), want the %d committed before", len(got), err, len(old))
-		}
-	}
+	waitForContent(t, name, old)
 	s.stop()
 	s = mount(t, repo)
 	if got, err := os.ReadFile(filepath.Join(s.mnt, "l", "p", "old")); err != nil || !bytes.Equal(got, old) {
@@ -316,15 +324,7 @@ func TestDiskFullRandomWrites(t *testing.T) {
 	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		got, err := os.ReadFile(name)
-		if err == nil && bytes.Equal(got, old) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the failed rewrite: %d bytes (%v), want the %d committed before", len(got), err, len(old))
-		}
-	}
+	waitForContent(t, name, old)
 	if err := writeFile(filepath.Join(pg, "new"), content(200, 4<<20)); err != nil {
 		t.Errorf("write once the spool is gone: %v", err)
 	}
