@@ -77,25 +77,14 @@ func (s *space) claim(n uint64, kind claimKind) error {
 	keep := s.reserve >> kind
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	stale := time.Since(s.at) > spaceRefresh || s.since > s.reserve/8
-	for {
-		if stale {
-			if err := s.statfs(); err != nil {
-				return err
-			}
+	// A stale figure is taken again, and so is one that would refuse.
+	if time.Since(s.at) > spaceRefresh || s.since > s.reserve/8 || s.left() < keep+n {
+		if err := s.statfs(); err != nil {
+			return err
 		}
-		left := s.free - min(s.free, s.inflight)
-		if left >= keep+n {
-			if s.full && left >= s.reserve+n {
-				s.full = false
-				slog.Info("repository filesystem has room again", "dir", s.dir)
-			}
-			break
-		}
-		if !stale {
-			stale = true
-			continue
-		}
+	}
+	left := s.left()
+	if left < keep+n {
 		if !s.full {
 			s.full = true
 			slog.Warn("repository filesystem is nearly full: refusing changes", "dir", s.dir,
@@ -104,10 +93,18 @@ func (s *space) claim(n uint64, kind claimKind) error {
 		return fmt.Errorf("store: %s free on the filesystem of %s, %s kept for the database's own writes: %w",
 			humanize.IBytes(left), s.dir, humanize.IBytes(keep), syscall.ENOSPC)
 	}
+	if s.full && left >= s.reserve+n {
+		s.full = false
+		slog.Info("repository filesystem has room again", "dir", s.dir)
+	}
 	s.inflight += n
 	s.since += n
 	return nil
 }
+
+// left is the space free beyond the content in flight. Called with s.mu
+// held.
+func (s *space) left() uint64 { return s.free - min(s.free, s.inflight) }
 
 // landed gives back n bytes taken by claim once they are in the db's files
 // (where statfs sees them) or dropped.
