@@ -385,7 +385,8 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 	_, hasMode := in.GetMode()
 	_, hasMtime := in.GetMTime()
 	if (hasMode || hasMtime) && strings.HasSuffix(prefix, "/") {
-		// Permission bits and times of a directory live in its marker.
+		// Permission bits and times of a directory live in its marker,
+		// whose mode is always a directory's.
 		marker, queued := d.pg.queuedMarker(prefix)
 		if !queued {
 			err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
@@ -401,12 +402,7 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 				return errno("setattr", err)
 			}
 		}
-		if m, ok := in.GetMode(); ok {
-			marker.Meta.Mode = syscall.S_IFDIR | m&0o7777
-		}
-		if t, ok := in.GetMTime(); ok {
-			marker.Meta.MtimeNs, marker.Meta.HasMtime = t.UnixNano(), true
-		}
+		setModeTime(&marker.Meta, in)
 		var err error
 		if d.pg.tx == nil {
 			err = d.pg.queueMarker(prefix, marker)

@@ -451,7 +451,7 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		// size change needs a writer, whose content would be loaded).
 		_, sized := in.GetSize()
 		if !sized {
-			f.setModeTime(in)
+			setModeTime(&f.meta, in)
 		}
 		f.mu.Unlock()
 		if sized {
@@ -471,7 +471,7 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		}
 		f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
 	}
-	if f.setModeTime(in) {
+	if setModeTime(&f.meta, in) {
 		f.changed = true
 	}
 	// While the file has changes no flush has committed (bytes written, a
@@ -524,16 +524,17 @@ func (f *fileNode) setSymlinkMtime(ns int64) syscall.Errno {
 	return errno("setattr", f.pg.apply(false, journal.Op{Key: key, Entry: e}))
 }
 
-// setModeTime takes the permission bits and mtime a setattr sets into the
-// node's metadata and reports whether there were any. Called with f.mu held.
-func (f *fileNode) setModeTime(in *fuse.SetAttrIn) bool {
-	m, hasMode := in.GetMode()
+// setModeTime takes the permission bits and mtime a setattr sets into m, a
+// file's metadata or a directory marker's, and reports whether there were
+// any.
+func setModeTime(m *btree.Meta, in *fuse.SetAttrIn) bool {
+	mode, hasMode := in.GetMode()
 	if hasMode {
-		f.meta.Mode = f.meta.FileMode()&syscall.S_IFMT | m&0o7777
+		m.Mode = m.FileMode()&syscall.S_IFMT | mode&0o7777
 	}
 	t, hasMtime := in.GetMTime()
 	if hasMtime {
-		f.meta.MtimeNs, f.meta.HasMtime = t.UnixNano(), true
+		m.MtimeNs, m.HasMtime = t.UnixNano(), true
 	}
 	return hasMode || hasMtime
 }
