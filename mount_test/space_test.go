@@ -31,16 +31,6 @@ func smallDisk(t *testing.T, size int) string {
 	return dir
 }
 
-// writeFile writes data to path and closes it, returning the first error.
-func writeFile(path string, data []byte) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(data)
-	return errors.Join(werr, f.Close())
-}
-
 // waitForContent waits until the file at name holds want: a failed
 // rewrite leaves the file's committed content once the kernel releases
 // the descriptor, after close returns.
@@ -82,7 +72,7 @@ func TestDiskFull(t *testing.T) {
 	for i := 0; i < 30 && failed == ""; i++ {
 		name := fmt.Sprintf("f%02d", i)
 		data := content(i, 4<<20)
-		switch err := writeFile(filepath.Join(pg, name), data); {
+		switch err := os.WriteFile(filepath.Join(pg, name), data, 0o644); {
 		case err == nil:
 			kept[name] = data
 		case errors.Is(err, syscall.ENOSPC):
@@ -158,7 +148,7 @@ func TestDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := content(100, 4<<20)
-	if err := writeFile(filepath.Join(pg, failed), data); err != nil {
+	if err := os.WriteFile(filepath.Join(pg, failed), data, 0o644); err != nil {
 		t.Fatalf("write after freeing space: %v", err)
 	}
 	kept[failed] = data
@@ -194,7 +184,7 @@ func TestDiskFullMidFile(t *testing.T) {
 	}
 	old := block()
 	name := filepath.Join(pg, "old")
-	if err := writeFile(name, old); err != nil {
+	if err := os.WriteFile(name, old, 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -233,7 +223,7 @@ func TestDiskFullMidFile(t *testing.T) {
 func TestReadOnFullDisk(t *testing.T) {
 	repo, ballast, s, pg := fullDisk(t, 64<<20, 1<<20)
 	data := content(1, 4<<20)
-	if err := writeFile(filepath.Join(pg, "a"), data); err != nil {
+	if err := os.WriteFile(filepath.Join(pg, "a"), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s.stop()
@@ -255,7 +245,7 @@ func TestReadOnFullDisk(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(pg, "a")); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("read on a full disk: %d bytes (%v), want the %d written", len(got), err, len(data))
 	}
-	if err := writeFile(filepath.Join(pg, "b"), []byte("b")); !errors.Is(err, syscall.ENOSPC) {
+	if err := os.WriteFile(filepath.Join(pg, "b"), []byte("b"), 0o644); !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("write on a full disk: %v, want ENOSPC", err)
 	}
 	if err := os.Mkdir(filepath.Join(pg, "d"), 0o755); !errors.Is(err, syscall.ENOSPC) {
@@ -266,7 +256,7 @@ func TestReadOnFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	more := content(2, 2<<20)
-	if err := writeFile(filepath.Join(pg, "c"), more); err != nil {
+	if err := os.WriteFile(filepath.Join(pg, "c"), more, 0o644); err != nil {
 		t.Fatalf("write once there is room: %v", err)
 	}
 	s.stop()
@@ -294,7 +284,7 @@ func TestDiskFullRandomWrites(t *testing.T) {
 		}
 	}()
 	old := content(1, 1<<20)
-	if err := writeFile(name, old); err != nil {
+	if err := os.WriteFile(name, old, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.OpenFile(name, os.O_RDWR, 0)
@@ -325,7 +315,7 @@ func TestDiskFullRandomWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitForContent(t, name, old)
-	if err := writeFile(filepath.Join(pg, "new"), content(200, 4<<20)); err != nil {
+	if err := os.WriteFile(filepath.Join(pg, "new"), content(200, 4<<20), 0o644); err != nil {
 		t.Errorf("write once the spool is gone: %v", err)
 	}
 }
