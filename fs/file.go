@@ -151,6 +151,32 @@ func (f *fileNode) shown(m btree.Meta, ts int64) {
 	}
 }
 
+// changedBehind takes a change of the node's key that a transaction
+// committed. It reports whether the node is gone from its name: deleted,
+// or its content or type replaced, in which case it lives on, unlinked,
+// for its descriptors, as a file a rename replaced does. Metadata alone
+// (chmod, utimes) changes the node in place, also while it is open for
+// writing, as chmod of an open file does.
+func (f *fileNode) changedBehind(ch btree.Change, ts int64) (gone bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unlinked || f.fixed {
+		return false
+	}
+	after := ch.After
+	if ch.Before == nil || after == nil || after.Value != ch.Before.Value ||
+		after.Meta.FileMode()&syscall.S_IFMT != f.StableAttr().Mode&syscall.S_IFMT {
+		f.unlinked = true
+		return true
+	}
+	if f.c != nil {
+		f.meta.Mode, f.meta.MtimeNs, f.meta.HasMtime = after.Meta.Mode, after.Meta.MtimeNs, after.Meta.HasMtime
+		return false
+	}
+	f.meta, f.metaTs = after.Meta, ts
+	return false
+}
+
 func (f *fileNode) hasContent() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -39,6 +39,10 @@ type FS struct {
 	repo *store.Repository
 	opts Options
 
+	// root is the mounted root node: the kernel's view of ledgers and
+	// pages starts at it.
+	root *rootNode
+
 	mu    sync.Mutex
 	pages map[string]*pageRef
 	inos  inoTable
@@ -61,7 +65,9 @@ func New(repo *store.Repository, opts Options) (*FS, error) {
 			return nil, err
 		}
 	}
-	return &FS{repo: repo, opts: opts, pages: map[string]*pageRef{}, inos: newInoTable()}, nil
+	f := &FS{repo: repo, opts: opts, pages: map[string]*pageRef{}, inos: newInoTable()}
+	f.root = &rootNode{fs: f}
+	return f, nil
 }
 
 // Close rolls back the transactions still open, so that the next start
@@ -81,7 +87,7 @@ func (f *FS) Close() {
 }
 
 // Root returns the root node to mount.
-func (f *FS) Root() gofs.InodeEmbedder { return &rootNode{fs: f} }
+func (f *FS) Root() gofs.InodeEmbedder { return f.root }
 
 // page returns the shared state of a page, by name.
 func (f *FS) page(ledger, name string) *pageRef {

@@ -31,7 +31,6 @@ type pageRef struct {
 	mu      sync.Mutex
 	txns    map[string]*pageRef // the live page's open transactions, by name
 	logs    logCache            // the live page's .ledger/log
-	root    *gofs.Inode         // the live page's root, once looked up
 	ledger  string
 	name    string
 	pending keyMap[*fileNode] // created and not yet committed, or with a commit queued, by key
@@ -69,17 +68,24 @@ func (pg *pageRef) acquire() (*store.Page, error) {
 
 func (pg *pageRef) release(p *store.Page) { pg.fs.repo.Release(p) }
 
-// setRoot records the live page's root inode.
-func (pg *pageRef) setRoot(n *gofs.Inode) {
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	pg.root = n
-}
-
+// rootInode returns the live page's root as the kernel knows it, or nil
+// if the kernel has not looked the page up. It is found in the tree, not
+// recorded at lookup: a lookup of a page the kernel already holds makes a
+// node that go-fuse drops for the one it has.
 func (pg *pageRef) rootInode() *gofs.Inode {
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	return pg.root
+	l, n := pg.names()
+	ledger := pg.fs.root.GetChild(l)
+	if ledger == nil {
+		return nil
+	}
+	root := ledger.GetChild(n)
+	if root == nil {
+		return nil
+	}
+	if d, ok := root.Operations().(*dirNode); !ok || d.pg != pg {
+		return nil
+	}
+	return root
 }
 
 // snapshot returns the read-only view of commit c.

@@ -190,9 +190,7 @@ func (l *ledgerNode) pageIno(name string) uint64 {
 
 func (l *ledgerNode) pageInode(ctx context.Context, name string) *gofs.Inode {
 	pg := l.fs.page(l.ledgerName(), name)
-	ch := l.NewInode(ctx, &dirNode{pg: pg}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: l.pageIno(name)})
-	pg.setRoot(ch)
-	return ch
+	return l.NewInode(ctx, &dirNode{pg: pg}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: l.pageIno(name)})
 }
 
 func (l *ledgerNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -176,42 +177,108 @@ func (pg *pageRef) endTxn(name string, commit bool) error {
 	delete(pg.txns, name)
 	pg.mu.Unlock()
 	if to != nil {
-		pg.invalidate(t.p, from, to)
+		pg.landed(t.p, from, to)
 	}
 	pg.release(t.p)
 	return nil
 }
 
-// invalidate tells the kernel to drop what it caches of the live page's
-// entries that changed between two commits: their attributes, data and
-// names. Changes made through the page's own files need none of this; a
-// transaction's commit reaches the live page behind the kernel's back. The
-// caller holds no lock a FUSE operation of the page could wait for.
-func (pg *pageRef) invalidate(p *store.Page, from, to *store.Commit) {
+// landed brings the live page up to date with a commit that reached it
+// behind the kernel's back, a transaction's: for every entry changed
+// between from and to, the node the kernel holds and the kernel's caches
+// take the change. A file whose content or type changed, or that was
+// deleted, is replaced as a rename over it would replace it: descriptors
+// open on it keep what they had (with no link), the next lookup makes a
+// new inode of the new entry. A file whose metadata alone changed keeps its
+// inode and takes the new mode and times. Directories the commit removed
+// are removed as rmdir removes them. The caller holds no lock a FUSE
+// operation of the page could wait for.
+func (pg *pageRef) landed(p *store.Page, from, to *store.Commit) {
 	root := pg.rootInode()
 	if root == nil {
 		return // the kernel has not looked the page up
 	}
+	type dirSeen struct {
+		parent, node *gofs.Inode
+		name         string
+	}
+	var dirs []dirSeen // parents before their children
 	seen := map[*gofs.Inode]bool{}
+	ts := pg.shownTime(p, to)
 	err := p.Nodes().Diff(from.Root, to.Root, func(ch btree.Change) error {
+		comps := keypath.Path(ch.Key, false)
 		n := root
-		for _, name := range keypath.Path(ch.Key, false) {
+		for _, name := range comps[:len(comps)-1] {
 			child := n.GetChild(name)
 			if child == nil {
-				n.NotifyEntry(name) // a cached negative or collision name
-				break
+				n.NotifyEntry(name) // a cached negative entry
+				return nil
 			}
 			if !seen[child] {
 				seen[child] = true
 				child.NotifyContent(0, 0)
-				n.NotifyEntry(name)
+				if _, ok := child.Operations().(*dirNode); ok {
+					dirs = append(dirs, dirSeen{n, child, name})
+				} else {
+					n.NotifyEntry(name) // a file that is now a directory
+					return nil
+				}
 			}
 			n = child
+		}
+		if strings.HasSuffix(ch.Key, "/") {
+			return nil // a directory's marker: the directory was notified
+		}
+		// The file may show under its plain or its collision name.
+		for _, name := range []string{comps[len(comps)-1], keypath.Path(ch.Key, true)[len(comps)-1]} {
+			child := n.GetChild(name)
+			if child == nil {
+				n.NotifyEntry(name)
+				continue
+			}
+			f, ok := child.Operations().(*fileNode)
+			if !ok || f.pg.pendingFile(ch.Key) == f {
+				// A directory (handled by its own keys), or a file whose
+				// queued close lands after this commit and wins.
+				n.NotifyEntry(name)
+				continue
+			}
+			if f.changedBehind(ch, ts) {
+				n.RmChild(name)
+				pg.fs.inos.release(pg.id('f', ch.Key))
+				if n.NotifyDelete(name, child) != 0 {
+					n.NotifyEntry(name)
+				}
+				continue
+			}
+			child.NotifyContent(0, 0)
+			n.NotifyEntry(name)
 		}
 		return nil
 	})
 	if err != nil {
-		slog.Warn("invalidating the kernel's cache after a transaction", "err", err)
+		slog.Warn("updating the live page after a transaction", "err", err)
+	}
+	// Directories that lost all their keys, innermost first.
+	t := p.Tree(to)
+	for _, d := range slices.Backward(dirs) {
+		dn := d.node.Operations().(*dirNode)
+		prefix, _, perr := dn.prefix()
+		if perr != nil || !strings.HasSuffix(prefix, "/") || pg.dirShown(prefix) {
+			continue
+		}
+		if still, err := hasPrefixKey(t, prefix); err != nil || still {
+			continue
+		}
+		parent, ok := d.parent.Operations().(*dirNode)
+		if !ok {
+			continue
+		}
+		parent.removing(d.name, prefix)(true)
+		d.parent.RmChild(d.name)
+		if d.parent.NotifyDelete(d.name, d.node) != 0 {
+			d.parent.NotifyEntry(d.name)
+		}
 	}
 }
 

@@ -296,3 +296,143 @@ func TestTransactionsDiscardedByCrash(t *testing.T) {
 		t.Fatalf("%d journal rows left after recovery", rows["journals/{id}/entry/"])
 	}
 }
+
+// TestTransactionCommitReachesLiveFiles: what a transaction commits is what
+// the live page shows at once, to descriptors opened after the commit, to
+// the kernel's caches of names, attributes and pages, and to appends,
+// writes at offsets and truncations, whether or not the file was read
+// before. The names and attributes are cached for a minute, and a second
+// lookup of the page (a mkdir of it) comes first, as after the page's own
+// cache entry expired: the commit must reach the node the kernel holds.
+func TestTransactionCommitReachesLiveFiles(t *testing.T) {
+	s := mount(t, t.TempDir(), "--cache-timeout", "60")
+	pg := s.page("t", "p")
+	old := strings.Repeat("o", 100_000)
+	type step struct {
+		name string
+		// change is what the transaction does to the file, then what
+		// follows in the live page; want is the live content after.
+		change func(x txn, f string)
+		after  func(f string) error
+		want   string
+		mode   os.FileMode
+	}
+	rewrite := func(x txn, f string) { write(t, x.path(f), "new") }
+	steps := []step{
+		{"append", rewrite, func(f string) error {
+			h, err := os.OpenFile(f, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				return err
+			}
+			if _, err := h.WriteString("APP"); err != nil {
+				h.Close()
+				return err
+			}
+			return h.Close()
+		}, "newAPP", 0o644},
+		{"pwrite", rewrite, func(f string) error {
+			h, err := os.OpenFile(f, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			if _, err := h.WriteAt([]byte("XYZW"), 1); err != nil {
+				h.Close()
+				return err
+			}
+			return h.Close()
+		}, "nXYZW", 0o644},
+		{"truncate", rewrite, func(f string) error { return os.Truncate(f, 2) }, "ne", 0o644},
+		{"stat", rewrite, func(string) error { return nil }, "new", 0o644},
+		{"chmod", func(x txn, f string) { must(t, os.Chmod(x.path(f), 0o600)) }, func(string) error { return nil }, old, 0o600},
+		{"chmod-append", func(x txn, f string) { must(t, os.Chmod(x.path(f), 0o640)) }, func(f string) error {
+			h, err := os.OpenFile(f, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				return err
+			}
+			h.WriteString("+")
+			return h.Close()
+		}, old + "+", 0o640},
+	}
+	for _, readFirst := range []bool{false, true} {
+		for i, st := range steps {
+			f := fmt.Sprintf("%s-%v-%d", st.name, readFirst, i)
+			write(t, filepath.Join(pg, f), old)
+			if readFirst {
+				if got := readFile(t, filepath.Join(pg, f)); got != old {
+					t.Fatalf("%s: read %d bytes before the transaction", f, len(got))
+				}
+			}
+			if err := os.Mkdir(pg, 0o755); !errors.Is(err, os.ErrExist) {
+				t.Fatalf("mkdir of the page: %v, want EEXIST", err)
+			}
+			if fi, err := os.Stat(filepath.Join(pg, f)); err != nil || fi.Size() != int64(len(old)) {
+				t.Fatalf("%s before the transaction: %v, %v", f, fi, err)
+			}
+			x := begin(t, pg, "t-"+f)
+			st.change(x, f)
+			x.mustCommit()
+			must(t, st.after(filepath.Join(pg, f)))
+			fi, err := os.Stat(filepath.Join(pg, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := readFile(t, filepath.Join(pg, f))
+			if got != st.want || fi.Size() != int64(len(st.want)) || fi.Mode().Perm() != st.mode {
+				t.Errorf("%s: %d bytes (%.12q…), stat size %d mode %v; want %d bytes (%.12q…) mode %v",
+					f, len(got), got, fi.Size(), fi.Mode().Perm(), len(st.want), st.want, st.mode)
+			}
+		}
+	}
+
+	// Deletions: of files, and of a directory with its files, looked up
+	// before; a name the transaction creates where a lookup found none.
+	for _, f := range []string{"gone1", "gone2", "dir/x", "dir/y"} {
+		must(t, os.MkdirAll(filepath.Dir(filepath.Join(pg, f)), 0o755))
+		write(t, filepath.Join(pg, f), f)
+		must(t, statErr(filepath.Join(pg, f)))
+	}
+	if err := statErr(filepath.Join(pg, "born")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("born before the transaction: %v", err)
+	}
+	open, err := os.Open(filepath.Join(pg, "gone1"))
+	must(t, err)
+	defer open.Close()
+	if err := os.Mkdir(pg, 0o755); !errors.Is(err, os.ErrExist) {
+		t.Fatalf("mkdir of the page: %v, want EEXIST", err)
+	}
+	x := begin(t, pg, "deletes")
+	must(t, os.Remove(x.path("gone1")))
+	must(t, os.Remove(x.path("gone2")))
+	must(t, os.RemoveAll(x.path("dir")))
+	write(t, x.path("born"), "born")
+	x.mustCommit()
+	for _, f := range []string{"gone1", "gone2", "dir/x", "dir"} {
+		if err := statErr(filepath.Join(pg, f)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after the transaction deleted it: %v, want ENOENT", f, err)
+		}
+	}
+	if got := readFile(t, filepath.Join(pg, "born")); got != "born" {
+		t.Errorf("born reads %q", got)
+	}
+	// A descriptor open on a file the transaction deleted keeps it, as one
+	// open on a file a rename replaced does.
+	var st syscall.Stat_t
+	must(t, syscall.Fstat(int(open.Fd()), &st))
+	b := make([]byte, 16)
+	n, _ := open.ReadAt(b, 0)
+	if string(b[:n]) != "gone1" || st.Nlink != 0 {
+		t.Errorf("descriptor on the deleted file reads %q with nlink %d, want %q and 0", b[:n], st.Nlink, "gone1")
+	}
+	// A new file at a deleted name is a new inode.
+	write(t, filepath.Join(pg, "gone1"), "again")
+	var again syscall.Stat_t
+	must(t, syscall.Stat(filepath.Join(pg, "gone1"), &again))
+	if again.Ino == st.Ino {
+		t.Errorf("new file at the deleted name has the open file's inode number %d", st.Ino)
+	}
+}
+
+func statErr(path string) error {
+	_, err := os.Stat(path)
+	return err
+}
