@@ -6,7 +6,7 @@ import (
 
 	flatbuffers "github.com/google/flatbuffers/go"
 
-	"github.com/ledgerfs/ledgerfs/store/schema"
+	"github.com/ledgerfs/ledgerfs/internal/format"
 )
 
 // ObjectIdentifier names an object: the index of the key it is encrypted with
@@ -21,15 +21,15 @@ func BuildIdentifier(b *flatbuffers.Builder, id ObjectIdentifier) flatbuffers.UO
 	// CreateByteVector copies its argument, so a view of the string's bytes
 	// spares an allocation for every entry of every node encoded.
 	d := b.CreateByteVector(unsafe.Slice(unsafe.StringData(string(id.Digest)), len(id.Digest)))
-	schema.ObjectIdentifierStorageStart(b)
-	schema.ObjectIdentifierStorageAddKeyIndex(b, id.KeyIndex)
-	schema.ObjectIdentifierStorageAddObjectDigest(b, d)
-	return schema.ObjectIdentifierStorageEnd(b)
+	format.ObjectIdentifierStorageStart(b)
+	format.ObjectIdentifierStorageAddKeyIndex(b, id.KeyIndex)
+	format.ObjectIdentifierStorageAddObjectDigest(b, d)
+	return format.ObjectIdentifierStorageEnd(b)
 }
 
 // IdentifierFrom converts a decoded ObjectIdentifierStorage, validating the
 // digest.
-func IdentifierFrom(s *schema.ObjectIdentifierStorage) (ObjectIdentifier, error) {
+func IdentifierFrom(s *format.ObjectIdentifierStorage) (ObjectIdentifier, error) {
 	if s == nil {
 		return ObjectIdentifier{}, fmt.Errorf("cas: missing object identifier")
 	}
@@ -50,12 +50,12 @@ func EncodeIdentifier(id ObjectIdentifier) []byte {
 // DecodeIdentifier parses a size-prefixed ObjectIdentifierStorage at the start
 // of buf and returns it with the bytes that follow it.
 func DecodeIdentifier(buf []byte) (id ObjectIdentifier, rest []byte, err error) {
-	err = Decode("object identifier", func() error {
-		n, body, err := SizePrefixed(buf)
+	err = format.Decode("object identifier", func() error {
+		n, body, err := format.SizePrefixed(buf)
 		if err != nil {
 			return err
 		}
-		id, err = IdentifierFrom(schema.GetRootAsObjectIdentifierStorage(body, 0))
+		id, err = IdentifierFrom(format.GetRootAsObjectIdentifierStorage(body, 0))
 		rest = buf[4+n:]
 		return err
 	})

@@ -5,7 +5,7 @@ import (
 
 	flatbuffers "github.com/google/flatbuffers/go"
 
-	"github.com/ledgerfs/ledgerfs/store/schema"
+	"github.com/ledgerfs/ledgerfs/internal/format"
 )
 
 // IndexChild is one entry of a FileIndex: a piece and the number of content
@@ -28,42 +28,42 @@ func EncodeFileIndex(ix FileIndex) []byte {
 	offs := make([]flatbuffers.UOffsetT, len(ix.Children))
 	for i, c := range ix.Children {
 		id := BuildIdentifier(b, c.ID)
-		schema.ObjectChildStart(b)
-		schema.ObjectChildAddSize(b, c.Size)
-		schema.ObjectChildAddObjectIdentifier(b, id)
-		offs[i] = schema.ObjectChildEnd(b)
+		format.ObjectChildStart(b)
+		format.ObjectChildAddSize(b, c.Size)
+		format.ObjectChildAddObjectIdentifier(b, id)
+		offs[i] = format.ObjectChildEnd(b)
 	}
-	schema.FileIndexStartChildrenVector(b, len(offs))
+	format.FileIndexStartChildrenVector(b, len(offs))
 	for i := len(offs) - 1; i >= 0; i-- {
 		b.PrependUOffsetT(offs[i])
 	}
 	children := b.EndVector(len(offs))
-	schema.FileIndexStart(b)
-	schema.FileIndexAddSize(b, ix.Size)
-	schema.FileIndexAddChildren(b, children)
-	b.Finish(schema.FileIndexEnd(b))
+	format.FileIndexStart(b)
+	format.FileIndexAddSize(b, ix.Size)
+	format.FileIndexAddChildren(b, children)
+	b.Finish(format.FileIndexEnd(b))
 	return b.FinishedBytes()
 }
 
 // DecodeFileIndex parses a FileIndex and checks that its sizes add up.
 func DecodeFileIndex(buf []byte) (FileIndex, error) {
 	var ix FileIndex
-	err := Decode("file index", func() error {
-		if err := CheckRoot(buf); err != nil {
+	err := format.Decode("file index", func() error {
+		if err := format.CheckRoot(buf); err != nil {
 			return err
 		}
-		fb := schema.GetRootAsFileIndex(buf, 0)
+		fb := format.GetRootAsFileIndex(buf, 0)
 		ix.Size = fb.Size()
 		n := fb.ChildrenLength()
 		if n == 0 {
 			return fmt.Errorf("index has no children")
 		}
-		if err := CheckVector("children", n, buf); err != nil {
+		if err := format.CheckVector("children", n, buf); err != nil {
 			return err
 		}
 		ix.Children = make([]IndexChild, n)
 		var sum uint64
-		var c schema.ObjectChild
+		var c format.ObjectChild
 		for i := 0; i < n; i++ {
 			if !fb.Children(&c, i) {
 				return fmt.Errorf("child %d missing", i)

@@ -10,8 +10,8 @@ import (
 	flatbuffers "github.com/google/flatbuffers/go"
 
 	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/internal/format"
 	"github.com/ledgerfs/ledgerfs/store/btree"
-	"github.com/ledgerfs/ledgerfs/store/schema"
 )
 
 // CommitID is the hash of a commit's bytes.
@@ -74,23 +74,23 @@ func encodeCommit(c *Commit) []byte {
 	if c.Salt != nil {
 		salt = b.CreateByteVector(c.Salt)
 	}
-	schema.CommitStorageStartParentsVector(b, len(c.Parents))
+	format.CommitStorageStartParentsVector(b, len(c.Parents))
 	for i := len(c.Parents) - 1; i >= 0; i-- {
 		p := c.Parents[i]
-		schema.CreateIdStorage(b,
+		format.CreateIdStorage(b,
 			binary.LittleEndian.Uint64(p[0:]), binary.LittleEndian.Uint64(p[8:]),
 			binary.LittleEndian.Uint64(p[16:]), binary.LittleEndian.Uint64(p[24:]))
 	}
 	parents := b.EndVector(len(c.Parents))
-	schema.CommitStorageStart(b)
-	schema.CommitStorageAddTimestamp(b, c.Timestamp)
-	schema.CommitStorageAddGeneration(b, c.Generation)
-	schema.CommitStorageAddRootNodeId(b, root)
-	schema.CommitStorageAddParents(b, parents)
+	format.CommitStorageStart(b)
+	format.CommitStorageAddTimestamp(b, c.Timestamp)
+	format.CommitStorageAddGeneration(b, c.Generation)
+	format.CommitStorageAddRootNodeId(b, root)
+	format.CommitStorageAddParents(b, parents)
 	if c.Salt != nil {
-		schema.CommitStorageAddSalt(b, salt)
+		format.CommitStorageAddSalt(b, salt)
 	}
-	b.Finish(schema.CommitStorageEnd(b))
+	b.Finish(format.CommitStorageEnd(b))
 	return b.FinishedBytes()
 }
 
@@ -100,11 +100,11 @@ func DecodeCommit(id CommitID, buf []byte) (*Commit, error) {
 		return nil, &cas.CorruptError{Digest: cas.Digest("commit:" + id.String())}
 	}
 	c := &Commit{ID: id, Bytes: buf}
-	err := cas.Decode("commit", func() error {
-		if err := cas.CheckRoot(buf); err != nil {
+	err := format.Decode("commit", func() error {
+		if err := format.CheckRoot(buf); err != nil {
 			return err
 		}
-		fb := schema.GetRootAsCommitStorage(buf, 0)
+		fb := format.GetRootAsCommitStorage(buf, 0)
 		c.Timestamp = fb.Timestamp()
 		c.Generation = fb.Generation()
 		root, err := cas.IdentifierFrom(fb.RootNodeId(nil))
@@ -119,7 +119,7 @@ func DecodeCommit(id CommitID, buf []byte) (*Commit, error) {
 		if n < 1 || n > 2 {
 			return fmt.Errorf("%d parents", n)
 		}
-		var p schema.IdStorage
+		var p format.IdStorage
 		for i := range n {
 			if !fb.Parents(&p, i) {
 				return fmt.Errorf("parent %d missing", i)

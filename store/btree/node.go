@@ -8,7 +8,7 @@ import (
 	flatbuffers "github.com/google/flatbuffers/go"
 
 	"github.com/ledgerfs/ledgerfs/cas"
-	"github.com/ledgerfs/ledgerfs/store/schema"
+	"github.com/ledgerfs/ledgerfs/internal/format"
 )
 
 // node is a decoded tree node. Stored nodes are shared through the cache and
@@ -54,12 +54,12 @@ func encodeNode(n *node) []byte {
 		key := b.CreateString(e.Key)
 		id := cas.BuildIdentifier(b, e.Value)
 		meta := buildMeta(b, e.Meta)
-		schema.EntryStorageStart(b)
-		schema.EntryStorageAddKey(b, key)
-		schema.EntryStorageAddObjectId(b, id)
-		schema.EntryStorageAddPriority(b, schema.KeyPriorityStorage(e.Priority))
-		schema.EntryStorageAddMeta(b, meta)
-		eoffs[i] = schema.EntryStorageEnd(b)
+		format.EntryStorageStart(b)
+		format.EntryStorageAddKey(b, key)
+		format.EntryStorageAddObjectId(b, id)
+		format.EntryStorageAddPriority(b, format.KeyPriorityStorage(e.Priority))
+		format.EntryStorageAddMeta(b, meta)
+		eoffs[i] = format.EntryStorageEnd(b)
 	}
 	var coffs []flatbuffers.UOffsetT
 	for i, c := range n.children {
@@ -67,18 +67,18 @@ func encodeNode(n *node) []byte {
 			continue
 		}
 		id := cas.BuildIdentifier(b, c.id)
-		schema.ChildStorageStart(b)
-		schema.ChildStorageAddIndex(b, uint16(i))
-		schema.ChildStorageAddObjectId(b, id)
-		coffs = append(coffs, schema.ChildStorageEnd(b))
+		format.ChildStorageStart(b)
+		format.ChildStorageAddIndex(b, uint16(i))
+		format.ChildStorageAddObjectId(b, id)
+		coffs = append(coffs, format.ChildStorageEnd(b))
 	}
 	entries := vector(b, eoffs)
 	children := vector(b, coffs)
-	schema.TreeNodeStorageStart(b)
-	schema.TreeNodeStorageAddEntries(b, entries)
-	schema.TreeNodeStorageAddChildren(b, children)
-	schema.TreeNodeStorageAddLevel(b, n.level)
-	b.Finish(schema.TreeNodeStorageEnd(b))
+	format.TreeNodeStorageStart(b)
+	format.TreeNodeStorageAddEntries(b, entries)
+	format.TreeNodeStorageAddChildren(b, children)
+	format.TreeNodeStorageAddLevel(b, n.level)
+	b.Finish(format.TreeNodeStorageEnd(b))
 	// The encoding outlives the builder: sinks may keep what they are given.
 	return slices.Clone(b.FinishedBytes())
 }
@@ -97,21 +97,21 @@ func buildMeta(b *flatbuffers.Builder, m Meta) flatbuffers.UOffsetT {
 	if m.Symlink != "" {
 		target = b.CreateString(m.Symlink)
 	}
-	schema.EntryMetaStorageStart(b)
-	schema.EntryMetaStorageAddSize(b, m.Size)
+	format.EntryMetaStorageStart(b)
+	format.EntryMetaStorageAddSize(b, m.Size)
 	if m.Mode != 0 {
-		schema.EntryMetaStorageAddMode(b, m.Mode)
+		format.EntryMetaStorageAddMode(b, m.Mode)
 	}
 	if m.HasMtime {
-		schema.EntryMetaStorageAddMtimeNs(b, m.MtimeNs)
+		format.EntryMetaStorageAddMtimeNs(b, m.MtimeNs)
 	}
 	if m.Symlink != "" {
-		schema.EntryMetaStorageAddSymlinkTarget(b, target)
+		format.EntryMetaStorageAddSymlinkTarget(b, target)
 	}
-	return schema.EntryMetaStorageEnd(b)
+	return format.EntryMetaStorageEnd(b)
 }
 
-func metaFrom(s *schema.EntryMetaStorage) Meta {
+func metaFrom(s *format.EntryMetaStorage) Meta {
 	if s == nil {
 		return Meta{}
 	}
@@ -135,15 +135,15 @@ func EncodeMeta(m Meta) []byte {
 // DecodeMeta parses a size-prefixed EntryMetaStorage.
 func DecodeMeta(buf []byte) (Meta, error) {
 	var m Meta
-	err := cas.Decode("entry metadata", func() error {
-		_, body, err := cas.SizePrefixed(buf)
+	err := format.Decode("entry metadata", func() error {
+		_, body, err := format.SizePrefixed(buf)
 		if err != nil {
 			return err
 		}
-		if err := cas.CheckRoot(body); err != nil {
+		if err := format.CheckRoot(body); err != nil {
 			return err
 		}
-		m = metaFrom(schema.GetRootAsEntryMetaStorage(body, 0))
+		m = metaFrom(format.GetRootAsEntryMetaStorage(body, 0))
 		return nil
 	})
 	return m, err
@@ -153,14 +153,14 @@ func DecodeMeta(buf []byte) (Meta, error) {
 // the node's level, children within range and in order.
 func decodeNode(buf []byte) (*node, error) {
 	n := &node{}
-	err := cas.Decode("tree node", func() error {
-		if err := cas.CheckRoot(buf); err != nil {
+	err := format.Decode("tree node", func() error {
+		if err := format.CheckRoot(buf); err != nil {
 			return err
 		}
-		fb := schema.GetRootAsTreeNodeStorage(buf, 0)
+		fb := format.GetRootAsTreeNodeStorage(buf, 0)
 		n.level = fb.Level()
 		ne := fb.EntriesLength()
-		if err := cas.CheckVector("entries", ne, buf); err != nil {
+		if err := format.CheckVector("entries", ne, buf); err != nil {
 			return err
 		}
 		n.entries = make([]Entry, ne)
@@ -168,9 +168,9 @@ func decodeNode(buf []byte) (*node, error) {
 		// allocate one per call when given nil, two of the four allocations
 		// an entry cost.
 		var (
-			es  schema.EntryStorage
-			ids schema.ObjectIdentifierStorage
-			ms  schema.EntryMetaStorage
+			es  format.EntryStorage
+			ids format.ObjectIdentifierStorage
+			ms  format.EntryMetaStorage
 		)
 		for i := range ne {
 			if !fb.Entries(&es, i) {
@@ -199,10 +199,10 @@ func decodeNode(buf []byte) (*node, error) {
 		}
 		n.children = make([]ref, ne+1)
 		nc := fb.ChildrenLength()
-		if err := cas.CheckVector("children", nc, buf); err != nil {
+		if err := format.CheckVector("children", nc, buf); err != nil {
 			return err
 		}
-		var cs schema.ChildStorage
+		var cs format.ChildStorage
 		last := -1
 		for i := range nc {
 			if !fb.Children(&cs, i) {

@@ -1,4 +1,4 @@
-package cas
+package format
 
 import (
 	"encoding/binary"
