@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ledgerfs/ledgerfs/journal"
-	"github.com/ledgerfs/ledgerfs/store"
-	"github.com/ledgerfs/ledgerfs/store/btree"
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/journal"
+	"github.com/ledgerfs/ledgerfs/internal/store"
 )
 
 // buildPage fills page l/p of a new repository without a mount: first

@@ -7,8 +7,8 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
-	"github.com/ledgerfs/ledgerfs/journal"
-	"github.com/ledgerfs/ledgerfs/store"
+	"github.com/ledgerfs/ledgerfs/internal/journal"
+	"github.com/ledgerfs/ledgerfs/internal/store"
 )
 
 // verifySchema opens every page db of an unmounted repository directly with

@@ -10,7 +10,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
-	"github.com/ledgerfs/ledgerfs/bench"
+	"github.com/ledgerfs/ledgerfs/internal/bench"
 )
 
 func newBench() *cobra.Command {

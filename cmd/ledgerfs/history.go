@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ledgerfs/ledgerfs/fs/keypath"
-	"github.com/ledgerfs/ledgerfs/history"
-	"github.com/ledgerfs/ledgerfs/store"
+	"github.com/ledgerfs/ledgerfs/internal/history"
+	"github.com/ledgerfs/ledgerfs/internal/keypath"
+	"github.com/ledgerfs/ledgerfs/internal/store"
 )
 
 func newLog() *cobra.Command {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ledgerfs/ledgerfs/store"
+	"github.com/ledgerfs/ledgerfs/internal/store"
 )
 
 func main() {

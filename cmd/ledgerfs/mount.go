@@ -20,9 +20,9 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"github.com/spf13/cobra"
 
-	"github.com/ledgerfs/ledgerfs/fs"
-	"github.com/ledgerfs/ledgerfs/journal"
-	"github.com/ledgerfs/ledgerfs/store"
+	"github.com/ledgerfs/ledgerfs/internal/fs"
+	"github.com/ledgerfs/ledgerfs/internal/journal"
+	"github.com/ledgerfs/ledgerfs/internal/store"
 )
 
 // DefaultRepo is where a repository lives when none is named.

@@ -1,0 +1,85 @@
+// Package btree is Ledger's history-independent B-tree of a page's entries.
+//
+// An entry's level is the number of leading zero bytes of the 32-bit
+// MurmurHash3 (seed 0xbeef) of its key, so about one key in 256 rises a
+// level. The tree for a set of entries is canonical: the root holds the
+// entries of the highest level present, and each gap between them is the
+// canonical tree of the entries in that gap. The same entries give the same
+// nodes, and so the same root id, whatever the order of the edits that led to
+// them. Edits copy only the nodes on the path of the changed key; nodes are
+// immutable once stored, and are named by the digest of their encoding.
+package btree
+
+import (
+	"math/bits"
+
+	"github.com/twmb/murmur3"
+
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+)
+
+// Priority is Ledger's per-entry priority: eager values are kept on the
+// device, lazy ones may be fetched on demand.
+type Priority uint8
+
+const (
+	Eager Priority = iota
+	Lazy
+)
+
+// Meta is the per-entry file metadata ledgerfs stores with an entry.
+type Meta struct {
+	Size uint64
+	// Mode holds the file type and permission bits; 0 means absent: a 0644
+	// regular file.
+	Mode uint32
+	// MtimeNs is the modification time in Unix nanoseconds, if HasMtime;
+	// otherwise the entry's mtime is its commit's time.
+	MtimeNs  int64
+	HasMtime bool
+	// Symlink is the target of a symbolic link.
+	Symlink string
+}
+
+// Entry is one key of a page and what it maps to.
+type Entry struct {
+	Key      string
+	Value    cas.ObjectIdentifier
+	Priority Priority
+	Meta     Meta
+}
+
+// Equal reports whether two entries are identical in every field.
+func (e Entry) Equal(o Entry) bool { return e == o }
+
+// FileMode returns the entry's mode with defaults applied.
+func (m Meta) FileMode() uint32 {
+	if m.Mode == 0 {
+		return uint32(0o644) | 0o100000
+	}
+	return m.Mode
+}
+
+// IsDir reports whether the mode is a directory's.
+func (m Meta) IsDir() bool { return m.Mode&0o170000 == 0o040000 }
+
+// Level returns the level of key in the tree.
+func Level(key string) uint8 {
+	h := murmur3.SeedSum32(0xbeef, []byte(key))
+	return uint8(bits.LeadingZeros32(h) / 8)
+}
+
+// search returns the index of the first entry with key >= k and whether it
+// equals k.
+func search(es []Entry, k string) (int, bool) {
+	lo, hi := 0, len(es)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if es[m].Key < k {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(es) && es[lo].Key == k
+}

@@ -1,0 +1,376 @@
+package fs
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/google/btree"
+
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// content is the content of an open file while it is written: the last
+// committed value (base) with the changes since. Writes that start at
+// offset 0 of an empty file and go on in order stream straight into the
+// chunker. Any other write goes to a spool file on local disk at its offset,
+// with the written ranges kept as extents; on commit the base and the spool
+// are merged into a new value. Memory stays bounded whatever the file size:
+// the data is in the chunker's pipeline, the base's pieces or the spool.
+type content struct {
+	p      *store.Page
+	tmpDir string
+
+	base     *cas.Reader // nil: no base bytes
+	baseID   cas.ObjectIdentifier
+	baseSize int64 // bytes of base still visible (a truncate shortens it)
+	baseFull bool  // baseSize is the whole base value
+	size     int64
+	dirty    bool
+
+	stream    *store.ValueWriter
+	streamPos int64
+	// unstored is set while the base is a streamed value whose last
+	// pieces wait in the writer endStreamLater returned: if they are not
+	// stored, the base names pieces that do not exist.
+	unstored bool
+	// failed is set when a stream fails: the bytes it took are gone, and
+	// the content would read and commit as zeros in their place (or name
+	// pieces never stored), so every later use fails until the file's last
+	// handle closes.
+	failed error
+
+	spool *os.File
+	ext   *btree.BTreeG[extent]
+}
+
+type extent struct{ start, end int64 }
+
+// emptyValue is the identifier of empty content (inline, never stored).
+var emptyValue = cas.ObjectIdentifier{Digest: cas.ComputeDigest(cas.KindBlob, false, nil)}
+
+func newContent(p *store.Page, tmpDir string, id cas.ObjectIdentifier, size int64) *content {
+	c := &content{p: p, tmpDir: tmpDir}
+	c.reset(id, size)
+	return c
+}
+
+// reset makes the committed value id the base, dropping every change.
+func (c *content) reset(id cas.ObjectIdentifier, size int64) {
+	c.dropSpool()
+	c.failed, c.unstored = nil, false
+	c.base, c.baseID, c.baseSize, c.size, c.dirty = nil, id, size, size, false
+	c.baseFull = true
+}
+
+// baseReader opens the base value at its first read: after a close, reading
+// back the root piece just written cost 8 % of a small file's create.
+func (c *content) baseReader() (*cas.Reader, error) {
+	if c.base == nil {
+		r, err := c.p.OpenValue(c.baseID)
+		if err != nil {
+			return nil, err
+		}
+		c.base = r
+	}
+	return c.base, nil
+}
+
+func (c *content) dropSpool() {
+	if c.stream != nil {
+		c.stream.Abort()
+		c.stream = nil
+	}
+	if c.spool != nil {
+		c.spool.Close()
+		c.spool = nil
+	}
+	c.ext = nil
+}
+
+// close releases the spool and any unfinished stream.
+func (c *content) close() { c.dropSpool() }
+
+// fail drops the stream after its error err.
+func (c *content) fail(err error) error {
+	if c.stream != nil {
+		c.stream.Abort()
+		c.stream = nil
+	}
+	c.failed = fmt.Errorf("content lost by an earlier failed write: %w", err)
+	return err
+}
+
+func (c *content) write(data []byte, off int64) error {
+	if c.failed != nil {
+		return c.failed
+	}
+	end := off + int64(len(data))
+	c.dirty = true
+	if c.stream != nil && off == c.streamPos {
+		if _, err := c.stream.Write(data); err != nil {
+			return c.fail(err)
+		}
+		c.streamPos = end
+		c.size = max(c.size, end)
+		return nil
+	}
+	if c.stream != nil {
+		if err := c.endStream(); err != nil {
+			return err
+		}
+	}
+	if off == 0 && c.size == 0 && c.ext == nil {
+		c.base, c.baseSize, c.baseFull = nil, 0, false
+		c.stream, c.streamPos = c.p.NewValueWriter(), 0
+		return c.write(data, off)
+	}
+	if err := c.ensureSpool(); err != nil {
+		return err
+	}
+	// The spool is on the repository's filesystem: it must leave the
+	// reserve to Badger as the db's own writes do.
+	if err := c.p.CheckContentSpace(len(data)); err != nil {
+		return err
+	}
+	if _, err := c.spool.WriteAt(data, off); err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	c.addExtent(off, end)
+	c.size = max(c.size, end)
+	return nil
+}
+
+// endStream finishes the streamed value, stores it and makes it the base.
+func (c *content) endStream() error {
+	w, err := c.endStreamLater()
+	if err != nil {
+		return err
+	}
+	return c.stored(w.Commit(nil))
+}
+
+// stored is told whether the last pieces of the base that endStreamLater
+// left to the caller were stored (err is nil) or not, and returns err.
+func (c *content) stored(err error) error {
+	if err != nil && c.unstored {
+		return c.fail(err)
+	}
+	c.unstored = false
+	return err
+}
+
+// endStreamLater finishes the streamed value and makes it the base, leaving
+// its last pieces for the caller to commit or discard.
+func (c *content) endStreamLater() (*store.ValueWriter, error) {
+	w := c.stream
+	c.stream = nil
+	id, size, err := w.End()
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	c.base, c.baseID, c.baseSize, c.baseFull = nil, id, int64(size), true
+	c.unstored = true
+	return w, nil
+}
+
+func (c *content) ensureSpool() error {
+	if c.spool != nil {
+		return nil
+	}
+	f, err := os.CreateTemp(c.tmpDir, "spool-")
+	if err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	os.Remove(f.Name()) // lives as long as the descriptor
+	c.spool = f
+	c.ext = btree.NewG(16, func(a, b extent) bool { return a.start < b.start })
+	return nil
+}
+
+// addExtent records [s, e) as written, merging with touching extents.
+func (c *content) addExtent(s, e int64) {
+	var drop []extent
+	c.ext.DescendLessOrEqual(extent{start: s}, func(x extent) bool {
+		if x.end >= s {
+			drop = append(drop, x)
+		}
+		return false
+	})
+	c.ext.AscendGreaterOrEqual(extent{start: s}, func(x extent) bool {
+		if x.start > e {
+			return false
+		}
+		drop = append(drop, x)
+		return true
+	})
+	for _, x := range drop {
+		s, e = min(s, x.start), max(e, x.end)
+		c.ext.Delete(x)
+	}
+	c.ext.ReplaceOrInsert(extent{s, e})
+}
+
+func (c *content) truncate(n int64) error {
+	if c.failed != nil {
+		return c.failed
+	}
+	if c.stream != nil {
+		if n == c.streamPos {
+			return nil
+		}
+		if err := c.endStream(); err != nil {
+			return err
+		}
+	}
+	if n == c.size {
+		return nil
+	}
+	c.dirty = true
+	if n == 0 {
+		c.dropSpool()
+		c.base, c.baseSize, c.baseFull, c.size = nil, 0, false, 0
+		return nil
+	}
+	if n < c.size && c.ext != nil {
+		var drop []extent
+		c.ext.AscendGreaterOrEqual(extent{}, func(x extent) bool {
+			if x.end > n {
+				drop = append(drop, x)
+			}
+			return true
+		})
+		for _, x := range drop {
+			c.ext.Delete(x)
+			if x.start < n {
+				c.ext.ReplaceOrInsert(extent{x.start, n})
+			}
+		}
+	}
+	if n < c.baseSize {
+		c.baseSize, c.baseFull = n, false
+	}
+	c.size = n
+	return nil
+}
+
+// readAt reads the current content; bytes past the end read as EOF.
+func (c *content) readAt(p []byte, off int64) (int, error) {
+	if c.failed != nil {
+		return 0, c.failed
+	}
+	if c.stream != nil {
+		if err := c.endStream(); err != nil {
+			return 0, err
+		}
+	}
+	if off >= c.size {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), c.size-off)]
+	end := off + int64(len(p))
+	pos := off
+	fill := func(upTo int64) error { // base bytes, then zeros, up to upTo
+		for pos < upTo {
+			dst := p[pos-off : upTo-off]
+			if pos < c.baseSize {
+				r, err := c.baseReader()
+				if err != nil {
+					return err
+				}
+				n := min(int64(len(dst)), c.baseSize-pos)
+				if _, err := r.ReadAt(dst[:n], pos); err != nil && err != io.EOF {
+					return err
+				}
+				pos += n
+				continue
+			}
+			clear(dst)
+			pos = upTo
+		}
+		return nil
+	}
+	var err error
+	if c.ext != nil {
+		c.ext.DescendLessOrEqual(extent{start: off}, func(x extent) bool {
+			if x.end > off {
+				_, err = c.spool.ReadAt(p[:min(x.end, end)-off], off)
+				pos = min(x.end, end)
+			}
+			return false
+		})
+		if err != nil {
+			return 0, err
+		}
+		c.ext.AscendGreaterOrEqual(extent{start: pos}, func(x extent) bool {
+			if x.start >= end {
+				return false
+			}
+			if err = fill(x.start); err != nil {
+				return false
+			}
+			_, err = c.spool.ReadAt(p[x.start-off:min(x.end, end)-off], x.start)
+			pos = min(x.end, end)
+			return err == nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("read spool: %w", err)
+		}
+	}
+	if err := fill(end); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// value returns the id and size of the current content, storing it first if
+// it changed since the base. Unchanged chunks are deduplicated, so only the
+// pieces around the changes add rows. The last pieces of a changed value are
+// left in w, for the caller to commit with the rows that refer to the value
+// (or to discard), and to report with stored; w is nil when nothing is
+// left to commit.
+func (c *content) value() (id cas.ObjectIdentifier, size int64, w *store.ValueWriter, err error) {
+	if c.failed != nil {
+		return cas.ObjectIdentifier{}, 0, nil, c.failed
+	}
+	if !c.dirty {
+		return c.baseID, c.size, nil, nil
+	}
+	if c.stream != nil {
+		if w, err = c.endStreamLater(); err != nil {
+			return cas.ObjectIdentifier{}, 0, nil, err
+		}
+	}
+	if c.ext == nil && c.baseFull && c.baseSize == c.size {
+		return c.baseID, c.size, w, nil
+	}
+	if w != nil {
+		// The merge below reads the streamed value back.
+		if err := c.stored(w.Commit(nil)); err != nil {
+			return cas.ObjectIdentifier{}, 0, nil, err
+		}
+	}
+	if c.size == 0 {
+		return emptyValue, 0, nil, nil
+	}
+	w = c.p.NewValueWriter()
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < c.size; {
+		n, err := c.readAt(buf, off)
+		if err != nil && err != io.EOF {
+			w.Abort()
+			return cas.ObjectIdentifier{}, 0, nil, err
+		}
+		if _, err := w.Write(buf[:n]); err != nil {
+			w.Abort()
+			return cas.ObjectIdentifier{}, 0, nil, err
+		}
+		off += int64(n)
+	}
+	id, n, err := w.End()
+	if err != nil {
+		return cas.ObjectIdentifier{}, 0, nil, err
+	}
+	return id, int64(n), w, nil
+}

@@ -1,0 +1,821 @@
+package fs
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/internal/journal"
+	"github.com/ledgerfs/ledgerfs/internal/keypath"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// fileNode is an entry: a regular file or a symbolic link. While it is open
+// for writing, its content and metadata live here until a close commits
+// them.
+type fileNode struct {
+	gofs.Inode
+	pg *pageRef
+	// fixed gives a node whose place is not its key (a version under
+	// .ledger/versions) the key it shows.
+	fixed    bool
+	fixedKey string
+	// placed is the key the node had at its last flush. The kernel may
+	// forget a closed file's inode before the release that commits what
+	// the last close left (a truncation while open), and go-fuse then
+	// drops it from the tree: its key can no longer be found from its
+	// place.
+	placed string
+
+	mu      sync.Mutex
+	c       *content // open for writing, or being changed
+	p       *store.Page
+	writers int
+	readers int        // read-only handles
+	meta    btree.Meta // with c: the metadata to commit; else as last shown
+	metaTs  int64      // the time shown with meta when it has no mtime
+	changed bool       // with c: meta changed since the last commit
+	created bool       // created and never committed
+	// unlinked is set once the file is deleted or replaced by a rename.
+	// As POSIX has it, the file lives on for the descriptors still open:
+	// they read what it holds (its content stays while any is open), and
+	// fstat shows the attributes last shown, with no link. Its key may by
+	// then hold another file.
+	unlinked bool
+	cacheID  cas.Digest // value at the last open, for keep-cache
+	// latest is the value this node last committed, with its size, so that
+	// descriptors opened before the commit read the new content.
+	latest     cas.ObjectIdentifier
+	latestSize int64
+	committed  int // commits by this node; 0: latest is unset
+	// queued counts this node's commits queued at close and not yet
+	// landed; guarded by pg.mu. While any is queued, the node stays in
+	// pg.pending and keeps its content, so that it shows what was closed.
+	queued int
+}
+
+var (
+	_ gofs.NodeGetattrer   = (*fileNode)(nil)
+	_ gofs.NodeSetattrer   = (*fileNode)(nil)
+	_ gofs.NodeOpener      = (*fileNode)(nil)
+	_ gofs.NodeReadlinker  = (*fileNode)(nil)
+	_ gofs.NodeOnForgetter = (*fileNode)(nil)
+)
+
+// OnForget drops the node's inode number: the kernel no longer knows it,
+// and the table stays as large as what the kernel holds.
+func (f *fileNode) OnForget() { f.pg.fs.inos.forget(f.StableAttr().Ino) }
+
+// key returns the node's key, from its current place in the tree.
+func (f *fileNode) key() (string, bool) {
+	if f.fixed {
+		return f.fixedKey, true
+	}
+	comps, ok := pathFrom(f.EmbeddedInode(), f.pg)
+	if !ok {
+		return "", false
+	}
+	k, _, err := keypath.Key(comps)
+	return k, err == nil
+}
+
+// stillAt reports whether the file is still the one at key: pending there,
+// if it was created and never committed or has a commit queued, or else an
+// entry of the page.
+func (f *fileNode) stillAt(key string) bool {
+	if f.pg.pendingFile(key) == f {
+		return true
+	}
+	if f.created {
+		return false
+	}
+	_, _, err := f.entryAt(key)
+	return err == nil
+}
+
+// setUnlinked marks the file deleted or replaced, or not after all (the
+// unlink or rename failed).
+func (f *fileNode) setUnlinked(v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unlinked = v
+}
+
+func (f *fileNode) mode() uint32 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.meta.FileMode()
+}
+
+// entry reads the node's committed entry.
+func (f *fileNode) entry() (btree.Entry, int64, error) {
+	key, ok := f.key()
+	if !ok {
+		return btree.Entry{}, 0, syscall.ENOENT
+	}
+	return f.entryAt(key)
+}
+
+func (f *fileNode) entryAt(key string) (btree.Entry, int64, error) {
+	var e btree.Entry
+	var ts int64
+	err := f.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		var found bool
+		var err error
+		e, found, err = t.Get(key)
+		if err == nil && !found {
+			err = syscall.ENOENT
+		}
+		if found && !e.Meta.HasMtime {
+			ts = f.pg.shownTime(p, head) // shown only without an mtime of its own
+		}
+		return err
+	})
+	return e, ts, err
+}
+
+// shown records the attributes a lookup showed, which the node shows once
+// unlinked; a node with content shows its own.
+func (f *fileNode) shown(m btree.Meta, ts int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.c == nil {
+		f.meta, f.metaTs = m, ts
+	}
+}
+
+// changedBehind takes a change of the node's key that a transaction
+// committed. It reports whether the node is gone from its name: deleted,
+// or its content or type replaced, in which case it lives on, unlinked,
+// for its descriptors, as a file a rename replaced does. Metadata alone
+// (chmod, utimes) changes the node in place, also while it is open for
+// writing, as chmod of an open file does.
+func (f *fileNode) changedBehind(ch btree.Change, ts int64) (gone bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unlinked || f.fixed {
+		return false
+	}
+	after := ch.After
+	if ch.Before == nil || after == nil || after.Value != ch.Before.Value ||
+		after.Meta.FileMode()&syscall.S_IFMT != f.StableAttr().Mode&syscall.S_IFMT {
+		f.unlinked = true
+		return true
+	}
+	if f.c != nil {
+		f.meta.Mode, f.meta.MtimeNs, f.meta.HasMtime = after.Meta.Mode, after.Meta.MtimeNs, after.Meta.HasMtime
+		return false
+	}
+	f.meta, f.metaTs = after.Meta, ts
+	return false
+}
+
+func (f *fileNode) hasContent() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.c != nil
+}
+
+func (f *fileNode) fillAttr(a *fuse.Attr) syscall.Errno {
+	key, ok := f.key()
+	if !ok {
+		return f.fillAttrAt("", a)
+	}
+	return f.fillAttrAt(key, a)
+}
+
+// fillAttrAt fills attributes of the node, which is at key (empty: it was
+// deleted, only open content is left).
+func (f *fileNode) fillAttrAt(key string, a *fuse.Attr) syscall.Errno {
+	f.mu.Lock()
+	if f.c != nil || f.unlinked {
+		m, ts, unlinked := f.meta, f.metaTs, f.unlinked
+		if f.c != nil {
+			m.Size = uint64(f.c.size)
+		}
+		f.mu.Unlock()
+		fileAttr(f.pg.fs, a, f.StableAttr().Ino, m, ts)
+		if unlinked {
+			a.Nlink = 0
+		}
+		return 0
+	}
+	f.mu.Unlock()
+	if key == "" {
+		return syscall.ENOENT
+	}
+	e, ts, err := f.entryAt(key)
+	f.mu.Lock()
+	if f.unlinked {
+		// Replaced meanwhile: what the key holds may be the new file.
+		f.mu.Unlock()
+		return f.fillAttrAt("", a)
+	}
+	if err != nil {
+		f.mu.Unlock()
+		return errno("getattr", err)
+	}
+	f.meta, f.metaTs = e.Meta, ts
+	f.mu.Unlock()
+	fileAttr(f.pg.fs, a, f.StableAttr().Ino, e.Meta, ts)
+	return 0
+}
+
+func fileAttr(fs *FS, a *fuse.Attr, ino uint64, m btree.Meta, ts int64) {
+	a.Ino = ino
+	a.Mode = m.FileMode()
+	a.Size = m.Size
+	a.Blocks = (m.Size + 511) / 512
+	a.Blksize = 4096
+	a.Nlink = 1
+	if m.HasMtime {
+		ts = m.MtimeNs
+	}
+	setTime(a, ts)
+	fs.attrOwner(a)
+}
+
+func (f *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	return f.fillAttr(&out.Attr)
+}
+
+func (f *fileNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	e, _, err := f.entry()
+	if err != nil {
+		return nil, errno("readlink", err)
+	}
+	if e.Meta.Mode&syscall.S_IFMT != syscall.S_IFLNK {
+		return nil, syscall.EINVAL
+	}
+	return []byte(e.Meta.Symlink), 0
+}
+
+// beginChange loads the content for writing, if it is not loaded. Called
+// with f.mu held.
+func (f *fileNode) beginChange() syscall.Errno {
+	if f.c != nil {
+		return 0
+	}
+	e, _, err := f.entry()
+	if err != nil {
+		return errno("open", err)
+	}
+	if e.Meta.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		return syscall.EINVAL
+	}
+	p, err := f.pg.acquire()
+	if err != nil {
+		return errno("open", err)
+	}
+	f.c = newContent(p, f.pg.fs.opts.TmpDir, e.Value, int64(e.Meta.Size))
+	f.p, f.meta, f.changed = p, e.Meta, false
+	f.pg.mu.Lock()
+	f.pg.opens++
+	f.pg.mu.Unlock()
+	return 0
+}
+
+// endChange drops the loaded content once no writer holds it and no commit
+// of it is queued. The content of an unlinked file is all there is of it,
+// so it stays while any descriptor is open. Called with f.mu held.
+func (f *fileNode) endChange() {
+	if f.c == nil || f.writers > 0 || f.isQueued() || (f.unlinked && f.readers > 0) {
+		return
+	}
+	f.meta.Size = uint64(f.c.size) // as shown once unlinked
+	f.c.close()
+	f.c = nil
+	f.pg.release(f.p)
+	f.p = nil
+	f.pg.mu.Lock()
+	f.pg.opens--
+	f.pg.mu.Unlock()
+}
+
+// create starts a new, empty file at key: it is visible at once, and
+// committed when closed.
+func (f *fileNode) create(key string, mode uint32) (gofs.FileHandle, syscall.Errno) {
+	p, err := f.pg.acquire()
+	if err != nil {
+		return nil, errno("create", err)
+	}
+	c := newContent(p, f.pg.fs.opts.TmpDir, emptyValue, 0)
+	f.mu.Lock()
+	f.c, f.p, f.created, f.changed = c, p, true, true
+	f.meta = btree.Meta{Mode: mode, MtimeNs: nowNs(), HasMtime: true}
+	f.writers++
+	f.mu.Unlock()
+	f.pg.mu.Lock()
+	f.pg.opens++
+	f.pg.pending.Set(key, f)
+	f.pg.mu.Unlock()
+	return &handle{f: f, write: true}, 0
+}
+
+func (pg *pageRef) dropPending(key string) {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	pg.pending.Delete(key)
+}
+
+// unpend drops f from pg.pending at key unless a commit of f is still
+// queued.
+func (pg *pageRef) unpend(key string, f *fileNode) {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	if f.queued == 0 {
+		pg.unpendLocked(key, f)
+	}
+}
+
+func (f *fileNode) isQueued() bool {
+	f.pg.mu.Lock()
+	defer f.pg.mu.Unlock()
+	return f.queued > 0
+}
+
+// How a change is committed: waiting for the commit, also for the disk, or
+// queued for the page's committer (a close).
+type commitMode int
+
+const (
+	commitWait commitMode = iota
+	commitSync
+	commitQueue
+)
+
+// commit commits the file's changes, if any.
+func (f *fileNode) commit(mode commitMode) syscall.Errno {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.commitLocked(mode)
+}
+
+func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
+	sync := mode == commitSync
+	if f.unlinked || f.c == nil || !(f.c.dirty || f.changed) {
+		if sync {
+			return errno("fsync", f.pg.apply(true))
+		}
+		return 0
+	}
+	key, ok := f.key()
+	if !ok && f.placed != "" && f.stillAt(f.placed) {
+		key, ok = f.placed, true // forgotten by the kernel, not deleted
+	}
+	if !ok {
+		return 0 // deleted meanwhile
+	}
+	id, size, w, err := f.c.value()
+	if err != nil {
+		return errno("commit", err)
+	}
+	if w != nil {
+		defer w.Discard() // what a failure left uncommitted
+	}
+	m := f.meta
+	m.Size = uint64(size)
+	op := journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: m}}
+	if mode == commitQueue && f.pg.tx == nil {
+		// The value's last pieces land with its journal entry, or
+		// neither does.
+		if err := f.queue(key, op, w); err != nil {
+			return errno("commit", f.c.stored(err))
+		}
+	} else {
+		if w != nil {
+			err = f.c.stored(w.Commit(nil))
+		}
+		if err == nil {
+			err = f.pg.apply(sync, op)
+		}
+		if err != nil {
+			return errno("commit", err)
+		}
+	}
+	f.c.reset(id, size)
+	f.latest, f.latestSize = id, size
+	f.committed++
+	f.changed = false
+	if f.created {
+		f.created = false
+		f.pg.unpend(key, f)
+	}
+	return 0
+}
+
+// queue records op in the page's journal, in one db transaction with the
+// last pieces of the value in w (if not nil), and lets the committer commit
+// it with other closes. Until it lands, f stays pending at key with its
+// content, so lookups and reads see what was closed; a crash leaves the
+// journal for recovery to commit.
+func (f *fileNode) queue(key string, op journal.Op, w *store.ValueWriter) error {
+	pg := f.pg
+	pg.mu.Lock()
+	f.queued++
+	pg.pending.Set(key, f)
+	pg.mu.Unlock()
+	landed := func(err error) {
+		// On the committer's goroutine: f.mu may be held by a caller
+		// waiting for this very commit.
+		pg.mu.Lock()
+		f.queued--
+		last := f.queued == 0
+		if last {
+			pg.unpendLocked(key, f)
+			pg.ending++
+		}
+		pg.mu.Unlock()
+		if !last {
+			return
+		}
+		if f.mu.TryLock() {
+			f.endChange()
+			f.mu.Unlock()
+			pg.ended()
+			return
+		}
+		pg.fs.background.Go(func() {
+			f.mu.Lock()
+			f.endChange()
+			f.mu.Unlock()
+			pg.ended()
+		})
+	}
+	err := pg.queueWith(w, landed, op)
+	if err != nil {
+		pg.mu.Lock()
+		f.queued--
+		if f.queued == 0 && !f.created {
+			pg.unpendLocked(key, f)
+		}
+		pg.mu.Unlock()
+	}
+	return err
+}
+
+func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if f.pg.readOnly() {
+		return syscall.EROFS
+	}
+	if errno := checkOwner(f.pg.fs, in); errno != 0 {
+		return errno
+	}
+	if f.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		return f.setSymlinkTime(in, out)
+	}
+	f.mu.Lock()
+	if f.unlinked && f.c == nil {
+		// Only its descriptors still see it, and nothing commits it (a
+		// size change needs a writer, whose content would be loaded).
+		_, sized := in.GetSize()
+		if !sized {
+			setModeTime(&f.meta, in)
+		}
+		f.mu.Unlock()
+		if sized {
+			return syscall.EBADF
+		}
+		return f.fillAttrAt("", &out.Attr)
+	}
+	if errno := f.beginChange(); errno != 0 {
+		f.mu.Unlock()
+		return errno
+	}
+	if sz, ok := in.GetSize(); ok {
+		if err := f.c.truncate(int64(sz)); err != nil {
+			f.endChange()
+			f.mu.Unlock()
+			return errno("truncate", err)
+		}
+		f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
+	}
+	if setModeTime(&f.meta, in) {
+		f.changed = true
+	}
+	// While the file has changes no flush has committed (bytes written, a
+	// truncation, a creation not yet closed), the change commits with them,
+	// at the next flush or at the last release: cp -a sets mode and times
+	// between its last write and close. This includes the truncation the
+	// kernel sends, without a handle, for open(O_TRUNC). Otherwise it
+	// commits now, even if the file is still open for writing: the kernel
+	// releases a closed descriptor asynchronously, so a chmod right after
+	// close may arrive while the server still counts its writer.
+	var eno syscall.Errno
+	if f.writers == 0 || !(f.c.dirty || f.created) {
+		eno = f.commitLocked(commitWait)
+		f.endChange()
+	}
+	f.mu.Unlock()
+	if eno != 0 {
+		return eno
+	}
+	return f.fillAttr(&out.Attr)
+}
+
+// setSymlinkTime is Setattr of a symlink, which has no content to load:
+// cp -a, tar and rsync set its times (lutimes) and owner (lchown, to the
+// mount's owner: see checkOwner). Its mode is 0777, as on Linux.
+func (f *fileNode) setSymlinkTime(in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if _, ok := in.GetSize(); ok {
+		return syscall.EINVAL
+	}
+	if t, ok := in.GetMTime(); ok {
+		if eno := f.setSymlinkMtime(t.UnixNano()); eno != 0 {
+			return eno
+		}
+	}
+	return f.fillAttr(&out.Attr)
+}
+
+func (f *fileNode) setSymlinkMtime(ns int64) syscall.Errno {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key, ok := f.key()
+	if !ok {
+		return syscall.ENOENT
+	}
+	e, _, err := f.entryAt(key)
+	if err != nil {
+		return errno("setattr", err)
+	}
+	e.Meta.MtimeNs, e.Meta.HasMtime = ns, true
+	return errno("setattr", f.pg.apply(false, journal.Op{Key: key, Entry: e}))
+}
+
+// setModeTime takes the permission bits and mtime a setattr sets into m, a
+// file's metadata or a directory marker's, and reports whether there were
+// any.
+func setModeTime(m *btree.Meta, in *fuse.SetAttrIn) bool {
+	mode, hasMode := in.GetMode()
+	if hasMode {
+		m.Mode = m.FileMode()&syscall.S_IFMT | mode&0o7777
+	}
+	t, hasMtime := in.GetMTime()
+	if hasMtime {
+		m.MtimeNs, m.HasMtime = t.UnixNano(), true
+	}
+	return hasMode || hasMtime
+}
+
+func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	if write && f.pg.readOnly() {
+		return nil, 0, syscall.EROFS
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if write {
+		if errno := f.beginChange(); errno != 0 {
+			return nil, 0, errno
+		}
+		f.writers++
+		if flags&syscall.O_TRUNC != 0 {
+			if err := f.c.truncate(0); err != nil {
+				f.writers--
+				f.endChange()
+				return nil, 0, errno("open", err)
+			}
+			f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
+		}
+		return &handle{f: f, write: true}, 0, 0
+	}
+	if f.c != nil {
+		// Being written, or closed with its commit queued: read through the
+		// content while it is loaded, then the value last committed (see
+		// handle.current); the content may be dropped before this handle is
+		// released.
+		p, err := f.pg.acquire()
+		if err != nil {
+			return nil, 0, errno("open", err)
+		}
+		h := &handle{f: f, p: p, seen: f.committed}
+		if f.committed > 0 {
+			h.id, h.size = f.latest, f.latestSize
+			if h.size > 0 {
+				if h.r, err = p.OpenValue(f.latest); err != nil {
+					f.pg.release(p)
+					return nil, 0, errno("open", err)
+				}
+			}
+		}
+		f.readers++
+		return h, 0, 0
+	}
+	e, ts, err := f.entry()
+	if err != nil {
+		return nil, 0, errno("open", err)
+	}
+	if e.Meta.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		return nil, 0, syscall.ELOOP
+	}
+	f.meta, f.metaTs = e.Meta, ts
+	p, err := f.pg.acquire()
+	if err != nil {
+		return nil, 0, errno("open", err)
+	}
+	var r *cas.Reader
+	if e.Meta.Size > 0 {
+		if r, err = p.OpenValue(e.Value); err != nil {
+			f.pg.release(p)
+			return nil, 0, errno("open", err)
+		}
+	}
+	// The kernel may keep its cached pages if the content is the one it
+	// cached at the last open.
+	var fl uint32
+	if f.cacheID == e.Value.Digest {
+		fl = fuse.FOPEN_KEEP_CACHE
+	}
+	f.cacheID = e.Value.Digest
+	f.readers++
+	return &handle{f: f, p: p, r: r, id: e.Value, size: int64(e.Meta.Size), seen: f.committed}, fl, 0
+}
+
+// handle is an open file. A read-only handle of a file nobody writes reads
+// the committed value it opened; other handles go through the file's
+// content.
+type handle struct {
+	f     *fileNode
+	write bool
+	p     *store.Page // read-only: the page held open
+	r     *cas.Reader
+	id    cas.ObjectIdentifier
+	size  int64
+	seen  int // f.committed when r was opened
+}
+
+// current points a read-only handle at the file's content as another
+// descriptor changed it: the content being written, or the value committed
+// since the handle was opened. It returns true when the read must go
+// through the node's content. Called with f.mu held.
+func (h *handle) current() (bool, error) {
+	f := h.f
+	if f.c != nil {
+		return true, nil
+	}
+	if f.committed == h.seen {
+		return false, nil
+	}
+	h.seen = f.committed
+	if f.latest == h.id {
+		return false, nil
+	}
+	h.id, h.size, h.r = f.latest, f.latestSize, nil
+	if h.size > 0 {
+		r, err := h.p.OpenValue(f.latest)
+		if err != nil {
+			return false, err
+		}
+		h.r = r
+	}
+	return false, nil
+}
+
+var (
+	_ gofs.FileReader    = (*handle)(nil)
+	_ gofs.FileWriter    = (*handle)(nil)
+	_ gofs.FileFlusher   = (*handle)(nil)
+	_ gofs.FileFsyncer   = (*handle)(nil)
+	_ gofs.FileReleaser  = (*handle)(nil)
+	_ gofs.FileGetattrer = (*handle)(nil)
+)
+
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if h.p != nil {
+		h.f.mu.Lock()
+		viaContent, err := h.current()
+		if viaContent {
+			defer h.f.mu.Unlock()
+			n, err := h.f.c.readAt(dest, off)
+			if err != nil && err != io.EOF {
+				return nil, errno("read", err)
+			}
+			return fuse.ReadResultData(dest[:n]), 0
+		}
+		h.f.mu.Unlock()
+		if err != nil {
+			return nil, errno("read", err)
+		}
+		if h.r == nil || off >= h.size {
+			return fuse.ReadResultData(nil), 0
+		}
+		n, err := h.r.ReadAt(dest[:min(int64(len(dest)), h.size-off)], off)
+		if err != nil && err != io.EOF {
+			return nil, errno("read", err)
+		}
+		return fuse.ReadResultData(dest[:n]), 0
+	}
+	f := h.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.c == nil {
+		return nil, syscall.EBADF
+	}
+	n, err := f.c.readAt(dest, off)
+	if err != nil && err != io.EOF {
+		return nil, errno("read", err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if !h.write {
+		return 0, syscall.EBADF
+	}
+	f := h.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.c.write(data, off); err != nil {
+		return 0, errno("write", err)
+	}
+	f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
+	return uint32(len(data)), 0
+}
+
+// Flush runs at every close of a descriptor: a written file is recorded in
+// the page's journal before close returns, and its commit is queued; until
+// the commit lands, the node is pending at its key and shows what was
+// closed.
+//
+// Committing at every flush, not only at the last release, matters: the
+// kernel sends the release asynchronously and may forget the inode first,
+// so a file left for the release to commit is missing from the page for a
+// while after close returned.
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	if !h.write {
+		return 0
+	}
+	f := h.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if k, ok := f.key(); ok {
+		f.placed = k
+	}
+	return f.commitLocked(commitQueue)
+}
+
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if !h.write {
+		return errno("fsync", h.f.pg.apply(true))
+	}
+	return h.f.commit(commitSync)
+}
+
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	f := h.f
+	if h.p != nil {
+		f.mu.Lock()
+		f.readers--
+		if f.unlinked {
+			f.endChange()
+		}
+		f.mu.Unlock()
+		f.pg.release(h.p)
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if h.write {
+		f.writers--
+	}
+	if f.writers == 0 && f.c != nil && (f.c.dirty || f.changed) {
+		// Normally committed by Flush; this catches changes made after the
+		// last flush, which nobody else would commit.
+		if eno := f.commitLocked(commitQueue); eno != 0 {
+			slog.Warn("change dropped: commit on release failed", "errno", eno)
+		}
+	}
+	if f.unlinked || f.writers == 0 {
+		// A file never committed leaves no name behind once its last
+		// writer is gone: unlinked, or its first commit failed (the close
+		// reported it; ENOSPC, say).
+		if f.created {
+			if k, ok := f.key(); ok {
+				f.pg.unpend(k, f)
+			}
+			if !f.unlinked {
+				// The kernel still has the name; an open of it would
+				// reach this node instead of creating a file. Not from
+				// this request, which the kernel may hold locks for.
+				name, parent := f.EmbeddedInode().Parent()
+				if parent != nil {
+					f.pg.fs.background.Go(func() { parent.NotifyEntry(name) })
+				}
+			}
+		}
+		f.endChange()
+	}
+	return 0
+}
+
+func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	return h.f.fillAttr(&out.Attr)
+}

@@ -1,0 +1,307 @@
+// Package fs serves a repository as a FUSE filesystem: the root lists
+// ledgers, a ledger lists its pages, and a page shows its entries as files,
+// with '/' in keys as directories (see package keypath). Closing a written
+// file commits it through the page's implicit journal; fsync waits until the
+// commit is on disk.
+package fs
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// Options configure the filesystem.
+type Options struct {
+	ReadOnly bool
+	// UID and GID own every file: ownership is the mounting user's.
+	UID, GID uint32
+	// TmpDir holds spool files of files being edited at random offsets.
+	TmpDir string
+}
+
+// FS is the filesystem over one repository.
+type FS struct {
+	repo *store.Repository
+	opts Options
+
+	// root is the mounted root node: the kernel's view of ledgers and
+	// pages starts at it.
+	root *rootNode
+
+	mu    sync.Mutex
+	pages map[string]*pageRef
+	inos  inoTable
+	// background runs what follows a queued commit's landing; Close waits
+	// for it.
+	background sync.WaitGroup
+}
+
+// New returns the filesystem of repo.
+func New(repo *store.Repository, opts Options) (*FS, error) {
+	if opts.TmpDir == "" {
+		opts.TmpDir = filepath.Join(repo.Dir(), store.SerializationVersion, "tmp")
+		if opts.ReadOnly {
+			opts.TmpDir = os.TempDir() // for .ledger/log spools
+		}
+	}
+	if !opts.ReadOnly {
+		os.RemoveAll(opts.TmpDir)
+		if err := os.MkdirAll(opts.TmpDir, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	f := &FS{repo: repo, opts: opts, pages: map[string]*pageRef{}, inos: newInoTable()}
+	f.root = &rootNode{fs: f}
+	return f, nil
+}
+
+// Close rolls back the transactions still open, so that the next start
+// finds no journal rows of theirs, and waits for queued commits to land.
+func (f *FS) Close() {
+	f.mu.Lock()
+	pages := slices.Collect(maps.Values(f.pages))
+	f.mu.Unlock()
+	for _, p := range pages {
+		p.rollbackAll()
+		if err := p.settle(); err != nil {
+			l, n := p.names()
+			slog.Error("queued commit failed at unmount; recovery commits it at the next start", "page", l+"/"+n, "err", err)
+		}
+	}
+	f.background.Wait()
+}
+
+// Root returns the root node to mount.
+func (f *FS) Root() gofs.InodeEmbedder { return f.root }
+
+// page returns the shared state of a page, by name.
+func (f *FS) page(ledger, name string) *pageRef {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := ledger + "/" + name
+	p, ok := f.pages[k]
+	if !ok {
+		p = &pageRef{fs: f, ledger: ledger, name: name}
+		f.pages[k] = p
+	}
+	return p
+}
+
+// pageID is the inode table id of a page; ids of its entries extend it.
+func pageID(ledger, name string) string { return "P\x00" + ledger + "\x00" + name }
+
+// renamePage follows a page rename in the open state.
+func (f *FS) renamePage(ledger, from, to string) {
+	f.mu.Lock()
+	if p, ok := f.pages[ledger+"/"+from]; ok {
+		delete(f.pages, ledger+"/"+from)
+		p.mu.Lock()
+		p.name = to
+		p.mu.Unlock()
+		f.pages[ledger+"/"+to] = p
+	}
+	f.mu.Unlock()
+	f.inos.move(pageID(ledger, from), pageID(ledger, to), false)
+	f.inos.move(pageID(ledger, from)+"\x00", pageID(ledger, to)+"\x00", true)
+}
+
+// renameLedger follows a ledger rename in the open state.
+func (f *FS) renameLedger(from, to string) {
+	f.mu.Lock()
+	for k, p := range f.pages {
+		if p.ledger == from {
+			delete(f.pages, k)
+			p.mu.Lock()
+			p.ledger = to
+			p.mu.Unlock()
+			f.pages[to+"/"+p.name] = p
+		}
+	}
+	f.mu.Unlock()
+	f.inos.move("L\x00"+from, "L\x00"+to, false)
+	f.inos.move("P\x00"+from+"\x00", "P\x00"+to+"\x00", true)
+}
+
+// ledgerBusy reports whether a page of the ledger has open files.
+func (f *FS) ledgerBusy(ledger string) bool {
+	f.mu.Lock()
+	var pages []*pageRef
+	for _, p := range f.pages {
+		if p.ledger == ledger {
+			pages = append(pages, p)
+		}
+	}
+	f.mu.Unlock()
+	for _, p := range pages {
+		if p.busy() {
+			return true
+		}
+	}
+	return false
+}
+
+// dropPage forgets a page's state after it was deleted.
+func (f *FS) dropPage(ledger, name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.pages, ledger+"/"+name)
+}
+
+func (f *FS) attrOwner(a *fuse.Attr) {
+	a.Uid, a.Gid = f.opts.UID, f.opts.GID
+}
+
+// inoTable hands out inode numbers: a key's number is a hash of it, so a
+// path keeps its number across remounts; a rename carries the number to the
+// new key, and a hash already taken by a moved inode is probed further, so
+// two live inodes never share a number.
+type inoTable struct {
+	mu    sync.Mutex
+	byKey map[string]uint64
+	byIno map[uint64]string
+	peak  int // the most entries since the maps were last rebuilt
+}
+
+// shrinkFrom is the size from which the table rebuilds its maps once the
+// kernel has forgotten three quarters of the inodes: Go maps never shrink,
+// and after a 100,000-file directory was listed and removed they held
+// ~10 MiB, which the collector's heap goal doubled.
+const shrinkFrom = 4096
+
+func newInoTable() inoTable {
+	return inoTable{byKey: map[string]uint64{}, byIno: map[uint64]string{1: "/"}}
+}
+
+// peek returns the number id has or would get, without taking it: readdir
+// lists names the kernel may never look up, and the table must stay as
+// large as what the kernel holds, not as what was listed.
+func (t *inoTable) peek(id string) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ino, ok := t.byKey[id]; ok {
+		return ino
+	}
+	return xxhash.Sum64String(id)
+}
+
+func (t *inoTable) get(id string) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ino, ok := t.byKey[id]; ok {
+		return ino
+	}
+	h := xxhash.New()
+	h.WriteString(id)
+	ino := h.Sum64()
+	for {
+		if _, taken := t.byIno[ino]; !taken && ino > 1 && ino != ^uint64(0) {
+			break
+		}
+		h.WriteString("+")
+		ino = h.Sum64()
+	}
+	t.byKey[id], t.byIno[ino] = ino, id
+	t.peak = max(t.peak, len(t.byKey))
+	return ino
+}
+
+// move gives the number of id from to id to, or, with prefix, the numbers
+// of all ids starting with from to the same ids starting with to.
+func (t *inoTable) move(from, to string, prefix bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	moveOne := func(id string, ino uint64) {
+		nid := to + id[len(from):]
+		if old, ok := t.byKey[nid]; ok {
+			t.byIno[old] = "" // a replaced inode, taken until forgotten
+		}
+		delete(t.byKey, id)
+		t.byKey[nid], t.byIno[ino] = ino, nid
+	}
+	if !prefix {
+		if ino, ok := t.byKey[from]; ok {
+			moveOne(from, ino)
+		}
+		return
+	}
+	for id, ino := range t.byKey {
+		if strings.HasPrefix(id, from) {
+			moveOne(id, ino)
+		}
+	}
+}
+
+// release takes id's number from it, for the inode that has it to keep
+// until the kernel forgets it (a file unlinked while open): a new file at
+// the key gets a number of its own, as two live files never share one.
+func (t *inoTable) release(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ino, ok := t.byKey[id]; ok {
+		delete(t.byKey, id)
+		t.byIno[ino] = ""
+	}
+}
+
+func (t *inoTable) forget(ino uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if id, ok := t.byIno[ino]; ok && ino != 1 {
+		delete(t.byIno, ino)
+		if t.byKey[id] == ino {
+			delete(t.byKey, id)
+		}
+	}
+	if n := len(t.byKey); t.peak >= shrinkFrom && n < t.peak/4 {
+		t.byKey = maps.Collect(maps.All(t.byKey))
+		t.byIno = maps.Collect(maps.All(t.byIno))
+		t.peak = n
+	}
+}
+
+// errno maps an error to the errno a caller should see, logging unexpected
+// ones: a store failure is EIO.
+func errno(op string, err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var e syscall.Errno
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.Is(err, store.ErrNotFound):
+		return syscall.ENOENT
+	case errors.Is(err, store.ErrExists):
+		return syscall.EEXIST
+	case errors.Is(err, store.ErrNotEmpty):
+		return syscall.ENOTEMPTY
+	case errors.Is(err, store.ErrBadName):
+		return syscall.EINVAL
+	case errors.Is(err, context.Canceled):
+		return syscall.EINTR
+	}
+	slog.Error("filesystem operation failed", "op", op, "err", err)
+	return syscall.EIO
+}
+
+func nowNs() int64 { return time.Now().UnixNano() }
+
+func setTime(a *fuse.Attr, ns int64) {
+	t := time.Unix(0, ns)
+	a.SetTimes(&t, &t, &t)
+}

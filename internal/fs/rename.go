@@ -1,0 +1,171 @@
+package fs
+
+import (
+	"context"
+	"strings"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/journal"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+const (
+	renameNoReplace = 1
+	renameExchange  = 2
+)
+
+// Rename moves a file or a directory within a page as one commit, replacing
+// the target as POSIX says (the editors' save pattern). Across pages it is
+// EXDEV, so that mv falls back to copy and delete.
+func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if d.pg.readOnly() {
+		return syscall.EROFS
+	}
+	if err := d.pg.settle(); err != nil {
+		return errno("rename", err)
+	}
+	nd, ok := newParent.(*dirNode)
+	if !ok || nd.pg != d.pg {
+		return syscall.EXDEV
+	}
+	if flags&renameExchange != 0 || flags&^uint32(renameNoReplace) != 0 {
+		return syscall.EINVAL
+	}
+	src, scoll, err := d.childKey(name)
+	if err != nil {
+		return syscall.ENOENT
+	}
+	dst, dcoll, err := nd.childKey(newName)
+	if err != nil || dcoll {
+		return syscall.EINVAL
+	}
+	if src == dst {
+		return 0
+	}
+	srcParent, _, _ := d.prefix()
+	// Commit what is written to the files being moved, so that the rename
+	// moves their content.
+	if ch := d.GetChild(name); ch != nil {
+		if f, ok := ch.Operations().(*fileNode); ok {
+			if errno := f.commit(commitWait); errno != 0 {
+				return errno
+			}
+		}
+	}
+	for _, f := range d.pg.pendingUnder(src + "/") {
+		if errno := f.commit(commitWait); errno != 0 {
+			return errno
+		}
+	}
+
+	var ops []journal.Op
+	srcIsDir, dstIsDir := false, false
+	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		se, srcFile, err := t.Get(src)
+		if err != nil {
+			return err
+		}
+		srcDir, err := hasPrefixKey(t, src+"/")
+		if err != nil {
+			return err
+		}
+		_, dstFile, err := t.Get(dst)
+		if err != nil {
+			return err
+		}
+		dstDir, err := hasPrefixKey(t, dst+"/")
+		if err != nil {
+			return err
+		}
+		switch {
+		case srcDir && !scoll:
+			srcIsDir = true
+			if dstFile {
+				return syscall.ENOTDIR
+			}
+			if strings.HasPrefix(dst+"/", src+"/") {
+				return syscall.EINVAL // into itself
+			}
+			if dstDir {
+				if flags&renameNoReplace != 0 {
+					return syscall.EEXIST
+				}
+				dstIsDir = true
+				it := t.Prefix(dst + "/")
+				for it.Next() {
+					if it.Entry().Key != dst+"/" {
+						return syscall.ENOTEMPTY
+					}
+					ops = append(ops, journal.Op{Key: dst + "/", Delete: true})
+				}
+				if it.Err() != nil {
+					return it.Err()
+				}
+			}
+			it := t.Prefix(src + "/")
+			for it.Next() {
+				e := it.Entry()
+				nk := dst + "/" + e.Key[len(src)+1:]
+				ops = append(ops, journal.Op{Key: e.Key, Delete: true}, journal.Op{Key: nk, Entry: e})
+			}
+			if it.Err() != nil {
+				return it.Err()
+			}
+		case srcFile:
+			if dstDir {
+				return syscall.EISDIR
+			}
+			if dstFile && flags&renameNoReplace != 0 {
+				return syscall.EEXIST
+			}
+			ops = append(ops, journal.Op{Key: src, Delete: true}, journal.Op{Key: dst, Entry: se})
+		default:
+			return syscall.ENOENT
+		}
+		gone := src
+		if srcIsDir {
+			gone = src + "/"
+		}
+		keep, err := keepParent(t, srcParent, gone)
+		// The moved entry may land in the directory it leaves.
+		if len(keep) > 0 && !strings.HasPrefix(dst, srcParent) {
+			ops = append(ops, keep...)
+		}
+		return err
+	})
+	if err != nil {
+		return errno("rename", err)
+	}
+	// A file replaced by the rename must not commit itself back, nor show
+	// what its key holds once the rename lands.
+	var replaced *fileNode
+	if ch := nd.GetChild(newName); ch != nil {
+		if f, ok := ch.Operations().(*fileNode); ok {
+			f.setUnlinked(true)
+			replaced = f
+		}
+	}
+	// So is an empty directory it replaces.
+	removedDir := func(bool) {}
+	if dstIsDir {
+		removedDir = nd.removing(newName, dst+"/")
+	}
+	if err := d.pg.apply(false, ops...); err != nil {
+		if replaced != nil {
+			replaced.setUnlinked(false)
+		}
+		return errno("rename", err)
+	}
+	removedDir(false)
+	inos := &d.pg.fs.inos
+	if srcIsDir {
+		inos.move(d.pg.id('d', src+"/"), d.pg.id('d', dst+"/"), true)
+		inos.move(d.pg.id('f', src+"/"), d.pg.id('f', dst+"/"), true)
+	} else {
+		inos.move(d.pg.id('f', src), d.pg.id('f', dst), false)
+	}
+	return 0
+}

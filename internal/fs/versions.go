@@ -1,0 +1,152 @@
+package fs
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/history"
+	"github.com/ledgerfs/ledgerfs/internal/keypath"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// versionsDir is .ledger/versions or a directory below it: it follows the
+// page's current directories, and each file in them is a versionList.
+type versionsDir struct {
+	metaDir
+	comps []string
+}
+
+var (
+	_ gofs.NodeLookuper  = (*versionsDir)(nil)
+	_ gofs.NodeReaddirer = (*versionsDir)(nil)
+	_ gofs.NodeGetattrer = (*versionsDir)(nil)
+)
+
+func versionsID(key string) string { return "versions\x00" + key }
+
+func (d *versionsDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	prefix, err := keypath.Prefix(d.comps)
+	if err != nil {
+		return nil, syscall.ENOENT
+	}
+	es, err := listDir(d.pg, prefix, d.comps)
+	if err != nil {
+		return nil, errno("readdir", err)
+	}
+	for i := range es {
+		es[i].Mode = fuse.S_IFDIR
+		es[i].Ino = d.pg.fs.inos.peek(d.pg.metaID(versionsID(prefix + es[i].Name)))
+	}
+	return gofs.NewListDirStream(es), 0
+}
+
+func (d *versionsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	child := append(slices.Clone(d.comps), name)
+	key, coll, err := keypath.Key(child)
+	if err != nil {
+		return nil, syscall.ENOENT
+	}
+	isDir := false
+	if !coll {
+		err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+			var err error
+			isDir, err = hasPrefixKey(t, key+"/")
+			return err
+		})
+		if err != nil {
+			return nil, errno("lookup", err)
+		}
+	}
+	if isDir {
+		ch := d.newMeta(ctx, &versionsDir{metaDir: roDir(d.pg), comps: child}, fuse.S_IFDIR, versionsID(key+"/"))
+		return ch, getattr(ctx, ch, &out.Attr)
+	}
+	l := &versionList{metaDir: roDir(d.pg), key: key}
+	vs, err := l.versions()
+	if err != nil {
+		return nil, errno("versions", err)
+	}
+	if len(vs) == 0 {
+		return nil, syscall.ENOENT
+	}
+	ch := d.newMeta(ctx, l, fuse.S_IFDIR, versionsID(key))
+	return ch, getattr(ctx, ch, &out.Attr)
+}
+
+// versionList is versions/<path>/: a read-only file per version of the
+// entry at path, named so that ls sorts them oldest first
+// (history.Version.Name). The list is kept until the head moves.
+type versionList struct {
+	metaDir
+	key string
+
+	mu   sync.Mutex
+	head store.CommitID
+	vs   []history.Version
+	ok   bool
+}
+
+var (
+	_ gofs.NodeLookuper  = (*versionList)(nil)
+	_ gofs.NodeReaddirer = (*versionList)(nil)
+	_ gofs.NodeGetattrer = (*versionList)(nil)
+)
+
+func (l *versionList) versions() ([]history.Version, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	err := l.withPage(func(p *store.Page) error {
+		head, err := p.Head()
+		if err != nil || l.ok && head.ID == l.head {
+			return err
+		}
+		vs, err := history.Versions(p, l.key)
+		if err != nil {
+			return err
+		}
+		l.head, l.vs, l.ok = head.ID, vs, true
+		return nil
+	})
+	return l.vs, err
+}
+
+func (l *versionList) fileID(v history.Version) string {
+	return versionsID(l.key) + "\x00" + v.Commit.ID.String()
+}
+
+func (l *versionList) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	vs, err := l.versions()
+	if err != nil {
+		return nil, errno("readdir", err)
+	}
+	es := make([]fuse.DirEntry, len(vs))
+	for i, v := range vs {
+		es[i] = fuse.DirEntry{Name: v.Name(), Mode: v.Entry.Meta.FileMode() & syscall.S_IFMT, Ino: l.pg.fs.inos.peek(l.pg.metaID(l.fileID(v)))}
+	}
+	return gofs.NewListDirStream(es), 0
+}
+
+// Lookup returns a version as the entry in its commit's snapshot: reading
+// it reads the stored value, with the version's mode, mtime and size.
+func (l *versionList) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	vs, err := l.versions()
+	if err != nil {
+		return nil, errno("lookup", err)
+	}
+	for _, v := range vs {
+		if v.Name() != name {
+			continue
+		}
+		f := &fileNode{pg: l.pg.snapshot(v.Commit), fixed: true, fixedKey: l.key}
+		mode := v.Entry.Meta.FileMode() & syscall.S_IFMT
+		ch := l.NewInode(ctx, f, gofs.StableAttr{Mode: mode, Ino: l.pg.fs.inos.get(l.pg.metaID(l.fileID(v)))})
+		return ch, f.fillAttrAt(l.key, &out.Attr)
+	}
+	return nil, syscall.ENOENT
+}

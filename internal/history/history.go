@@ -1,0 +1,312 @@
+// Package history reads a page's past: its commits newest first, the
+// commit that was the head at a given time, what each commit changed, and
+// the distinct versions of one entry. A commit is its tree, so every view
+// here reads stored trees and copies nothing.
+package history
+
+import (
+	"container/heap"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// ErrNoCommit reports a commit id or time that names no commit of the page.
+var ErrNoCommit = errors.New("no such commit")
+
+// newer orders commits newest first: by timestamp, then generation, then id.
+// Commit times grow along history (a commit is never older than its
+// parents), so this order visits every commit after all its descendants.
+func newer(a, b *store.Commit) bool {
+	if a.Timestamp != b.Timestamp {
+		return a.Timestamp > b.Timestamp
+	}
+	if a.Generation != b.Generation {
+		return a.Generation > b.Generation
+	}
+	return string(a.ID[:]) > string(b.ID[:])
+}
+
+type commitHeap []*store.Commit
+
+func (h commitHeap) Len() int           { return len(h) }
+func (h commitHeap) Less(i, j int) bool { return newer(h[i], h[j]) }
+func (h commitHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *commitHeap) Push(x any)        { *h = append(*h, x.(*store.Commit)) }
+func (h *commitHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return c
+}
+
+// ErrStop, returned by a Walk callback, ends the walk without error.
+var ErrStop = errors.New("stop")
+
+// Walk calls fn for every commit reachable from the page's heads, newest
+// first, ending with the first commit, with the commit's parents (read once
+// for the walk; the slice is valid only during fn). Memory grows with the
+// number of commits seen (their ids), not with their trees.
+func Walk(p *store.Page, fn func(c *store.Commit, parents []*store.Commit) error) error {
+	heads, err := p.Heads()
+	if err != nil {
+		return err
+	}
+	seen := map[store.CommitID]bool{}
+	queued := map[store.CommitID]*store.Commit{} // read, not yet visited
+	h := &commitHeap{}
+	for _, c := range heads {
+		if !seen[c.ID] {
+			seen[c.ID] = true
+			heap.Push(h, c)
+		}
+	}
+	var parents []*store.Commit
+	for h.Len() > 0 {
+		c := heap.Pop(h).(*store.Commit)
+		delete(queued, c.ID)
+		parents = parents[:0]
+		for _, id := range c.Parents {
+			pc, ok := queued[id]
+			if !ok {
+				if pc, err = p.Commit(id); err != nil {
+					return fmt.Errorf("history: parent of %s: %w", c.ID, err)
+				}
+			}
+			parents = append(parents, pc)
+			if !seen[id] {
+				seen[id] = true
+				queued[id] = pc
+				heap.Push(h, pc)
+			}
+		}
+		if err := fn(c, parents); err != nil {
+			if errors.Is(err, ErrStop) {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// AsOf returns the commit that was the page's head at t: the newest commit
+// not after t. Before the first commit it is the empty first commit.
+func AsOf(p *store.Page, t time.Time) (*store.Commit, error) {
+	ns := t.UnixNano()
+	var found *store.Commit
+	err := Walk(p, func(c *store.Commit, _ []*store.Commit) error {
+		if c.Timestamp <= ns {
+			found = c
+			return ErrStop
+		}
+		return nil
+	})
+	if err == nil && found == nil {
+		found = store.FirstCommit()
+	}
+	return found, err
+}
+
+// ParseTime reads a time as RFC 3339 (with or without fractional seconds)
+// or as Unix seconds.
+func ParseTime(s string) (time.Time, error) {
+	if secs, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return time.Unix(secs, 0), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("history: %q is neither RFC 3339 nor Unix seconds", s)
+	}
+	return t, nil
+}
+
+// ParseID reads a full commit id: 64 hex digits.
+func ParseID(s string) (store.CommitID, bool) {
+	var id store.CommitID
+	if len(s) != 2*len(id) || strings.ToLower(s) != s {
+		return id, false
+	}
+	if _, err := hex.Decode(id[:], []byte(s)); err != nil {
+		return id, false
+	}
+	return id, true
+}
+
+// Lookup returns the commit with a full id.
+func Lookup(p *store.Page, id store.CommitID) (*store.Commit, error) {
+	c, err := p.Commit(id)
+	if err != nil {
+		return nil, fmt.Errorf("%w %s", ErrNoCommit, id)
+	}
+	return c, nil
+}
+
+// Resolve returns the commit a user named: a full id, a unique prefix of
+// at least 4 hex digits, or a time (see ParseTime).
+func Resolve(p *store.Page, s string) (*store.Commit, error) {
+	if id, ok := ParseID(s); ok {
+		return Lookup(p, id)
+	}
+	if len(s) >= 4 && isHex(s) {
+		id, err := byPrefix(p, s)
+		if err == nil {
+			return Lookup(p, id)
+		}
+		if !errors.Is(err, ErrNoCommit) {
+			return nil, err
+		}
+		// Digits only: maybe Unix seconds.
+	}
+	t, err := ParseTime(s)
+	if err != nil {
+		return nil, fmt.Errorf("%q is no commit id, id prefix or time", s)
+	}
+	return AsOf(p, t)
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// byPrefix finds the one commit whose hex id starts with prefix.
+func byPrefix(p *store.Page, prefix string) (store.CommitID, error) {
+	var id store.CommitID
+	matches := 0
+	if strings.Repeat("0", len(prefix)) == prefix {
+		matches++ // the first commit, which has no row; id is already its id
+	}
+	raw, _ := hex.DecodeString(prefix[:len(prefix)&^1])
+	err := p.DB().View(func(txn *badger.Txn) error {
+		opts := badger.IteratorOptions{Prefix: append([]byte(store.PrefixCommits), raw...)}
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().Key()[len(store.PrefixCommits):]
+			if len(k) != len(id) || !strings.HasPrefix(hex.EncodeToString(k), prefix) {
+				continue
+			}
+			matches++
+			copy(id[:], k)
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return id, err
+	case matches == 0:
+		return id, fmt.Errorf("%w with prefix %s", ErrNoCommit, prefix)
+	case matches > 1:
+		return id, fmt.Errorf("history: commit prefix %s is ambiguous", prefix)
+	}
+	return id, nil
+}
+
+// IDs calls fn with the id of every stored commit, in id order, and with the
+// first commit's; it reads keys only.
+func IDs(p *store.Page, fn func(store.CommitID) error) error {
+	if err := fn(store.FirstCommitID); err != nil {
+		return err
+	}
+	return p.DB().View(func(txn *badger.Txn) error {
+		opts := badger.IteratorOptions{Prefix: []byte(store.PrefixCommits)}
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().Key()[len(store.PrefixCommits):]
+			var id store.CommitID
+			if len(k) != len(id) {
+				return fmt.Errorf("history: malformed commit row %q", it.Item().Key())
+			}
+			copy(id[:], k)
+			if err := fn(id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// previous returns the parent a commit is compared with: its only parent,
+// or for a merge the older one, the head the merge was made on.
+func previous(parents []*store.Commit) *store.Commit {
+	var prev *store.Commit
+	for _, pc := range parents {
+		if prev == nil || newer(prev, pc) {
+			prev = pc
+		}
+	}
+	return prev
+}
+
+// changed returns the number of keys a commit changed relative to its
+// previous head (see previous), found by a tree diff.
+func changed(p *store.Page, c *store.Commit, parents []*store.Commit) (int, error) {
+	prev := previous(parents)
+	if prev == nil {
+		return 0, nil
+	}
+	n := 0
+	err := p.Nodes().Diff(prev.Root, c.Root, func(btree.Change) error {
+		n++
+		return nil
+	})
+	return n, err
+}
+
+// TimeFormat is how commit times are shown: UTC with nanoseconds, so that
+// any shown time names exactly its commit in an at/ view.
+const TimeFormat = "2006-01-02T15:04:05.000000000Z07:00"
+
+// FormatTime shows a commit time.
+func FormatTime(ns int64) string { return time.Unix(0, ns).UTC().Format(TimeFormat) }
+
+// WriteLog writes one line per commit, newest first: id, generation, time,
+// parents (comma-separated, "-" for none) and the number of keys changed.
+func WriteLog(w io.Writer, p *store.Page) error {
+	var line []byte
+	return Walk(p, func(c *store.Commit, parents []*store.Commit) error {
+		n, err := changed(p, c, parents)
+		if err != nil {
+			return err
+		}
+		line = appendLogLine(line[:0], c, n)
+		_, err = w.Write(line)
+		return err
+	})
+}
+
+func appendLogLine(b []byte, c *store.Commit, changed int) []byte {
+	b = hex.AppendEncode(b, c.ID[:])
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, c.Generation, 10)
+	b = append(b, ' ')
+	b = append(b, FormatTime(c.Timestamp)...)
+	b = append(b, ' ')
+	if len(c.Parents) == 0 {
+		b = append(b, '-')
+	}
+	for i, id := range c.Parents {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = hex.AppendEncode(b, id[:])
+	}
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(changed), 10)
+	return append(b, '\n')
+}

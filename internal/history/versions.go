@@ -1,0 +1,67 @@
+package history
+
+import (
+	"encoding/hex"
+	"fmt"
+	"slices"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// Version is one distinct version of an entry: the entry as a commit set it.
+type Version struct {
+	Commit *store.Commit
+	Entry  btree.Entry
+}
+
+// Name is the version's file name in a versions/ view:
+// "{generation}_{time}_{short id}", with the generation zero-padded so that
+// names sort oldest first.
+func (v Version) Name() string {
+	return fmt.Sprintf("%010d_%s_%s", v.Commit.Generation, FormatTime(v.Commit.Timestamp), hex.EncodeToString(v.Commit.ID[:4]))
+}
+
+// Versions returns the versions of key, oldest first: an entry is a new
+// version in every commit that sets it differently from all the commit's
+// parents (so a merge that only carries a change over adds none). A
+// deletion ends a version without making one. Each commit is compared with
+// its parents along the key's path only (btree.Store.KeyChanged).
+func Versions(p *store.Page, key string) ([]Version, error) {
+	var out []Version
+	err := Walk(p, func(c *store.Commit, parents []*store.Commit) error {
+		e, ok, changed, err := changedFromParents(p, c, parents, key)
+		if err != nil {
+			return err
+		}
+		if ok && changed {
+			out = append(out, Version{Commit: c, Entry: e})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("history: versions of %q: %w", key, err)
+	}
+	slices.Reverse(out)
+	return out, nil
+}
+
+// changedFromParents reports key's entry in c and whether it differs from
+// the entry in every parent.
+func changedFromParents(p *store.Page, c *store.Commit, parents []*store.Commit, key string) (btree.Entry, bool, bool, error) {
+	if len(parents) == 0 {
+		e, ok, err := p.Tree(c).Get(key)
+		return e, ok, ok, err
+	}
+	var e btree.Entry
+	var ok bool
+	for _, pc := range parents {
+		var changed bool
+		var err error
+		e, ok, changed, err = p.Nodes().KeyChanged(c.Root, pc.Root, key)
+		if err != nil || !ok || !changed {
+			return e, ok, false, err
+		}
+	}
+	return e, ok, true, nil
+}

@@ -1,0 +1,272 @@
+package journal
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// crashAt, when set by a test, is called at each step of a commit; an error
+// stops the commit there, as a crash would.
+var crashAt func(step string) error
+
+func step(name string) error {
+	if crashAt != nil {
+		return crashAt(name)
+	}
+	return nil
+}
+
+// Commit turns the journal into a commit and returns the page's new head
+// (nil if the journal changed nothing).
+//
+// An implicit journal is applied on top of the page's current head. An
+// explicit one becomes a commit on its base; if the head moved on meanwhile,
+// a merge commit joins the two, entry by entry: changes to different entries
+// both survive, and where both sides changed an entry the journal's change,
+// the later one, wins.
+//
+// The commit is all-or-nothing: the new tree nodes are written first (as
+// transient pieces, garbage until referenced), then one db transaction adds
+// the commit rows, replaces the head and drops the implicit journal's
+// metadata. What follows (deleting the journal's rows, moving pieces from
+// transient to local) is repeated by recovery if a crash interrupts it.
+func (j *Journal) Commit() (*store.Commit, error) {
+	if j.done {
+		return nil, ErrDone
+	}
+	p := j.p
+	p.Lock()
+	defer p.Unlock()
+	c, err := j.commitLocked()
+	if err == nil {
+		j.done = true
+	}
+	return c, err
+}
+
+func (j *Journal) commitLocked() (*store.Commit, error) {
+	p := j.p
+	db := p.DB()
+	heads, err := p.Heads()
+	if err != nil {
+		return nil, err
+	}
+	head := store.Newest(heads)
+	base := head
+	if j.ID.Explicit() && j.Base != head.ID {
+		if base, err = p.Commit(j.Base); err != nil {
+			return nil, fmt.Errorf("journal: base of %s: %w", j.ID, err)
+		}
+	}
+
+	// Apply the journal to its parent's tree.
+	tree := p.Tree(base)
+	cleared, err := hasClear(db, j.ID)
+	if err != nil {
+		return nil, err
+	}
+	if cleared {
+		tree.Clear()
+	}
+	var values []cas.ObjectIdentifier
+	err = j.Ops("", func(op Op) error {
+		if !op.Delete {
+			values = append(values, op.Entry.Value)
+		}
+		return op.ApplyTo(tree)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: apply %s: %w", j.ID, err)
+	}
+
+	pw := p.NewPieceWriter()
+	pw.Track = true
+	root, _, err := tree.Write(pw)
+	if err == nil {
+		err = pw.Flush()
+	}
+	if err != nil {
+		pw.Discard()
+		return nil, fmt.Errorf("journal: write tree: %w", err)
+	}
+	if err := step("nodes-written"); err != nil {
+		return nil, err
+	}
+
+	var commits []*store.Commit
+	final := head
+	if root != base.Root {
+		c, err := store.NewCommit(timestamp(base, j.at), root, base)
+		if err != nil {
+			return nil, err
+		}
+		commits = append(commits, c)
+		final = c
+		if base.ID != head.ID {
+			m, err := merge(p, pw, head, base, c)
+			if err != nil {
+				return nil, err
+			}
+			commits = append(commits, m)
+			final = m
+		}
+	}
+
+	// The atomic step: after it the page is at the new state.
+	err = db.Update(func(txn *badger.Txn) error {
+		for _, c := range commits {
+			if err := txn.Set(store.CommitKey(c.ID), c.Bytes); err != nil {
+				return err
+			}
+			if err := txn.Set(store.UnsyncedCommitKey(c.ID), store.EncodeUint64(c.Generation)); err != nil {
+				return err
+			}
+		}
+		if final != head {
+			for _, h := range heads {
+				if h.ID != store.FirstCommitID {
+					if err := txn.Delete(store.HeadKey(h.ID)); err != nil {
+						return err
+					}
+				}
+			}
+			if err := txn.Set(store.HeadKey(final.ID), store.EncodeUint64(uint64(final.Timestamp))); err != nil {
+				return err
+			}
+		}
+		return txn.Delete(store.ImplicitMetaKey(j.ID))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: commit %s: %w", j.ID, err)
+	}
+	if final != head {
+		p.SetHeads([]*store.Commit{final})
+		tree.Forget()
+	}
+	if err := step("committed"); err != nil {
+		return nil, err
+	}
+	if err := j.deleteOwnRows(); err != nil {
+		return nil, err
+	}
+	if err := step("journal-deleted"); err != nil {
+		return nil, err
+	}
+	if err := markLocal(p, values, pw.New); err != nil {
+		return nil, err
+	}
+	if final == head {
+		return nil, nil
+	}
+	return final, nil
+}
+
+// timestamp is at, or now if at is 0, but never before the parent: time
+// views rely on commit times growing along history.
+func timestamp(parent *store.Commit, at int64) int64 {
+	if at == 0 {
+		at = time.Now().UnixNano()
+	}
+	return max(at, parent.Timestamp+1)
+}
+
+// merge makes the merge commit of head and c, whose common ancestor is base:
+// head's tree with base→c's changes applied.
+func merge(p *store.Page, pw *store.PieceWriter, head, base, c *store.Commit) (*store.Commit, error) {
+	tree := p.Tree(head)
+	err := p.Nodes().Diff(base.Root, c.Root, func(ch btree.Change) error {
+		if ch.After == nil {
+			_, err := tree.Delete(ch.Key)
+			return err
+		}
+		return tree.Put(*ch.After)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: merge: %w", err)
+	}
+	root, _, err := tree.Write(pw)
+	if err == nil {
+		err = pw.Flush()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("journal: merge: %w", err)
+	}
+	return store.NewCommit(0, root, head, c)
+}
+
+// markLocal moves the pieces of the committed values and the new tree nodes
+// from transient to local, children before parents, so that a local piece
+// never has a transient one below it: recovery relies on that.
+func markLocal(p *store.Page, values []cas.ObjectIdentifier, nodes []cas.Digest) error {
+	w := newTransientWalk(p)
+	for _, v := range values {
+		if err := w.object(v); err != nil {
+			return fmt.Errorf("journal: walk value %s: %w", v, err)
+		}
+	}
+	for _, d := range nodes {
+		if err := w.post(d); err != nil {
+			return err
+		}
+	}
+	return w.flush()
+}
+
+// statusBatch is how many pieces a walk marks local in one db transaction.
+const statusBatch = 1000
+
+// transientWalk marks the transient pieces under objects local, children
+// before parents, a batch at a time as it finds them: a 4 GiB value has
+// 260,000 chunks, and collecting them all first held ~70 MiB at its commit.
+// It does not descend below a piece that is not transient: everything under
+// a local piece is local.
+type transientWalk struct {
+	p      *store.Page
+	batch  []cas.Digest
+	marked int
+}
+
+func newTransientWalk(p *store.Page) *transientWalk {
+	return &transientWalk{p: p}
+}
+
+func (w *transientWalk) object(id cas.ObjectIdentifier) error {
+	return cas.Walk(w.p, id, w.pre, w.post)
+}
+
+// pre descends into transient pieces. A piece referenced twice in one batch
+// is marked twice, which is harmless; once its batch is written, it is
+// local and skipped.
+func (w *transientWalk) pre(d cas.Digest) (bool, error) {
+	if d.IsInline() {
+		return false, nil
+	}
+	return w.p.IsTransient(d)
+}
+
+func (w *transientWalk) post(d cas.Digest) error {
+	w.batch = append(w.batch, d)
+	if len(w.batch) >= statusBatch {
+		return w.flush()
+	}
+	return nil
+}
+
+// flush marks the batch local.
+func (w *transientWalk) flush() error {
+	if len(w.batch) == 0 {
+		return nil
+	}
+	if err := w.p.SetStatus(store.Local, w.batch); err != nil {
+		return err
+	}
+	w.marked += len(w.batch)
+	w.batch = w.batch[:0]
+	return step("status-batch")
+}

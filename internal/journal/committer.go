@@ -1,0 +1,297 @@
+package journal
+
+import (
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// Committer commits a page's ordinary writes through implicit journals, with
+// group commit: changes that arrive while a commit is running go into the
+// next implicit journal, and all of them become one commit when the running
+// one ends.
+//
+// Apply returns once its changes are committed, so a reader that comes after
+// it sees them. Queue returns once its changes are recorded in the journal,
+// where recovery finds them after a crash, and commits them in the
+// background, waiting up to batchDelay for more: a close that does not wait
+// for its commit lets a stream of closes share one.
+//
+// Commits run on their own goroutine and are never abandoned halfway: a
+// caller that gives up waiting (an interrupted FUSE request) leaves its
+// changes to be committed all the same.
+type Committer struct {
+	p *store.Page
+
+	mu      sync.Mutex
+	cur     *Journal
+	ops     int           // changes in cur
+	since   time.Time     // when cur got its first change
+	last    time.Time     // when cur got its latest change
+	waiters []chan error  // wait for cur's commit
+	done    []func(error) // called after cur's commit
+	idle    []chan error  // wait until nothing is queued
+	running bool
+	urgent  bool // someone waits for cur: commit it without delay
+	synced  bool // a waiter asked for the commit to reach the disk
+	kick    chan struct{}
+	// err is the failure of a commit nobody waited for; the next Wait or
+	// Apply returns it.
+	err error
+}
+
+// CommitterFor returns the page's committer.
+func CommitterFor(p *store.Page) *Committer {
+	return p.State(func() any { return &Committer{p: p, kick: make(chan struct{}, 1)} }).(*Committer)
+}
+
+// maxImplicitOps is the largest group of changes that goes through the
+// implicit journal: its rows must land in one db transaction, or a crash
+// could leave part of the group for recovery to commit.
+const maxImplicitOps = 256
+
+// A queued batch is committed once it holds batchOps changes, once
+// batchDelay has passed since its first change or batchQuiet since its
+// latest, or as soon as someone waits for it. A commit rewrites every tree
+// node on the paths to the keys it changes; shared by a stream of closes or
+// unlinks, it costs each a fraction, the smaller the more of them share a
+// node. Nobody waits for the delay (a waiter hurries the batch) and a crash
+// finds the batch in the journal, so it is set by what it saves. rm -rf of
+// 100,000 entries (in inode order, so every unlink a different leaf of ~25
+// KiB) took 36 s with 40 ms batches of ~90 unlinks and 25 s with 200 ms
+// (mount CPU 41 -> 25 s); 1 s saved little more. Creates of 4 KiB files cost
+// the mount 8 % less CPU at 200 ms. A batch nothing joins for batchQuiet is
+// done growing: a page written once then left kept its db open for the
+// whole delay, and touching 1,000 pages one after another peaked at 184-189
+// MiB of RSS instead of 135 (135 with batchQuiet).
+const (
+	batchDelay = 200 * time.Millisecond
+	batchQuiet = 40 * time.Millisecond
+	batchOps   = 1024
+)
+
+// Apply records ops in the current implicit journal and waits until they are
+// committed; with sync, also until the commit is on disk. Its error includes
+// the failure of an earlier queued commit. A larger group of
+// changes (a directory rename) commits through its own explicit journal,
+// which a crash discards whole.
+func (c *Committer) Apply(sync bool, ops ...Op) error {
+	if len(ops) == 0 {
+		// Nothing to record: wait for what is queued, then make it durable.
+		if err := c.Wait(); err != nil || !sync {
+			return err
+		}
+		return c.p.Sync()
+	}
+	if len(ops) > maxImplicitOps {
+		if err := c.Wait(); err != nil {
+			return err
+		}
+		return c.applyExplicit(sync, ops)
+	}
+	ch := make(chan error, 1)
+	if err := c.record(ops, nil, ch, nil, sync); err != nil {
+		return err
+	}
+	return c.reported(<-ch)
+}
+
+// reported joins err with the failure of a queued commit nobody has been
+// told of yet.
+func (c *Committer) reported(err error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err = errors.Join(err, c.err)
+	c.err = nil
+	return err
+}
+
+// Queue records ops in the current implicit journal and returns; done (if
+// not nil) is called on the committer's goroutine once they are committed,
+// if Queue returned nil. done must not wait for anything a caller of Apply
+// or Wait may hold.
+func (c *Committer) Queue(done func(error), ops ...Op) error {
+	return c.QueueWith(nil, done, ops...)
+}
+
+// QueueWith is Queue with the journal rows landing through commit, with
+// rows of its own (see Journal.ApplyWith): a close's value and its journal
+// entry in one db transaction.
+func (c *Committer) QueueWith(commit CommitFunc, done func(error), ops ...Op) error {
+	if len(ops) > maxImplicitOps {
+		if commit != nil {
+			if err := commit(nil); err != nil {
+				return err
+			}
+		}
+		err := c.Apply(false, ops...)
+		if err == nil && done != nil {
+			done(nil)
+		}
+		return err
+	}
+	return c.record(ops, commit, nil, done, false)
+}
+
+// Wait returns once every change recorded before it is committed, with the
+// error of a queued commit that failed since the last Wait.
+func (c *Committer) Wait() error {
+	c.mu.Lock()
+	if !c.running {
+		c.mu.Unlock()
+		return c.reported(nil)
+	}
+	ch := make(chan error, 1)
+	if c.cur != nil {
+		c.waiters = append(c.waiters, ch)
+		c.hurry()
+	} else {
+		c.idle = append(c.idle, ch)
+	}
+	c.mu.Unlock()
+	return c.reported(<-ch)
+}
+
+// record adds ops to the current implicit journal (through commit, if not
+// nil), starting the committer.
+func (c *Committer) record(ops []Op, commit CommitFunc, wait chan error, done func(error), sync bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if c.cur == nil {
+		j, err := Begin(c.p, false)
+		if err != nil {
+			return err
+		}
+		c.cur, c.ops, c.since = j, 0, now
+	}
+	if err := c.cur.ApplyWith(commit, ops...); err != nil {
+		return err
+	}
+	c.last = now
+	c.ops += len(ops)
+	if wait != nil {
+		c.waiters = append(c.waiters, wait)
+		c.synced = c.synced || sync
+		c.hurry()
+	}
+	if done != nil {
+		c.done = append(c.done, done)
+	}
+	if c.ops >= batchOps {
+		c.hurry()
+	}
+	if !c.running {
+		c.running = true
+		go c.run()
+	}
+	return nil
+}
+
+// Latest returns the time (Unix ns) of the latest change recorded, 0 if
+// none. A batch's commit takes the time of its latest change, so a view
+// that shows queued changes shows the later of the head's time and this
+// one, and that time does not move when the batch lands: tar, for one,
+// fails a directory whose ctime changed while it read it.
+func (c *Committer) Latest() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last.IsZero() {
+		return 0
+	}
+	return c.last.UnixNano()
+}
+
+// hurry makes the committer commit the current journal without delay.
+// Called with c.mu held.
+func (c *Committer) hurry() {
+	c.urgent = true
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Committer) applyExplicit(sync bool, ops []Op) error {
+	j, err := Begin(c.p, true)
+	if err != nil {
+		return err
+	}
+	if err := j.Apply(ops...); err != nil {
+		j.Rollback()
+		return err
+	}
+	if _, err := j.Commit(); err != nil {
+		j.Rollback()
+		return err
+	}
+	c.p.Settle()
+	if sync {
+		return c.p.Sync()
+	}
+	return nil
+}
+
+func (c *Committer) run() {
+	for {
+		c.mu.Lock()
+		// Let more queued changes join the batch.
+		for c.cur != nil && !c.urgent {
+			wait := min(batchDelay-time.Since(c.since), batchQuiet-time.Since(c.last))
+			if wait <= 0 {
+				break
+			}
+			c.mu.Unlock()
+			t := time.NewTimer(wait)
+			select {
+			case <-c.kick:
+			case <-t.C:
+			}
+			t.Stop()
+			c.mu.Lock()
+		}
+		j, ws, done, sync := c.cur, c.waiters, c.done, c.synced
+		if j != nil {
+			j.at = c.last.UnixNano()
+		}
+		c.cur, c.waiters, c.done, c.synced, c.urgent = nil, nil, nil, false, false
+		if j == nil {
+			c.running = false
+			idle := c.idle
+			c.idle = nil
+			c.mu.Unlock()
+			for _, w := range idle {
+				w <- nil
+			}
+			return
+		}
+		c.mu.Unlock()
+		_, err := j.Commit()
+		if err == nil && sync {
+			err = c.p.Sync()
+		}
+		c.p.Settle()
+		c.mu.Lock()
+		if err != nil && len(ws) == 0 {
+			slog.Error("queued commit failed; its changes stay in the journal for recovery", "page", c.p.Ledger+"/"+c.p.Name, "err", err)
+			c.err = errors.Join(c.err, err)
+		}
+		// Waiters that came while this batch was committing wait for it alone.
+		idle := c.idle
+		c.idle = nil
+		c.mu.Unlock()
+		// Callbacks first: a waiter that returns sees their effects.
+		for _, d := range done {
+			d(err)
+		}
+		for _, w := range ws {
+			w <- err
+		}
+		for _, w := range idle {
+			w <- nil
+		}
+	}
+}

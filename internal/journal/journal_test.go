@@ -1,0 +1,546 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+type env struct {
+	t    testing.TB
+	dir  string
+	repo *store.Repository
+	p    *store.Page
+}
+
+func newEnv(t testing.TB) *env {
+	e := &env{t: t, dir: t.TempDir()}
+	e.open()
+	if err := e.repo.CreateLedger("l"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.repo.CreatePage("l", "p"); err != nil {
+		t.Fatal(err)
+	}
+	e.acquire()
+	t.Cleanup(func() { e.repo.Close() })
+	return e
+}
+
+func (e *env) open() {
+	r, err := store.Open(e.dir, store.Options{OnOpen: Recover})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.repo = r
+}
+
+func (e *env) acquire() {
+	p, err := e.repo.Acquire("l", "p")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.p = p
+}
+
+// reopen closes the repository (as a crash would leave it: Badger keeps what
+// its transactions committed) and opens it again, running recovery.
+func (e *env) reopen() {
+	e.repo.Close()
+	e.open()
+	e.acquire()
+}
+
+func (e *env) value(s string) btree.Entry {
+	w := e.p.NewValueWriter()
+	w.Write([]byte(s))
+	id, size, err := w.Close()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return btree.Entry{Value: id, Meta: btree.Meta{Size: size}}
+}
+
+func (e *env) put(k, v string) Op { return Op{Key: k, Entry: e.value(v)} }
+
+// state reads the head as key -> content.
+func (e *env) state() map[string]string {
+	head, err := e.p.Head()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.stateAt(head)
+}
+
+func (e *env) stateAt(c *store.Commit) map[string]string {
+	out := map[string]string{}
+	it := e.p.Tree(c).Seek("")
+	for it.Next() {
+		en := it.Entry()
+		r, err := e.p.OpenValue(en.Value)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		buf := make([]byte, r.Size())
+		if _, err := r.ReadAt(buf, 0); err != nil && len(buf) > 0 {
+			e.t.Fatal(err)
+		}
+		out[en.Key] = string(buf)
+	}
+	if it.Err() != nil {
+		e.t.Fatal(it.Err())
+	}
+	return out
+}
+
+func (e *env) verify() map[string]int {
+	counts, err := store.VerifyRows(e.p.DB(), func(k string, v []byte) error {
+		_, err := DecodeOp(k, v)
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return counts
+}
+
+func TestImplicitCommit(t *testing.T) {
+	e := newEnv(t)
+	c := CommitterFor(e.p)
+	if err := c.Apply(false, e.put("a", "1"), e.put("b/c", "2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Apply(true, Op{Key: "a", Delete: true}, e.put("d", "big")); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"b/c": "2", "d": "big"}
+	if got := e.state(); !maps.Equal(got, want) {
+		t.Fatalf("state %v", got)
+	}
+	head, _ := e.p.Head()
+	if head.Generation != 2 || len(head.Parents) != 1 {
+		t.Fatalf("head generation %d parents %d", head.Generation, len(head.Parents))
+	}
+	counts := e.verify()
+	if counts[store.PrefixHeads] != 1 || counts[store.PrefixCommits] != 2 || counts[store.PrefixUnsyncedCommits] != 2 {
+		t.Fatalf("rows: %v", counts)
+	}
+	if counts["journals/{id}/entry/"] != 0 || counts[store.PrefixImplicitMeta] != 0 || counts[store.StatusPrefix(store.Transient)] != 0 {
+		t.Fatalf("leftover rows after commit: %v", counts)
+	}
+	e.reopen()
+	if got := e.state(); !maps.Equal(got, want) {
+		t.Fatalf("after reopen: %v", got)
+	}
+}
+
+func TestGroupCommit(t *testing.T) {
+	e := newEnv(t)
+	c := CommitterFor(e.p)
+	const n = 64
+	ops := make([]Op, n)
+	for i := range ops {
+		ops[i] = e.put(fmt.Sprintf("k%03d", i), fmt.Sprint(i))
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if err := c.Apply(false, ops[i]); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := len(e.state()); got != n {
+		t.Fatalf("%d entries, want %d", got, n)
+	}
+	head, _ := e.p.Head()
+	t.Logf("%d concurrent closes made %d commits", n, head.Generation)
+	if head.Generation >= n {
+		t.Fatalf("%d closes made %d commits: no grouping", n, head.Generation)
+	}
+}
+
+// A queued batch's commit takes the time of its latest change, which
+// Latest showed while the batch was queued.
+func TestQueuedCommitTakesLatestChangeTime(t *testing.T) {
+	e := newEnv(t)
+	c := CommitterFor(e.p)
+	if c.Latest() != 0 {
+		t.Fatalf("latest %d before any change", c.Latest())
+	}
+	for round := range 3 {
+		before, _ := e.p.Head()
+		for i := range 5 {
+			if err := c.Queue(nil, e.put(fmt.Sprintf("k%d-%d", round, i), "v")); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		queued := c.Latest()
+		// Let the batch land when it is due, not hurried by a waiter.
+		time.Sleep(batchDelay + 100*time.Millisecond)
+		head, _ := e.p.Head()
+		if head.ID == before.ID {
+			t.Fatalf("round %d: batch did not land", round)
+		}
+		if head.Timestamp != queued {
+			t.Fatalf("round %d: commit time %d, want the latest change's %d (landed %v later)",
+				round, head.Timestamp, queued, time.Duration(head.Timestamp-queued))
+		}
+	}
+}
+
+func TestTransactionCommitAndRollback(t *testing.T) {
+	e := newEnv(t)
+	c := CommitterFor(e.p)
+	c.Apply(false, e.put("keep", "0"))
+	j, err := Begin(e.p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Apply(e.put("x", "1"), e.put("y", "2"), Op{Key: "keep", Delete: true})
+	if op, ok, _ := j.Get("x"); !ok || op.Delete {
+		t.Fatal("journal does not show its own write")
+	}
+	if got := e.state(); len(got) != 1 {
+		t.Fatalf("transaction visible before commit: %v", got)
+	}
+	if counts := e.verify(); counts["journals/{id}/entry/"] != 3 {
+		t.Fatalf("explicit journal rows: %v", counts)
+	}
+	if _, err := j.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.state(); !maps.Equal(got, map[string]string{"x": "1", "y": "2"}) {
+		t.Fatalf("after commit: %v", got)
+	}
+	j2, _ := Begin(e.p, true)
+	j2.Apply(e.put("z", "3"))
+	j2.Rollback()
+	if _, ok := e.state()["z"]; ok {
+		t.Fatal("rolled back change visible")
+	}
+	if _, err := j2.Commit(); !errors.Is(err, ErrDone) {
+		t.Fatalf("commit after rollback: %v", err)
+	}
+	if counts := e.verify(); counts["journals/{id}/entry/"] != 0 {
+		t.Fatalf("rows left: %v", counts)
+	}
+}
+
+func TestTransactionMerge(t *testing.T) {
+	e := newEnv(t)
+	c := CommitterFor(e.p)
+	c.Apply(false, e.put("a", "base"), e.put("b", "base"), e.put("c", "base"))
+	j, _ := Begin(e.p, true)
+	j.Apply(e.put("a", "txn"), e.put("b", "txn"), Op{Key: "c", Delete: true})
+	// The head moves on meanwhile.
+	c.Apply(false, e.put("b", "other"), e.put("d", "other"))
+	head, _ := e.p.Head()
+	m, err := j.Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a": "txn", "b": "txn", "d": "other"}
+	if got := e.state(); !maps.Equal(got, want) {
+		t.Fatalf("merged state %v, want %v", got, want)
+	}
+	if len(m.Parents) != 2 || m.Generation != max(head.Generation, 2)+1 {
+		t.Fatalf("merge: %d parents, generation %d", len(m.Parents), m.Generation)
+	}
+	heads, _ := e.p.Heads()
+	if len(heads) != 1 || heads[0].ID != m.ID {
+		t.Fatalf("%d heads after merge", len(heads))
+	}
+	// The transaction's own commit, on its base, is the other parent.
+	other := m.Parents[0]
+	if other == head.ID {
+		other = m.Parents[1]
+	}
+	tc, err := e.p.Commit(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.stateAt(tc); !maps.Equal(got, map[string]string{"a": "txn", "b": "txn"}) {
+		t.Fatalf("transaction commit %v", got)
+	}
+}
+
+func TestClear(t *testing.T) {
+	e := newEnv(t)
+	CommitterFor(e.p).Apply(false, e.put("a", "1"), e.put("b", "2"))
+	j, _ := Begin(e.p, true)
+	j.Apply(e.put("early", "dropped by clear"))
+	j.Clear()
+	j.Apply(e.put("c", "3"))
+	if counts := e.verify(); counts["journals/{id}/C"] != 1 {
+		t.Fatalf("clear row missing: %v", counts)
+	}
+	j.Commit()
+	if got := e.state(); !maps.Equal(got, map[string]string{"c": "3"}) {
+		t.Fatalf("after clear: %v", got)
+	}
+}
+
+func TestRecoveryOnOpen(t *testing.T) {
+	e := newEnv(t)
+	CommitterFor(e.p).Apply(false, e.put("a", "1"))
+	// A transaction and an implicit journal left open by a crash.
+	tx, _ := Begin(e.p, true)
+	tx.Apply(e.put("tx", "lost"))
+	im, _ := Begin(e.p, false)
+	im.Apply(e.put("b", "kept"), Op{Key: "a", Delete: true})
+	// A value written but never journaled.
+	e.value("orphan value that no journal references, long enough not to be inline")
+	e.reopen()
+	if got := e.state(); !maps.Equal(got, map[string]string{"b": "kept"}) {
+		t.Fatalf("after recovery: %v", got)
+	}
+	counts := e.verify()
+	if counts["journals/{id}/entry/"] != 0 || counts[store.PrefixImplicitMeta] != 0 || counts[store.StatusPrefix(store.Transient)] != 0 {
+		t.Fatalf("rows left after recovery: %v", counts)
+	}
+	// The orphan and the lost transaction's value were collected.
+	if counts[store.PrefixObjects] != counts[store.StatusPrefix(store.Local)] {
+		t.Fatalf("objects %d, local %d", counts[store.PrefixObjects], counts[store.StatusPrefix(store.Local)])
+	}
+}
+
+var errCrash = errors.New("simulated crash")
+
+// TestRecoveryOfTwoImplicitJournals: a crash can leave the journal being
+// committed and the next one, which a queued close filled meanwhile.
+// Recovery commits them in the order they began, so the later change to a
+// key wins, and keeps every piece of the first one's commit.
+func TestRecoveryOfTwoImplicitJournals(t *testing.T) {
+	for k := range 8 {
+		e := newEnv(t)
+		var base []Op
+		for i := range 600 {
+			base = append(base, e.put(fmt.Sprintf("k%04d", i), fmt.Sprintf("base-%d-%0100d", i, i)))
+		}
+		CommitterFor(e.p).Apply(false, base...)
+		j1, _ := Begin(e.p, false)
+		j1.Apply(e.put("same", "first"), e.put("k0300", fmt.Sprintf("first-%0100d", k)))
+		j2, _ := Begin(e.p, false)
+		j2.Apply(e.put("same", "second"), e.put("k0301", fmt.Sprintf("second-%0100d", k)))
+		want := e.state()
+		want["same"] = "second"
+		want["k0300"] = fmt.Sprintf("first-%0100d", k)
+		want["k0301"] = fmt.Sprintf("second-%0100d", k)
+		if k%2 == 1 {
+			// The first commit cut short after its atomic step: its pieces
+			// are still transient when the second commits on top.
+			crashAt = func(step string) error {
+				if step == "committed" {
+					return errCrash
+				}
+				return nil
+			}
+			if _, err := j1.Commit(); !errors.Is(err, errCrash) {
+				t.Fatalf("commit: %v", err)
+			}
+			crashAt = nil
+		}
+		e.reopen()
+		if got := e.state(); !maps.Equal(got, want) {
+			t.Fatalf("run %d: same=%q k0300 ok=%v k0301 ok=%v, %d entries (want %d)", k, got["same"],
+				got["k0300"] == want["k0300"], got["k0301"] == want["k0301"], len(got), len(want))
+		}
+		counts := e.verify()
+		if counts[store.StatusPrefix(store.Transient)] != 0 || counts[store.PrefixObjects] != counts[store.StatusPrefix(store.Local)] {
+			t.Fatalf("run %d: rows after recovery: %v", k, counts)
+		}
+		e.repo.Close()
+	}
+}
+
+// TestCrashAtEveryStep stops a commit at each of its steps, reopens the page
+// and checks that it holds the old or the new state, never a mix, with rows
+// that match the schema and every piece of the head readable and local.
+func TestCrashAtEveryStep(t *testing.T) {
+	for k := 0; ; k++ {
+		e := newEnv(t)
+		c := CommitterFor(e.p)
+		var old []Op
+		for i := range 300 {
+			old = append(old, e.put(fmt.Sprintf("k%04d", i), fmt.Sprintf("old-%d-%0200d", i, i)))
+		}
+		c.Apply(false, old...)
+		before := e.state()
+
+		j, _ := Begin(e.p, k%2 == 1) // alternate implicit and explicit
+		var ops []Op
+		rng := rand.New(rand.NewPCG(uint64(k), 1))
+		for i := range 2500 {
+			if rng.IntN(4) == 0 {
+				ops = append(ops, Op{Key: fmt.Sprintf("k%04d", rng.IntN(300)), Delete: true})
+			} else {
+				ops = append(ops, e.put(fmt.Sprintf("n%05d", i), fmt.Sprintf("new-%d-%0100d", i, i)))
+			}
+		}
+		j.Apply(ops...)
+		n := 0
+		crashed := ""
+		crashAt = func(step string) error {
+			if n == k/2 {
+				crashed = step
+				return errCrash
+			}
+			n++
+			return nil
+		}
+		_, err := j.Commit()
+		crashAt = nil
+		if crashed == "" {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k < 4 {
+				t.Fatal("commit has fewer steps than expected")
+			}
+			return
+		}
+		want := maps.Clone(before)
+		for _, op := range ops {
+			if op.Delete {
+				delete(want, op.Key)
+			}
+		}
+		for _, op := range ops {
+			if !op.Delete {
+				r, _ := e.p.OpenValue(op.Entry.Value)
+				buf := make([]byte, r.Size())
+				r.ReadAt(buf, 0)
+				want[op.Key] = string(buf)
+			}
+		}
+		e.reopen()
+		got := e.state()
+		committed := crashed != "nodes-written"
+		implicit := k%2 == 0
+		switch {
+		case maps.Equal(got, want) && (committed || implicit):
+		case maps.Equal(got, before) && !committed && !implicit:
+		default:
+			t.Fatalf("crash at %s (implicit %v): %d entries, old %d, new %d", crashed, implicit, len(got), len(before), len(want))
+		}
+		counts := e.verify()
+		if counts[store.StatusPrefix(store.Transient)] != 0 || counts["journals/{id}/entry/"] != 0 {
+			t.Fatalf("crash at %s: rows left: %v", crashed, counts)
+		}
+		if counts[store.PrefixObjects] != counts[store.StatusPrefix(store.Local)] {
+			t.Fatalf("crash at %s: %d objects, %d local", crashed, counts[store.PrefixObjects], counts[store.StatusPrefix(store.Local)])
+		}
+		t.Logf("crash at %s: %d entries, ok", crashed, len(got))
+		e.repo.Close()
+	}
+}
+
+func TestRowsAfterMixedWorkload(t *testing.T) {
+	e := newEnv(t)
+	c := CommitterFor(e.p)
+	big := make([]byte, 3<<20)
+	for i := range big {
+		big[i] = byte(i * 2654435761 >> 13)
+	}
+	w := e.p.NewValueWriter()
+	w.Write(big)
+	id, size, _ := w.Close()
+	c.Apply(false, Op{Key: "big", Entry: btree.Entry{Value: id, Meta: btree.Meta{Size: size, Mode: 0o100600, MtimeNs: 12345, HasMtime: true}}})
+	c.Apply(false, e.put("small", "x"), Op{Key: "link", Entry: btree.Entry{Value: cas.ObjectIdentifier{Digest: cas.ComputeDigest(cas.KindBlob, false, nil)}, Meta: btree.Meta{Mode: 0o120777, Symlink: "small"}}})
+	tx, _ := Begin(e.p, true)
+	tx.Apply(e.put("pending", "p"))
+	tx.Clear()
+	im, _ := Begin(e.p, false)
+	im.Apply(e.put("open", fmt.Sprintf("%0100d", 7)), Op{Key: "small", Delete: true})
+	counts := e.verify()
+	for _, k := range []string{store.PrefixCommits, store.PrefixObjects, store.PrefixHeads, store.PrefixUnsyncedCommits, store.PrefixImplicitMeta, "journals/{id}/entry/", "journals/{id}/C", store.StatusPrefix(store.Local), store.StatusPrefix(store.Transient)} {
+		if counts[k] == 0 {
+			t.Errorf("no %s rows after the workload: %v", k, counts)
+		}
+	}
+	en, ok, _ := e.p.Tree(must(e.p.Head())).Get("big")
+	if !ok || en.Meta.Mode != 0o100600 || en.Meta.MtimeNs != 12345 {
+		t.Fatalf("metadata lost: %+v", en.Meta)
+	}
+	// Opening the db directly with Badger shows only documented rows.
+	dir := e.p.DB().Opts().Dir
+	e.repo.Close()
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := store.VerifyRows(db, func(k string, v []byte) error { _, err := DecodeOp(k, v); return err }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func FuzzDecodeOp(f *testing.F) {
+	f.Add([]byte("D"))
+	f.Add(EncodeOp(Op{Key: "k", Entry: btree.Entry{Value: cas.ObjectIdentifier{Digest: cas.ComputeDigest(cas.KindBlob, false, []byte("v"))}, Meta: btree.Meta{Size: 1, Mode: 0o100644, Symlink: "t"}}}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		op, err := DecodeOp("k", b)
+		if err != nil {
+			return
+		}
+		op2, err := DecodeOp("k", EncodeOp(op))
+		if err != nil || op2 != op {
+			t.Fatalf("round trip: %+v vs %+v (%v)", op, op2, err)
+		}
+	})
+}
+
+// A queued commit that fails is reported to its done callback and to the
+// next Apply, once; its change stays in the journal for the next start.
+func TestQueuedCommitFailureIsReported(t *testing.T) {
+	e := newEnv(t)
+	c := CommitterFor(e.p)
+	crashAt = func(step string) error {
+		if step == "nodes-written" {
+			return errCrash
+		}
+		return nil
+	}
+	done := make(chan error, 1)
+	if err := c.Queue(func(err error) { done <- err }, e.put("a", "1")); err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	crashAt = nil
+	if !errors.Is(err, errCrash) {
+		t.Fatalf("done got %v", err)
+	}
+	if err := c.Apply(false, e.put("b", "2")); !errors.Is(err, errCrash) {
+		t.Fatalf("next Apply: %v", err)
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatalf("reported twice: %v", err)
+	}
+	if got := e.state(); !maps.Equal(got, map[string]string{"b": "2"}) {
+		t.Fatalf("before restart: %v", got)
+	}
+	e.reopen()
+	if got := e.state(); !maps.Equal(got, map[string]string{"a": "1", "b": "2"}) {
+		t.Fatalf("after restart: %v", got)
+	}
+}

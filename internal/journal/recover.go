@@ -1,0 +1,172 @@
+package journal
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// Recover brings a page opened after a crash to a consistent state, as Ledger
+// does on start: explicit journals (transactions that never committed) are
+// deleted, implicit journals are committed in the order they began, leftover
+// rows of journals that did commit are deleted, reachable pieces still
+// marked transient become local and unreachable transient pieces are
+// deleted. It is the store's OnOpen hook.
+func Recover(p *store.Page) error {
+	db := p.DB()
+	if err := deleteRows(db, []byte(store.PrefixExplicitJournal)); err != nil {
+		return fmt.Errorf("recover: drop explicit journals: %w", err)
+	}
+	// A commit cut short after its atomic step leaves pieces under the head
+	// transient. They become local before any journal commits on top of
+	// them: a new local node above a transient one would hide it from the
+	// collection at the end, which would delete it.
+	if _, err := settleReachable(p); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	implicit := map[store.JournalID]store.CommitID{}
+	err := db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(store.PrefixImplicitMeta)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			id := store.JournalID(it.Item().Key()[len(store.PrefixImplicitMeta):])
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if !id.Valid() || len(v) != len(store.CommitID{}) {
+				return fmt.Errorf("malformed implicit journal row %q", it.Item().Key())
+			}
+			implicit[id] = store.CommitID(v)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	// Implicit journal ids sort in the order the journals began.
+	for _, id := range slices.Sorted(maps.Keys(implicit)) {
+		j := &Journal{p: p, ID: id, Base: implicit[id]}
+		c, err := j.Commit()
+		if err != nil {
+			return fmt.Errorf("recover: commit implicit journal %s: %w", id, err)
+		}
+		slog.Info("committed implicit journal left by a crash", "page", p.Ledger+"/"+p.Name, "journal", id, "commit", c != nil)
+	}
+	// Rows of implicit journals without metadata belong to journals that
+	// committed before the crash stopped their clean-up.
+	if err := deleteRows(db, []byte(store.PrefixImplicitJournal)); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	if err := collectTransient(p); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	return nil
+}
+
+// collectTransient settles pieces left transient by a crash: those a head
+// reaches become local, the others are deleted.
+func collectTransient(p *store.Page) error {
+	found, err := settleReachable(p)
+	if err != nil || !found {
+		return err
+	}
+	return collectGarbage(p)
+}
+
+// settleReachable marks the transient pieces the heads reach as local. It
+// reports whether the page has transient pieces at all.
+func settleReachable(p *store.Page) (bool, error) {
+	prefix := []byte(store.StatusPrefix(store.Transient))
+	found := false
+	if err := p.DB().View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		it.Rewind()
+		found = it.Valid()
+		return nil
+	}); err != nil || !found {
+		return false, err
+	}
+	heads, err := p.Heads()
+	if err != nil {
+		return false, err
+	}
+	w := newTransientWalk(p)
+	// Walk each head's tree down to the first local pieces: below a local
+	// piece everything is local.
+	var walkNode func(id cas.ObjectIdentifier) error
+	walkNode = func(id cas.ObjectIdentifier) error {
+		if id.Digest.IsInline() {
+			return nil
+		}
+		if t, err := p.IsTransient(id.Digest); err != nil || !t {
+			return err
+		}
+		children, values, err := p.Nodes().Refs(id)
+		if err != nil {
+			return err
+		}
+		for _, v := range values {
+			if err := w.object(v); err != nil {
+				return err
+			}
+		}
+		for _, c := range children {
+			if err := walkNode(c); err != nil {
+				return err
+			}
+		}
+		return w.object(id)
+	}
+	for _, h := range heads {
+		if h.Root != btree.EmptyRoot {
+			if err := walkNode(h.Root); err != nil {
+				return false, fmt.Errorf("walk head %s: %w", h.ID, err)
+			}
+		}
+	}
+	if err := w.flush(); err != nil {
+		return false, err
+	}
+	if w.marked > 0 {
+		slog.Info("settled transient pieces", "page", p.Ledger+"/"+p.Name, "local", w.marked)
+	}
+	return true, nil
+}
+
+// collectGarbage deletes the pieces still transient.
+func collectGarbage(p *store.Page) error {
+	db := p.DB()
+	prefix := []byte(store.StatusPrefix(store.Transient))
+	for {
+		var ds []cas.Digest
+		err := db.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+			defer it.Close()
+			for it.Rewind(); it.Valid() && len(ds) < 2000; it.Next() {
+				ds = append(ds, cas.Digest(it.Item().Key()[len(prefix):]))
+			}
+			return nil
+		})
+		if err != nil || len(ds) == 0 {
+			return err
+		}
+		err = store.Batched(db, len(ds), func(txn *badger.Txn, i int) error {
+			if err := txn.Delete(store.StatusKey(store.Transient, ds[i])); err != nil {
+				return err
+			}
+			return txn.Delete(store.ObjectKey(ds[i]))
+		})
+		if err != nil {
+			return fmt.Errorf("recover: delete garbage pieces: %w", err)
+		}
+	}
+}

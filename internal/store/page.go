@@ -1,0 +1,559 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/restic/chunker"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+)
+
+// ErrClosed reports an operation on a page that has been closed.
+var ErrClosed = errors.New("store: page is closed")
+
+// Page is an open page: its Badger db and what is needed to read and write
+// its trees and values. A Page is safe for concurrent use; the caller that
+// changes heads holds Lock.
+type Page struct {
+	Ledger string
+	Name   string
+	ID     PageID
+
+	db     *badger.DB
+	pol    chunker.Pol
+	nodes  *btree.Store
+	closed atomic.Bool
+
+	// mu serializes changes to the heads (commits, recovery).
+	mu sync.Mutex
+
+	// heads caches the head commits: reading heads/ rows would walk the
+	// deleted rows of every earlier head until compaction drops them.
+	hmu   sync.RWMutex
+	heads []*Commit
+
+	// State is for the layer above (journals), created once per open page.
+	stateOnce sync.Once
+	state     any
+
+	repo *Repository
+	refs int // guarded by repo.mu
+	// lowSpace is why the db was opened read-only: the repository's
+	// filesystem was nearly full (see space). Every change gets it; the
+	// page is reopened for changes once there is room and it is idle.
+	lowSpace error
+
+	ra readAhead
+}
+
+// DB returns the page's Badger db, for the journal package's row writes.
+func (p *Page) DB() *badger.DB { return p.db }
+
+// Polynomial is the repository's chunker polynomial.
+func (p *Page) Polynomial() chunker.Pol { return p.pol }
+
+// Nodes returns the page's tree node store.
+func (p *Page) Nodes() *btree.Store { return p.nodes }
+
+// Lock serializes head changes.
+func (p *Page) Lock()   { p.mu.Lock() }
+func (p *Page) Unlock() { p.mu.Unlock() }
+
+// State returns the layer-above state of the page, creating it with mk on
+// first use.
+func (p *Page) State(mk func() any) any {
+	p.stateOnce.Do(func() { p.state = mk() })
+	return p.state
+}
+
+// CheckSpace returns an error wrapping syscall.ENOSPC when a change other
+// than new content must be refused to keep the repository's filesystem from
+// filling up (see space).
+func (p *Page) CheckSpace() error {
+	if p.lowSpace != nil {
+		return p.lowSpace
+	}
+	return p.repo.space.claim(0, forChange)
+}
+
+// CheckContentSpace returns an error wrapping syscall.ENOSPC when n more
+// bytes of file content written outside the db, where statfs sees them at
+// once (a spool), would eat into the reserve.
+func (p *Page) CheckContentSpace(n int) error {
+	if err := p.repo.space.claim(uint64(n), forContent); err != nil {
+		return err
+	}
+	p.repo.space.landed(uint64(n))
+	return nil
+}
+
+func (p *Page) check() error {
+	if p.closed.Load() {
+		return fmt.Errorf("page %s/%s: %w", p.Ledger, p.Name, ErrClosed)
+	}
+	return nil
+}
+
+// Get returns a stored piece (cas.Source).
+func (p *Page) Get(d cas.Digest, buf []byte) ([]byte, error) { return p.get(d, buf, false) }
+
+// GetStreaming returns a stored piece that a read in order wants, and has
+// the value log around it read in (cas.StreamSource).
+func (p *Page) GetStreaming(d cas.Digest, buf []byte) ([]byte, error) { return p.get(d, buf, true) }
+
+func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	var out []byte
+	err := p.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(ObjectKey(d))
+		if err != nil {
+			return err
+		}
+		return it.Value(func(v []byte) error {
+			out = append(buf[:0], v...)
+			if stream {
+				p.ra.near(v)
+			}
+			return nil
+		})
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, fmt.Errorf("piece %s: %w", d, cas.ErrNotFound)
+	}
+	// A read from a mapped value log maps the pages around it too
+	// (read-around, fault-around): count at least that much, unless the
+	// read streams. A streaming reader's next values lie in the pages
+	// already mapped around this one; counting the read-around for each
+	// of them (chunks average 16 KiB) trimmed every 4 MiB read, 8 % of the
+	// mount's CPU in a cold sequential read.
+	if stream {
+		p.repo.trim.add(len(out))
+	} else {
+		p.repo.trim.add(max(len(out), readAround))
+	}
+	return out, err
+}
+
+// Put stores a piece in its own transaction (cas.Sink); streaming writers use
+// a PieceWriter instead.
+func (p *Page) Put(d cas.Digest, data []byte) error {
+	w := p.NewPieceWriter()
+	if err := w.Put(d, data); err != nil {
+		w.Discard()
+		return err
+	}
+	return w.Flush()
+}
+
+// PieceWriter batches new pieces into large transactions. A piece that the
+// page already holds is skipped, so identical content adds no rows. New
+// pieces are marked transient until a commit uses them.
+type PieceWriter struct {
+	p       *Page
+	txn     *badger.Txn
+	pending int
+	// Full batches commit in the background while the next one fills, at
+	// most maxInflight at a time; Flush waits for them.
+	inflight chan struct{}
+	wg       sync.WaitGroup
+	errMu    sync.Mutex
+	err      error
+	// New lists the pieces this writer added, in the order they were put
+	// (children before the index pieces over them).
+	New []cas.Digest
+	// Track makes the writer record New.
+	Track bool
+	// bulk marks a writer of file content, which must leave the whole
+	// reserve free (see space).
+	bulk bool
+}
+
+// flushBytes bounds the memory a batch holds before it is committed.
+const flushBytes = 8 << 20
+
+// maxInflight bounds the batches committing in the background.
+const maxInflight = 2
+
+// NewPieceWriter starts a batch of piece writes.
+func (p *Page) NewPieceWriter() *PieceWriter {
+	return &PieceWriter{p: p, inflight: make(chan struct{}, maxInflight)}
+}
+
+// Put implements cas.Sink.
+func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
+	if err := w.p.check(); err != nil {
+		return err
+	}
+	if w.p.lowSpace != nil {
+		return w.p.lowSpace
+	}
+	if w.txn == nil {
+		w.txn = w.p.db.NewTransaction(true)
+	}
+	key := ObjectKey(d)
+	switch _, err := w.txn.Get(key); {
+	case err == nil:
+		if w.Track {
+			// A piece still transient (left by a write that was never
+			// committed) must move to local with the pieces above it.
+			switch _, err := w.txn.Get(StatusKey(Transient, d)); {
+			case err == nil:
+				w.New = append(w.New, d)
+			case !errors.Is(err, badger.ErrKeyNotFound):
+				return fmt.Errorf("store: look up piece status %s: %w", d, err)
+			}
+		}
+		return nil
+	case !errors.Is(err, badger.ErrKeyNotFound):
+		return fmt.Errorf("store: look up piece %s: %w", d, err)
+	}
+	if w.bulk {
+		if err := w.p.repo.space.claim(uint64(len(data)), forContent); err != nil {
+			return err
+		}
+	}
+	set := func() error {
+		if err := w.txn.Set(key, data); err != nil {
+			return err
+		}
+		return w.txn.Set(StatusKey(Transient, d), nil)
+	}
+	err := set()
+	if errors.Is(err, badger.ErrTxnTooBig) {
+		if err = w.commitAsync(); err == nil {
+			err = set()
+		}
+	}
+	if err != nil {
+		w.landed(len(data))
+		return fmt.Errorf("store: write piece %s: %w", d, err)
+	}
+	if w.Track {
+		w.New = append(w.New, d)
+	}
+	w.pending += len(data)
+	w.p.repo.trim.add(len(data))
+	if w.pending >= flushBytes {
+		return w.commitAsync()
+	}
+	return nil
+}
+
+// commitAsync starts committing the current (non-nil) batch, so that
+// hashing and chunking go on while Badger writes it. A piece in a batch not
+// yet committed is not seen by the next batch's lookups and may be written
+// twice, which costs space until value-log GC and nothing else.
+//
+// The next batch's transaction starts before this one commits: Badger
+// starts a transaction only once every commit before it has landed, so
+// starting it afterwards would make hashing wait for this batch's write.
+func (w *PieceWriter) commitAsync() error {
+	txn, full, n := w.txn, w.pending >= flushBytes, w.pending
+	w.txn, w.pending = w.p.db.NewTransaction(true), 0
+	w.inflight <- struct{}{}
+	w.wg.Add(1)
+	txn.CommitWith(func(err error) {
+		w.landed(n)
+		if err != nil {
+			w.errMu.Lock()
+			if w.err == nil {
+				w.err = fmt.Errorf("store: commit pieces: %w", err)
+			}
+			w.errMu.Unlock()
+		}
+		<-w.inflight
+		if full && err == nil {
+			w.p.startWriteback()
+		}
+		w.wg.Done()
+	})
+	return w.firstErr()
+}
+
+// landed tells the space guard that n bytes of content claimed by Put are
+// in the db's files, or dropped.
+func (w *PieceWriter) landed(n int) {
+	if w.bulk {
+		w.p.repo.space.landed(uint64(n))
+	}
+}
+
+func (w *PieceWriter) firstErr() error {
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	return w.err
+}
+
+// Flush commits the pieces written so far and waits until they are in the
+// db.
+func (w *PieceWriter) Flush() error { return w.FlushWith(nil) }
+
+// FlushWith commits the pieces written so far together with the rows that
+// rows (if not nil) sets, in one transaction after the batches already
+// committing have landed, and waits for it: rows that refer to the pieces
+// (a journal entry) land with them or not at all. Rows too many for the
+// transaction follow the pieces in one of their own.
+func (w *PieceWriter) FlushWith(rows func(txn *badger.Txn) error) error {
+	w.wg.Wait()
+	if err := w.firstErr(); err != nil {
+		w.Discard()
+		return err
+	}
+	txn, n := w.txn, w.pending
+	w.txn, w.pending = nil, 0
+	defer w.landed(n)
+	if rows == nil {
+		if txn == nil {
+			return nil
+		}
+		rows = func(*badger.Txn) error { return nil }
+	}
+	if txn == nil {
+		txn = w.p.db.NewTransaction(true)
+	}
+	defer func() { txn.Discard() }()
+	err := rows(txn)
+	if errors.Is(err, badger.ErrTxnTooBig) {
+		if err = txn.Commit(); err != nil {
+			return fmt.Errorf("store: commit pieces: %w", err)
+		}
+		txn = w.p.db.NewTransaction(true)
+		err = rows(txn)
+	}
+	if err != nil {
+		return err
+	}
+	if err := txn.Commit(); err != nil {
+		return fmt.Errorf("store: commit pieces and rows: %w", err)
+	}
+	return nil
+}
+
+// Discard drops the pieces not yet flushed (batches already committing
+// complete: their pieces stay transient, garbage for recovery).
+func (w *PieceWriter) Discard() {
+	if w.txn != nil {
+		w.txn.Discard()
+		w.txn = nil
+	}
+	w.landed(w.pending)
+	w.pending = 0
+	w.wg.Wait()
+}
+
+// Commit returns a commit by id.
+func (p *Page) Commit(id CommitID) (*Commit, error) {
+	if id == FirstCommitID {
+		return FirstCommit(), nil
+	}
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	var c *Commit
+	err := p.db.View(func(txn *badger.Txn) error {
+		var err error
+		c, err = ReadCommit(txn, id)
+		return err
+	})
+	return c, err
+}
+
+// ReadCommit reads a commit inside a transaction.
+func ReadCommit(txn *badger.Txn, id CommitID) (*Commit, error) {
+	if id == FirstCommitID {
+		return FirstCommit(), nil
+	}
+	it, err := txn.Get(CommitKey(id))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, fmt.Errorf("store: commit %s not found", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	buf, err := it.ValueCopy(nil)
+	if err != nil {
+		return nil, err
+	}
+	return DecodeCommit(id, buf)
+}
+
+// Heads returns the page's head commits. A page with no heads row is new: its
+// head is the first commit.
+func (p *Page) Heads() ([]*Commit, error) {
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	p.hmu.RLock()
+	cached := p.heads
+	p.hmu.RUnlock()
+	if cached != nil {
+		return slices.Clone(cached), nil
+	}
+	var heads []*Commit
+	err := p.db.View(func(txn *badger.Txn) error {
+		var err error
+		heads, err = ReadHeads(txn)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.SetHeads(heads)
+	return slices.Clone(heads), nil
+}
+
+// SetHeads records the heads a committed transaction left; the caller holds
+// Lock.
+func (p *Page) SetHeads(heads []*Commit) {
+	p.hmu.Lock()
+	p.heads = slices.Clone(heads)
+	p.hmu.Unlock()
+}
+
+// ReadHeads reads the heads inside a transaction.
+func ReadHeads(txn *badger.Txn) ([]*Commit, error) {
+	var ids []CommitID
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(PrefixHeads)})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		k := it.Item().Key()[len(PrefixHeads):]
+		if len(k) != len(CommitID{}) {
+			return nil, fmt.Errorf("store: malformed head row %q", it.Item().Key())
+		}
+		ids = append(ids, CommitID(k))
+	}
+	if len(ids) == 0 {
+		return []*Commit{FirstCommit()}, nil
+	}
+	heads := make([]*Commit, 0, len(ids))
+	for _, id := range ids {
+		c, err := ReadCommit(txn, id)
+		if err != nil {
+			return nil, err
+		}
+		heads = append(heads, c)
+	}
+	return heads, nil
+}
+
+// Head returns the page's newest head: the one of highest generation, then
+// latest timestamp. Pages have one head except between a commit and its
+// merge.
+func (p *Page) Head() (*Commit, error) {
+	heads, err := p.Heads()
+	if err != nil {
+		return nil, err
+	}
+	return Newest(heads), nil
+}
+
+// Newest picks the head of highest generation, then latest timestamp, then
+// highest id.
+func Newest(heads []*Commit) *Commit {
+	best := heads[0]
+	for _, h := range heads[1:] {
+		if h.Generation > best.Generation ||
+			h.Generation == best.Generation && (h.Timestamp > best.Timestamp ||
+				h.Timestamp == best.Timestamp && string(h.ID[:]) > string(best.ID[:])) {
+			best = h
+		}
+	}
+	return best
+}
+
+// Tree opens the tree of a commit.
+func (p *Page) Tree(c *Commit) *btree.Tree { return p.nodes.Open(c.Root) }
+
+// SetStatus moves pieces to status s in batches, in the order given; callers
+// pass children before parents so that a piece never has a later status
+// than a piece below it.
+func (p *Page) SetStatus(s PieceStatus, ds []cas.Digest) error {
+	err := Batched(p.db, len(ds), func(txn *badger.Txn, i int) error {
+		for _, o := range Statuses {
+			if o != s {
+				if err := txn.Delete(StatusKey(o, ds[i])); err != nil {
+					return err
+				}
+			}
+		}
+		return txn.Set(StatusKey(s, ds[i]), nil)
+	})
+	if err != nil {
+		return fmt.Errorf("store: set piece status %s: %w", s, err)
+	}
+	return nil
+}
+
+// IsTransient reports whether a piece is marked transient: used by a
+// journal that is not committed yet, or garbage left by a crash.
+func (p *Page) IsTransient(d cas.Digest) (bool, error) {
+	// A large value's commit looks up the status of each of its chunks, in
+	// no order the tables know: each lookup maps a block and the pages the
+	// kernel maps around it, 150 MiB of RSS for 4 GiB before the next trim.
+	p.repo.trim.add(readAround)
+	err := p.db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(StatusKey(Transient, d))
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Settle returns value-log pages touched by recent work to the page cache;
+// the journal calls it after each commit.
+func (p *Page) Settle() { p.repo.trim.settle() }
+
+// Sync makes every write so far durable.
+func (p *Page) Sync() error {
+	if err := p.check(); err != nil {
+		return err
+	}
+	if p.lowSpace != nil {
+		return nil // opened read-only: nothing was written
+	}
+	return p.db.Sync()
+}
+
+// RunGC reclaims value log space; it runs until no file is worth rewriting.
+func (p *Page) RunGC(ratio float64) {
+	if p.lowSpace != nil {
+		return
+	}
+	for p.check() == nil && p.db.RunValueLogGC(ratio) == nil {
+	}
+}
+
+func nowNs() int64 { return time.Now().UnixNano() }
+
+// Batched runs op for i in [0, n) in as few transactions as Badger allows,
+// in order: when a transaction is full it is committed and op(i) retried in
+// the next. For row maintenance that need not be atomic as a whole.
+func Batched(db *badger.DB, n int, op func(txn *badger.Txn, i int) error) error {
+	txn := db.NewTransaction(true)
+	defer func() { txn.Discard() }()
+	for i := 0; i < n; i++ {
+		err := op(txn, i)
+		if errors.Is(err, badger.ErrTxnTooBig) {
+			if err = txn.Commit(); err != nil {
+				return err
+			}
+			txn = db.NewTransaction(true)
+			err = op(txn, i)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return txn.Commit()
+}

@@ -1,0 +1,144 @@
+package store
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+)
+
+// vlogResident returns how many bytes of the page's value logs are in the
+// page cache, and drops them first if evict is set.
+func vlogResident(t *testing.T, p *Page, evict bool) int {
+	t.Helper()
+	if evict {
+		if err := p.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		p.repo.trim.trim() // Badger's own mappings keep pages in the cache
+	}
+	files, err := filepath.Glob(filepath.Join(p.db.Opts().ValueDir, "*.vlog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, _ := f.Stat()
+		if evict {
+			unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+		}
+		if fi.Size() > 0 {
+			m, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
+			if err != nil {
+				t.Fatal(err)
+			}
+			vec := make([]byte, (len(m)+os.Getpagesize()-1)/os.Getpagesize())
+			if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+				t.Fatal(e)
+			}
+			for _, v := range vec {
+				total += int(v & 1)
+			}
+			unix.Munmap(m)
+		}
+		f.Close()
+	}
+	return total * os.Getpagesize()
+}
+
+// A streaming get has the kernel read in the value log around the piece, a
+// plain get does not: after a piece of a cold 32 MiB value was read, the
+// page cache holds at least 8 MiB more of the value log for the streaming
+// get than for the plain one, also when the stretch was read ahead before.
+func TestGetStreamingReadsAhead(t *testing.T) {
+	p := testPage(t)
+	chunks := storedChunks(t, p, writeValue(t, p, benchBytes(32<<20)))
+	d := chunks[len(chunks)/2]
+	settled := func() int {
+		time.Sleep(300 * time.Millisecond) // the advice runs on its own goroutine
+		return vlogResident(t, p, false)
+	}
+
+	if left := vlogResident(t, p, true); left > 1<<20 {
+		t.Skipf("the value log stays in the page cache (%d KiB): cannot measure", left>>10)
+	}
+	if _, err := p.Get(d, nil); err != nil {
+		t.Fatal(err)
+	}
+	plain := settled()
+	vlogResident(t, p, true)
+	if _, err := p.GetStreaming(d, nil); err != nil {
+		t.Fatal(err)
+	}
+	streaming := settled()
+	t.Logf("resident after one get: plain %d KiB, streaming %d KiB", plain>>10, streaming>>10)
+	if streaming < plain+8<<20 {
+		t.Fatalf("streaming get: %d KiB of value log read in, plain get %d KiB", streaming>>10, plain>>10)
+	}
+
+	// A later read of the same stretch, once the pages left the cache,
+	// is read ahead again.
+	vlogResident(t, p, true)
+	time.Sleep(raFresh)
+	if _, err := p.GetStreaming(d, nil); err != nil {
+		t.Fatal(err)
+	}
+	if again := settled(); again < plain+8<<20 {
+		t.Fatalf("streaming get %v later: %d KiB of value log read in, plain get %d KiB", raFresh, again>>10, plain>>10)
+	}
+}
+
+// A streaming get counts the bytes it read towards the next trim, a plain
+// get at least the read-around: the chunks of a stream share the pages
+// mapped around each other, and counting the read-around for each trimmed
+// every 4 MiB of a sequential read.
+func TestStreamingGetsCountTheirBytes(t *testing.T) {
+	p := testPage(t)
+	chunks := storedChunks(t, p, writeValue(t, p, benchBytes(4<<20)))
+	counted := func(get func(cas.Digest, []byte) ([]byte, error)) (traffic, read int64) {
+		t.Helper()
+		p.repo.trim.running.Lock() // no trim resets the count meanwhile
+		defer p.repo.trim.running.Unlock()
+		before := p.repo.trim.traffic.Load()
+		for _, d := range chunks {
+			v, err := get(d, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			read += int64(len(v))
+		}
+		return p.repo.trim.traffic.Load() - before, read
+	}
+	if traffic, read := counted(p.GetStreaming); traffic != read {
+		t.Errorf("%d streaming gets of %d bytes counted %d bytes", len(chunks), read, traffic)
+	}
+	if traffic, _ := counted(p.Get); traffic < int64(len(chunks))*readAround {
+		t.Errorf("%d plain gets counted %d bytes, want at least the read-around of each", len(chunks), traffic)
+	}
+}
+
+// storedChunks lists the chunks of the value id that have rows of their
+// own: a last chunk of 32 bytes or less is inline (the polynomial, and so
+// the cuts, differ per repository).
+func storedChunks(t testing.TB, p *Page, id cas.ObjectIdentifier) []cas.Digest {
+	t.Helper()
+	var chunks []cas.Digest
+	if err := cas.Walk(p, id, func(d cas.Digest) (bool, error) {
+		if !d.IsIndex() && !d.IsInline() {
+			chunks = append(chunks, d)
+		}
+		return true, nil
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return chunks
+}

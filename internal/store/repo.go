@@ -1,0 +1,789 @@
+// Package store keeps a repository of ledgers and pages on disk: one Badger
+// db per page, whose rows follow Ledger's documented schema, and one
+// repository db (page_usage_db) for page usage and names.
+package store
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/restic/chunker"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+)
+
+// SerializationVersion is the on-disk format version, the first path
+// component under the repository directory.
+const SerializationVersion = "1"
+
+// Rows of the repository db. opened/ is Ledger's; the others are ledgerfs's
+// so that listing ledgers and pages needs no scan of page dbs.
+const (
+	prefixOpened  = "opened/"
+	prefixLedgers = "ledgers/"
+	prefixPages   = "pages/"
+	keyPolynomial = "repository/chunker_polynomial"
+)
+
+// Errors of repository operations.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrExists   = errors.New("already exists")
+	ErrNotEmpty = errors.New("not empty")
+	ErrLocked   = errors.New("repository is in use by another process (is it mounted?)")
+)
+
+// Options configure a repository.
+type Options struct {
+	// MaxIdlePages is how many pages stay open with no user (LRU); 0 means 16.
+	MaxIdlePages int
+	// NodeCacheBytes bounds the decoded tree nodes kept in memory; 0 means
+	// 16 MiB. Most of what a busy page leaves there are nodes its own
+	// commits replaced: after 100,000 unlinks the cache held 19 MiB of
+	// them while the next file was written.
+	NodeCacheBytes int64
+	// IndexCacheBytes bounds the decoded index pieces of values kept in
+	// memory (cas.IndexCache); 0 means 4 MiB, the index of random reads
+	// over about 600 MiB of values.
+	IndexCacheBytes int64
+	// ReadOnly opens every db read-only.
+	ReadOnly bool
+	// OnOpen runs when a page db is opened, before anyone uses it: the
+	// journal package recovers journals there.
+	OnOpen func(*Page) error
+	// OnClose runs before a page db is closed.
+	OnClose func(*Page) error
+	// Reserve is the free space kept on the repository's filesystem for
+	// Badger's own writes (see space); 0 means 5 % of the filesystem,
+	// between MinReserve and MaxDefaultReserve.
+	Reserve uint64
+	// CloseTimeout bounds the wait for one db to close; 0 means 30 s.
+	// Badger retries a memtable flush that fails (its directory deleted,
+	// the disk full) for ever, inside Close.
+	CloseTimeout time.Duration
+}
+
+// Repository is an open repository directory.
+type Repository struct {
+	dir  string
+	opts Options
+	db   *badger.DB
+	pol  chunker.Pol
+	// nodes caches decoded tree nodes for every page, indexes the index
+	// pieces of values.
+	nodes    *btree.NodeCache
+	indexes  *cas.IndexCache
+	trim     trimmer
+	stopTrim chan struct{}
+	space    *space // nil when read-only
+
+	mu      sync.Mutex
+	open    map[string]*Page // by ledger + "/" + page
+	idle    *simplelru.LRU[string, *Page]
+	evicted []*Page                  // dropped from idle, to close after unlocking
+	closing map[string]chan struct{} // pages being closed; reopen waits
+	closed  bool
+}
+
+// Open opens or creates the repository in dir.
+func Open(dir string, opts Options) (*Repository, error) {
+	if opts.MaxIdlePages <= 0 {
+		opts.MaxIdlePages = 16
+	}
+	if opts.NodeCacheBytes <= 0 {
+		opts.NodeCacheBytes = 16 << 20
+	}
+	if opts.IndexCacheBytes <= 0 {
+		opts.IndexCacheBytes = 4 << 20
+	}
+	if opts.CloseTimeout <= 0 {
+		opts.CloseTimeout = 30 * time.Second
+	}
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(filepath.Join(dir, SerializationVersion, "ledgers"), 0o755); err != nil {
+			return nil, fmt.Errorf("create repository: %w", err)
+		}
+	} else if _, err := os.Stat(filepath.Join(dir, "page_usage_db")); err != nil {
+		return nil, fmt.Errorf("open repository %s: %w", dir, err)
+	}
+	db, err := badger.Open(repoDBOptions(filepath.Join(dir, "page_usage_db"), opts.ReadOnly))
+	if err != nil {
+		return nil, fmt.Errorf("open repository %s: %w", dir, lockError(err))
+	}
+	r := &Repository{dir: dir, opts: opts, db: db, open: map[string]*Page{}, closing: map[string]chan struct{}{}}
+	if !opts.ReadOnly {
+		if opts.Reserve == 0 {
+			if opts.Reserve, err = defaultReserve(dir); err != nil {
+				db.Close()
+				return nil, err
+			}
+		}
+		r.space = &space{dir: dir, reserve: opts.Reserve}
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		r.trim.dir = abs + string(filepath.Separator)
+	}
+	if r.pol, err = r.polynomial(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if r.nodes, err = btree.NewNodeCache(opts.NodeCacheBytes); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if r.indexes, err = cas.NewIndexCache(opts.IndexCacheBytes); err != nil {
+		r.nodes.Close()
+		db.Close()
+		return nil, err
+	}
+	// No eviction callback: simplelru calls it on Remove too, and a page
+	// taken back into use must not be closed. Release evicts by hand.
+	r.idle, _ = simplelru.NewLRU[string, *Page](opts.MaxIdlePages+1, nil)
+	r.stopTrim = make(chan struct{})
+	go r.trim.run(r.stopTrim)
+	if !opts.ReadOnly {
+		if err := r.recover(); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// lockError turns Badger's directory lock failure into ErrLocked.
+func lockError(err error) error {
+	if err != nil && strings.Contains(err.Error(), "Cannot acquire directory lock") {
+		return fmt.Errorf("%w: %v", ErrLocked, err)
+	}
+	return err
+}
+
+// polynomial returns the repository's chunker polynomial, choosing and
+// storing one the first time: chunk boundaries, and so deduplication,
+// depend on it.
+func (r *Repository) polynomial() (chunker.Pol, error) {
+	var pol chunker.Pol
+	err := r.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get([]byte(keyPolynomial))
+		if err != nil {
+			return err
+		}
+		return it.Value(func(v []byte) error {
+			u, err := DecodeUint64(v)
+			pol = chunker.Pol(u)
+			return err
+		})
+	})
+	if err == nil {
+		if !pol.Irreducible() {
+			return 0, fmt.Errorf("repository %s: stored chunker polynomial %v is not irreducible", r.dir, pol)
+		}
+		return pol, nil
+	}
+	if !errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, fmt.Errorf("repository %s: read chunker polynomial: %w", r.dir, err)
+	}
+	if r.opts.ReadOnly {
+		return 0, fmt.Errorf("repository %s has no chunker polynomial", r.dir)
+	}
+	if pol, err = chunker.RandomPolynomial(); err != nil {
+		return 0, fmt.Errorf("choose chunker polynomial: %w", err)
+	}
+	err = r.db.Update(func(txn *badger.Txn) error {
+		return txn.Set([]byte(keyPolynomial), EncodeUint64(uint64(pol)))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store chunker polynomial: %w", err)
+	}
+	return pol, r.db.Sync()
+}
+
+// Polynomial is the repository's chunker polynomial.
+func (r *Repository) Polynomial() chunker.Pol { return r.pol }
+
+// Dir is the repository directory.
+func (r *Repository) Dir() string { return r.dir }
+
+// Sync makes the repository db's changes (ledger and page names) durable.
+func (r *Repository) Sync() error {
+	if err := r.db.Sync(); err != nil {
+		return fmt.Errorf("store: sync repository db: %w", err)
+	}
+	return nil
+}
+
+// Reserve is the free space that changes leave on the repository's
+// filesystem (Options.Reserve); 0 when read-only.
+func (r *Repository) Reserve() uint64 {
+	if r.space == nil {
+		return 0
+	}
+	return r.space.reserve
+}
+
+func (r *Repository) trashDir() string { return filepath.Join(r.dir, SerializationVersion, "trash") }
+
+func (r *Repository) pageDir(ledger string, id PageID) string {
+	return filepath.Join(r.dir, SerializationVersion, "ledgers", ledgerDir(ledger), id.String())
+}
+
+// recover finishes deletions interrupted by a crash: trash is emptied, and
+// name rows whose page directory is gone are dropped.
+func (r *Repository) recover() error {
+	if err := os.RemoveAll(r.trashDir()); err != nil {
+		return fmt.Errorf("empty trash: %w", err)
+	}
+	ledgers, err := r.Ledgers()
+	if err != nil {
+		return err
+	}
+	for _, l := range ledgers {
+		pages, err := r.Pages(l)
+		if err != nil {
+			return err
+		}
+		for _, p := range pages {
+			if _, err := os.Stat(r.pageDir(l, PageIDFor(p))); errors.Is(err, fs.ErrNotExist) {
+				slog.Warn("dropping page whose db is gone", "ledger", l, "page", p)
+				if err := r.dropPageRows(l, p); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func pageKey(ledger, page string) []byte { return []byte(prefixPages + ledger + "/" + page) }
+
+func openedKey(ledger string, id PageID) []byte {
+	return append([]byte(prefixOpened+ledger), id[:]...)
+}
+
+func (r *Repository) list(prefix string) ([]string, error) {
+	var out []string
+	err := r.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			out = append(out, string(it.Item().Key()[len(prefix):]))
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (r *Repository) exists(key []byte) (bool, error) {
+	err := r.db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(key)
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Ledgers lists the ledgers in byte order.
+func (r *Repository) Ledgers() ([]string, error) { return r.list(prefixLedgers) }
+
+// Pages lists a ledger's pages in byte order.
+func (r *Repository) Pages(ledger string) ([]string, error) {
+	return r.list(prefixPages + ledger + "/")
+}
+
+// HasLedger reports whether a ledger exists.
+func (r *Repository) HasLedger(ledger string) (bool, error) {
+	return r.exists([]byte(prefixLedgers + ledger))
+}
+
+// HasPage reports whether a page exists.
+func (r *Repository) HasPage(ledger, page string) (bool, error) {
+	return r.exists(pageKey(ledger, page))
+}
+
+// CreateLedger creates an empty ledger.
+func (r *Repository) CreateLedger(ledger string) error {
+	if err := CheckName(ledger); err != nil {
+		return err
+	}
+	if err := r.space.claim(0, forChange); err != nil {
+		return err
+	}
+	return r.db.Update(func(txn *badger.Txn) error {
+		if _, err := txn.Get([]byte(prefixLedgers + ledger)); err == nil {
+			return fmt.Errorf("ledger %q: %w", ledger, ErrExists)
+		}
+		return txn.Set([]byte(prefixLedgers+ledger), nil)
+	})
+}
+
+// DeleteLedger deletes an empty ledger.
+func (r *Repository) DeleteLedger(ledger string) error {
+	pages, err := r.Pages(ledger)
+	if err != nil {
+		return err
+	}
+	if len(pages) > 0 {
+		return fmt.Errorf("ledger %q: %w", ledger, ErrNotEmpty)
+	}
+	if ok, err := r.HasLedger(ledger); err != nil || !ok {
+		return errors.Join(err, fmt.Errorf("ledger %q: %w", ledger, ErrNotFound))
+	}
+	if err := os.RemoveAll(filepath.Join(r.dir, SerializationVersion, "ledgers", ledgerDir(ledger))); err != nil {
+		return err
+	}
+	return r.db.Update(func(txn *badger.Txn) error { return txn.Delete([]byte(prefixLedgers + ledger)) })
+}
+
+// CreatePage creates an empty page in a ledger.
+func (r *Repository) CreatePage(ledger, page string) error {
+	if err := CheckName(page); err != nil {
+		return err
+	}
+	if err := r.space.claim(0, forChange); err != nil {
+		return err
+	}
+	if ok, err := r.HasLedger(ledger); err != nil || !ok {
+		return errors.Join(err, fmt.Errorf("ledger %q: %w", ledger, ErrNotFound))
+	}
+	if ok, err := r.HasPage(ledger, page); err != nil || ok {
+		return errors.Join(err, fmt.Errorf("page %q: %w", page, ErrExists))
+	}
+	id := PageIDFor(page)
+	if err := os.MkdirAll(r.pageDir(ledger, id), 0o755); err != nil {
+		return fmt.Errorf("create page: %w", err)
+	}
+	return r.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Set(pageKey(ledger, page), id[:]); err != nil {
+			return err
+		}
+		return txn.Set(openedKey(ledger, id), EncodeUint64(uint64(nowNs())))
+	})
+}
+
+// DeletePage deletes a page and all its history. The db directory is first
+// moved into the trash, so a crash leaves either the page or nothing.
+func (r *Repository) DeletePage(ledger, page string) error {
+	if ok, err := r.HasPage(ledger, page); err != nil || !ok {
+		return errors.Join(err, fmt.Errorf("page %q: %w", page, ErrNotFound))
+	}
+	if err := r.evict(ledger, page); err != nil {
+		return err
+	}
+	trash, err := r.toTrash(r.pageDir(ledger, PageIDFor(page)))
+	if err != nil {
+		return err
+	}
+	if err := r.dropPageRows(ledger, page); err != nil {
+		return err
+	}
+	return os.RemoveAll(trash)
+}
+
+func (r *Repository) toTrash(dir string) (string, error) {
+	if err := os.MkdirAll(r.trashDir(), 0o755); err != nil {
+		return "", err
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	trash := filepath.Join(r.trashDir(), hex.EncodeToString(b[:]))
+	if err := os.Rename(dir, trash); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("move page to trash: %w", err)
+	}
+	return trash, nil
+}
+
+func (r *Repository) dropPageRows(ledger, page string) error {
+	return r.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Delete(pageKey(ledger, page)); err != nil {
+			return err
+		}
+		return txn.Delete(openedKey(ledger, PageIDFor(page)))
+	})
+}
+
+// RenamePage renames a page within its ledger, replacing nothing. The page's
+// id follows its name, so its db directory moves too.
+func (r *Repository) RenamePage(ledger, from, to string) error {
+	if err := CheckName(to); err != nil {
+		return err
+	}
+	if ok, err := r.HasPage(ledger, from); err != nil || !ok {
+		return errors.Join(err, fmt.Errorf("page %q: %w", from, ErrNotFound))
+	}
+	if ok, err := r.HasPage(ledger, to); err != nil || ok {
+		return errors.Join(err, fmt.Errorf("page %q: %w", to, ErrExists))
+	}
+	if err := r.evict(ledger, from); err != nil {
+		return err
+	}
+	nid := PageIDFor(to)
+	if err := os.Rename(r.pageDir(ledger, PageIDFor(from)), r.pageDir(ledger, nid)); err != nil {
+		return fmt.Errorf("rename page: %w", err)
+	}
+	return r.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Delete(pageKey(ledger, from)); err != nil {
+			return err
+		}
+		if err := txn.Delete(openedKey(ledger, PageIDFor(from))); err != nil {
+			return err
+		}
+		if err := txn.Set(pageKey(ledger, to), nid[:]); err != nil {
+			return err
+		}
+		return txn.Set(openedKey(ledger, nid), EncodeUint64(uint64(nowNs())))
+	})
+}
+
+// RenameLedger renames a ledger, replacing nothing.
+func (r *Repository) RenameLedger(from, to string) error {
+	if err := CheckName(to); err != nil {
+		return err
+	}
+	if ok, err := r.HasLedger(from); err != nil || !ok {
+		return errors.Join(err, fmt.Errorf("ledger %q: %w", from, ErrNotFound))
+	}
+	if ok, err := r.HasLedger(to); err != nil || ok {
+		return errors.Join(err, fmt.Errorf("ledger %q: %w", to, ErrExists))
+	}
+	pages, err := r.Pages(from)
+	if err != nil {
+		return err
+	}
+	for _, p := range pages {
+		if err := r.evict(from, p); err != nil {
+			return err
+		}
+	}
+	base := filepath.Join(r.dir, SerializationVersion, "ledgers")
+	if err := os.Rename(filepath.Join(base, ledgerDir(from)), filepath.Join(base, ledgerDir(to))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("rename ledger: %w", err)
+	}
+	return r.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Delete([]byte(prefixLedgers + from)); err != nil {
+			return err
+		}
+		if err := txn.Set([]byte(prefixLedgers+to), nil); err != nil {
+			return err
+		}
+		for _, p := range pages {
+			id := PageIDFor(p)
+			for _, k := range [][]byte{pageKey(from, p), openedKey(from, id)} {
+				if err := txn.Delete(k); err != nil {
+					return err
+				}
+			}
+			if err := txn.Set(pageKey(to, p), id[:]); err != nil {
+				return err
+			}
+			if err := txn.Set(openedKey(to, id), EncodeUint64(uint64(nowNs()))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Acquire opens a page (or takes it from the open ones) for a user, who must
+// Release it. Pages nobody uses stay open in an LRU of bounded size.
+func (r *Repository) Acquire(ledger, page string) (*Page, error) {
+	key := ledger + "/" + page
+	r.mu.Lock()
+	for {
+		if r.closed {
+			r.mu.Unlock()
+			return nil, errors.New("store: repository is closed")
+		}
+		if p, ok := r.open[key]; ok {
+			if p.lowSpace != nil && p.refs == 0 && r.space.claim(0, forOpen) == nil {
+				// Opened read-only for want of space, idle, and there
+				// is room again: reopen it for changes.
+				r.idle.Remove(key)
+				r.queueClose(key, p)
+				r.unlock()
+				r.mu.Lock()
+				continue
+			}
+			p.refs++
+			r.idle.Remove(key)
+			r.mu.Unlock()
+			return p, nil
+		}
+		ch, ok := r.closing[key]
+		if !ok {
+			break
+		}
+		// Its db is still being closed: Badger allows one owner at a time.
+		r.mu.Unlock()
+		<-ch
+		r.mu.Lock()
+	}
+	r.mu.Unlock()
+
+	ok, err := r.HasPage(ledger, page)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("page %s/%s: %w", ledger, page, ErrNotFound)
+	}
+	// Open outside the lock: opening replays Badger's log.
+	p, err := r.openPage(ledger, page)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if q, ok := r.open[key]; ok { // lost a race: use the other one
+		q.refs++
+		r.idle.Remove(key)
+		r.unlock()
+		r.closeDB(p)
+		return q, nil
+	}
+	p.refs = 1
+	r.open[key] = p
+	r.unlock()
+	return p, nil
+}
+
+// queueClose takes an idle page out of use; unlock closes it. Called with
+// r.mu held.
+func (r *Repository) queueClose(key string, p *Page) {
+	delete(r.open, key)
+	r.closing[key] = make(chan struct{})
+	r.evicted = append(r.evicted, p)
+}
+
+// unlock releases r.mu and closes the pages the LRU evicted meanwhile.
+func (r *Repository) unlock() {
+	evicted := r.evicted
+	r.evicted = nil
+	r.mu.Unlock()
+	for _, p := range evicted {
+		if err := r.closeDB(p); err != nil {
+			slog.Error("close idle page", "ledger", p.Ledger, "page", p.Name, "err", err)
+		}
+		key := p.Ledger + "/" + p.Name
+		r.mu.Lock()
+		close(r.closing[key])
+		delete(r.closing, key)
+		r.mu.Unlock()
+	}
+}
+
+// Release gives back a page taken with Acquire.
+func (r *Repository) Release(p *Page) {
+	r.mu.Lock()
+	p.refs--
+	if p.refs == 0 && !r.closed {
+		r.idle.Add(p.Ledger+"/"+p.Name, p)
+		for r.idle.Len() > r.opts.MaxIdlePages {
+			key, old, _ := r.idle.RemoveOldest()
+			r.queueClose(key, old)
+		}
+	}
+	r.unlock()
+}
+
+// OpenPages is the number of page dbs open now.
+func (r *Repository) OpenPages() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.open)
+}
+
+func (r *Repository) openPage(ledger, page string) (*Page, error) {
+	id := PageIDFor(page)
+	// Opening for changes writes (a memtable log, a value log's header,
+	// the manifest); without room for that the page can still be read.
+	readOnly := r.opts.ReadOnly
+	var lowSpace error
+	if !readOnly {
+		if lowSpace = r.space.claim(0, forOpen); lowSpace != nil {
+			slog.Warn("page opened read-only for want of space", "ledger", ledger, "page", page, "err", lowSpace)
+			readOnly = true
+		}
+	}
+	db, err := badger.Open(badgerOptions(r.pageDir(ledger, id), readOnly))
+	if err != nil {
+		return nil, fmt.Errorf("open page %s/%s: %w", ledger, page, lockError(err))
+	}
+	p := &Page{Ledger: ledger, Name: page, ID: id, db: db, pol: r.pol, repo: r, lowSpace: lowSpace}
+	p.nodes = btree.NewStore(p, r.pol, r.nodes)
+	if !readOnly {
+		if err := r.db.Update(func(txn *badger.Txn) error {
+			return txn.Set(openedKey(ledger, id), EncodeUint64(0))
+		}); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("mark page open: %w", err)
+		}
+	}
+	if r.opts.OnOpen != nil && lowSpace == nil {
+		if err := r.opts.OnOpen(p); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open page %s/%s: %w", ledger, page, err)
+		}
+	}
+	return p, nil
+}
+
+// closeDB closes a page's db, no longer in r.open, and records when it was
+// closed.
+func (r *Repository) closeDB(p *Page) error {
+	var errs []error
+	if r.opts.OnClose != nil {
+		errs = append(errs, r.opts.OnClose(p))
+	}
+	p.mu.Lock()
+	p.closed.Store(true)
+	errs = append(errs, r.closeBadger(p.db))
+	p.mu.Unlock()
+	if !r.opts.ReadOnly && p.lowSpace == nil {
+		errs = append(errs, r.db.Update(func(txn *badger.Txn) error {
+			return txn.Set(openedKey(p.Ledger, p.ID), EncodeUint64(uint64(nowNs())))
+		}))
+	}
+	return errors.Join(errs...)
+}
+
+// evict closes a page that must not stay open (before a rename or delete).
+func (r *Repository) evict(ledger, page string) error {
+	key := ledger + "/" + page
+	r.mu.Lock()
+	p, ok := r.open[key]
+	if ok && p.refs > 0 {
+		r.mu.Unlock()
+		return fmt.Errorf("page %s/%s is in use", ledger, page)
+	}
+	if ok {
+		r.idle.Remove(key)
+		r.queueClose(key, p)
+	}
+	r.unlock()
+	return nil
+}
+
+// PageUsage is a page's row in page_usage_db.
+type PageUsage struct {
+	Ledger string
+	ID     PageID
+	// Closed is when the page was last closed; zero while it is open.
+	Closed time.Time
+}
+
+// Usage lists the opened/ rows.
+func (r *Repository) Usage() ([]PageUsage, error) {
+	var out []PageUsage
+	err := r.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixOpened)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().Key()[len(prefixOpened):]
+			if len(k) < len(PageID{}) {
+				return fmt.Errorf("malformed opened row %q", it.Item().Key())
+			}
+			u := PageUsage{Ledger: string(k[:len(k)-16]), ID: PageID(k[len(k)-16:])}
+			err := it.Item().Value(func(v []byte) error {
+				t, err := DecodeUint64(v)
+				if t != 0 {
+					u.Closed = time.Unix(0, int64(t))
+				}
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			out = append(out, u)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// RunGC runs value log GC on every open page.
+func (r *Repository) RunGC() {
+	r.mu.Lock()
+	pages := slices.Collect(maps.Values(r.open))
+	r.mu.Unlock()
+	for _, p := range pages {
+		// A file rewritten at ratio 0.5 moves up to half its size before
+		// the old one is deleted.
+		if err := r.space.claim(valueLogFileSize/2, forChange); err != nil {
+			slog.Info("value-log GC skipped", "page", p.Ledger+"/"+p.Name, "err", err)
+			continue
+		}
+		p.RunGC(0.5)
+		r.space.landed(valueLogFileSize / 2)
+	}
+}
+
+// Close closes every page and the repository db. Pages still acquired are
+// closed too: their users get ErrClosed.
+func (r *Repository) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	pages := make([]*Page, 0, len(r.open))
+	for _, p := range r.open {
+		pages = append(pages, p)
+	}
+	r.open = map[string]*Page{}
+	r.unlock()
+	close(r.stopTrim)
+	slices.SortFunc(pages, func(a, b *Page) int { return bytes.Compare([]byte(a.Name), []byte(b.Name)) })
+	var errs []error
+	for _, p := range pages {
+		errs = append(errs, r.closeDB(p))
+	}
+	r.nodes.Close()
+	r.indexes.Close()
+	errs = append(errs, r.closeBadger(r.db))
+	r.trim.running.Lock() // for good: the dbs are gone
+	return errors.Join(errs...)
+}
+
+// errCloseStuck reports a db that did not close within the timeout.
+var errCloseStuck = errors.New("did not close")
+
+// closeBadger closes db, giving up after the close timeout: one db whose
+// memtable cannot be written must not hold up the other dbs, nor the
+// process's exit. Its writes stay in its write-ahead log, which the next
+// open replays if the files are still there.
+//
+// No trim runs while a db unmaps its files: one that read a mapping's
+// address before could drop pages someone else mapped there since. A close
+// given up on may unmap them at any later time, so trimming stops for good.
+func (r *Repository) closeBadger(db *badger.DB) error {
+	r.trim.running.Lock()
+	done := make(chan error, 1)
+	go func() { done <- db.Close() }()
+	select {
+	case err := <-done:
+		r.trim.running.Unlock()
+		return err
+	case <-time.After(r.opts.CloseTimeout):
+		r.trim.off.Store(true)
+		r.trim.running.Unlock()
+		return fmt.Errorf("db %s %w within %v (see Badger's errors); its write-ahead log is left for the next open",
+			db.Opts().Dir, errCloseStuck, r.opts.CloseTimeout)
+	}
+}

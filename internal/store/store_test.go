@@ -1,0 +1,458 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+)
+
+func openRepo(t testing.TB, dir string, opts Options) *Repository {
+	t.Helper()
+	r, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestLedgersAndPages(t *testing.T) {
+	dir := t.TempDir()
+	r := openRepo(t, dir, Options{})
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(r.CreateLedger("notes"))
+	must(r.CreateLedger("mail"))
+	if err := r.CreateLedger("notes"); !errors.Is(err, ErrExists) {
+		t.Fatalf("duplicate ledger: %v", err)
+	}
+	for _, bad := range []string{"", ".", "..", "a/b", "x\x00", ".ledger", strings.Repeat("x", 256)} {
+		if err := r.CreateLedger(bad); !errors.Is(err, ErrBadName) {
+			t.Fatalf("ledger %q: %v", bad, err)
+		}
+	}
+	must(r.CreatePage("notes", "inbox"))
+	must(r.CreatePage("notes", "archive"))
+	if err := r.CreatePage("nope", "x"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("page in missing ledger: %v", err)
+	}
+	ls, _ := r.Ledgers()
+	ps, _ := r.Pages("notes")
+	if !slices.Equal(ls, []string{"mail", "notes"}) || !slices.Equal(ps, []string{"archive", "inbox"}) {
+		t.Fatalf("ledgers %q pages %q", ls, ps)
+	}
+	// The page db lives where Ledger puts it.
+	want := filepath.Join(dir, SerializationVersion, "ledgers", ledgerDir("notes"), PageIDFor("inbox").String())
+	if fi, err := os.Stat(want); err != nil || !fi.IsDir() {
+		t.Fatalf("page dir %s: %v", want, err)
+	}
+	p, err := r.Acquire("notes", "inbox")
+	must(err)
+	usage, _ := r.Usage()
+	open := 0
+	for _, u := range usage {
+		if u.Closed.IsZero() {
+			open++
+			if u.Ledger != "notes" || u.ID != PageIDFor("inbox") {
+				t.Fatalf("open row for %s/%v", u.Ledger, u.ID)
+			}
+		}
+	}
+	if open != 1 {
+		t.Fatalf("%d pages marked open", open)
+	}
+	if err := r.DeletePage("notes", "inbox"); err == nil {
+		t.Fatal("deleted a page in use")
+	}
+	r.Release(p)
+	must(r.RenamePage("notes", "inbox", "in"))
+	must(r.RenameLedger("notes", "n"))
+	if err := r.DeleteLedger("n"); !errors.Is(err, ErrNotEmpty) {
+		t.Fatalf("delete non-empty ledger: %v", err)
+	}
+	must(r.DeletePage("n", "in"))
+	must(r.DeletePage("n", "archive"))
+	must(r.DeleteLedger("n"))
+	must(r.Close())
+
+	r = openRepo(t, dir, Options{})
+	defer r.Close()
+	ls, _ = r.Ledgers()
+	if !slices.Equal(ls, []string{"mail"}) {
+		t.Fatalf("after reopen: %q", ls)
+	}
+	usage, _ = r.Usage()
+	for _, u := range usage {
+		if u.Closed.IsZero() {
+			t.Fatalf("page %v still marked open after close", u.ID)
+		}
+	}
+}
+
+func TestDeleteInterruptedAfterTrash(t *testing.T) {
+	dir := t.TempDir()
+	r := openRepo(t, dir, Options{})
+	r.CreateLedger("l")
+	r.CreatePage("l", "p")
+	// The first step of a delete, then a "crash".
+	if _, err := r.toTrash(r.pageDir("l", PageIDFor("p"))); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	r = openRepo(t, dir, Options{})
+	defer r.Close()
+	if ok, _ := r.HasPage("l", "p"); ok {
+		t.Fatal("page survives with its db in the trash")
+	}
+	if _, err := os.Stat(r.trashDir()); !os.IsNotExist(err) {
+		t.Fatalf("trash not emptied: %v", err)
+	}
+}
+
+func TestIdlePagesAreBounded(t *testing.T) {
+	r := openRepo(t, t.TempDir(), Options{MaxIdlePages: 4})
+	defer r.Close()
+	r.CreateLedger("l")
+	for i := range 20 {
+		name := fmt.Sprintf("p%02d", i)
+		r.CreatePage("l", name)
+		p, err := r.Acquire("l", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Release(p)
+		if n := r.OpenPages(); n > 4 {
+			t.Fatalf("%d pages open with a limit of 4 idle", n)
+		}
+	}
+	// A page evicted and acquired again works.
+	p, err := r.Acquire("l", "p00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Head(); err != nil {
+		t.Fatal(err)
+	}
+	r.Release(p)
+}
+
+func TestLockedRepository(t *testing.T) {
+	dir := t.TempDir()
+	r := openRepo(t, dir, Options{})
+	defer r.Close()
+	_, err := Open(dir, Options{})
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open: %v", err)
+	}
+}
+
+func TestClosedPage(t *testing.T) {
+	r := openRepo(t, t.TempDir(), Options{})
+	r.CreateLedger("l")
+	r.CreatePage("l", "p")
+	p, _ := r.Acquire("l", "p")
+	r.Close()
+	if _, err := p.Head(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Head on closed page: %v", err)
+	}
+	if _, err := p.Get(cas.Digest("x"), nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Get on closed page: %v", err)
+	}
+	w := p.NewValueWriter()
+	w.Write(make([]byte, 100_000))
+	if _, _, err := w.Close(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("write on closed page: %v", err)
+	}
+}
+
+func testPage(t testing.TB) *Page {
+	r := openRepo(t, t.TempDir(), Options{})
+	t.Cleanup(func() { r.Close() })
+	r.CreateLedger("l")
+	r.CreatePage("l", "p")
+	p, err := r.Acquire("l", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func countRows(t testing.TB, db *badger.DB, prefix string) int {
+	n := 0
+	db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+func writeValue(t testing.TB, p *Page, data []byte) cas.ObjectIdentifier {
+	w := p.NewValueWriter()
+	for i := 0; i < len(data); i += 128 << 10 {
+		if _, err := w.Write(data[i:min(len(data), i+128<<10)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id, size, err := w.Close()
+	if err != nil || size != uint64(len(data)) {
+		t.Fatalf("close: %v size %d", err, size)
+	}
+	return id
+}
+
+func TestValueDedupAndEdit(t *testing.T) {
+	p := testPage(t)
+	data := make([]byte, 64<<20)
+	for i := range data {
+		data[i] = byte(i*7 + i>>13*31 + i>>17)
+	}
+	// Pseudo-random but cheap content with no long repeats.
+	seed := uint64(88172645463325252)
+	for i := 0; i+8 <= len(data); i += 8 {
+		seed ^= seed << 13
+		seed ^= seed >> 7
+		seed ^= seed << 17
+		for k := range 8 {
+			data[i+k] = byte(seed >> (8 * k))
+		}
+	}
+	id := writeValue(t, p, data)
+	rows := countRows(t, p.DB(), PrefixObjects)
+	if id2 := writeValue(t, p, data); id2 != id || countRows(t, p.DB(), PrefixObjects) != rows {
+		t.Fatalf("second copy added %d rows", countRows(t, p.DB(), PrefixObjects)-rows)
+	}
+	data[len(data)/2] ^= 0x55
+	id3 := writeValue(t, p, data)
+	added := countRows(t, p.DB(), PrefixObjects) - rows
+	t.Logf("64 MiB value: %d pieces; a 1-byte edit added %d", rows, added)
+	if id3 == id || added > 10 {
+		t.Fatalf("1-byte edit in 64 MiB added %d pieces", added)
+	}
+	r, err := p.OpenValue(id3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 10)
+	if _, err := r.ReadAt(buf, int64(len(data)/2-5)); err != nil || buf[5] != data[len(data)/2] {
+		t.Fatalf("read back edit: %v", err)
+	}
+}
+
+func TestCorruptObjectRow(t *testing.T) {
+	p := testPage(t)
+	data := make([]byte, 200_000)
+	for i := range data {
+		data[i] = byte(i * i >> 3)
+	}
+	id := writeValue(t, p, data)
+	// Flip a byte of one stored chunk behind the store's back.
+	err := p.DB().Update(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(PrefixObjects)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			d := cas.Digest(it.Item().Key()[len(PrefixObjects):])
+			if d.IsIndex() {
+				continue
+			}
+			v, _ := it.Item().ValueCopy(nil)
+			v[0] ^= 1
+			return txn.Set(it.Item().KeyCopy(nil), v)
+		}
+		return errors.New("no chunk")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.OpenValue(id)
+	if err == nil {
+		_, err = r.ReadAt(make([]byte, len(data)), 0)
+	}
+	var ce *cas.CorruptError
+	if !errors.As(err, &ce) {
+		t.Fatalf("reading a corrupt piece: %v", err)
+	}
+}
+
+func TestCommitEncoding(t *testing.T) {
+	root := btree.EmptyRoot
+	first := FirstCommit()
+	c1, err := NewCommit(100, root, first)
+	if err != nil || c1.Generation != 1 {
+		t.Fatal(err)
+	}
+	c2, _ := NewCommit(200, root, c1)
+	c3, _ := NewCommit(150, root, first)
+	m, err := NewCommit(999, root, c2, c3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Generation != 3 || m.Timestamp != 200 {
+		t.Fatalf("merge generation %d timestamp %d", m.Generation, m.Timestamp)
+	}
+	if string(m.Parents[0][:]) > string(m.Parents[1][:]) {
+		t.Fatal("parents not sorted")
+	}
+	m2, _ := NewCommit(999, root, c3, c2)
+	if m2.ID != m.ID {
+		t.Fatal("merge id depends on parent order")
+	}
+	if CommitID(cas.Hash(m.Bytes)) != m.ID {
+		t.Fatal("id is not the hash of the bytes")
+	}
+	d, err := DecodeCommit(m.ID, m.Bytes)
+	if err != nil || d.Timestamp != m.Timestamp || d.Generation != m.Generation || !slices.Equal(d.Parents, m.Parents) || d.Root != root {
+		t.Fatalf("decode: %+v %v", d, err)
+	}
+	bad := slices.Clone(m.Bytes)
+	bad[len(bad)-1] ^= 1
+	if _, err := DecodeCommit(m.ID, bad); err == nil {
+		t.Fatal("corrupt commit accepted")
+	}
+	if _, err := NewCommit(1, root); err == nil {
+		t.Fatal("commit without parents")
+	}
+}
+
+func FuzzDecodeCommit(f *testing.F) {
+	c, _ := NewCommit(5, btree.EmptyRoot, FirstCommit())
+	f.Add(c.Bytes)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id := CommitID(cas.Hash(b))
+		c, err := DecodeCommit(id, b)
+		if err != nil {
+			return
+		}
+		if c.Generation == 0 || len(c.Parents) == 0 {
+			t.Fatal("accepted an invalid commit")
+		}
+	})
+}
+
+func FuzzJournalRowKey(f *testing.F) {
+	f.Add([]byte("journals/I0123456789abcdef/entry/k"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, rest, ok := ParseJournalRow(b)
+		if !ok {
+			return
+		}
+		if string(b) != JournalPrefix(id)+rest {
+			t.Fatalf("%q parsed as %q + %q", b, id, rest)
+		}
+	})
+}
+
+// A value's last pieces land with the rows its Commit is given, in one
+// transaction: before Commit neither is in the db, after it both are. Rows
+// that fit in a transaction but not with the pieces follow them in one of
+// their own.
+func TestValueCommitWithRows(t *testing.T) {
+	p := testPage(t)
+	row := func(name string, i int) []byte { return []byte(fmt.Sprintf("test/%s/%05d", name, i)) }
+	// As many rows as one transaction takes, by Badger's own count.
+	fit := 0
+	txn := p.DB().NewTransaction(true)
+	for txn.Set(row("fit", fit), []byte("row")) == nil {
+		fit++
+	}
+	txn.Discard()
+	for _, tc := range []struct {
+		name       string
+		size, rows int
+	}{{"one row", 40_000, 1}, {"rows beyond the pieces' transaction", 6 << 20, fit - 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := make([]byte, tc.size)
+			rng := rand.New(rand.NewPCG(uint64(tc.rows), 1))
+			for i := range data {
+				data[i] = byte(rng.Uint32())
+			}
+			w := p.NewValueWriter()
+			if _, err := w.Write(data); err != nil {
+				t.Fatal(err)
+			}
+			id, _, err := w.End()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Get(id.Digest, nil); err == nil {
+				t.Fatal("the value's root piece is in the db before Commit")
+			}
+			err = w.Commit(func(txn *badger.Txn) error {
+				for i := range tc.rows {
+					if err := txn.Set(row(tc.name, i), []byte("row")); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Discard() // a no-op after Commit
+			if got := countRows(t, p.DB(), "test/"+tc.name+"/"); got != tc.rows {
+				t.Fatalf("%d rows after Commit, want %d", got, tc.rows)
+			}
+			r, err := p.OpenValue(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(io.NewSectionReader(r, 0, int64(len(data))))
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("value read back after Commit: %d bytes, %v", len(got), err)
+			}
+		})
+	}
+}
+
+// A db whose memtable cannot be flushed (its directory deleted) is given up
+// on after the close timeout, the other dbs still close, and trimming stops:
+// the abandoned close may unmap its files at any later time.
+func TestCloseGivesUpOnStuckDB(t *testing.T) {
+	dir := t.TempDir()
+	r := openRepo(t, dir, Options{CloseTimeout: 200 * time.Millisecond})
+	r.CreateLedger("l")
+	r.CreatePage("l", "p")
+	p, err := r.Acquire("l", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeValue(t, p, bytes.Repeat([]byte("x"), 4096))
+	pageDir := p.db.Opts().Dir
+	if err := os.RemoveAll(pageDir); err != nil {
+		t.Fatal(err)
+	}
+	r.Release(p)
+	start := time.Now()
+	err = r.Close()
+	if !errors.Is(err, errCloseStuck) || !strings.Contains(err.Error(), pageDir) {
+		t.Fatalf("Close: %v, want the page db %s to be given up on", err, pageDir)
+	}
+	if strings.Contains(err.Error(), "page_usage_db") {
+		t.Fatalf("Close gave up on the repository db too: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("Close took %v", d)
+	}
+	if !r.trim.off.Load() {
+		t.Fatal("trimming still on after a close was given up on")
+	}
+}

@@ -1,0 +1,109 @@
+package store
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+)
+
+// VerifyRows checks every row of a page db against the documented schema:
+// each key has one of the documented prefixes and its value the documented
+// format; objects match their digests, commits their ids, journal values
+// parse with decodeOp. It returns the number of rows of each kind.
+func VerifyRows(db *badger.DB, decodeOp func(key string, v []byte) error) (map[string]int, error) {
+	counts := map[string]int{}
+	err := db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			key := item.KeyCopy(nil)
+			val, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			kind, err := verifyRow(key, val, decodeOp)
+			if err != nil {
+				return fmt.Errorf("row %q: %w", key[:min(len(key), 64)], err)
+			}
+			counts[kind]++
+		}
+		return nil
+	})
+	return counts, err
+}
+
+func verifyRow(key, val []byte, decodeOp func(string, []byte) error) (string, error) {
+	k := string(key)
+	idLen := len(CommitID{})
+	switch {
+	case strings.HasPrefix(k, PrefixCommits):
+		id := k[len(PrefixCommits):]
+		if len(id) != idLen {
+			return "", fmt.Errorf("commit id of %d bytes", len(id))
+		}
+		_, err := DecodeCommit(CommitID([]byte(id)), val)
+		return PrefixCommits, err
+	case strings.HasPrefix(k, PrefixObjects):
+		d, err := cas.ParseDigest(key[len(PrefixObjects):])
+		if err != nil {
+			return "", err
+		}
+		if d.IsInline() {
+			return "", fmt.Errorf("inline piece stored as a row")
+		}
+		return PrefixObjects, d.Verify(val)
+	case strings.HasPrefix(k, PrefixImplicitMeta):
+		if id := JournalID(k[len(PrefixImplicitMeta):]); !id.Valid() || id.Explicit() {
+			return "", fmt.Errorf("bad implicit journal id")
+		}
+		if len(val) != idLen {
+			return "", fmt.Errorf("base commit of %d bytes", len(val))
+		}
+		return PrefixImplicitMeta, nil
+	case strings.HasPrefix(k, PrefixJournals):
+		id, rest, ok := ParseJournalRow(key)
+		if !ok {
+			return "", fmt.Errorf("bad journal row key")
+		}
+		if rest == "C" {
+			if len(val) != 0 {
+				return "", fmt.Errorf("clear row with a value")
+			}
+			return "journals/{id}/C", nil
+		}
+		user, ok := strings.CutPrefix(rest, "entry/")
+		if !ok {
+			return "", fmt.Errorf("journal %s row %q is neither entry/ nor C", id, rest)
+		}
+		return "journals/{id}/entry/", decodeOp(user, val)
+	case strings.HasPrefix(k, PrefixHeads):
+		if len(k)-len(PrefixHeads) != idLen || len(val) != 8 {
+			return "", fmt.Errorf("malformed head row")
+		}
+		return PrefixHeads, nil
+	case strings.HasPrefix(k, PrefixUnsyncedCommits):
+		if len(k)-len(PrefixUnsyncedCommits) != idLen || len(val) != 8 {
+			return "", fmt.Errorf("malformed unsynced commit row")
+		}
+		return PrefixUnsyncedCommits, nil
+	case strings.HasPrefix(k, PrefixSyncMetadata):
+		return PrefixSyncMetadata, nil
+	}
+	for _, s := range Statuses {
+		if d, ok := bytes.CutPrefix(key, []byte(StatusPrefix(s))); ok {
+			if _, err := cas.ParseDigest(d); err != nil {
+				return "", err
+			}
+			if len(val) != 0 {
+				return "", fmt.Errorf("status row with a value")
+			}
+			return StatusPrefix(s), nil
+		}
+	}
+	return "", fmt.Errorf("undocumented row")
+}
