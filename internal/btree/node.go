@@ -52,7 +52,7 @@ func encodeNode(n *node) []byte {
 	eoffs := make([]flatbuffers.UOffsetT, len(n.entries))
 	for i, e := range n.entries {
 		key := b.CreateString(e.Key)
-		id := cas.BuildIdentifier(b, e.Value)
+		id := format.PutObjectIdentifier(b, e.Value.KeyIndex, string(e.Value.Digest))
 		meta := buildMeta(b, e.Meta)
 		format.EntryStorageStart(b)
 		format.EntryStorageAddKey(b, key)
@@ -66,7 +66,7 @@ func encodeNode(n *node) []byte {
 		if c.empty() {
 			continue
 		}
-		id := cas.BuildIdentifier(b, c.id)
+		id := format.PutObjectIdentifier(b, c.id.KeyIndex, string(c.id.Digest))
 		format.ChildStorageStart(b)
 		format.ChildStorageAddIndex(b, uint16(i))
 		format.ChildStorageAddObjectId(b, id)
@@ -176,7 +176,7 @@ func decodeNode(buf []byte) (*node, error) {
 			if !fb.Entries(&es, i) {
 				return fmt.Errorf("entry %d missing", i)
 			}
-			id, err := cas.IdentifierFrom(es.ObjectId(&ids))
+			id, err := identifier(es.ObjectId(&ids))
 			if err != nil {
 				return fmt.Errorf("entry %d: %w", i, err)
 			}
@@ -213,7 +213,7 @@ func decodeNode(buf []byte) (*node, error) {
 				return fmt.Errorf("child %d: index %d out of order or range", i, idx)
 			}
 			last = idx
-			id, err := cas.IdentifierFrom(cs.ObjectId(&ids))
+			id, err := identifier(cs.ObjectId(&ids))
 			if err != nil {
 				return fmt.Errorf("child %d: %w", i, err)
 			}
@@ -233,4 +233,13 @@ func decodeNode(buf []byte) (*node, error) {
 		return nil
 	})
 	return n, err
+}
+
+// identifier converts a decoded object identifier.
+func identifier(s *format.ObjectIdentifierStorage) (cas.ObjectIdentifier, error) {
+	ki, d, err := format.ObjectIdentifierFields(s)
+	if err != nil {
+		return cas.ObjectIdentifier{}, err
+	}
+	return cas.NewIdentifier(ki, d)
 }

@@ -1,9 +1,6 @@
 package cas
 
 import (
-	"fmt"
-	"unsafe"
-
 	flatbuffers "github.com/google/flatbuffers/go"
 
 	"github.com/ledgerfs/ledgerfs/internal/format"
@@ -16,34 +13,29 @@ type ObjectIdentifier struct {
 	Digest   Digest
 }
 
-// BuildIdentifier adds id to b and returns its offset.
-func BuildIdentifier(b *flatbuffers.Builder, id ObjectIdentifier) flatbuffers.UOffsetT {
-	// CreateByteVector copies its argument, so a view of the string's bytes
-	// spares an allocation for every entry of every node encoded.
-	d := b.CreateByteVector(unsafe.Slice(unsafe.StringData(string(id.Digest)), len(id.Digest)))
-	format.ObjectIdentifierStorageStart(b)
-	format.ObjectIdentifierStorageAddKeyIndex(b, id.KeyIndex)
-	format.ObjectIdentifierStorageAddObjectDigest(b, d)
-	return format.ObjectIdentifierStorageEnd(b)
-}
-
-// IdentifierFrom converts a decoded ObjectIdentifierStorage, validating the
-// digest.
-func IdentifierFrom(s *format.ObjectIdentifierStorage) (ObjectIdentifier, error) {
-	if s == nil {
-		return ObjectIdentifier{}, fmt.Errorf("cas: missing object identifier")
-	}
-	d, err := ParseDigest(s.ObjectDigestBytes())
+// NewIdentifier makes the identifier of a decoded key index and digest,
+// validating the digest.
+func NewIdentifier(keyIndex uint32, digest []byte) (ObjectIdentifier, error) {
+	d, err := ParseDigest(digest)
 	if err != nil {
 		return ObjectIdentifier{}, err
 	}
-	return ObjectIdentifier{KeyIndex: s.KeyIndex(), Digest: Digest(string(d))}, nil
+	return ObjectIdentifier{KeyIndex: keyIndex, Digest: Digest(string(d))}, nil
+}
+
+// identifierFrom converts a decoded ObjectIdentifierStorage.
+func identifierFrom(s *format.ObjectIdentifierStorage) (ObjectIdentifier, error) {
+	ki, d, err := format.ObjectIdentifierFields(s)
+	if err != nil {
+		return ObjectIdentifier{}, err
+	}
+	return NewIdentifier(ki, d)
 }
 
 // EncodeIdentifier serializes id as a size-prefixed ObjectIdentifierStorage.
 func EncodeIdentifier(id ObjectIdentifier) []byte {
 	b := flatbuffers.NewBuilder(64)
-	b.FinishSizePrefixed(BuildIdentifier(b, id))
+	b.FinishSizePrefixed(format.PutObjectIdentifier(b, id.KeyIndex, string(id.Digest)))
 	return b.FinishedBytes()
 }
 
@@ -55,7 +47,7 @@ func DecodeIdentifier(buf []byte) (id ObjectIdentifier, rest []byte, err error) 
 		if err != nil {
 			return err
 		}
-		id, err = IdentifierFrom(format.GetRootAsObjectIdentifierStorage(body, 0))
+		id, err = identifierFrom(format.GetRootAsObjectIdentifierStorage(body, 0))
 		rest = buf[4+n:]
 		return err
 	})

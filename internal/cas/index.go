@@ -27,7 +27,7 @@ func EncodeFileIndex(ix FileIndex) []byte {
 	b := flatbuffers.NewBuilder(64 + 80*len(ix.Children))
 	offs := make([]flatbuffers.UOffsetT, len(ix.Children))
 	for i, c := range ix.Children {
-		id := BuildIdentifier(b, c.ID)
+		id := format.PutObjectIdentifier(b, c.ID.KeyIndex, string(c.ID.Digest))
 		format.ObjectChildStart(b)
 		format.ObjectChildAddSize(b, c.Size)
 		format.ObjectChildAddObjectIdentifier(b, id)
@@ -68,7 +68,7 @@ func DecodeFileIndex(buf []byte) (FileIndex, error) {
 			if !fb.Children(&c, i) {
 				return fmt.Errorf("child %d missing", i)
 			}
-			id, err := IdentifierFrom(c.ObjectIdentifier(nil))
+			id, err := identifierFrom(c.ObjectIdentifier(nil))
 			if err != nil {
 				return fmt.Errorf("child %d: %w", i, err)
 			}

@@ -69,7 +69,7 @@ func NewCommit(ts int64, root cas.ObjectIdentifier, parents ...*Commit) (*Commit
 
 func encodeCommit(c *Commit) []byte {
 	b := flatbuffers.NewBuilder(256)
-	root := cas.BuildIdentifier(b, c.Root)
+	root := format.PutObjectIdentifier(b, c.Root.KeyIndex, string(c.Root.Digest))
 	var salt flatbuffers.UOffsetT
 	if c.Salt != nil {
 		salt = b.CreateByteVector(c.Salt)
@@ -107,7 +107,11 @@ func DecodeCommit(id CommitID, buf []byte) (*Commit, error) {
 		fb := format.GetRootAsCommitStorage(buf, 0)
 		c.Timestamp = fb.Timestamp()
 		c.Generation = fb.Generation()
-		root, err := cas.IdentifierFrom(fb.RootNodeId(nil))
+		ki, d, err := format.ObjectIdentifierFields(fb.RootNodeId(nil))
+		if err != nil {
+			return fmt.Errorf("root: %w", err)
+		}
+		root, err := cas.NewIdentifier(ki, d)
 		if err != nil {
 			return fmt.Errorf("root: %w", err)
 		}
