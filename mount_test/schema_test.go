@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/ledgerfs/ledgerfs/internal/journal"
 	"github.com/ledgerfs/ledgerfs/internal/store"
 )
@@ -31,15 +29,10 @@ func verifyRows(t testing.TB, repo string, clean bool) map[string]int {
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			continue
 		}
-		db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
-		if err != nil {
-			t.Fatalf("open %s: %v", dir, err)
-		}
-		counts, err := store.VerifyRows(db, func(k string, v []byte) error {
+		counts, err := store.VerifyDir(dir, func(k string, v []byte) error {
 			_, err := journal.DecodeOp(k, v)
 			return err
 		})
-		db.Close()
 		if err != nil {
 			t.Fatalf("%s: %v", dir, err)
 		}

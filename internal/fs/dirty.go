@@ -148,7 +148,7 @@ func (c *content) endStream() error {
 	if err != nil {
 		return err
 	}
-	return c.stored(w.Commit(nil))
+	return c.stored(w.Commit())
 }
 
 // stored is told whether the last pieces of the base that endStreamLater
@@ -347,7 +347,7 @@ func (c *content) value() (id cas.ObjectIdentifier, size int64, w *store.ValueWr
 	}
 	if w != nil {
 		// The merge below reads the streamed value back.
-		if err := c.stored(w.Commit(nil)); err != nil {
+		if err := c.stored(w.Commit()); err != nil {
 			return cas.ObjectIdentifier{}, 0, nil, err
 		}
 	}

@@ -49,7 +49,7 @@ func TestContentAfterLostCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ok.stored(w.Commit(nil)); err != nil {
+	if err := ok.stored(w.Commit()); err != nil {
 		t.Fatal(err)
 	}
 	got := make([]byte, len(data))

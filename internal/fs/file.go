@@ -391,7 +391,7 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 		}
 	} else {
 		if w != nil {
-			err = f.c.stored(w.Commit(nil))
+			err = f.c.stored(w.Commit())
 		}
 		if err == nil {
 			err = f.pg.apply(sync, op)

@@ -207,7 +207,7 @@ func (pg *pageRef) queue(done func(error), ops ...journal.Op) error {
 func (pg *pageRef) queueWith(w *store.ValueWriter, done func(error), ops ...journal.Op) error {
 	var commit journal.CommitFunc
 	if w != nil {
-		commit = w.Commit
+		commit = w.CommitJournal
 	}
 	p, err := pg.acquire()
 	if err != nil {

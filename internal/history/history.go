@@ -14,8 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/store"
 )
@@ -191,17 +189,10 @@ func byPrefix(p *store.Page, prefix string) (store.CommitID, error) {
 		matches++ // the first commit, which has no row; id is already its id
 	}
 	raw, _ := hex.DecodeString(prefix[:len(prefix)&^1])
-	err := p.DB().View(func(txn *badger.Txn) error {
-		opts := badger.IteratorOptions{Prefix: append([]byte(store.PrefixCommits), raw...)}
-		it := txn.NewIterator(opts)
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			k := it.Item().Key()[len(store.PrefixCommits):]
-			if len(k) != len(id) || !strings.HasPrefix(hex.EncodeToString(k), prefix) {
-				continue
-			}
+	err := p.CommitIDs(raw, func(c store.CommitID) error {
+		if strings.HasPrefix(c.String(), prefix) {
 			matches++
-			copy(id[:], k)
+			id = c
 		}
 		return nil
 	})
@@ -222,23 +213,7 @@ func IDs(p *store.Page, fn func(store.CommitID) error) error {
 	if err := fn(store.FirstCommitID); err != nil {
 		return err
 	}
-	return p.DB().View(func(txn *badger.Txn) error {
-		opts := badger.IteratorOptions{Prefix: []byte(store.PrefixCommits)}
-		it := txn.NewIterator(opts)
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			k := it.Item().Key()[len(store.PrefixCommits):]
-			var id store.CommitID
-			if len(k) != len(id) {
-				return fmt.Errorf("history: malformed commit row %q", it.Item().Key())
-			}
-			copy(id[:], k)
-			if err := fn(id); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return p.CommitIDs(nil, fn)
 }
 
 // previous returns the parent a commit is compared with: its only parent,

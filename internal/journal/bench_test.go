@@ -81,7 +81,7 @@ func BenchmarkQueueClose(b *testing.B) {
 		}
 		key := fmt.Sprintf("small/f%07d", i)
 		op := Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: btree.Meta{Mode: 0o100644, Size: size}}}
-		if err := c.QueueWith(w.Commit, nil, op); err != nil {
+		if err := c.QueueWith(w.CommitJournal, nil, op); err != nil {
 			b.Fatal(err)
 		}
 		i++

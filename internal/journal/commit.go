@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/cas"
 	"github.com/ledgerfs/ledgerfs/internal/store"
@@ -52,7 +50,6 @@ func (j *Journal) Commit() (*store.Commit, error) {
 
 func (j *Journal) commitLocked() (*store.Commit, error) {
 	p := j.p
-	db := p.DB()
 	heads, err := p.Heads()
 	if err != nil {
 		return nil, err
@@ -67,7 +64,7 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 
 	// Apply the journal to its parent's tree.
 	tree := p.Tree(base)
-	cleared, err := hasClear(db, j.ID)
+	cleared, err := p.JournalCleared(j.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -119,34 +116,14 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 	}
 
 	// The atomic step: after it the page is at the new state.
-	err = db.Update(func(txn *badger.Txn) error {
-		for _, c := range commits {
-			if err := txn.Set(store.CommitKey(c.ID), c.Bytes); err != nil {
-				return err
-			}
-			if err := txn.Set(store.UnsyncedCommitKey(c.ID), store.EncodeUint64(c.Generation)); err != nil {
-				return err
-			}
-		}
-		if final != head {
-			for _, h := range heads {
-				if h.ID != store.FirstCommitID {
-					if err := txn.Delete(store.HeadKey(h.ID)); err != nil {
-						return err
-					}
-				}
-			}
-			if err := txn.Set(store.HeadKey(final.ID), store.EncodeUint64(uint64(final.Timestamp))); err != nil {
-				return err
-			}
-		}
-		return txn.Delete(store.ImplicitMetaKey(j.ID))
-	})
-	if err != nil {
+	var newHead *store.Commit
+	if final != head {
+		newHead = final
+	}
+	if err := p.Land(j.ID, commits, newHead); err != nil {
 		return nil, fmt.Errorf("journal: commit %s: %w", j.ID, err)
 	}
-	if final != head {
-		p.SetHeads([]*store.Commit{final})
+	if newHead != nil {
 		tree.Forget()
 	}
 	if err := step("committed"); err != nil {

@@ -123,7 +123,8 @@ func (c *Committer) Queue(done func(error), ops ...Op) error {
 func (c *Committer) QueueWith(commit CommitFunc, done func(error), ops ...Op) error {
 	if len(ops) > maxImplicitOps {
 		if commit != nil {
-			if err := commit(nil); err != nil {
+			// The value's pieces alone; the rows go through Apply.
+			if err := commit("", nil); err != nil {
 				return err
 			}
 		}

@@ -6,18 +6,16 @@
 package journal
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/dgraph-io/badger/v4"
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/cas"
@@ -94,10 +92,7 @@ func Begin(p *store.Page, explicit bool) (*Journal, error) {
 		if err := p.CheckSpace(); err != nil {
 			return nil, err
 		}
-		err := p.DB().Update(func(txn *badger.Txn) error {
-			return txn.Set(store.ImplicitMetaKey(j.ID), head.ID[:])
-		})
-		if err != nil {
+		if err := p.BeginImplicit(j.ID, head.ID); err != nil {
 			return nil, fmt.Errorf("journal: begin: %w", err)
 		}
 	}
@@ -160,10 +155,10 @@ var ErrDone = errors.New("journal: already committed or rolled back")
 // Apply records ops in the journal.
 func (j *Journal) Apply(ops ...Op) error { return j.ApplyWith(nil, ops...) }
 
-// A CommitFunc lands the rows that rows sets (if not nil) in one db
-// transaction with rows of its own, such as a value's last pieces (see
-// store.ValueWriter.Commit), and waits for it.
-type CommitFunc func(rows func(txn *badger.Txn) error) error
+// A CommitFunc lands entry rows of a journal in one db transaction with
+// rows of its own, such as a value's last pieces (see
+// store.ValueWriter.CommitJournal), and waits for it.
+type CommitFunc func(id store.JournalID, es []store.JournalEntry) error
 
 // ApplyWith records ops in the journal through commit; nil commits the rows
 // alone.
@@ -179,24 +174,14 @@ func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 			return fmt.Errorf("journal: %d-byte key: %w", len(op.Key), btree.ErrKeyTooLong)
 		}
 	}
-	var err error
-	if commit == nil {
-		// Rows of one Apply need not land in one transaction: an implicit
-		// journal only gets groups small enough for one (see Committer),
-		// and an explicit journal is dropped whole by a crash.
-		err = store.Batched(j.p.DB(), len(ops), func(txn *badger.Txn, i int) error {
-			return txn.Set(store.JournalEntryKey(j.ID, ops[i].Key), EncodeOp(ops[i]))
-		})
-	} else {
-		err = commit(func(txn *badger.Txn) error {
-			for _, op := range ops {
-				if err := txn.Set(store.JournalEntryKey(j.ID, op.Key), EncodeOp(op)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+	es := make([]store.JournalEntry, len(ops))
+	for i, op := range ops {
+		es[i] = store.JournalEntry{Key: op.Key, Value: EncodeOp(op)}
 	}
+	if commit == nil {
+		commit = j.p.PutJournalEntries
+	}
+	err := commit(j.ID, es)
 	if err == nil && j.ops != nil {
 		for _, op := range ops {
 			j.ops[op.Key] = op
@@ -207,20 +192,11 @@ func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 
 // deleteOwnRows deletes the journal's rows.
 func (j *Journal) deleteOwnRows() error {
-	if j.ops == nil {
-		return deleteRows(j.p.DB(), []byte(store.JournalPrefix(j.ID)))
+	var keys []string // nil: every row, found by a scan
+	if j.ops != nil {
+		keys = slices.Collect(maps.Keys(j.ops))
 	}
-	keys := make([][]byte, 0, len(j.ops)+1)
-	for k := range j.ops {
-		keys = append(keys, store.JournalEntryKey(j.ID, k))
-	}
-	keys = append(keys, store.JournalClearKey(j.ID))
-	if err := store.Batched(j.p.DB(), len(keys), func(txn *badger.Txn, i int) error {
-		return txn.Delete(keys[i])
-	}); err != nil {
-		return fmt.Errorf("journal: delete rows of %s: %w", j.ID, err)
-	}
-	return nil
+	return j.p.DeleteJournalRows(j.ID, keys)
 }
 
 // Clear records that the journal clears the page: the page's previous state
@@ -238,51 +214,33 @@ func (j *Journal) Clear() error {
 	if j.ops != nil {
 		clear(j.ops)
 	}
-	return j.p.DB().Update(func(txn *badger.Txn) error {
-		return txn.Set(store.JournalClearKey(j.ID), nil)
-	})
+	return j.p.ClearJournal(j.ID)
 }
 
 // Get returns the journal's change to key, if it has one.
 func (j *Journal) Get(key string) (Op, bool, error) {
-	var op Op
-	var found bool
-	err := j.p.DB().View(func(txn *badger.Txn) error {
-		it, err := txn.Get(store.JournalEntryKey(j.ID, key))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return it.Value(func(v []byte) error {
-			op, err = DecodeOp(key, v)
-			found = err == nil
-			return err
-		})
-	})
-	return op, found, err
+	v, found, err := j.p.JournalEntry(j.ID, key)
+	if err != nil || !found {
+		return Op{}, false, err
+	}
+	op, err := DecodeOp(key, v)
+	return op, err == nil, err
 }
 
 // Cleared reports whether the journal clears the page.
-func (j *Journal) Cleared() (bool, error) { return hasClear(j.p.DB(), j.ID) }
-
-func hasClear(db *badger.DB, id store.JournalID) (bool, error) {
-	err := db.View(func(txn *badger.Txn) error {
-		_, err := txn.Get(store.JournalClearKey(id))
-		return err
-	})
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return false, nil
-	}
-	return err == nil, err
-}
+func (j *Journal) Cleared() (bool, error) { return j.p.JournalCleared(j.ID) }
 
 // Ops calls fn for the journal's changes with keys starting with prefix, in
 // key order.
 func (j *Journal) Ops(prefix string, fn func(Op) error) error {
 	if j.ops == nil {
-		return forOps(j.p.DB(), j.ID, prefix, fn)
+		return j.p.JournalEntries(j.ID, prefix, func(key string, v []byte) error {
+			op, err := DecodeOp(key, v)
+			if err != nil {
+				return err
+			}
+			return fn(op)
+		})
 	}
 	keys := make([]string, 0, len(j.ops))
 	for k := range j.ops {
@@ -299,67 +257,14 @@ func (j *Journal) Ops(prefix string, fn func(Op) error) error {
 	return nil
 }
 
-func forOps(db *badger.DB, id store.JournalID, prefix string, fn func(Op) error) error {
-	rowPrefix := []byte(store.JournalEntryPrefix(id) + prefix)
-	skip := len(store.JournalEntryPrefix(id))
-	return db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: rowPrefix, PrefetchValues: true, PrefetchSize: 64})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			item := it.Item()
-			key := string(item.Key()[skip:])
-			v, err := item.ValueCopy(nil)
-			if err != nil {
-				return err
-			}
-			op, err := DecodeOp(key, v)
-			if err != nil {
-				return err
-			}
-			if err := fn(op); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
 // Rollback drops the journal and its changes.
 func (j *Journal) Rollback() error {
 	if j.done {
 		return ErrDone
 	}
 	j.done = true
-	if err := j.p.DB().Update(func(txn *badger.Txn) error {
-		return txn.Delete(store.ImplicitMetaKey(j.ID))
-	}); err != nil {
+	if err := j.p.DropImplicitMeta(j.ID); err != nil {
 		return err
 	}
 	return j.deleteOwnRows()
-}
-
-// deleteRows deletes every row with the prefix, in bounded transactions.
-func deleteRows(db *badger.DB, prefix []byte) error {
-	for {
-		var keys [][]byte
-		err := db.View(func(txn *badger.Txn) error {
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-			defer it.Close()
-			for it.Rewind(); it.Valid() && len(keys) < 5000; it.Next() {
-				keys = append(keys, it.Item().KeyCopy(nil))
-			}
-			return nil
-		})
-		if err != nil || len(keys) == 0 {
-			return err
-		}
-		if err := store.Batched(db, len(keys), func(txn *badger.Txn, i int) error {
-			return txn.Delete(keys[i])
-		}); err != nil {
-			return fmt.Errorf("journal: delete rows %q: %w", prefix, err)
-		}
-		if !bytes.HasPrefix(keys[len(keys)-1], prefix) {
-			return nil
-		}
-	}
 }

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/cas"
 	"github.com/ledgerfs/ledgerfs/internal/store"
@@ -104,7 +102,7 @@ func (e *env) stateAt(c *store.Commit) map[string]string {
 }
 
 func (e *env) verify() map[string]int {
-	counts, err := store.VerifyRows(e.p.DB(), func(k string, v []byte) error {
+	counts, err := e.p.VerifyRows(func(k string, v []byte) error {
 		_, err := DecodeOp(k, v)
 		return err
 	})
@@ -476,14 +474,9 @@ func TestRowsAfterMixedWorkload(t *testing.T) {
 		t.Fatalf("metadata lost: %+v", en.Meta)
 	}
 	// Opening the db directly with Badger shows only documented rows.
-	dir := e.p.DB().Opts().Dir
+	dir := e.p.Dir()
 	e.repo.Close()
-	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := store.VerifyRows(db, func(k string, v []byte) error { _, err := DecodeOp(k, v); return err }); err != nil {
+	if _, err := store.VerifyDir(dir, func(k string, v []byte) error { _, err := DecodeOp(k, v); return err }); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/cas"
 	"github.com/ledgerfs/ledgerfs/internal/store"
@@ -20,8 +18,7 @@ import (
 // marked transient become local and unreachable transient pieces are
 // deleted. It is the store's OnOpen hook.
 func Recover(p *store.Page) error {
-	db := p.DB()
-	if err := deleteRows(db, []byte(store.PrefixExplicitJournal)); err != nil {
+	if err := p.DropJournals(true); err != nil {
 		return fmt.Errorf("recover: drop explicit journals: %w", err)
 	}
 	// A commit cut short after its atomic step leaves pieces under the head
@@ -31,23 +28,7 @@ func Recover(p *store.Page) error {
 	if _, err := settleReachable(p); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
-	implicit := map[store.JournalID]store.CommitID{}
-	err := db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(store.PrefixImplicitMeta)})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			id := store.JournalID(it.Item().Key()[len(store.PrefixImplicitMeta):])
-			v, err := it.Item().ValueCopy(nil)
-			if err != nil {
-				return err
-			}
-			if !id.Valid() || len(v) != len(store.CommitID{}) {
-				return fmt.Errorf("malformed implicit journal row %q", it.Item().Key())
-			}
-			implicit[id] = store.CommitID(v)
-		}
-		return nil
-	})
+	implicit, err := p.ImplicitJournals()
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
@@ -62,7 +43,7 @@ func Recover(p *store.Page) error {
 	}
 	// Rows of implicit journals without metadata belong to journals that
 	// committed before the crash stopped their clean-up.
-	if err := deleteRows(db, []byte(store.PrefixImplicitJournal)); err != nil {
+	if err := p.DropJournals(false); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
 	if err := collectTransient(p); err != nil {
@@ -84,15 +65,7 @@ func collectTransient(p *store.Page) error {
 // settleReachable marks the transient pieces the heads reach as local. It
 // reports whether the page has transient pieces at all.
 func settleReachable(p *store.Page) (bool, error) {
-	prefix := []byte(store.StatusPrefix(store.Transient))
-	found := false
-	if err := p.DB().View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-		defer it.Close()
-		it.Rewind()
-		found = it.Valid()
-		return nil
-	}); err != nil || !found {
+	if found, err := p.HasTransient(); err != nil || !found {
 		return false, err
 	}
 	heads, err := p.Heads()
@@ -144,29 +117,6 @@ func settleReachable(p *store.Page) (bool, error) {
 
 // collectGarbage deletes the pieces still transient.
 func collectGarbage(p *store.Page) error {
-	db := p.DB()
-	prefix := []byte(store.StatusPrefix(store.Transient))
-	for {
-		var ds []cas.Digest
-		err := db.View(func(txn *badger.Txn) error {
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-			defer it.Close()
-			for it.Rewind(); it.Valid() && len(ds) < 2000; it.Next() {
-				ds = append(ds, cas.Digest(it.Item().Key()[len(prefix):]))
-			}
-			return nil
-		})
-		if err != nil || len(ds) == 0 {
-			return err
-		}
-		err = store.Batched(db, len(ds), func(txn *badger.Txn, i int) error {
-			if err := txn.Delete(store.StatusKey(store.Transient, ds[i])); err != nil {
-				return err
-			}
-			return txn.Delete(store.ObjectKey(ds[i]))
-		})
-		if err != nil {
-			return fmt.Errorf("recover: delete garbage pieces: %w", err)
-		}
-	}
+	_, err := p.DeleteTransient()
+	return err
 }

@@ -53,8 +53,8 @@ type Page struct {
 	ra readAhead
 }
 
-// DB returns the page's Badger db, for the journal package's row writes.
-func (p *Page) DB() *badger.DB { return p.db }
+// Dir is the directory of the page's db.
+func (p *Page) Dir() string { return p.db.Opts().Dir }
 
 // Polynomial is the repository's chunker polynomial.
 func (p *Page) Polynomial() chunker.Pol { return p.pol }
@@ -295,14 +295,14 @@ func (w *PieceWriter) firstErr() error {
 
 // Flush commits the pieces written so far and waits until they are in the
 // db.
-func (w *PieceWriter) Flush() error { return w.FlushWith(nil) }
+func (w *PieceWriter) Flush() error { return w.flushWith(nil) }
 
-// FlushWith commits the pieces written so far together with the rows that
+// flushWith commits the pieces written so far together with the rows that
 // rows (if not nil) sets, in one transaction after the batches already
 // committing have landed, and waits for it: rows that refer to the pieces
 // (a journal entry) land with them or not at all. Rows too many for the
 // transaction follow the pieces in one of their own.
-func (w *PieceWriter) FlushWith(rows func(txn *badger.Txn) error) error {
+func (w *PieceWriter) flushWith(rows func(txn *badger.Txn) error) error {
 	w.wg.Wait()
 	if err := w.firstErr(); err != nil {
 		w.Discard()
@@ -361,14 +361,14 @@ func (p *Page) Commit(id CommitID) (*Commit, error) {
 	var c *Commit
 	err := p.db.View(func(txn *badger.Txn) error {
 		var err error
-		c, err = ReadCommit(txn, id)
+		c, err = readCommit(txn, id)
 		return err
 	})
 	return c, err
 }
 
-// ReadCommit reads a commit inside a transaction.
-func ReadCommit(txn *badger.Txn, id CommitID) (*Commit, error) {
+// readCommit reads a commit inside a transaction.
+func readCommit(txn *badger.Txn, id CommitID) (*Commit, error) {
 	if id == FirstCommitID {
 		return FirstCommit(), nil
 	}
@@ -401,26 +401,25 @@ func (p *Page) Heads() ([]*Commit, error) {
 	var heads []*Commit
 	err := p.db.View(func(txn *badger.Txn) error {
 		var err error
-		heads, err = ReadHeads(txn)
+		heads, err = readHeads(txn)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	p.SetHeads(heads)
+	p.setHeads(heads)
 	return slices.Clone(heads), nil
 }
 
-// SetHeads records the heads a committed transaction left; the caller holds
-// Lock.
-func (p *Page) SetHeads(heads []*Commit) {
+// setHeads records the heads the db holds: read, or left by Land.
+func (p *Page) setHeads(heads []*Commit) {
 	p.hmu.Lock()
 	p.heads = slices.Clone(heads)
 	p.hmu.Unlock()
 }
 
-// ReadHeads reads the heads inside a transaction.
-func ReadHeads(txn *badger.Txn) ([]*Commit, error) {
+// readHeads reads the heads inside a transaction.
+func readHeads(txn *badger.Txn) ([]*Commit, error) {
 	var ids []CommitID
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(PrefixHeads)})
 	defer it.Close()
@@ -436,7 +435,7 @@ func ReadHeads(txn *badger.Txn) ([]*Commit, error) {
 	}
 	heads := make([]*Commit, 0, len(ids))
 	for _, id := range ids {
-		c, err := ReadCommit(txn, id)
+		c, err := readCommit(txn, id)
 		if err != nil {
 			return nil, err
 		}
@@ -477,7 +476,7 @@ func (p *Page) Tree(c *Commit) *btree.Tree { return p.nodes.Open(c.Root) }
 // pass children before parents so that a piece never has a later status
 // than a piece below it.
 func (p *Page) SetStatus(s PieceStatus, ds []cas.Digest) error {
-	err := Batched(p.db, len(ds), func(txn *badger.Txn, i int) error {
+	err := batched(p.db, len(ds), func(txn *badger.Txn, i int) error {
 		for _, o := range Statuses {
 			if o != s {
 				if err := txn.Delete(StatusKey(o, ds[i])); err != nil {
@@ -536,10 +535,10 @@ func (p *Page) RunGC(ratio float64) {
 
 func nowNs() int64 { return time.Now().UnixNano() }
 
-// Batched runs op for i in [0, n) in as few transactions as Badger allows,
+// batched runs op for i in [0, n) in as few transactions as Badger allows,
 // in order: when a transaction is full it is committed and op(i) retried in
 // the next. For row maintenance that need not be atomic as a whole.
-func Batched(db *badger.DB, n int, op func(txn *badger.Txn, i int) error) error {
+func batched(db *badger.DB, n int, op func(txn *badger.Txn, i int) error) error {
 	txn := db.NewTransaction(true)
 	defer func() { txn.Discard() }()
 	for i := 0; i < n; i++ {

@@ -237,13 +237,13 @@ func TestValueDedupAndEdit(t *testing.T) {
 		}
 	}
 	id := writeValue(t, p, data)
-	rows := countRows(t, p.DB(), PrefixObjects)
-	if id2 := writeValue(t, p, data); id2 != id || countRows(t, p.DB(), PrefixObjects) != rows {
-		t.Fatalf("second copy added %d rows", countRows(t, p.DB(), PrefixObjects)-rows)
+	rows := countRows(t, p.db, PrefixObjects)
+	if id2 := writeValue(t, p, data); id2 != id || countRows(t, p.db, PrefixObjects) != rows {
+		t.Fatalf("second copy added %d rows", countRows(t, p.db, PrefixObjects)-rows)
 	}
 	data[len(data)/2] ^= 0x55
 	id3 := writeValue(t, p, data)
-	added := countRows(t, p.DB(), PrefixObjects) - rows
+	added := countRows(t, p.db, PrefixObjects) - rows
 	t.Logf("64 MiB value: %d pieces; a 1-byte edit added %d", rows, added)
 	if id3 == id || added > 10 {
 		t.Fatalf("1-byte edit in 64 MiB added %d pieces", added)
@@ -266,7 +266,7 @@ func TestCorruptObjectRow(t *testing.T) {
 	}
 	id := writeValue(t, p, data)
 	// Flip a byte of one stored chunk behind the store's back.
-	err := p.DB().Update(func(txn *badger.Txn) error {
+	err := p.db.Update(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(PrefixObjects)})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -361,17 +361,24 @@ func FuzzJournalRowKey(f *testing.F) {
 	})
 }
 
-// A value's last pieces land with the rows its Commit is given, in one
-// transaction: before Commit neither is in the db, after it both are. Rows
-// that fit in a transaction but not with the pieces follow them in one of
-// their own.
+// A value's last pieces land with the journal rows its CommitJournal is
+// given, in one transaction: before the commit neither is in the db, after
+// it both are. Rows that fit in a transaction but not with the pieces follow
+// them in one of their own.
 func TestValueCommitWithRows(t *testing.T) {
 	p := testPage(t)
-	row := func(name string, i int) []byte { return []byte(fmt.Sprintf("test/%s/%05d", name, i)) }
+	jid := func(name string) JournalID { return JournalID(fmt.Sprintf("I%016x", len(name))) }
+	entries := func(name string, n int) []JournalEntry {
+		es := make([]JournalEntry, n)
+		for i := range es {
+			es[i] = JournalEntry{Key: fmt.Sprintf("%05d", i), Value: []byte("D")}
+		}
+		return es
+	}
 	// As many rows as one transaction takes, by Badger's own count.
 	fit := 0
-	txn := p.DB().NewTransaction(true)
-	for txn.Set(row("fit", fit), []byte("row")) == nil {
+	txn := p.db.NewTransaction(true)
+	for txn.Set(JournalEntryKey(jid("fit"), fmt.Sprintf("%05d", fit)), []byte("D")) == nil {
 		fit++
 	}
 	txn.Discard()
@@ -396,19 +403,11 @@ func TestValueCommitWithRows(t *testing.T) {
 			if _, err := p.Get(id.Digest, nil); err == nil {
 				t.Fatal("the value's root piece is in the db before Commit")
 			}
-			err = w.Commit(func(txn *badger.Txn) error {
-				for i := range tc.rows {
-					if err := txn.Set(row(tc.name, i), []byte("row")); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
+			if err := w.CommitJournal(jid(tc.name), entries(tc.name, tc.rows)); err != nil {
 				t.Fatal(err)
 			}
 			w.Discard() // a no-op after Commit
-			if got := countRows(t, p.DB(), "test/"+tc.name+"/"); got != tc.rows {
+			if got := countRows(t, p.db, JournalEntryPrefix(jid(tc.name))); got != tc.rows {
 				t.Fatalf("%d rows after Commit, want %d", got, tc.rows)
 			}
 			r, err := p.OpenValue(id)

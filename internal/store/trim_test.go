@@ -75,7 +75,7 @@ func mappedKiB(t testing.TB, dir, suffix string) int {
 // trimmer does not count.
 func readTables(t *testing.T, p *Page) {
 	t.Helper()
-	db := p.DB()
+	db := p.db
 	val := make([]byte, 200) // below the value threshold: in the tables
 	for b := range 40 {
 		wb := db.NewWriteBatch()

@@ -32,7 +32,7 @@ func (v *ValueWriter) Close() (cas.ObjectIdentifier, uint64, error) {
 	if err != nil {
 		return id, 0, err
 	}
-	if err := v.Commit(nil); err != nil {
+	if err := v.Commit(); err != nil {
 		return id, 0, err
 	}
 	return id, size, nil
@@ -51,10 +51,14 @@ func (v *ValueWriter) End() (cas.ObjectIdentifier, uint64, error) {
 	return id, size, nil
 }
 
-// Commit stores the ended value's last pieces, in one db transaction with
-// the rows set by rows (if not nil), and waits for it.
-func (v *ValueWriter) Commit(rows func(txn *badger.Txn) error) error {
-	return v.pw.FlushWith(rows)
+// Commit stores the ended value's last pieces and waits for them.
+func (v *ValueWriter) Commit() error { return v.pw.flushWith(nil) }
+
+// CommitJournal stores the ended value's last pieces in one db transaction
+// with entry rows of journal id that refer to the value, and waits for it:
+// the entry never names a value whose pieces are missing.
+func (v *ValueWriter) CommitJournal(id JournalID, es []JournalEntry) error {
+	return v.pw.flushWith(func(txn *badger.Txn) error { return setJournalEntries(txn, id, es) })
 }
 
 // Discard drops the pieces of an ended value that Commit did not store;

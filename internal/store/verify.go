@@ -10,11 +10,29 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/cas"
 )
 
-// VerifyRows checks every row of a page db against the documented schema:
-// each key has one of the documented prefixes and its value the documented
-// format; objects match their digests, commits their ids, journal values
-// parse with decodeOp. It returns the number of rows of each kind.
-func VerifyRows(db *badger.DB, decodeOp func(key string, v []byte) error) (map[string]int, error) {
+// VerifyRows checks every row of the page's db against the documented
+// schema: each key has one of the documented prefixes and its value the
+// documented format; objects match their digests, commits their ids,
+// journal values parse with decodeOp. It returns the number of rows of
+// each kind.
+func (p *Page) VerifyRows(decodeOp func(key string, v []byte) error) (map[string]int, error) {
+	return verifyRows(p.db, decodeOp)
+}
+
+// VerifyDir is VerifyRows of the page db in dir, which no process serves:
+// it opens the db with Badger's defaults, as any reader of the documented
+// schema would. (Not read-only: after a crash Badger refuses a read-only
+// open until its value log is truncated.)
+func VerifyDir(dir string, decodeOp func(key string, v []byte) error) (map[string]int, error) {
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", dir, err)
+	}
+	defer db.Close()
+	return verifyRows(db, decodeOp)
+}
+
+func verifyRows(db *badger.DB, decodeOp func(key string, v []byte) error) (map[string]int, error) {
 	counts := map[string]int{}
 	err := db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false})

@@ -1,0 +1,312 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+)
+
+// This file owns the rows of journals (journals/…), of commits landing
+// (commits/, unsynced/commits/, heads/, journals/implicit_metadata/) and the
+// scans of them that recovery and history need. Their invariants:
+//
+//   - An implicit journal has a journals/implicit_metadata/{id} row naming
+//     its base from Begin until its commit lands; the row is what tells
+//     recovery to commit the journal. An explicit journal has none, so a
+//     restart drops it.
+//   - A commit lands in one db transaction (Land): its commits/ row, its
+//     unsynced/commits/ row, the heads/ rows replaced by the new head, and
+//     the journal's metadata row deleted. Before that transaction the page
+//     is at its old state, after it at the new one; the heads cache is set
+//     from the same values.
+//   - Pieces are written transient before the commit that references them
+//     lands, and marked local after it (SetStatus), children before
+//     parents: a local piece never has a transient piece below it.
+
+// JournalEntry is an entry row of a journal: a user key and its encoded
+// change ('A'… for a put, 'D' for a delete, see package journal).
+type JournalEntry struct {
+	Key   string
+	Value []byte
+}
+
+// BeginImplicit records implicit journal id's base, so that recovery
+// commits the journal if a crash interrupts it.
+func (p *Page) BeginImplicit(id JournalID, base CommitID) error {
+	return p.db.Update(func(txn *badger.Txn) error {
+		return txn.Set(ImplicitMetaKey(id), base[:])
+	})
+}
+
+// PutJournalEntries writes entry rows of journal id. They need not land in
+// one db transaction: an implicit journal only gets groups small enough for
+// one, and an explicit journal is dropped whole by a crash.
+func (p *Page) PutJournalEntries(id JournalID, es []JournalEntry) error {
+	return batched(p.db, len(es), func(txn *badger.Txn, i int) error {
+		return txn.Set(JournalEntryKey(id, es[i].Key), es[i].Value)
+	})
+}
+
+// setJournalEntries writes entry rows of journal id in txn.
+func setJournalEntries(txn *badger.Txn, id JournalID, es []JournalEntry) error {
+	for _, e := range es {
+		if err := txn.Set(JournalEntryKey(id, e.Key), e.Value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ClearJournal records that journal id clears the page.
+func (p *Page) ClearJournal(id JournalID) error {
+	return p.db.Update(func(txn *badger.Txn) error {
+		return txn.Set(JournalClearKey(id), nil)
+	})
+}
+
+// JournalCleared reports whether journal id clears the page.
+func (p *Page) JournalCleared(id JournalID) (bool, error) {
+	err := p.db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(JournalClearKey(id))
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// JournalEntry returns the value of journal id's entry row for key.
+func (p *Page) JournalEntry(id JournalID, key string) (v []byte, found bool, err error) {
+	err = p.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(JournalEntryKey(id, key))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		v, err = it.ValueCopy(nil)
+		return err
+	})
+	return v, found, err
+}
+
+// JournalEntries calls fn with journal id's entry rows whose keys start
+// with prefix, in key order.
+func (p *Page) JournalEntries(id JournalID, prefix string, fn func(key string, v []byte) error) error {
+	rowPrefix := []byte(JournalEntryPrefix(id) + prefix)
+	skip := len(JournalEntryPrefix(id))
+	return p.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: rowPrefix, PrefetchValues: true, PrefetchSize: 64})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if err := fn(string(item.Key()[skip:]), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// DeleteJournalRows deletes journal id's entry rows for keys and its clear
+// row; nil keys deletes every row of the journal.
+func (p *Page) DeleteJournalRows(id JournalID, keys []string) error {
+	if keys == nil {
+		return p.deletePrefix([]byte(JournalPrefix(id)))
+	}
+	rows := make([][]byte, 0, len(keys)+1)
+	for _, k := range keys {
+		rows = append(rows, JournalEntryKey(id, k))
+	}
+	rows = append(rows, JournalClearKey(id))
+	if err := batched(p.db, len(rows), func(txn *badger.Txn, i int) error {
+		return txn.Delete(rows[i])
+	}); err != nil {
+		return fmt.Errorf("store: delete rows of journal %s: %w", id, err)
+	}
+	return nil
+}
+
+// DropImplicitMeta deletes an implicit journal's metadata row: recovery
+// then leaves the journal's rows for deletion instead of committing them.
+func (p *Page) DropImplicitMeta(id JournalID) error {
+	return p.db.Update(func(txn *badger.Txn) error {
+		return txn.Delete(ImplicitMetaKey(id))
+	})
+}
+
+// ImplicitJournals returns the implicit journals that have metadata, with
+// their bases: those a crash left uncommitted.
+func (p *Page) ImplicitJournals() (map[JournalID]CommitID, error) {
+	out := map[JournalID]CommitID{}
+	err := p.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(PrefixImplicitMeta)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			id := JournalID(it.Item().Key()[len(PrefixImplicitMeta):])
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if !id.Valid() || len(v) != len(CommitID{}) {
+				return fmt.Errorf("store: malformed implicit journal row %q", it.Item().Key())
+			}
+			out[id] = CommitID(v)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DropJournals deletes every row of every explicit journal (explicit set)
+// or of every implicit journal.
+func (p *Page) DropJournals(explicit bool) error {
+	if explicit {
+		return p.deletePrefix([]byte(PrefixExplicitJournal))
+	}
+	return p.deletePrefix([]byte(PrefixImplicitJournal))
+}
+
+// Land makes a journal's commits the page's state in one db transaction:
+// the rows of commits (each also unsynced), head as the only head unless
+// it is nil (the journal changed nothing), and journal id's metadata row
+// deleted. The caller holds Lock.
+func (p *Page) Land(id JournalID, commits []*Commit, head *Commit) error {
+	var old []*Commit
+	if head != nil {
+		var err error
+		if old, err = p.Heads(); err != nil {
+			return err
+		}
+	}
+	err := p.db.Update(func(txn *badger.Txn) error {
+		for _, c := range commits {
+			if err := txn.Set(CommitKey(c.ID), c.Bytes); err != nil {
+				return err
+			}
+			if err := txn.Set(UnsyncedCommitKey(c.ID), EncodeUint64(c.Generation)); err != nil {
+				return err
+			}
+		}
+		if head != nil {
+			for _, h := range old {
+				if h.ID != FirstCommitID {
+					if err := txn.Delete(HeadKey(h.ID)); err != nil {
+						return err
+					}
+				}
+			}
+			if err := txn.Set(HeadKey(head.ID), EncodeUint64(uint64(head.Timestamp))); err != nil {
+				return err
+			}
+		}
+		return txn.Delete(ImplicitMetaKey(id))
+	})
+	if err != nil {
+		return fmt.Errorf("store: land %s: %w", id, err)
+	}
+	if head != nil {
+		p.setHeads([]*Commit{head})
+	}
+	return nil
+}
+
+// HasTransient reports whether any piece is marked transient.
+func (p *Page) HasTransient() (bool, error) {
+	found := false
+	err := p.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(StatusPrefix(Transient))})
+		defer it.Close()
+		it.Rewind()
+		found = it.Valid()
+		return nil
+	})
+	return found, err
+}
+
+// DeleteTransient deletes every piece still marked transient, with its
+// status row, and returns how many it deleted. Recovery calls it once the
+// reachable transient pieces are local: the rest are garbage.
+func (p *Page) DeleteTransient() (int, error) {
+	prefix := []byte(StatusPrefix(Transient))
+	total := 0
+	for {
+		var ds []cas.Digest
+		err := p.db.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+			defer it.Close()
+			for it.Rewind(); it.Valid() && len(ds) < 2000; it.Next() {
+				ds = append(ds, cas.Digest(it.Item().Key()[len(prefix):]))
+			}
+			return nil
+		})
+		if err != nil || len(ds) == 0 {
+			return total, err
+		}
+		err = batched(p.db, len(ds), func(txn *badger.Txn, i int) error {
+			if err := txn.Delete(StatusKey(Transient, ds[i])); err != nil {
+				return err
+			}
+			return txn.Delete(ObjectKey(ds[i]))
+		})
+		if err != nil {
+			return total, fmt.Errorf("store: delete transient pieces: %w", err)
+		}
+		total += len(ds)
+	}
+}
+
+// CommitIDs calls fn with the id of every stored commit whose id starts
+// with the bytes of prefix, in id order; it reads keys only. The first
+// commit has no row and is not among them.
+func (p *Page) CommitIDs(prefix []byte, fn func(CommitID) error) error {
+	return p.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: append([]byte(PrefixCommits), prefix...)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().Key()[len(PrefixCommits):]
+			var id CommitID
+			if len(k) != len(id) {
+				return fmt.Errorf("store: malformed commit row %q", it.Item().Key())
+			}
+			copy(id[:], k)
+			if err := fn(id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// deletePrefix deletes every row with the prefix, in bounded transactions.
+func (p *Page) deletePrefix(prefix []byte) error {
+	for {
+		var keys [][]byte
+		err := p.db.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+			defer it.Close()
+			for it.Rewind(); it.Valid() && len(keys) < 5000; it.Next() {
+				keys = append(keys, it.Item().KeyCopy(nil))
+			}
+			return nil
+		})
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		if err := batched(p.db, len(keys), func(txn *badger.Txn, i int) error {
+			return txn.Delete(keys[i])
+		}); err != nil {
+			return fmt.Errorf("store: delete rows %q: %w", prefix, err)
+		}
+	}
+}
