@@ -18,7 +18,7 @@ import (
 // changing one key. Values are short, so stored inline.
 func buildPage(b *testing.B, keys, commits int) string {
 	repoDir := b.TempDir()
-	r, err := store.Open(repoDir, store.Options{OnOpen: journal.Recover})
+	r, err := store.Open(repoDir, store.Options{OnOpen: journal.Recover, OnClose: journal.Close})
 	if err != nil {
 		b.Fatal(err)
 	}

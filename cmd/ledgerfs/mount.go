@@ -156,6 +156,7 @@ func serve(c serveConfig) error {
 		NodeCacheBytes: c.nodeCache,
 		ReadOnly:       c.readOnly,
 		OnOpen:         journal.Recover,
+		OnClose:        journal.Close,
 		CloseTimeout:   c.closeTimeout,
 		Reserve:        c.reserve,
 	})

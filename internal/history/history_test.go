@@ -21,7 +21,7 @@ type fataler interface{ Fatal(args ...any) }
 
 // openPage opens a new page in dir; close releases it.
 func openPage(t fataler, dir string) (p *store.Page, close func()) {
-	r, err := store.Open(dir, store.Options{OnOpen: journal.Recover})
+	r, err := store.Open(dir, store.Options{OnOpen: journal.Recover, OnClose: journal.Close})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,9 +43,28 @@ type Committer struct {
 	err error
 }
 
-// CommitterFor returns the page's committer.
+// committers holds the committer of each open page that has one; Close
+// drops it.
+var committers sync.Map // *store.Page → *Committer
+
+// CommitterFor returns the page's committer, made on first use.
 func CommitterFor(p *store.Page) *Committer {
-	return p.State(func() any { return &Committer{p: p, kick: make(chan struct{}, 1)} }).(*Committer)
+	if c, ok := committers.Load(p); ok {
+		return c.(*Committer)
+	}
+	c, _ := committers.LoadOrStore(p, &Committer{p: p, kick: make(chan struct{}, 1)})
+	return c.(*Committer)
+}
+
+// Close waits for the page's queued changes to be committed and drops its
+// committer. It is the store's OnClose hook: a page with no open file may
+// be closed while a change queued at a close has yet to commit.
+func Close(p *store.Page) error {
+	c, ok := committers.LoadAndDelete(p)
+	if !ok {
+		return nil
+	}
+	return c.(*Committer).Wait()
 }
 
 // maxImplicitOps is the largest group of changes that goes through the

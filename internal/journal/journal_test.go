@@ -36,7 +36,7 @@ func newEnv(t testing.TB) *env {
 }
 
 func (e *env) open() {
-	r, err := store.Open(e.dir, store.Options{OnOpen: Recover})
+	r, err := store.Open(e.dir, store.Options{OnOpen: Recover, OnClose: Close})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -535,5 +535,46 @@ func TestQueuedCommitFailureIsReported(t *testing.T) {
 	e.reopen()
 	if got := e.state(); !maps.Equal(got, map[string]string{"a": "1", "b": "2"}) {
 		t.Fatalf("after restart: %v", got)
+	}
+}
+
+// A page closed for being idle while a change queued on it has yet to
+// commit (a close does not hold the page open) commits the change before
+// its db closes, rather than failing it on a closed db.
+func TestIdlePageClosesAfterQueuedCommit(t *testing.T) {
+	dir := t.TempDir()
+	r, err := store.Open(dir, store.Options{OnOpen: Recover, OnClose: Close, MaxIdlePages: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	must(0, r.CreateLedger("l"))
+	for _, name := range []string{"a", "b", "c"} {
+		must(0, r.CreatePage("l", name))
+	}
+	p := must(r.Acquire("l", "a"))
+	w := p.NewValueWriter()
+	w.Write([]byte("queued"))
+	id, size, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	c := CommitterFor(p)
+	if err := c.Queue(func(err error) { done <- err }, Op{Key: "k", Entry: btree.Entry{Value: id, Meta: btree.Meta{Size: size}}}); err != nil {
+		t.Fatal(err)
+	}
+	r.Release(p)
+	// Two more pages used and released push "a" out of the idle list.
+	for _, name := range []string{"b", "c"} {
+		r.Release(must(r.Acquire("l", name)))
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("queued commit of an evicted page: %v", err)
+	}
+	p = must(r.Acquire("l", "a"))
+	defer r.Release(p)
+	if _, ok, err := p.Tree(must(p.Head())).Get("k"); !ok || err != nil {
+		t.Fatalf("queued change not in the head after the page was closed and reopened: %v, %v", ok, err)
 	}
 }

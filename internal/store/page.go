@@ -39,10 +39,6 @@ type Page struct {
 	hmu   sync.RWMutex
 	heads []*Commit
 
-	// State is for the layer above (journals), created once per open page.
-	stateOnce sync.Once
-	state     any
-
 	repo *Repository
 	refs int // guarded by repo.mu
 	// lowSpace is why the db was opened read-only: the repository's
@@ -65,13 +61,6 @@ func (p *Page) Nodes() *btree.Store { return p.nodes }
 // Lock serializes head changes.
 func (p *Page) Lock()   { p.mu.Lock() }
 func (p *Page) Unlock() { p.mu.Unlock() }
-
-// State returns the layer-above state of the page, creating it with mk on
-// first use.
-func (p *Page) State(mk func() any) any {
-	p.stateOnce.Do(func() { p.state = mk() })
-	return p.state
-}
 
 // CheckSpace returns an error wrapping syscall.ENOSPC when a change other
 // than new content must be refused to keep the repository's filesystem from

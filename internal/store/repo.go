@@ -66,7 +66,8 @@ type Options struct {
 	// OnOpen runs when a page db is opened, before anyone uses it: the
 	// journal package recovers journals there.
 	OnOpen func(*Page) error
-	// OnClose runs before a page db is closed.
+	// OnClose runs before a page db is closed: the journal package commits
+	// what is queued there.
 	OnClose func(*Page) error
 	// Reserve is the free space kept on the repository's filesystem for
 	// Badger's own writes (see space); 0 means 5 % of the filesystem,
