@@ -8,6 +8,8 @@
 // nodes, and so the same root id, whatever the order of the edits that led to
 // them. Edits copy only the nodes on the path of the changed key; nodes are
 // immutable once stored, and are named by the digest of their encoding.
+//
+// Layer: above cas and format; store owns the node store's rows.
 package btree
 
 import (

@@ -2,6 +2,8 @@
 // content into chunks with a rolling hash, builds FileIndex trees over the
 // chunks and reads a value back at any offset. It knows nothing of Badger: the
 // pieces go to a Sink and come from a Source, which the store implements.
+//
+// Layer: above format only; btree and store build on it.
 package cas
 
 import (

@@ -3,6 +3,9 @@
 // with '/' in keys as directories (see package keypath). Closing a written
 // file commits it through the page's implicit journal; fsync waits until the
 // commit is on disk.
+//
+// Layer: the top of the library, above journal, history and store; the
+// command line mounts it.
 package fs
 
 import (

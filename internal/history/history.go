@@ -2,6 +2,8 @@
 // commit that was the head at a given time, what each commit changed, and
 // the distinct versions of one entry. A commit is its tree, so every view
 // here reads stored trees and copies nothing.
+//
+// Layer: above store, below fs and the command line.
 package history
 
 import (

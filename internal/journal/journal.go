@@ -3,6 +3,9 @@
 // (committed promptly, several closes sharing one commit), explicit journals
 // for transactions (committed atomically or rolled back). On open, a page's
 // explicit journals are dropped and its implicit ones committed.
+//
+// Layer: above store, below fs; it reads and writes rows only through
+// store's methods.
 package journal
 
 import (

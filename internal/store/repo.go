@@ -1,6 +1,10 @@
 // Package store keeps a repository of ledgers and pages on disk: one Badger
 // db per page, whose rows follow Ledger's documented schema, and one
 // repository db (page_usage_db) for page usage and names.
+//
+// Layer: above btree, cas and format, below journal and history. It is the
+// only package that opens Badger: every row is read and written through
+// its methods, whose invariants journals.go states.
 package store
 
 import (
