@@ -232,47 +232,6 @@ func (pg *pageRef) queueWith(w *store.ValueWriter, done func(error), ops ...jour
 	return err
 }
 
-type queuedMarker struct {
-	e   btree.Entry
-	seq uint64
-}
-
-// queuedMarker returns the directory marker at key whose commit is queued.
-func (pg *pageRef) queuedMarker(key string) (btree.Entry, bool) {
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	m, ok := pg.markers.Get(key)
-	return m.e, ok
-}
-
-// queuedMarkersUnder lists the keys of the queued directory markers under
-// prefix (prefix's own included).
-func (pg *pageRef) queuedMarkersUnder(prefix string) []string {
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	var out []string
-	pg.markers.Under(prefix, func(k string, _ queuedMarker) bool {
-		out = append(out, k)
-		return true
-	})
-	return out
-}
-
-// queueMarker queues the commit of a directory's new or changed marker,
-// which shows until it lands: mkdir, chmod and utimes of a directory need
-// not wait for a commit (cp -a does all three for every directory it
-// copies). Lookups, listings and name checks see a queued marker as the
-// directory it keeps.
-func (pg *pageRef) queueMarker(key string, e btree.Entry) error {
-	return pg.queueShown(journal.Op{Key: key, Entry: e}, func(seq uint64) {
-		pg.markers.Set(key, queuedMarker{e, seq})
-	}, func(seq uint64) {
-		if m, ok := pg.markers.Get(key); ok && m.seq == seq {
-			pg.markers.Delete(key)
-		}
-	})
-}
-
 // settle waits until the live page's queued commits have landed. A close
 // returns before its commit; operations that read the head to decide what
 // to change (unlink, rename, rmdir), and views of history, settle first so

@@ -1,0 +1,155 @@
+package fs
+
+import (
+	"syscall"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/journal"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// changedBehind takes a change of the node's key that a transaction
+// committed. It reports whether the node is gone from its name: deleted,
+// or its content or type replaced, in which case it lives on, unlinked,
+// for its descriptors, as a file a rename replaced does. Metadata alone
+// (chmod, utimes) changes the node in place, also while it is open for
+// writing, as chmod of an open file does.
+func (f *fileNode) changedBehind(ch btree.Change, ts int64) (gone bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unlinked || f.fixed {
+		return false
+	}
+	after := ch.After
+	if ch.Before == nil || after == nil || after.Value != ch.Before.Value ||
+		after.Meta.FileMode()&syscall.S_IFMT != f.StableAttr().Mode&syscall.S_IFMT {
+		f.unlinked = true
+		return true
+	}
+	if f.c != nil {
+		f.meta.Mode, f.meta.MtimeNs, f.meta.HasMtime = after.Meta.Mode, after.Meta.MtimeNs, after.Meta.HasMtime
+		return false
+	}
+	f.meta, f.metaTs = after.Meta, ts
+	return false
+}
+
+// How a change is committed: waiting for the commit, also for the disk, or
+// queued for the page's committer (a close).
+type commitMode int
+
+const (
+	commitWait commitMode = iota
+	commitSync
+	commitQueue
+)
+
+// commit commits the file's changes, if any.
+func (f *fileNode) commit(mode commitMode) syscall.Errno {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.commitLocked(mode)
+}
+
+func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
+	sync := mode == commitSync
+	if f.unlinked || f.c == nil || !(f.c.dirty || f.changed) {
+		if sync {
+			return errno("fsync", f.pg.apply(true))
+		}
+		return 0
+	}
+	key, ok := f.key()
+	if !ok && f.placed != "" && f.stillAt(f.placed) {
+		key, ok = f.placed, true // forgotten by the kernel, not deleted
+	}
+	if !ok {
+		return 0 // deleted meanwhile
+	}
+	id, size, w, err := f.c.value()
+	if err != nil {
+		return errno("commit", err)
+	}
+	if w != nil {
+		defer w.Discard() // what a failure left uncommitted
+	}
+	m := f.meta
+	m.Size = uint64(size)
+	op := journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: m}}
+	if mode == commitQueue && f.pg.tx == nil {
+		// The value's last pieces land with its journal entry, or
+		// neither does.
+		if err := f.queue(key, op, w); err != nil {
+			return errno("commit", f.c.stored(err))
+		}
+	} else {
+		if w != nil {
+			err = f.c.stored(w.Commit())
+		}
+		if err == nil {
+			err = f.pg.apply(sync, op)
+		}
+		if err != nil {
+			return errno("commit", err)
+		}
+	}
+	f.c.reset(id, size)
+	f.latest, f.latestSize = id, size
+	f.committed++
+	f.changed = false
+	if f.created {
+		f.created = false
+		f.pg.unpend(key, f)
+	}
+	return 0
+}
+
+// queue records op in the page's journal, in one db transaction with the
+// last pieces of the value in w (if not nil), and lets the committer commit
+// it with other closes. Until it lands, f stays pending at key with its
+// content, so lookups and reads see what was closed; a crash leaves the
+// journal for recovery to commit.
+func (f *fileNode) queue(key string, op journal.Op, w *store.ValueWriter) error {
+	pg := f.pg
+	pg.mu.Lock()
+	f.queued++
+	pg.pending.Set(key, f)
+	pg.mu.Unlock()
+	landed := func(err error) {
+		// On the committer's goroutine: f.mu may be held by a caller
+		// waiting for this very commit.
+		pg.mu.Lock()
+		f.queued--
+		last := f.queued == 0
+		if last {
+			pg.unpendLocked(key, f)
+			pg.ending++
+		}
+		pg.mu.Unlock()
+		if !last {
+			return
+		}
+		if f.mu.TryLock() {
+			f.endChange()
+			f.mu.Unlock()
+			pg.ended()
+			return
+		}
+		pg.fs.background.Go(func() {
+			f.mu.Lock()
+			f.endChange()
+			f.mu.Unlock()
+			pg.ended()
+		})
+	}
+	err := pg.queueWith(w, landed, op)
+	if err != nil {
+		pg.mu.Lock()
+		f.queued--
+		if f.queued == 0 && !f.created {
+			pg.unpendLocked(key, f)
+		}
+		pg.mu.Unlock()
+	}
+	return err
+}

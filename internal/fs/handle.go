@@ -1,0 +1,195 @@
+package fs
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// handle is an open file. A read-only handle of a file nobody writes reads
+// the committed value it opened; other handles go through the file's
+// content.
+type handle struct {
+	f     *fileNode
+	write bool
+	p     *store.Page // read-only: the page held open
+	r     *cas.Reader
+	id    cas.ObjectIdentifier
+	size  int64
+	seen  int // f.committed when r was opened
+}
+
+// current points a read-only handle at the file's content as another
+// descriptor changed it: the content being written, or the value committed
+// since the handle was opened. It returns true when the read must go
+// through the node's content. Called with f.mu held.
+func (h *handle) current() (bool, error) {
+	f := h.f
+	if f.c != nil {
+		return true, nil
+	}
+	if f.committed == h.seen {
+		return false, nil
+	}
+	h.seen = f.committed
+	if f.latest == h.id {
+		return false, nil
+	}
+	h.id, h.size, h.r = f.latest, f.latestSize, nil
+	if h.size > 0 {
+		r, err := h.p.OpenValue(f.latest)
+		if err != nil {
+			return false, err
+		}
+		h.r = r
+	}
+	return false, nil
+}
+
+var (
+	_ gofs.FileReader    = (*handle)(nil)
+	_ gofs.FileWriter    = (*handle)(nil)
+	_ gofs.FileFlusher   = (*handle)(nil)
+	_ gofs.FileFsyncer   = (*handle)(nil)
+	_ gofs.FileReleaser  = (*handle)(nil)
+	_ gofs.FileGetattrer = (*handle)(nil)
+)
+
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if h.p != nil {
+		h.f.mu.Lock()
+		viaContent, err := h.current()
+		if viaContent {
+			defer h.f.mu.Unlock()
+			n, err := h.f.c.readAt(dest, off)
+			if err != nil && err != io.EOF {
+				return nil, errno("read", err)
+			}
+			return fuse.ReadResultData(dest[:n]), 0
+		}
+		h.f.mu.Unlock()
+		if err != nil {
+			return nil, errno("read", err)
+		}
+		if h.r == nil || off >= h.size {
+			return fuse.ReadResultData(nil), 0
+		}
+		n, err := h.r.ReadAt(dest[:min(int64(len(dest)), h.size-off)], off)
+		if err != nil && err != io.EOF {
+			return nil, errno("read", err)
+		}
+		return fuse.ReadResultData(dest[:n]), 0
+	}
+	f := h.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.c == nil {
+		return nil, syscall.EBADF
+	}
+	n, err := f.c.readAt(dest, off)
+	if err != nil && err != io.EOF {
+		return nil, errno("read", err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if !h.write {
+		return 0, syscall.EBADF
+	}
+	f := h.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.c.write(data, off); err != nil {
+		return 0, errno("write", err)
+	}
+	f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
+	return uint32(len(data)), 0
+}
+
+// Flush runs at every close of a descriptor: a written file is recorded in
+// the page's journal before close returns, and its commit is queued; until
+// the commit lands, the node is pending at its key and shows what was
+// closed.
+//
+// Committing at every flush, not only at the last release, matters: the
+// kernel sends the release asynchronously and may forget the inode first,
+// so a file left for the release to commit is missing from the page for a
+// while after close returned.
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	if !h.write {
+		return 0
+	}
+	f := h.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if k, ok := f.key(); ok {
+		f.placed = k
+	}
+	return f.commitLocked(commitQueue)
+}
+
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if !h.write {
+		return errno("fsync", h.f.pg.apply(true))
+	}
+	return h.f.commit(commitSync)
+}
+
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	f := h.f
+	if h.p != nil {
+		f.mu.Lock()
+		f.readers--
+		if f.unlinked {
+			f.endChange()
+		}
+		f.mu.Unlock()
+		f.pg.release(h.p)
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if h.write {
+		f.writers--
+	}
+	if f.writers == 0 && f.c != nil && (f.c.dirty || f.changed) {
+		// Normally committed by Flush; this catches changes made after the
+		// last flush, which nobody else would commit.
+		if eno := f.commitLocked(commitQueue); eno != 0 {
+			slog.Warn("change dropped: commit on release failed", "errno", eno)
+		}
+	}
+	if f.unlinked || f.writers == 0 {
+		// A file never committed leaves no name behind once its last
+		// writer is gone: unlinked, or its first commit failed (the close
+		// reported it; ENOSPC, say).
+		if f.created {
+			if k, ok := f.key(); ok {
+				f.pg.unpend(k, f)
+			}
+			if !f.unlinked {
+				// The kernel still has the name; an open of it would
+				// reach this node instead of creating a file. Not from
+				// this request, which the kernel may hold locks for.
+				name, parent := f.EmbeddedInode().Parent()
+				if parent != nil {
+					f.pg.fs.background.Go(func() { parent.NotifyEntry(name) })
+				}
+			}
+		}
+		f.endChange()
+	}
+	return 0
+}
+
+func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	return h.f.fillAttr(&out.Attr)
+}

@@ -1,0 +1,253 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/journal"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// freeName returns the key of a new entry called name in d: EINVAL if name
+// is no key's canonical name, EEXIST if a file or directory has it.
+func (d *dirNode) freeName(op, name string) (string, syscall.Errno) {
+	key, coll, err := d.childKey(name)
+	if err != nil || coll {
+		return "", syscall.EINVAL
+	}
+	exists := d.pg.pendingFile(key) != nil || d.pg.dirShown(key+"/")
+	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		_, isFile, err := t.Get(key)
+		if err != nil {
+			return err
+		}
+		isDir, err := hasPrefixKey(t, key+"/")
+		exists = exists || isFile || isDir
+		return err
+	})
+	if err != nil {
+		return "", errno(op, err)
+	}
+	if exists {
+		return "", syscall.EEXIST
+	}
+	return key, 0
+}
+
+func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if d.pg.readOnly() {
+		return nil, syscall.EROFS
+	}
+	key, eno := d.freeName("mkdir", name)
+	if eno != 0 {
+		return nil, eno
+	}
+	marker := dirMarker(mode, nowNs())
+	var err error
+	if d.pg.tx == nil {
+		err = d.pg.queueMarker(key+"/", marker)
+	} else {
+		err = d.pg.apply(false, journal.Op{Key: key + "/", Entry: marker})
+	}
+	if err != nil {
+		return nil, errno("mkdir", err)
+	}
+	ch := d.newDir(ctx, key+"/")
+	return ch, ch.Operations().(*dirNode).attr(key+"/", &out.Attr)
+}
+
+func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if d.pg.readOnly() {
+		return syscall.EROFS
+	}
+	if err := d.pg.settle(); err != nil {
+		return errno("rmdir", err)
+	}
+	key, coll, err := d.childKey(name)
+	if err != nil || coll {
+		return syscall.ENOENT
+	}
+	prefix, _, _ := d.prefix()
+	dir := key + "/"
+	if d.pg.pendingUnder(dir) != nil {
+		return syscall.ENOTEMPTY
+	}
+	var ops []journal.Op
+	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		it := t.Prefix(dir)
+		found := false
+		for it.Next() {
+			found = true
+			if it.Entry().Key != dir {
+				return syscall.ENOTEMPTY
+			}
+			ops = append(ops, journal.Op{Key: dir, Delete: true})
+		}
+		if it.Err() != nil {
+			return it.Err()
+		}
+		if !found {
+			if _, isFile, _ := t.Get(key); isFile {
+				return syscall.ENOTDIR
+			}
+			return syscall.ENOENT
+		}
+		keep, err := keepParent(t, prefix, dir)
+		ops = append(ops, keep...)
+		return err
+	})
+	if err != nil {
+		return errno("rmdir", err)
+	}
+	removed := d.removing(name, dir)
+	if err := d.pg.apply(false, ops...); err != nil {
+		return errno("rmdir", err)
+	}
+	removed(true)
+	return 0
+}
+
+// removing takes the attributes of the directory child name (key prefix
+// dir) before rmdir or a rename over it removes it, and returns what marks
+// it removed once the removal has landed (see dirNode.removed) and releases
+// its inode number. As on ext4, a directory rmdir removed shows size 0, one
+// a rename replaced keeps its size.
+func (d *dirNode) removing(name, dir string) (removed func(rmdir bool)) {
+	var n *dirNode
+	var last fuse.Attr
+	if ch := d.GetChild(name); ch != nil {
+		if c, ok := ch.Operations().(*dirNode); ok && c.attr(dir, &last) == 0 {
+			n = c
+		}
+	}
+	return func(rmdir bool) {
+		if n != nil {
+			last.Nlink = 0
+			if rmdir {
+				last.Size, last.Blocks = 0, 0
+			}
+			n.removed.Store(&last)
+		}
+		d.pg.fs.inos.release(d.pg.id('d', dir))
+	}
+}
+
+// Unlink removes a file. On the live page, when the file's directory keeps
+// other entries or its marker, the delete is queued and the file hidden
+// until it lands (see queueDelete); otherwise, with a marker to add so that
+// the directory stays, it waits for its commit.
+func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	if d.pg.readOnly() {
+		return syscall.EROFS
+	}
+	key, _, err := d.childKey(name)
+	if err != nil {
+		return syscall.ENOENT
+	}
+	prefix, _, _ := d.prefix()
+	var unlinked *fileNode
+	if ch := d.GetChild(name); ch != nil {
+		if f, ok := ch.Operations().(*fileNode); ok {
+			f.setUnlinked(true)
+			unlinked = f
+		}
+	}
+	eno := d.unlink(key, prefix)
+	switch {
+	case eno == 0:
+		d.pg.fs.inos.release(d.pg.id('f', key))
+	case unlinked != nil:
+		unlinked.setUnlinked(false)
+	}
+	return eno
+}
+
+// unlink deletes the file at key in the directory at prefix.
+func (d *dirNode) unlink(key, prefix string) syscall.Errno {
+	pending := d.pg.pendingFile(key) != nil // before the tree; see listDir
+	var keep []journal.Op
+	err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		_, inTree, err := t.Get(key)
+		if err != nil {
+			return err
+		}
+		if !inTree && !pending {
+			return syscall.ENOENT
+		}
+		keep, err = keepParent(t, prefix, key)
+		return err
+	})
+	if err != nil {
+		return errno("unlink", err)
+	}
+	d.pg.dropPending(key)
+	if d.pg.tx == nil && len(keep) == 0 {
+		// A pending file's close may still be queued: the delete goes
+		// after it even if the tree does not have the key yet.
+		return errno("unlink", d.pg.queueDelete(key))
+	}
+	ops := append([]journal.Op{{Key: key, Delete: true}}, keep...)
+	return errno("unlink", d.pg.apply(false, ops...))
+}
+
+func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	if d.pg.readOnly() {
+		return nil, nil, 0, syscall.EROFS
+	}
+	key, coll, err := d.childKey(name)
+	if err != nil || coll {
+		return nil, nil, 0, syscall.EINVAL
+	}
+	isDir := false
+	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		var err error
+		isDir, err = hasPrefixKey(t, key+"/")
+		return err
+	})
+	if err != nil {
+		return nil, nil, 0, errno("create", err)
+	}
+	if isDir {
+		return nil, nil, 0, syscall.EISDIR
+	}
+	ch := d.newFile(ctx, key, syscall.S_IFREG)
+	f := ch.Operations().(*fileNode)
+	h, errno := f.create(key, syscall.S_IFREG|mode&0o7777)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	if errno := f.fillAttrAt(key, &out.Attr); errno != 0 {
+		return nil, nil, 0, errno
+	}
+	return ch, h, 0, 0
+}
+
+func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if d.pg.readOnly() {
+		return nil, syscall.EROFS
+	}
+	key, eno := d.freeName("symlink", name)
+	if eno != 0 {
+		return nil, eno
+	}
+	e := btree.Entry{Value: emptyValue, Meta: btree.Meta{Size: uint64(len(target)), Mode: syscall.S_IFLNK | 0o777, MtimeNs: nowNs(), HasMtime: true, Symlink: target}}
+	if err := d.pg.apply(false, journal.Op{Key: key, Entry: e}); err != nil {
+		return nil, errno("symlink", err)
+	}
+	ch := d.newFile(ctx, key, syscall.S_IFLNK)
+	return ch, ch.Operations().(*fileNode).fillAttrAt(key, &out.Attr)
+}
+
+// Link refuses hard links: an entry is one key.
+func (d *dirNode) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+
+// Mknod refuses device nodes, fifos and sockets.
+func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}

@@ -1,0 +1,109 @@
+package fs
+
+import (
+	"context"
+	"strings"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/keypath"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	prefix, comps, err := d.prefix()
+	if err != nil {
+		return nil, errno("readdir", err)
+	}
+	es, err := listDir(d.pg, prefix, comps)
+	if err != nil {
+		return nil, errno("readdir", err)
+	}
+	return gofs.NewListDirStream(es), 0
+}
+
+// listDir lists the directory at comps (key prefix prefix) of a page view:
+// a name per file and subdirectory, with the collision names of files
+// shadowed by directories, and the files created but not committed yet.
+func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error) {
+	var es []fuse.DirEntry
+	index := map[string]int{}
+	files := map[string]string{} // name -> key of files listed, for collisions
+	add := func(name string, mode uint32, id string) int {
+		if i, ok := index[name]; ok {
+			return i
+		}
+		index[name] = len(es)
+		es = append(es, fuse.DirEntry{Name: name, Mode: mode, Ino: pg.fs.inos.peek(id)})
+		return len(es) - 1
+	}
+	addKey := func(key string, mode uint32, marker bool) (skipTo string) {
+		p := keypath.Path(key, false)
+		if !pathHasPrefix(p, comps) {
+			return ""
+		}
+		rel := p[len(comps):]
+		if len(rel) == 1 {
+			if marker && key == prefix {
+				return "" // this directory's own marker
+			}
+			if i, ok := index[rel[0]]; ok && es[i].Mode == fuse.S_IFDIR {
+				// A directory of the same name came first: not possible in
+				// key order, but pending files are added late.
+				cp := keypath.Path(key, true)
+				add(cp[len(cp)-1], mode, pg.id('f', key))
+				return ""
+			}
+			add(rel[0], mode, pg.id('f', key))
+			files[rel[0]] = key
+			return ""
+		}
+		childPrefix, err := keypath.Prefix(p[:len(comps)+1])
+		if err != nil {
+			return ""
+		}
+		if fk, ok := files[rel[0]]; ok {
+			// File "a" and directory "a/": the file takes its collision name.
+			i := index[rel[0]]
+			cp := keypath.Path(fk, true)
+			es[i].Name = cp[len(cp)-1]
+			delete(index, rel[0])
+			index[es[i].Name] = i
+			delete(files, rel[0])
+		}
+		add(rel[0], fuse.S_IFDIR, pg.id('d', childPrefix))
+		if strings.HasSuffix(childPrefix, "/") {
+			// Skip the rest of the subdirectory: '0' follows '/'.
+			return childPrefix[:len(childPrefix)-1] + "0"
+		}
+		return ""
+	}
+	// Pending files and queued markers first: one that lands meanwhile is
+	// in the tree read after, as it leaves pending only once its commit is
+	// the head.
+	pending := pg.pendingUnder(prefix)
+	markers := pg.queuedMarkersUnder(prefix)
+	err := pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		it := t.Prefix(prefix)
+		for it.Next() {
+			e := it.Entry()
+			if skip := addKey(e.Key, e.Meta.FileMode()&syscall.S_IFMT, isMarker(e)); skip != "" {
+				it = t.SeekPrefix(skip, prefix)
+			}
+		}
+		return it.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	for key, f := range pending {
+		addKey(key, f.mode()&syscall.S_IFMT, false)
+	}
+	for _, key := range markers {
+		addKey(key, fuse.S_IFDIR, true)
+	}
+	return es, nil
+}
