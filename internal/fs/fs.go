@@ -105,9 +105,6 @@ func (f *FS) page(ledger, name string) *pageRef {
 	return p
 }
 
-// pageID is the inode table id of a page; ids of its entries extend it.
-func pageID(ledger, name string) string { return "P\x00" + ledger + "\x00" + name }
-
 // renamePage follows a page rename in the open state.
 func (f *FS) renamePage(ledger, from, to string) {
 	f.mu.Lock()
@@ -120,7 +117,7 @@ func (f *FS) renamePage(ledger, from, to string) {
 	}
 	f.mu.Unlock()
 	f.inos.move(pageID(ledger, from), pageID(ledger, to), false)
-	f.inos.move(pageID(ledger, from)+"\x00", pageID(ledger, to)+"\x00", true)
+	f.inos.move(pageNodesPrefix(ledger, from), pageNodesPrefix(ledger, to), true)
 }
 
 // renameLedger follows a ledger rename in the open state.
@@ -136,8 +133,8 @@ func (f *FS) renameLedger(from, to string) {
 		}
 	}
 	f.mu.Unlock()
-	f.inos.move("L\x00"+from, "L\x00"+to, false)
-	f.inos.move("P\x00"+from+"\x00", "P\x00"+to+"\x00", true)
+	f.inos.move(ledgerID(from), ledgerID(to), false)
+	f.inos.move(ledgerPagesPrefix(from), ledgerPagesPrefix(to), true)
 }
 
 // ledgerBusy reports whether a page of the ledger has open files.

@@ -116,9 +116,6 @@ func (d *metaDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	return gofs.NewListDirStream(nil), 0
 }
 
-// metaID is the inode id of a node under .ledger.
-func (pg *pageRef) metaID(path string) string { return pg.id('L', path) }
-
 // newMeta makes a child node of a .ledger directory.
 func (m *metaNode) newMeta(ctx context.Context, n gofs.InodeEmbedder, mode uint32, id string) *gofs.Inode {
 	return m.NewInode(ctx, n, gofs.StableAttr{Mode: mode, Ino: m.pg.fs.inos.get(m.pg.metaID(id))})

@@ -90,7 +90,7 @@ func (pg *pageRef) rootInode() *gofs.Inode {
 
 // snapshot returns the read-only view of commit c.
 func (pg *pageRef) snapshot(c *store.Commit) *pageRef {
-	return &pageRef{fs: pg.fs, live: pg, tag: "C" + c.ID.String() + "\x00", snap: c}
+	return &pageRef{fs: pg.fs, live: pg, tag: snapshotView(c), snap: c}
 }
 
 // readOnly reports whether the view refuses changes.
@@ -277,13 +277,6 @@ func (pg *pageRef) cond() *sync.Cond {
 		pg.endCond = sync.NewCond(&pg.mu)
 	}
 	return pg.endCond
-}
-
-// id is the inode table id of a key: kind 'f' for a file, 'd' for a
-// directory prefix.
-func (pg *pageRef) id(kind byte, key string) string {
-	l, n := pg.names()
-	return pageID(l, n) + "\x00" + pg.tag + string(kind) + key
 }
 
 // busy reports whether the page has open files or transactions.

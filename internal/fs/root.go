@@ -65,7 +65,7 @@ func statfs(f *FS, out *fuse.StatfsOut) syscall.Errno {
 
 func (r *rootNode) ledger(ctx context.Context, name string) *gofs.Inode {
 	n := &ledgerNode{fs: r.fs, name: name}
-	return r.NewInode(ctx, n, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: r.fs.inos.get("L\x00" + name)})
+	return r.NewInode(ctx, n, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: r.fs.inos.get(ledgerID(name))})
 }
 
 func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -88,7 +88,7 @@ func (r *rootNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) 
 	}
 	es := make([]fuse.DirEntry, len(ls))
 	for i, l := range ls {
-		es[i] = fuse.DirEntry{Name: l, Mode: fuse.S_IFDIR, Ino: r.fs.inos.get("L\x00" + l)}
+		es[i] = fuse.DirEntry{Name: l, Mode: fuse.S_IFDIR, Ino: r.fs.inos.get(ledgerID(l))}
 	}
 	return gofs.NewListDirStream(es), 0
 }

@@ -100,7 +100,7 @@ func (pg *pageRef) begin(name string) (*pageRef, error) {
 	t := &txn{name: name, p: p, j: j, base: base, tree: p.Tree(base)}
 	// The journal id keeps the inode ids of a later transaction of the same
 	// name apart from those the kernel may still hold.
-	ref := &pageRef{fs: pg.fs, live: pg, tag: "T" + string(j.ID) + "\x00", tx: t}
+	ref := &pageRef{fs: pg.fs, live: pg, tag: txnView(j.ID), tx: t}
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
 	if _, taken := pg.txns[name]; taken {

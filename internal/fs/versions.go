@@ -28,8 +28,6 @@ var (
 	_ gofs.NodeGetattrer = (*versionsDir)(nil)
 )
 
-func versionsID(key string) string { return "versions\x00" + key }
-
 func (d *versionsDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	prefix, err := keypath.Prefix(d.comps)
 	if err != nil {
@@ -116,9 +114,7 @@ func (l *versionList) versions() ([]history.Version, error) {
 	return l.vs, err
 }
 
-func (l *versionList) fileID(v history.Version) string {
-	return versionsID(l.key) + "\x00" + v.Commit.ID.String()
-}
+func (l *versionList) fileID(v history.Version) string { return versionID(l.key, v.Commit.ID) }
 
 func (l *versionList) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	vs, err := l.versions()
