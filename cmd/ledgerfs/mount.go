@@ -67,7 +67,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			if len(args) == 2 {
 				repoDir, mnt = args[0], args[1]
 			}
-			debugLog, _ := cmd.Flags().GetBool("debug")
+			debugLog, _ := cmd.Flags().GetBool("debug") // registered below: no error
 			if gcPercent <= 0 {
 				return fmt.Errorf("--gc-percent %d: must be positive", gcPercent)
 			}

@@ -2,7 +2,6 @@ package fs
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -206,8 +205,11 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 			}
 			return it.Err()
 		})
-		if err != nil || !found {
-			return nil, errno("lookup", errors.Join(err, syscall.ENOENT))
+		if err != nil {
+			return nil, errno("lookup", err) // an I/O error is not ENOENT
+		}
+		if !found {
+			return nil, syscall.ENOENT
 		}
 		ch := d.newDir(ctx, prefix)
 		return ch, ch.Operations().(*dirNode).attr(prefix, &out.Attr)
@@ -275,8 +277,8 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 	if d.pg.readOnly() {
 		return syscall.EROFS
 	}
-	if errno := checkOwner(d.pg.fs, in); errno != 0 {
-		return errno
+	if eno := checkOwner(d.pg.fs, in); eno != 0 {
+		return eno
 	}
 	prefix, _, err := d.prefix()
 	if err != nil {

@@ -317,8 +317,8 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	if f.pg.readOnly() {
 		return syscall.EROFS
 	}
-	if errno := checkOwner(f.pg.fs, in); errno != 0 {
-		return errno
+	if eno := checkOwner(f.pg.fs, in); eno != 0 {
+		return eno
 	}
 	if f.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFLNK {
 		return f.setSymlinkTime(in, out)
@@ -337,9 +337,9 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		}
 		return f.fillAttrAt("", &out.Attr)
 	}
-	if errno := f.beginChange(); errno != 0 {
+	if eno := f.beginChange(); eno != 0 {
 		f.mu.Unlock()
-		return errno
+		return eno
 	}
 	if sz, ok := in.GetSize(); ok {
 		if err := f.c.truncate(int64(sz)); err != nil {
@@ -425,8 +425,8 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if write {
-		if errno := f.beginChange(); errno != 0 {
-			return nil, 0, errno
+		if eno := f.beginChange(); eno != 0 {
+			return nil, 0, eno
 		}
 		f.writers++
 		if flags&syscall.O_TRUNC != 0 {

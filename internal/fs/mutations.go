@@ -71,7 +71,10 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if err != nil || coll {
 		return syscall.ENOENT
 	}
-	prefix, _, _ := d.prefix()
+	prefix, _, err := d.prefix()
+	if err != nil {
+		return errno("rmdir", err)
+	}
 	dir := key + "/"
 	if d.pg.pendingUnder(dir) != nil {
 		return syscall.ENOTEMPTY
@@ -91,7 +94,9 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 			return it.Err()
 		}
 		if !found {
-			if _, isFile, _ := t.Get(key); isFile {
+			if _, isFile, err := t.Get(key); err != nil {
+				return err
+			} else if isFile {
 				return syscall.ENOTDIR
 			}
 			return syscall.ENOENT
@@ -148,7 +153,10 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if err != nil {
 		return syscall.ENOENT
 	}
-	prefix, _, _ := d.prefix()
+	prefix, _, err := d.prefix()
+	if err != nil {
+		return errno("unlink", err)
+	}
 	var unlinked *fileNode
 	if ch := d.GetChild(name); ch != nil {
 		if f, ok := ch.Operations().(*fileNode); ok {
@@ -216,12 +224,12 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	}
 	ch := d.newFile(ctx, key, syscall.S_IFREG)
 	f := ch.Operations().(*fileNode)
-	h, errno := f.create(key, syscall.S_IFREG|mode&0o7777)
-	if errno != 0 {
-		return nil, nil, 0, errno
+	h, eno := f.create(key, syscall.S_IFREG|mode&0o7777)
+	if eno != 0 {
+		return nil, nil, 0, eno
 	}
-	if errno := f.fillAttrAt(key, &out.Attr); errno != 0 {
-		return nil, nil, 0, errno
+	if eno := f.fillAttrAt(key, &out.Attr); eno != 0 {
+		return nil, nil, 0, eno
 	}
 	return ch, h, 0, 0
 }

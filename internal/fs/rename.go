@@ -45,19 +45,22 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	if src == dst {
 		return 0
 	}
-	srcParent, _, _ := d.prefix()
+	srcParent, _, err := d.prefix()
+	if err != nil {
+		return errno("rename", err)
+	}
 	// Commit what is written to the files being moved, so that the rename
 	// moves their content.
 	if ch := d.GetChild(name); ch != nil {
 		if f, ok := ch.Operations().(*fileNode); ok {
-			if errno := f.commit(commitWait); errno != 0 {
-				return errno
+			if eno := f.commit(commitWait); eno != 0 {
+				return eno
 			}
 		}
 	}
 	for _, f := range d.pg.pendingUnder(src + "/") {
-		if errno := f.commit(commitWait); errno != 0 {
-			return errno
+		if eno := f.commit(commitWait); eno != 0 {
+			return eno
 		}
 	}
 

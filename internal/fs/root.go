@@ -122,7 +122,9 @@ func (r *rootNode) Rename(ctx context.Context, name string, newParent gofs.Inode
 	if flags&^uint32(1) != 0 { // only RENAME_NOREPLACE
 		return syscall.EINVAL
 	}
-	if ok, _ := r.fs.repo.HasLedger(newName); ok {
+	if ok, err := r.fs.repo.HasLedger(newName); err != nil {
+		return errno("rename", err)
+	} else if ok {
 		return syscall.EEXIST // a ledger is never replaced
 	}
 	if r.fs.ledgerBusy(name) {
@@ -267,7 +269,9 @@ func (l *ledgerNode) Rename(ctx context.Context, name string, newParent gofs.Ino
 	if flags&^uint32(1) != 0 {
 		return syscall.EINVAL
 	}
-	if ok, _ := l.fs.repo.HasPage(ledger, newName); ok {
+	if ok, err := l.fs.repo.HasPage(ledger, newName); err != nil {
+		return errno("rename", err)
+	} else if ok {
 		return syscall.EEXIST
 	}
 	pg := l.fs.page(ledger, name)

@@ -190,8 +190,11 @@ func byPrefix(p *store.Page, prefix string) (store.CommitID, error) {
 	if strings.Repeat("0", len(prefix)) == prefix {
 		matches++ // the first commit, which has no row; id is already its id
 	}
-	raw, _ := hex.DecodeString(prefix[:len(prefix)&^1])
-	err := p.CommitIDs(raw, func(c store.CommitID) error {
+	raw, err := hex.DecodeString(prefix[:len(prefix)&^1])
+	if err != nil {
+		return id, fmt.Errorf("history: commit prefix %q is not hex: %w", prefix, err)
+	}
+	err = p.CommitIDs(raw, func(c store.CommitID) error {
 		if strings.HasPrefix(c.String(), prefix) {
 			matches++
 			id = c

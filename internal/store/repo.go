@@ -347,8 +347,10 @@ func (r *Repository) DeleteLedger(ledger string) error {
 	if len(pages) > 0 {
 		return fmt.Errorf("ledger %q: %w", ledger, ErrNotEmpty)
 	}
-	if ok, err := r.HasLedger(ledger); err != nil || !ok {
-		return errors.Join(err, fmt.Errorf("ledger %q: %w", ledger, ErrNotFound))
+	if ok, err := r.HasLedger(ledger); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("ledger %q: %w", ledger, ErrNotFound)
 	}
 	if err := os.RemoveAll(filepath.Join(r.dir, SerializationVersion, "ledgers", ledgerDir(ledger))); err != nil {
 		return err
@@ -364,11 +366,15 @@ func (r *Repository) CreatePage(ledger, page string) error {
 	if err := r.space.claim(0, forChange); err != nil {
 		return err
 	}
-	if ok, err := r.HasLedger(ledger); err != nil || !ok {
-		return errors.Join(err, fmt.Errorf("ledger %q: %w", ledger, ErrNotFound))
+	if ok, err := r.HasLedger(ledger); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("ledger %q: %w", ledger, ErrNotFound)
 	}
-	if ok, err := r.HasPage(ledger, page); err != nil || ok {
-		return errors.Join(err, fmt.Errorf("page %q: %w", page, ErrExists))
+	if ok, err := r.HasPage(ledger, page); err != nil {
+		return err
+	} else if ok {
+		return fmt.Errorf("page %q: %w", page, ErrExists)
 	}
 	id := PageIDFor(page)
 	if err := os.MkdirAll(r.pageDir(ledger, id), 0o755); err != nil {
@@ -385,8 +391,10 @@ func (r *Repository) CreatePage(ledger, page string) error {
 // DeletePage deletes a page and all its history. The db directory is first
 // moved into the trash, so a crash leaves either the page or nothing.
 func (r *Repository) DeletePage(ledger, page string) error {
-	if ok, err := r.HasPage(ledger, page); err != nil || !ok {
-		return errors.Join(err, fmt.Errorf("page %q: %w", page, ErrNotFound))
+	if ok, err := r.HasPage(ledger, page); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("page %q: %w", page, ErrNotFound)
 	}
 	if err := r.evict(ledger, page); err != nil {
 		return err
@@ -429,11 +437,15 @@ func (r *Repository) RenamePage(ledger, from, to string) error {
 	if err := CheckName(to); err != nil {
 		return err
 	}
-	if ok, err := r.HasPage(ledger, from); err != nil || !ok {
-		return errors.Join(err, fmt.Errorf("page %q: %w", from, ErrNotFound))
+	if ok, err := r.HasPage(ledger, from); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("page %q: %w", from, ErrNotFound)
 	}
-	if ok, err := r.HasPage(ledger, to); err != nil || ok {
-		return errors.Join(err, fmt.Errorf("page %q: %w", to, ErrExists))
+	if ok, err := r.HasPage(ledger, to); err != nil {
+		return err
+	} else if ok {
+		return fmt.Errorf("page %q: %w", to, ErrExists)
 	}
 	if err := r.evict(ledger, from); err != nil {
 		return err
@@ -461,11 +473,15 @@ func (r *Repository) RenameLedger(from, to string) error {
 	if err := CheckName(to); err != nil {
 		return err
 	}
-	if ok, err := r.HasLedger(from); err != nil || !ok {
-		return errors.Join(err, fmt.Errorf("ledger %q: %w", from, ErrNotFound))
+	if ok, err := r.HasLedger(from); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("ledger %q: %w", from, ErrNotFound)
 	}
-	if ok, err := r.HasLedger(to); err != nil || ok {
-		return errors.Join(err, fmt.Errorf("ledger %q: %w", to, ErrExists))
+	if ok, err := r.HasLedger(to); err != nil {
+		return err
+	} else if ok {
+		return fmt.Errorf("ledger %q: %w", to, ErrExists)
 	}
 	pages, err := r.Pages(from)
 	if err != nil {
