@@ -268,6 +268,7 @@ func (f *fileNode) endChange() {
 	f.p = nil
 	f.pg.mu.Lock()
 	f.pg.opens--
+	f.pg.cond().Broadcast()
 	f.pg.mu.Unlock()
 }
 
@@ -295,6 +296,7 @@ func (pg *pageRef) dropPending(key string) {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
 	pg.pending.Delete(key)
+	pg.cond().Broadcast()
 }
 
 // unpend drops f from pg.pending at key unless a commit of f is still

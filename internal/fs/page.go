@@ -37,7 +37,9 @@ type pageRef struct {
 	// inflight counts the commits queued at close that have not landed;
 	// ending, the landed ones whose node has yet to drop its content.
 	inflight, ending int
-	endCond          *sync.Cond // signals ending reaching 0; on mu
+	// cond, on mu, is broadcast when ending reaches 0 and when a file is
+	// closed or leaves pending (see idleWithin).
+	endCond *sync.Cond
 	// markers are directory markers (mode and mtime) changed by a setattr
 	// whose commit is queued, by key.
 	markers keyMap[queuedMarker]
@@ -271,7 +273,8 @@ func (pg *pageRef) ended() {
 	}
 }
 
-// cond returns endCond, made on first use. Called with pg.mu held.
+// cond returns the page's condition variable, made on first use. Called
+// with pg.mu held.
 func (pg *pageRef) cond() *sync.Cond {
 	if pg.endCond == nil {
 		pg.endCond = sync.NewCond(&pg.mu)
@@ -283,6 +286,10 @@ func (pg *pageRef) cond() *sync.Cond {
 func (pg *pageRef) busy() bool {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
+	return pg.busyLocked()
+}
+
+func (pg *pageRef) busyLocked() bool {
 	return pg.opens > 0 || pg.pending.Len() > 0 || len(pg.txns) > 0
 }
 
@@ -312,6 +319,7 @@ func (pg *pageRef) pendingFile(key string) *fileNode {
 func (pg *pageRef) unpendLocked(key string, f *fileNode) {
 	if p, _ := pg.pending.Get(key); p == f {
 		pg.pending.Delete(key)
+		pg.cond().Broadcast()
 	}
 }
 

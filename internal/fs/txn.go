@@ -299,12 +299,24 @@ const releaseGrace = time.Second
 // idleWithin reports whether the view has no open files, waiting up to d
 // for releases on their way.
 func (pg *pageRef) idleWithin(d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for pg.busy() {
-		if time.Now().After(deadline) {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	if !pg.busyLocked() {
+		return true
+	}
+	expired := false
+	t := time.AfterFunc(d, func() {
+		pg.mu.Lock()
+		expired = true
+		pg.cond().Broadcast()
+		pg.mu.Unlock()
+	})
+	defer t.Stop()
+	for pg.busyLocked() {
+		if expired {
 			return false
 		}
-		time.Sleep(5 * time.Millisecond)
+		pg.cond().Wait()
 	}
 	return true
 }
