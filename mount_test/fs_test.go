@@ -201,7 +201,7 @@ func TestPageTimeStaysWhenBatchLands(t *testing.T) {
 		return st.Mtim.Nano(), st.Ctim.Nano()
 	}
 	must(t, os.WriteFile(filepath.Join(pg, "first"), nil, 0o644))
-	time.Sleep(300 * time.Millisecond) // its batch lands
+	syncDir(t, pg) // its batch lands
 	start, _ := times()
 	var last int64
 	for i := range 20 {
@@ -215,7 +215,9 @@ func TestPageTimeStaysWhenBatchLands(t *testing.T) {
 	if last <= start {
 		t.Fatalf("page time %d did not move on from %d", last, start)
 	}
-	// Past the batch delay and the kernel's attribute cache.
+	// The batch must land when it is due, not hurried by a barrier, and
+	// the kernel's attribute cache expire: both are times, so a sleep
+	// past them.
 	time.Sleep(1500 * time.Millisecond)
 	if m, c := times(); m != last || c != last {
 		t.Fatalf("page time moved from %d to mtime %d ctime %d when its batch landed", last, m, c)
@@ -440,7 +442,7 @@ func TestLookupShowsWhatIsWritten(t *testing.T) {
 	must(t, os.WriteFile(path, []byte("first line\n"), 0o644))
 	// Past its commit, so that lookups find the file in the page, not
 	// among the files whose commit is queued.
-	time.Sleep(300 * time.Millisecond)
+	syncDir(t, pg)
 	w, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 	must(t, err)
 	defer w.Close()

@@ -173,6 +173,20 @@ func (s *server) page(l, p string) string {
 	return dir
 }
 
+// syncDir fsyncs a directory of a page: it returns once every change of
+// the page queued so far has landed, the barrier tests wait on.
+func syncDir(t testing.TB, dir string) {
+	t.Helper()
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		t.Fatalf("fsync %s: %v", dir, err)
+	}
+}
+
 func run(t testing.TB, dir string, name string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(name, args...)

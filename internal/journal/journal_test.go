@@ -178,17 +178,22 @@ func TestQueuedCommitTakesLatestChangeTime(t *testing.T) {
 		t.Fatalf("latest %d before any change", c.Latest())
 	}
 	for round := range 3 {
-		before, _ := e.p.Head()
+		before := must(e.p.Head())
+		landed := make(chan error, 5)
 		for i := range 5 {
-			if err := c.Queue(nil, e.put(fmt.Sprintf("k%d-%d", round, i), "v")); err != nil {
+			if err := c.Queue(func(err error) { landed <- err }, e.put(fmt.Sprintf("k%d-%d", round, i), "v")); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // changes at distinct times
 		}
 		queued := c.Latest()
-		// Let the batch land when it is due, not hurried by a waiter.
-		time.Sleep(batchDelay + 100*time.Millisecond)
-		head, _ := e.p.Head()
+		// The batch lands when it is due, not hurried by a waiter.
+		for range 5 {
+			if err := <-landed; err != nil {
+				t.Fatal(err)
+			}
+		}
+		head := must(e.p.Head())
 		if head.ID == before.ID {
 			t.Fatalf("round %d: batch did not land", round)
 		}
