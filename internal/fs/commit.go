@@ -113,7 +113,7 @@ func (f *fileNode) queue(key string, op journal.Op, w *store.ValueWriter) error 
 	pg := f.pg
 	pg.mu.Lock()
 	f.queued++
-	pg.pending.Set(key, f)
+	pg.q.files.Set(key, f)
 	pg.mu.Unlock()
 	landed := func(err error) {
 		// On the committer's goroutine: f.mu may be held by a caller
@@ -123,7 +123,7 @@ func (f *fileNode) queue(key string, op journal.Op, w *store.ValueWriter) error 
 		last := f.queued == 0
 		if last {
 			pg.unpendLocked(key, f)
-			pg.ending++
+			pg.q.ending++
 		}
 		pg.mu.Unlock()
 		if !last {

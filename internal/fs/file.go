@@ -55,7 +55,7 @@ type fileNode struct {
 	committed  int // commits by this node; 0: latest is unset
 	// queued counts this node's commits queued at close and not yet
 	// landed; guarded by pg.mu. While any is queued, the node stays in
-	// pg.pending and keeps its content, so that it shows what was closed.
+	// pg.q.files and keeps its content, so that it shows what was closed.
 	queued int
 }
 
@@ -287,32 +287,9 @@ func (f *fileNode) create(key string, mode uint32) (gofs.FileHandle, syscall.Err
 	f.mu.Unlock()
 	f.pg.mu.Lock()
 	f.pg.opens++
-	f.pg.pending.Set(key, f)
+	f.pg.q.files.Set(key, f)
 	f.pg.mu.Unlock()
 	return &handle{f: f, write: true}, 0
-}
-
-func (pg *pageRef) dropPending(key string) {
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	pg.pending.Delete(key)
-	pg.cond().Broadcast()
-}
-
-// unpend drops f from pg.pending at key unless a commit of f is still
-// queued.
-func (pg *pageRef) unpend(key string, f *fileNode) {
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	if f.queued == 0 {
-		pg.unpendLocked(key, f)
-	}
-}
-
-func (f *fileNode) isQueued() bool {
-	f.pg.mu.Lock()
-	defer f.pg.mu.Unlock()
-	return f.queued > 0
 }
 
 func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {

@@ -56,7 +56,7 @@ type queuedMarker struct {
 func (pg *pageRef) queuedMarker(key string) (btree.Entry, bool) {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	m, ok := pg.markers.Get(key)
+	m, ok := pg.q.markers.Get(key)
 	return m.e, ok
 }
 
@@ -66,7 +66,7 @@ func (pg *pageRef) queuedMarkersUnder(prefix string) []string {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
 	var out []string
-	pg.markers.Under(prefix, func(k string, _ queuedMarker) bool {
+	pg.q.markers.Under(prefix, func(k string, _ queuedMarker) bool {
 		out = append(out, k)
 		return true
 	})
@@ -80,10 +80,10 @@ func (pg *pageRef) queuedMarkersUnder(prefix string) []string {
 // directory it keeps.
 func (pg *pageRef) queueMarker(key string, e btree.Entry) error {
 	return pg.queueShown(journal.Op{Key: key, Entry: e}, func(seq uint64) {
-		pg.markers.Set(key, queuedMarker{e, seq})
+		pg.q.markers.Set(key, queuedMarker{e, seq})
 	}, func(seq uint64) {
-		if m, ok := pg.markers.Get(key); ok && m.seq == seq {
-			pg.markers.Delete(key)
+		if m, ok := pg.q.markers.Get(key); ok && m.seq == seq {
+			pg.q.markers.Delete(key)
 		}
 	})
 }

@@ -28,30 +28,16 @@ type pageRef struct {
 	snap *store.Commit // a snapshot: the commit it shows
 	tx   *txn          // a transaction
 
-	mu      sync.Mutex
-	txns    map[string]*pageRef // the live page's open transactions, by name
-	logs    logCache            // the live page's .ledger/log
-	ledger  string
-	name    string
-	pending keyMap[*fileNode] // created and not yet committed, or with a commit queued, by key
-	// inflight counts the commits queued at close that have not landed;
-	// ending, the landed ones whose node has yet to drop its content.
-	inflight, ending int
-	// cond, on mu, is broadcast when ending reaches 0 and when a file is
-	// closed or leaves pending (see idleWithin).
+	mu     sync.Mutex
+	txns   map[string]*pageRef // the live page's open transactions, by name
+	logs   logCache            // the live page's .ledger/log
+	ledger string
+	name   string
+	q      queuedChanges // see queue.go
+	// cond, on mu, is broadcast when q.ending reaches 0 and when a file is
+	// closed or leaves q.files (see idleWithin).
 	endCond *sync.Cond
-	// markers are directory markers (mode and mtime) changed by a setattr
-	// whose commit is queued, by key.
-	markers keyMap[queuedMarker]
-	// gone holds the keys whose deletion is queued, with the change's
-	// number. A view keeps a clone of it (see keyMap.Clone): a copy of the
-	// whole set per unlink was a third of what rm -rf of a large directory
-	// allocated.
-	gone keyMap[uint64]
-	// queuedSeq numbers queued changes, so that a change landing does not
-	// clear what a later change of the same key shows.
-	queuedSeq uint64
-	opens     int
+	opens   int // files with content loaded (open for writing, or queued)
 }
 
 func (pg *pageRef) names() (string, string) {
@@ -116,8 +102,8 @@ func (pg *pageRef) view(fn func(p *store.Page, head *store.Commit, t *btree.Tree
 	// that lands in between is then in the head already.
 	pg.mu.Lock()
 	var gone keyMap[uint64]
-	if pg.gone.Len() > 0 {
-		gone = pg.gone.Clone()
+	if pg.q.gone.Len() > 0 {
+		gone = pg.q.gone.Clone()
 	}
 	pg.mu.Unlock()
 	head, err := p.Head()
@@ -146,40 +132,6 @@ func (pg *pageRef) shownTime(p *store.Page, head *store.Commit) int64 {
 	return max(head.Timestamp, journal.CommitterFor(p).Latest())
 }
 
-// queueDelete queues the deletion of key in the live page's implicit
-// journal; until it lands, views of the page hide the key. A sequential rm
-// then shares commits as a stream of closes does, rather than waiting for
-// one commit per file.
-func (pg *pageRef) queueDelete(key string) error {
-	return pg.queueShown(journal.Op{Key: key, Delete: true}, func(seq uint64) {
-		pg.gone.Set(key, seq)
-	}, func(seq uint64) {
-		if s, ok := pg.gone.Get(key); ok && s == seq {
-			pg.gone.Delete(key)
-		}
-	})
-}
-
-// queueShown queues op, which shows until it lands: show records it and
-// landed drops it, both called with pg.mu held and the change's number.
-func (pg *pageRef) queueShown(op journal.Op, show, landed func(seq uint64)) error {
-	pg.mu.Lock()
-	pg.queuedSeq++
-	seq := pg.queuedSeq
-	show(seq)
-	pg.mu.Unlock()
-	done := func(error) {
-		pg.mu.Lock()
-		defer pg.mu.Unlock()
-		landed(seq)
-	}
-	err := pg.queue(done, op)
-	if err != nil {
-		done(err)
-	}
-	return err
-}
-
 // apply commits ops through the page's implicit journal, or records them in
 // a transaction's journal.
 func (pg *pageRef) apply(sync bool, ops ...journal.Op) error {
@@ -197,91 +149,6 @@ func (pg *pageRef) apply(sync bool, ops ...journal.Op) error {
 	return journal.CommitterFor(p).Apply(sync, ops...)
 }
 
-// queue records ops in the live page's implicit journal and commits them in
-// the background, calling done after; see journal.Committer.Queue. The
-// commit counts in pg.inflight until done has run, so settle waits for it.
-func (pg *pageRef) queue(done func(error), ops ...journal.Op) error {
-	return pg.queueWith(nil, done, ops...)
-}
-
-// queueWith is queue with the journal rows landing through w's commit,
-// with the last pieces of the value they refer to.
-func (pg *pageRef) queueWith(w *store.ValueWriter, done func(error), ops ...journal.Op) error {
-	var commit journal.CommitFunc
-	if w != nil {
-		commit = w.CommitJournal
-	}
-	p, err := pg.acquire()
-	if err != nil {
-		return err
-	}
-	defer pg.release(p)
-	pg.mu.Lock()
-	pg.inflight++
-	pg.mu.Unlock()
-	landed := func() {
-		pg.mu.Lock()
-		pg.inflight--
-		pg.mu.Unlock()
-	}
-	err = journal.CommitterFor(p).QueueWith(commit, func(err error) {
-		done(err)
-		landed()
-	}, ops...)
-	if err != nil {
-		landed()
-	}
-	return err
-}
-
-// settle waits until the live page's queued commits have landed. A close
-// returns before its commit; operations that read the head to decide what
-// to change (unlink, rename, rmdir), and views of history, settle first so
-// that they see every close that returned before them. Mkdir, symlink and
-// a directory's setattr need not: they read names, which pending files and
-// queued markers cover, and directory markers, which a close never changes.
-func (pg *pageRef) settle() error {
-	if pg.live != nil {
-		return nil // a snapshot never changes; a transaction commits at once
-	}
-	pg.mu.Lock()
-	idle := pg.inflight == 0 && pg.ending == 0
-	pg.mu.Unlock()
-	if idle {
-		return nil
-	}
-	p, err := pg.acquire()
-	if err != nil {
-		return err
-	}
-	err = journal.CommitterFor(p).Wait()
-	pg.release(p)
-	pg.mu.Lock()
-	for pg.ending > 0 {
-		pg.cond().Wait()
-	}
-	pg.mu.Unlock()
-	return err
-}
-
-// ended records that a landed node has dropped its content.
-func (pg *pageRef) ended() {
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	if pg.ending--; pg.ending == 0 {
-		pg.cond().Broadcast()
-	}
-}
-
-// cond returns the page's condition variable, made on first use. Called
-// with pg.mu held.
-func (pg *pageRef) cond() *sync.Cond {
-	if pg.endCond == nil {
-		pg.endCond = sync.NewCond(&pg.mu)
-	}
-	return pg.endCond
-}
-
 // busy reports whether the page has open files or transactions.
 func (pg *pageRef) busy() bool {
 	pg.mu.Lock()
@@ -290,7 +157,7 @@ func (pg *pageRef) busy() bool {
 }
 
 func (pg *pageRef) busyLocked() bool {
-	return pg.opens > 0 || pg.pending.Len() > 0 || len(pg.txns) > 0
+	return pg.opens > 0 || pg.q.files.Len() > 0 || len(pg.txns) > 0
 }
 
 // empty reports whether the page has no entries.
@@ -305,45 +172,4 @@ func (pg *pageRef) empty() (bool, error) {
 		return it.Err()
 	})
 	return empty, err
-}
-
-func (pg *pageRef) pendingFile(key string) *fileNode {
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	f, _ := pg.pending.Get(key)
-	return f
-}
-
-// unpendLocked drops f from pending at key if f is the node pending there
-// (a later create may have taken the key). Called with pg.mu held.
-func (pg *pageRef) unpendLocked(key string, f *fileNode) {
-	if p, _ := pg.pending.Get(key); p == f {
-		pg.pending.Delete(key)
-		pg.cond().Broadcast()
-	}
-}
-
-// dirShown reports whether the directory at prefix exists by what is
-// queued: a pending file or a queued marker in it. Every lookup and name
-// check asks, so it stops at the first and collects nothing.
-func (pg *pageRef) dirShown(prefix string) bool {
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	return !pg.markers.Under(prefix, func(string, queuedMarker) bool { return false }) ||
-		!pg.pending.Under(prefix, func(string, *fileNode) bool { return false })
-}
-
-// pendingUnder lists pending keys starting with prefix.
-func (pg *pageRef) pendingUnder(prefix string) map[string]*fileNode {
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	var out map[string]*fileNode
-	pg.pending.Under(prefix, func(k string, f *fileNode) bool {
-		if out == nil {
-			out = map[string]*fileNode{}
-		}
-		out[k] = f
-		return true
-	})
-	return out
 }

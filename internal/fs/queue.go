@@ -1,0 +1,220 @@
+package fs
+
+import (
+	"sync"
+
+	"github.com/ledgerfs/ledgerfs/internal/journal"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// queuedChanges is what a view of a page has accepted and not yet
+// committed: files created and not committed yet, or closed with their
+// commit queued; directory markers and deletions whose commits are queued;
+// and the count of queued commits. Lookups, listings and name checks show
+// them as if committed, so that a close, an unlink or a mkdir need not wait
+// for its commit.
+//
+// Every field is guarded by the owning pageRef's mu; a fileNode's queued
+// count is too.
+type queuedChanges struct {
+	// files are created and not yet committed, or with a commit queued,
+	// by key.
+	files keyMap[*fileNode]
+	// markers are directory markers (mode and mtime) whose commit is
+	// queued, by key.
+	markers keyMap[queuedMarker]
+	// gone holds the keys whose deletion is queued, with the change's
+	// number. A view keeps a clone of it (see keyMap.Clone): a copy of the
+	// whole set per unlink was a third of what rm -rf of a large directory
+	// allocated.
+	gone keyMap[uint64]
+	// seq numbers queued changes, so that a change landing does not clear
+	// what a later change of the same key shows.
+	seq uint64
+	// inflight counts the commits queued at close that have not landed;
+	// ending, the landed ones whose node has yet to drop its content.
+	inflight, ending int
+}
+
+// queueDelete queues the deletion of key in the live page's implicit
+// journal; until it lands, views of the page hide the key. A sequential rm
+// then shares commits as a stream of closes does, rather than waiting for
+// one commit per file.
+func (pg *pageRef) queueDelete(key string) error {
+	return pg.queueShown(journal.Op{Key: key, Delete: true}, func(seq uint64) {
+		pg.q.gone.Set(key, seq)
+	}, func(seq uint64) {
+		if s, ok := pg.q.gone.Get(key); ok && s == seq {
+			pg.q.gone.Delete(key)
+		}
+	})
+}
+
+// queueShown queues op, which shows until it lands: show records it and
+// landed drops it, both called with pg.mu held and the change's number.
+func (pg *pageRef) queueShown(op journal.Op, show, landed func(seq uint64)) error {
+	pg.mu.Lock()
+	pg.q.seq++
+	seq := pg.q.seq
+	show(seq)
+	pg.mu.Unlock()
+	done := func(error) {
+		pg.mu.Lock()
+		defer pg.mu.Unlock()
+		landed(seq)
+	}
+	err := pg.queue(done, op)
+	if err != nil {
+		done(err)
+	}
+	return err
+}
+
+// queue records ops in the live page's implicit journal and commits them in
+// the background, calling done after; see journal.Committer.Queue. The
+// commit counts in pg.q.inflight until done has run, so settle waits for it.
+func (pg *pageRef) queue(done func(error), ops ...journal.Op) error {
+	return pg.queueWith(nil, done, ops...)
+}
+
+// queueWith is queue with the journal rows landing through w's commit,
+// with the last pieces of the value they refer to.
+func (pg *pageRef) queueWith(w *store.ValueWriter, done func(error), ops ...journal.Op) error {
+	var commit journal.CommitFunc
+	if w != nil {
+		commit = w.CommitJournal
+	}
+	p, err := pg.acquire()
+	if err != nil {
+		return err
+	}
+	defer pg.release(p)
+	pg.mu.Lock()
+	pg.q.inflight++
+	pg.mu.Unlock()
+	landed := func() {
+		pg.mu.Lock()
+		pg.q.inflight--
+		pg.mu.Unlock()
+	}
+	err = journal.CommitterFor(p).QueueWith(commit, func(err error) {
+		done(err)
+		landed()
+	}, ops...)
+	if err != nil {
+		landed()
+	}
+	return err
+}
+
+// settle waits until the live page's queued commits have landed. A close
+// returns before its commit; operations that read the head to decide what
+// to change (unlink, rename, rmdir), and views of history, settle first so
+// that they see every close that returned before them. Mkdir, symlink and
+// a directory's setattr need not: they read names, which pending files and
+// queued markers cover, and directory markers, which a close never changes.
+func (pg *pageRef) settle() error {
+	if pg.live != nil {
+		return nil // a snapshot never changes; a transaction commits at once
+	}
+	pg.mu.Lock()
+	idle := pg.q.inflight == 0 && pg.q.ending == 0
+	pg.mu.Unlock()
+	if idle {
+		return nil
+	}
+	p, err := pg.acquire()
+	if err != nil {
+		return err
+	}
+	err = journal.CommitterFor(p).Wait()
+	pg.release(p)
+	pg.mu.Lock()
+	for pg.q.ending > 0 {
+		pg.cond().Wait()
+	}
+	pg.mu.Unlock()
+	return err
+}
+
+// ended records that a landed node has dropped its content.
+func (pg *pageRef) ended() {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	if pg.q.ending--; pg.q.ending == 0 {
+		pg.cond().Broadcast()
+	}
+}
+
+// cond returns the page's condition variable, made on first use. Called
+// with pg.mu held.
+func (pg *pageRef) cond() *sync.Cond {
+	if pg.endCond == nil {
+		pg.endCond = sync.NewCond(&pg.mu)
+	}
+	return pg.endCond
+}
+
+func (pg *pageRef) pendingFile(key string) *fileNode {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	f, _ := pg.q.files.Get(key)
+	return f
+}
+
+// unpendLocked drops f from pending at key if f is the node pending there
+// (a later create may have taken the key). Called with pg.mu held.
+func (pg *pageRef) unpendLocked(key string, f *fileNode) {
+	if p, _ := pg.q.files.Get(key); p == f {
+		pg.q.files.Delete(key)
+		pg.cond().Broadcast()
+	}
+}
+
+// dirShown reports whether the directory at prefix exists by what is
+// queued: a pending file or a queued marker in it. Every lookup and name
+// check asks, so it stops at the first and collects nothing.
+func (pg *pageRef) dirShown(prefix string) bool {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	return !pg.q.markers.Under(prefix, func(string, queuedMarker) bool { return false }) ||
+		!pg.q.files.Under(prefix, func(string, *fileNode) bool { return false })
+}
+
+// pendingUnder lists pending keys starting with prefix.
+func (pg *pageRef) pendingUnder(prefix string) map[string]*fileNode {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	var out map[string]*fileNode
+	pg.q.files.Under(prefix, func(k string, f *fileNode) bool {
+		if out == nil {
+			out = map[string]*fileNode{}
+		}
+		out[k] = f
+		return true
+	})
+	return out
+}
+
+func (pg *pageRef) dropPending(key string) {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	pg.q.files.Delete(key)
+	pg.cond().Broadcast()
+}
+
+// unpend drops f from pg.q.files at key unless a commit of f is still
+// queued.
+func (pg *pageRef) unpend(key string, f *fileNode) {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	if f.queued == 0 {
+		pg.unpendLocked(key, f)
+	}
+}
+
+func (f *fileNode) isQueued() bool {
+	f.pg.mu.Lock()
+	defer f.pg.mu.Unlock()
+	return f.queued > 0
+}
