@@ -76,7 +76,7 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 	m := f.meta
 	m.Size = uint64(size)
 	op := journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: m}}
-	if mode == commitQueue && f.pg.tx == nil {
+	if mode == commitQueue && f.pg.v.queues() {
 		// The value's last pieces land with its journal entry, or
 		// neither does.
 		if err := f.queue(key, op, w); err != nil {

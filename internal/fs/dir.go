@@ -187,7 +187,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if !ok || d.removed.Load() != nil {
 		return nil, syscall.ENOENT
 	}
-	if name == store.ReservedName && !d.below && d.pg.live == nil {
+	if name == store.ReservedName && !d.below && d.pg.v.showsHistory() {
 		ch := d.NewInode(ctx, &ledgerDir{roDir(d.pg)}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: d.pg.fs.inos.get(d.pg.metaID(""))})
 		return ch, getattr(ctx, ch, &out.Attr)
 	}
@@ -306,7 +306,7 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 		}
 		setModeTime(&marker.Meta, in)
 		var err error
-		if d.pg.tx == nil {
+		if d.pg.v.queues() {
 			err = d.pg.queueMarker(prefix, marker)
 		} else {
 			err = d.pg.apply(false, journal.Op{Key: prefix, Entry: marker})

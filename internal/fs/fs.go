@@ -99,7 +99,8 @@ func (f *FS) page(ledger, name string) *pageRef {
 	k := ledger + "/" + name
 	p, ok := f.pages[k]
 	if !ok {
-		p = &pageRef{fs: f, ledger: ledger, name: name}
+		p = &pageRef{fs: f, v: liveView{}, ledger: ledger, name: name}
+		p.owner = p
 		f.pages[k] = p
 	}
 	return p

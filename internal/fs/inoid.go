@@ -28,10 +28,10 @@ func ledgerPagesPrefix(ledger string) string { return "P\x00" + ledger + "\x00" 
 // pageNodesPrefix is the prefix of the ids of a page's nodes, in any view.
 func pageNodesPrefix(ledger, name string) string { return pageID(ledger, name) + "\x00" }
 
-// snapshotView and txnView set the ids of a snapshot's or a transaction's
+// snapshotTag and txnTag set the ids of a snapshot's or a transaction's
 // nodes apart from the live page's and from each other's.
-func snapshotView(c *store.Commit) string { return "C" + c.ID.String() + "\x00" }
-func txnView(j store.JournalID) string    { return "T" + string(j) + "\x00" }
+func snapshotTag(c *store.Commit) string { return "C" + c.ID.String() + "\x00" }
+func txnTag(j store.JournalID) string    { return "T" + string(j) + "\x00" }
 
 // id is the inode id of a node of the view: kind 'f' for a file, 'd' for a
 // directory prefix, 'L' for a path under .ledger.

@@ -48,7 +48,7 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	}
 	marker := dirMarker(mode, nowNs())
 	var err error
-	if d.pg.tx == nil {
+	if d.pg.v.queues() {
 		err = d.pg.queueMarker(key+"/", marker)
 	} else {
 		err = d.pg.apply(false, journal.Op{Key: key + "/", Entry: marker})
@@ -193,7 +193,7 @@ func (d *dirNode) unlink(key, prefix string) syscall.Errno {
 		return errno("unlink", err)
 	}
 	d.pg.dropPending(key)
-	if d.pg.tx == nil && len(keep) == 0 {
+	if d.pg.v.queues() && len(keep) == 0 {
 		// A pending file's close may still be queued: the delete goes
 		// after it even if the tree does not have the key yet.
 		return errno("unlink", d.pg.queueDelete(key))

@@ -114,8 +114,8 @@ func (pg *pageRef) queueWith(w *store.ValueWriter, done func(error), ops ...jour
 // a directory's setattr need not: they read names, which pending files and
 // queued markers cover, and directory markers, which a close never changes.
 func (pg *pageRef) settle() error {
-	if pg.live != nil {
-		return nil // a snapshot never changes; a transaction commits at once
+	if !pg.v.queues() {
+		return nil // a snapshot never changes; a transaction applies at once
 	}
 	pg.mu.Lock()
 	idle := pg.q.inflight == 0 && pg.q.ending == 0

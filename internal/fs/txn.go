@@ -100,7 +100,7 @@ func (pg *pageRef) begin(name string) (*pageRef, error) {
 	t := &txn{name: name, p: p, j: j, base: base, tree: p.Tree(base)}
 	// The journal id keeps the inode ids of a later transaction of the same
 	// name apart from those the kernel may still hold.
-	ref := &pageRef{fs: pg.fs, live: pg, tag: txnView(j.ID), tx: t}
+	ref := &pageRef{fs: pg.fs, owner: pg, v: txnView{t}, tag: txnTag(j.ID)}
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
 	if _, taken := pg.txns[name]; taken {
@@ -146,7 +146,7 @@ func (pg *pageRef) endTxn(name string, commit bool) error {
 			return err
 		}
 	}
-	t := ref.tx
+	t := ref.v.(txnView).t // the page's transactions are all txn views
 	t.mu.Lock()
 	if t.done {
 		t.mu.Unlock()
