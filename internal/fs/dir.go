@@ -188,7 +188,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, syscall.ENOENT
 	}
 	if name == store.ReservedName && !d.below && d.pg.v.showsHistory() {
-		ch := d.NewInode(ctx, &ledgerDir{roDir(d.pg)}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: d.pg.fs.inos.get(d.pg.metaID(""))})
+		ch := d.NewInode(ctx, &historyRoot{roDir(d.pg)}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: d.pg.fs.inos.get(d.pg.metaID(""))})
 		return ch, getattr(ctx, ch, &out.Attr)
 	}
 	child := append(comps, name)

@@ -43,4 +43,6 @@ func CheckName(name string) error {
 	return nil
 }
 
-func ledgerDir(ledger string) string { return base64.URLEncoding.EncodeToString([]byte(ledger)) }
+// ledgerFolder is the name of a ledger's folder on disk, under
+// {repo}/1/ledgers/: its name in web-safe base64.
+func ledgerFolder(ledger string) string { return base64.URLEncoding.EncodeToString([]byte(ledger)) }

@@ -244,7 +244,7 @@ func (r *Repository) Reserve() uint64 {
 func (r *Repository) trashDir() string { return filepath.Join(r.dir, SerializationVersion, "trash") }
 
 func (r *Repository) pageDir(ledger string, id PageID) string {
-	return filepath.Join(r.dir, SerializationVersion, "ledgers", ledgerDir(ledger), id.String())
+	return filepath.Join(r.dir, SerializationVersion, "ledgers", ledgerFolder(ledger), id.String())
 }
 
 // recover finishes deletions interrupted by a crash: trash is emptied, and
@@ -352,7 +352,7 @@ func (r *Repository) DeleteLedger(ledger string) error {
 	} else if !ok {
 		return fmt.Errorf("ledger %q: %w", ledger, ErrNotFound)
 	}
-	if err := os.RemoveAll(filepath.Join(r.dir, SerializationVersion, "ledgers", ledgerDir(ledger))); err != nil {
+	if err := os.RemoveAll(filepath.Join(r.dir, SerializationVersion, "ledgers", ledgerFolder(ledger))); err != nil {
 		return err
 	}
 	return r.db.Update(func(txn *badger.Txn) error { return txn.Delete([]byte(prefixLedgers + ledger)) })
@@ -493,7 +493,7 @@ func (r *Repository) RenameLedger(from, to string) error {
 		}
 	}
 	base := filepath.Join(r.dir, SerializationVersion, "ledgers")
-	if err := os.Rename(filepath.Join(base, ledgerDir(from)), filepath.Join(base, ledgerDir(to))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Rename(filepath.Join(base, ledgerFolder(from)), filepath.Join(base, ledgerFolder(to))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("rename ledger: %w", err)
 	}
 	return r.db.Update(func(txn *badger.Txn) error {

@@ -58,7 +58,7 @@ func TestLedgersAndPages(t *testing.T) {
 		t.Fatalf("ledgers %q pages %q", ls, ps)
 	}
 	// The page db lives where Ledger puts it.
-	want := filepath.Join(dir, SerializationVersion, "ledgers", ledgerDir("notes"), PageIDFor("inbox").String())
+	want := filepath.Join(dir, SerializationVersion, "ledgers", ledgerFolder("notes"), PageIDFor("inbox").String())
 	if fi, err := os.Stat(want); err != nil || !fi.IsDir() {
 		t.Fatalf("page dir %s: %v", want, err)
 	}

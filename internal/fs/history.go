@@ -135,13 +135,14 @@ func (m *metaNode) withPage(fn func(p *store.Page) error) error {
 	return fn(p)
 }
 
-// ledgerDir is a page's .ledger.
-type ledgerDir struct{ metaDir }
+// historyRoot is a page's .ledger directory (not a ledger: the root's
+// children are ledgerNodes): its history, transactions and status.
+type historyRoot struct{ metaDir }
 
 var (
-	_ gofs.NodeLookuper  = (*ledgerDir)(nil)
-	_ gofs.NodeReaddirer = (*ledgerDir)(nil)
-	_ gofs.NodeGetattrer = (*ledgerDir)(nil)
+	_ gofs.NodeLookuper  = (*historyRoot)(nil)
+	_ gofs.NodeReaddirer = (*historyRoot)(nil)
+	_ gofs.NodeGetattrer = (*historyRoot)(nil)
 )
 
 var ledgerDirEntries = map[string]uint32{
@@ -149,7 +150,7 @@ var ledgerDirEntries = map[string]uint32{
 	"latest": fuse.S_IFLNK, "log": fuse.S_IFREG, "transactions": fuse.S_IFDIR, "versions": fuse.S_IFDIR,
 }
 
-func (d *ledgerDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+func (d *historyRoot) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	var es []fuse.DirEntry
 	for name, mode := range ledgerDirEntries {
 		es = append(es, fuse.DirEntry{Name: name, Mode: mode, Ino: d.pg.fs.inos.peek(d.pg.metaID(name))})
@@ -158,7 +159,7 @@ func (d *ledgerDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno)
 	return gofs.NewListDirStream(es), 0
 }
 
-func (d *ledgerDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+func (d *historyRoot) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	var n gofs.InodeEmbedder
 	switch name {
 	case "log":
