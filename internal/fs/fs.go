@@ -4,6 +4,44 @@
 // file commits it through the page's implicit journal; fsync waits until the
 // commit is on disk.
 //
+// # Nodes
+//
+// rootNode lists ledgers and ledgerNode a ledger's pages (root.go). A page
+// directory and the directories inside it are dirNodes (dir.go, readdir.go,
+// mutations.go, rename.go), its files fileNodes (file.go) with their open
+// handles (handle.go); how a file's change is committed is commit.go. Each
+// page directory shows a view (view.go): the live page, a snapshot or a
+// transaction (txn.go); the state they share is a pageRef (page.go), with
+// the changes accepted and not yet committed (queue.go). A page's .ledger
+// is history.go, log.go and versions.go. Inode ids are built in inoid.go.
+//
+// # Locks
+//
+// What each mutex guards:
+//   - FS.mu: the pages map.
+//   - inoTable.mu: the inode table.
+//   - pageRef.mu: a page's names, its transactions (txns), open files
+//     (opens), its queuedChanges (q) and each fileNode's queued count; cond
+//     waits on it.
+//   - fileNode.mu: the node's content, its handles' counts, its metadata and
+//     flags (created, unlinked), and what it last committed.
+//   - txn.mu: the transaction's journal, base and tree.
+//   - logCache.mu, versionList.mu: their caches.
+//
+// Lock order: FS.mu before pageRef.mu; fileNode.mu before txn.mu (a
+// transaction's file commits), pageRef.mu and inoTable.mu; txn.mu before
+// the store's page lock (a journal's commit). A queued commit's completion (the committer's goroutine)
+// takes pageRef.mu, and fileNode.mu only with TryLock, handing the work to
+// a goroutine otherwise: a FUSE operation may hold fileNode.mu while it
+// waits for that very commit (a commit with commitWait).
+//
+// # The kernel
+//
+// Notify* calls (what a transaction's commit changed, a name a failed
+// create leaves) are made with no lock of this package held, and never from
+// inside the FUSE operation on the node they name: the kernel may hold that
+// node's locks while it waits for the operation.
+//
 // Layer: the top of the library, above journal, history and store; the
 // command line mounts it.
 package fs
