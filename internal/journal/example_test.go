@@ -1,0 +1,71 @@
+package journal_test
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"os"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/journal"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// A page's committer: queued changes are recorded in an implicit journal at
+// once and share one commit; Wait returns once they have landed.
+func ExampleCommitter() {
+	dir, err := os.MkdirTemp("", "ledgerfs-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	// Recover commits what a crash left in implicit journals when a page
+	// opens; Close commits what is queued before it closes.
+	repo, err := store.Open(dir, store.Options{OnOpen: journal.Recover, OnClose: journal.Close})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer repo.Close()
+	if err := repo.CreateLedger("l"); err != nil {
+		log.Fatal(err)
+	}
+	if err := repo.CreatePage("l", "p"); err != nil {
+		log.Fatal(err)
+	}
+	p, err := repo.Acquire("l", "p")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer repo.Release(p)
+
+	put := func(key, content string) journal.Op {
+		w := p.NewValueWriter()
+		if _, err := io.WriteString(w, content); err != nil {
+			log.Fatal(err)
+		}
+		id, size, err := w.Close()
+		if err != nil {
+			log.Fatal(err)
+		}
+		return journal.Op{Key: key, Entry: btree.Entry{Value: id, Meta: btree.Meta{Size: size}}}
+	}
+	c := journal.CommitterFor(p)
+	for _, k := range []string{"b", "a", "c"} {
+		if err := c.Queue(nil, put(k, "value of "+k)); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := c.Wait(); err != nil {
+		log.Fatal(err)
+	}
+	head, err := p.Head()
+	if err != nil {
+		log.Fatal(err)
+	}
+	it := p.Tree(head).Seek("")
+	for it.Next() {
+		fmt.Print(it.Entry().Key, " ")
+	}
+	fmt.Println("at generation", head.Generation)
+	// Output: a b c at generation 1
+}
