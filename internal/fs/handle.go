@@ -4,10 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/ledgerfs/ledgerfs/internal/cas"
 	"github.com/ledgerfs/ledgerfs/internal/store"
@@ -60,6 +62,7 @@ var (
 	_ gofs.FileFsyncer   = (*handle)(nil)
 	_ gofs.FileReleaser  = (*handle)(nil)
 	_ gofs.FileGetattrer = (*handle)(nil)
+	_ gofs.FileAllocater = (*handle)(nil)
 )
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -192,4 +195,39 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 
 func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 	return h.f.fillAttr(&out.Attr)
+}
+
+// Allocate is fallocate(2). Mode 0 extends the file with zeros to off+size
+// when that is past its end; FALLOC_FL_KEEP_SIZE changes nothing. Neither
+// reserves disk space: content is stored when written, deduplicated, so a
+// later write may still fail with ENOSPC. Other modes (punching or
+// collapsing ranges) are EOPNOTSUPP.
+func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	if !h.write {
+		return syscall.EBADF
+	}
+	if mode&^unix.FALLOC_FL_KEEP_SIZE != 0 {
+		return syscall.EOPNOTSUPP
+	}
+	end := off + size
+	if end < off || end > math.MaxInt64 {
+		return syscall.EFBIG
+	}
+	if mode&unix.FALLOC_FL_KEEP_SIZE != 0 {
+		return 0
+	}
+	f := h.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.c == nil {
+		return syscall.EBADF
+	}
+	if int64(end) <= f.c.size {
+		return 0
+	}
+	if err := f.c.truncate(int64(end)); err != nil {
+		return errno("fallocate", err)
+	}
+	f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
+	return 0
 }
