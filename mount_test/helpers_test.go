@@ -4,10 +4,14 @@ package mount_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -196,4 +200,62 @@ func run(t testing.TB, dir string, name string, args ...string) string {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+func ls(t testing.TB, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	slices.Sort(out) // ReadDir sorts by name already; keep the test honest
+	return out
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sortLines(s string) string {
+	var l []string
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		if !strings.HasSuffix(line, " ./") {
+			l = append(l, line)
+		}
+	}
+	slices.Sort(l)
+	return strings.Join(l, "\n")
+}
+
+func content(seed, n int) []byte {
+	r := rand.New(rand.NewPCG(uint64(seed), 7))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func sha(t testing.TB, path string) string {
+	f, err := os.Open(path)
+	must(t, err)
+	defer f.Close()
+	h := sha256.New()
+	io.Copy(h, f)
+	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// commitCount is the number of commits .ledger/log lists.
+func commitCount(t *testing.T, meta string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(meta, "log"))
+	must(t, err)
+	return strings.Count(string(b), "\n")
 }

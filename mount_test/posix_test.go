@@ -1,11 +1,22 @@
 package mount_test
 
 import (
+	"bytes"
+	"fmt"
+	"io"
 	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
+	"golang.org/x/sys/unix"
 )
 
 // posixRefused are the posixtest cases that need what the README lists as
@@ -32,5 +43,391 @@ func TestPosix(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			posixtest.All[name](t, s.page("posix", name))
 		})
+	}
+}
+
+// The editors' save pattern: write a temporary file, fsync it, rename it
+// over the original. Readers see the old or the new file, never a mix.
+func TestEditorSave(t *testing.T) {
+	s := mount(t, t.TempDir())
+	pg := s.page("e", "p")
+	path := filepath.Join(pg, "doc.txt")
+	must(t, os.WriteFile(path, bytes.Repeat([]byte("old "), 10000), 0o644))
+	stop := make(chan struct{})
+	var bad error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			b, err := os.ReadFile(path)
+			if err == nil && !bytes.Equal(b, bytes.Repeat([]byte("old "), 10000)) && !bytes.HasPrefix(b, []byte("new ")) {
+				bad = fmt.Errorf("reader saw %d bytes starting %q", len(b), b[:min(len(b), 8)])
+			}
+		}
+	})
+	for i := range 20 {
+		tmp := filepath.Join(pg, ".doc.txt.swp")
+		f, err := os.Create(tmp)
+		must(t, err)
+		fmt.Fprintf(f, "new %d ", i)
+		f.Write(bytes.Repeat([]byte("x"), 50000))
+		must(t, f.Sync())
+		must(t, f.Close())
+		must(t, os.Rename(tmp, path))
+	}
+	close(stop)
+	wg.Wait()
+	if bad != nil {
+		t.Fatal(bad)
+	}
+	b, _ := os.ReadFile(path)
+	if !bytes.HasPrefix(b, []byte("new 19 ")) || len(b) != len("new 19 ")+50000 {
+		t.Fatalf("final content %q...", b[:min(len(b), 10)])
+	}
+	if got := ls(t, pg); !slices.Equal(got, []string{"doc.txt"}) {
+		t.Fatalf("ls: %q", got)
+	}
+}
+
+// A file unlinked or replaced by a rename while open stays what it was
+// for its descriptors, as POSIX has it: fstat shows its size with no link,
+// read returns its content, and a new file at its name is another inode.
+func TestOpenFileOutlivesItsName(t *testing.T) {
+	// No attribute cache: every fstat asks the mount.
+	s := mount(t, t.TempDir(), "--cache-timeout", "0")
+	pg := s.page("o", "p")
+	path := filepath.Join(pg, "doc")
+	check := func(what string, f *os.File, want []byte, other string) {
+		t.Helper()
+		var st, ost syscall.Stat_t
+		if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+			t.Fatalf("%s: fstat: %v", what, err)
+		}
+		if st.Size != int64(len(want)) || st.Nlink != 0 {
+			t.Fatalf("%s: fstat size %d nlink %d, want %d and 0", what, st.Size, st.Nlink, len(want))
+		}
+		got, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<20))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: read %d bytes (%v), want the %d it had", what, len(got), err, len(want))
+		}
+		must(t, syscall.Stat(other, &ost))
+		if ost.Ino == st.Ino || ost.Nlink != 1 {
+			t.Fatalf("%s: the file now at the name has inode %d nlink %d; the open one %d", what, ost.Ino, ost.Nlink, st.Ino)
+		}
+	}
+
+	old := bytes.Repeat([]byte("old "), 10000)
+	must(t, os.WriteFile(path, old, 0o644))
+	f, err := os.Open(path)
+	must(t, err)
+	defer f.Close()
+	tmp := filepath.Join(pg, ".doc.swp")
+	must(t, os.WriteFile(tmp, bytes.Repeat([]byte("new "), 12000), 0o644))
+	must(t, os.Rename(tmp, path))
+	check("replaced by rename", f, old, path)
+
+	must(t, os.WriteFile(path, []byte("second"), 0o644))
+	g, err := os.Open(path)
+	must(t, err)
+	defer g.Close()
+	must(t, os.Remove(path))
+	must(t, os.WriteFile(path, []byte("third"), 0o644))
+	check("unlinked, name reused", g, []byte("second"), path)
+	if b, err := os.ReadFile(path); err != nil || string(b) != "third" {
+		t.Fatalf("new file: %q %v", b, err)
+	}
+
+	// Written after the unlink through one descriptor, then read through
+	// another once the writer has closed: the writes are the file now.
+	r, err := os.Open(path)
+	must(t, err)
+	defer r.Close()
+	w, err := os.OpenFile(path, os.O_RDWR, 0)
+	must(t, err)
+	must(t, os.Remove(path))
+	want := []byte("third")
+	_, err = w.WriteAt([]byte("XY"), 1)
+	must(t, err)
+	copy(want[1:], "XY")
+	must(t, w.Truncate(1))
+	must(t, w.Truncate(100))
+	want = append(want[:1], make([]byte, 99)...)
+	must(t, w.Close())
+	// The kernel releases a closed file after close returns.
+	time.Sleep(300 * time.Millisecond)
+	must(t, os.WriteFile(path, []byte("fourth"), 0o644))
+	// Reads go to the mount, not to pages the writes left in the cache.
+	must(t, unix.Fadvise(int(r.Fd()), 0, 0, unix.FADV_DONTNEED))
+	check("unlinked, written, writer closed", r, want, path)
+}
+
+// A directory removed while open, by rmdir or by a rename over it, stays
+// with no link for the descriptors on it (a shell's working directory), and
+// a new directory at its name is another inode: the same steps in a page
+// and in a native directory must see the same.
+func TestRemovedDirectoryStaysOpen(t *testing.T) {
+	s := mount(t, t.TempDir(), "--cache-timeout", "0")
+	steps := func(base string) string {
+		var out []string
+		for _, how := range []string{"rmdir", "rename over"} {
+			dir := filepath.Join(base, "x")
+			must(t, os.Mkdir(dir, 0o750))
+			d, err := os.Open(dir)
+			must(t, err)
+			defer d.Close()
+			if how == "rmdir" {
+				must(t, os.Remove(dir))
+				must(t, os.Mkdir(dir, 0o755))
+			} else {
+				must(t, os.Mkdir(filepath.Join(base, "y"), 0o755))
+				// os.Rename refuses to replace a directory; rename(2) does not.
+				must(t, syscall.Rename(filepath.Join(base, "y"), dir))
+			}
+			var st, nst syscall.Stat_t
+			fstatErr := syscall.Fstat(int(d.Fd()), &st)
+			must(t, syscall.Stat(dir, &nst))
+			_, listErr := d.Readdirnames(-1)
+			fd, createErr := unix.Openat(int(d.Fd()), "f", unix.O_CREAT|unix.O_WRONLY, 0o644)
+			if createErr == nil {
+				unix.Close(fd)
+			}
+			out = append(out, fmt.Sprintf("%s: fstat %v, nlink %d, size %d, mode %o, same inode as the new one: %v; list: %v; create in it: %v",
+				how, errno(fstatErr), st.Nlink, st.Size, st.Mode&0o7777, st.Ino == nst.Ino, errno(listErr), errno(createErr)))
+			must(t, os.Remove(dir))
+		}
+		return strings.Join(out, "\n")
+	}
+	native, page := steps(t.TempDir()), steps(s.page("r", "p"))
+	if native != page {
+		t.Fatalf("removed directory\nnatively:\n%s\nin a page:\n%s", native, page)
+	}
+	t.Log(page)
+}
+
+// A file open for writing shows what is written to every lookup, not only
+// to its writer: a stat by path or a listing after the kernel's caches
+// expired took the size of the last commit, and reads stopped there.
+func TestLookupShowsWhatIsWritten(t *testing.T) {
+	// Names and attributes cached for 0.2 s: a lookup after that takes
+	// its attributes for as long again (with none cached, a getattr of the
+	// node follows every lookup and hides what the lookup said).
+	s := mount(t, t.TempDir(), "--cache-timeout", "0.2")
+	pg := s.page("w", "p")
+	path := filepath.Join(pg, "log")
+	must(t, os.WriteFile(path, []byte("first line\n"), 0o644))
+	// Past its commit, so that lookups find the file in the page, not
+	// among the files whose commit is queued.
+	syncDir(t, pg)
+	w, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	must(t, err)
+	defer w.Close()
+	want := []byte("first line\n")
+	for i := range 3 {
+		line := fmt.Appendf(nil, "line %d\n", i)
+		_, err := w.Write(line)
+		must(t, err)
+		want = append(want, line...)
+		time.Sleep(300 * time.Millisecond) // past the cached name
+		fi, err := os.Stat(path)
+		if err != nil || fi.Size() != int64(len(want)) {
+			t.Fatalf("stat after %d appends: %v %v, want size %d", i+1, fi, err, len(want))
+		}
+		if b, err := os.ReadFile(path); err != nil || !bytes.Equal(b, want) {
+			t.Fatalf("read after %d appends: %q %v, want %q", i+1, b, err, want)
+		}
+		if out := run(t, pg, "ls", "-l", "log"); !strings.Contains(out, fmt.Sprintf(" %d ", len(want))) {
+			t.Fatalf("ls -l after %d appends: %q, want size %d", i+1, out, len(want))
+		}
+	}
+}
+
+func TestAppendTruncateAndRandomWrites(t *testing.T) {
+	s := mount(t, t.TempDir())
+	pg := s.page("a", "p")
+	path := filepath.Join(pg, "log")
+	for i := range 5 {
+		run(t, pg, "sh", "-c", fmt.Sprintf("echo line%d >> log", i))
+	}
+	if b, _ := os.ReadFile(path); string(b) != "line0\nline1\nline2\nline3\nline4\n" {
+		t.Fatalf("after appends: %q", b)
+	}
+	run(t, pg, "truncate", "-s", "12", "log")
+	if b, _ := os.ReadFile(path); string(b) != "line0\nline1\n" {
+		t.Fatalf("after truncate: %q", b)
+	}
+	run(t, pg, "truncate", "-s", "20", "log")
+	if b, _ := os.ReadFile(path); string(b) != "line0\nline1\n\x00\x00\x00\x00\x00\x00\x00\x00" {
+		t.Fatalf("after growing: %q", b)
+	}
+	// Random writes into a large file, checked against the same writes to
+	// a file on the native filesystem.
+	native := filepath.Join(t.TempDir(), "native")
+	big := content(1, 20<<20)
+	must(t, os.WriteFile(native, big, 0o644))
+	must(t, os.WriteFile(filepath.Join(pg, "big"), big, 0o644))
+	fn, _ := os.OpenFile(native, os.O_RDWR, 0)
+	fm, _ := os.OpenFile(filepath.Join(pg, "big"), os.O_RDWR, 0)
+	r := rand.New(rand.NewPCG(2, 2))
+	for i := range 300 {
+		off := r.Int64N(22 << 20)
+		data := content(i, 1+r.IntN(70000))
+		fn.WriteAt(data, off)
+		if _, err := fm.WriteAt(data, off); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 { // read back through the open file
+			a, b := make([]byte, 5000), make([]byte, 5000)
+			na, _ := fn.ReadAt(a, off-100)
+			nb, _ := fm.ReadAt(b, off-100)
+			if !bytes.Equal(a[:na], b[:nb]) {
+				t.Fatalf("read back at %d differs", off)
+			}
+		}
+	}
+	must(t, fm.Truncate(21<<20))
+	must(t, fn.Truncate(21<<20))
+	must(t, fm.Close())
+	fn.Close()
+	if sha(t, native) != sha(t, filepath.Join(pg, "big")) {
+		t.Fatal("random writes: content differs from native")
+	}
+}
+
+// A descriptor opened for reading sees what another descriptor writes, as
+// on a local filesystem (tail -f).
+func TestReaderSeesLaterWrites(t *testing.T) {
+	s := mount(t, t.TempDir(), "--cache-timeout", "0")
+	pg := s.page("r", "p")
+	path := filepath.Join(pg, "log")
+	must(t, os.WriteFile(path, []byte("one\n"), 0o644))
+	r, err := os.Open(path)
+	must(t, err)
+	defer r.Close()
+	w, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	must(t, err)
+	w.WriteString("two\n")
+	buf := make([]byte, 100)
+	if n, _ := r.ReadAt(buf, 0); string(buf[:n]) != "one\ntwo\n" {
+		t.Fatalf("while written: %q", buf[:n])
+	}
+	must(t, w.Close())
+	run(t, pg, "sh", "-c", "echo three >> log")
+	if n, _ := r.ReadAt(buf, 0); string(buf[:n]) != "one\ntwo\nthree\n" {
+		t.Fatalf("after other writers closed: %q", buf[:n])
+	}
+}
+
+// A change by path right after a writer closed (truncate, chmod, utimens:
+// tar and cp -a set times after close) must commit even though FUSE may
+// release the writer's descriptor only later.
+func TestSetattrRightAfterClose(t *testing.T) {
+	s := mount(t, t.TempDir())
+	pg := s.page("s", "p")
+	path := filepath.Join(pg, "f")
+	for i := range 100 {
+		must(t, os.WriteFile(path, bytes.Repeat([]byte("x"), 1000+i), 0o644))
+		must(t, os.Truncate(path, int64(10+i)))
+		mt := time.Unix(int64(1_000_000+i), 0)
+		must(t, os.Chtimes(path, mt, mt))
+		must(t, os.Chmod(path, os.FileMode(0o600+i%64)))
+		fi, err := os.Stat(path)
+		must(t, err)
+		if fi.Size() != int64(10+i) || !fi.ModTime().Equal(mt) || fi.Mode().Perm() != os.FileMode(0o600+i%64) {
+			t.Fatalf("round %d: size %d mtime %v mode %v", i, fi.Size(), fi.ModTime(), fi.Mode())
+		}
+	}
+	s.stop()
+	s = mountAt(t, s.repo, s.mnt)
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() != 109 || !fi.ModTime().Equal(time.Unix(1_000_099, 0)) || fi.Mode().Perm() != 0o600+99%64 {
+		t.Fatalf("after remount: %v %v", fi, err)
+	}
+}
+
+// A change by path to a file whose writes are all committed lands before
+// chmod returns, even while a descriptor is open for writing: the kernel
+// sends the release of a closed descriptor asynchronously, so the server
+// may still count a writer that has gone. A change while bytes are written
+// but not flushed waits for them (cp -a: write, fchmod, futimens, close).
+func TestSetattrWhileOpenCommitsClean(t *testing.T) {
+	s := mount(t, t.TempDir())
+	pg := s.page("s", "p")
+	path := filepath.Join(pg, "f")
+	write(t, path, "data")
+	held, err := os.OpenFile(path, os.O_WRONLY, 0) // a release not yet arrived
+	must(t, err)
+	defer held.Close()
+	mt := time.Unix(1_000_000, 0)
+	must(t, os.Chmod(path, 0o600))
+	must(t, os.Chtimes(path, mt, mt))
+	latest := func() (os.FileInfo, string) {
+		t.Helper()
+		head := readlink(t, filepath.Join(pg, ".ledger", "latest"))
+		p := filepath.Join(pg, ".ledger", head, "f")
+		fi, err := os.Stat(p)
+		must(t, err)
+		b, err := os.ReadFile(p)
+		must(t, err)
+		return fi, string(b)
+	}
+	if fi, data := latest(); fi.Mode().Perm() != 0o600 || !fi.ModTime().Equal(mt) || data != "data" {
+		t.Fatalf("head after chmod and utimes: %v %v %q, want -rw------- %v \"data\"", fi.Mode(), fi.ModTime(), data, mt)
+	}
+	_, err = held.Write([]byte("more"))
+	must(t, err)
+	must(t, os.Chmod(path, 0o640))
+	if fi, data := latest(); fi.Mode().Perm() != 0o600 || data != "data" {
+		t.Fatalf("head with writes unflushed: %v %q, want the last commit's -rw------- \"data\"", fi.Mode(), data)
+	}
+	must(t, held.Close())
+	if fi, data := latest(); fi.Mode().Perm() != 0o640 || data != "more" {
+		t.Fatalf("head after close: %v %q, want -rw-r----- \"more\"", fi.Mode(), data)
+	}
+}
+
+// A descriptor that writes, commits with fsync, truncates and writes again
+// from offset 0 starts a new stream on the same open content.
+func TestRewriteAfterFsync(t *testing.T) {
+	s := mount(t, t.TempDir())
+	path := filepath.Join(s.page("r", "p"), "f")
+	f, err := os.Create(path)
+	must(t, err)
+	defer f.Close()
+	for i := range 5 {
+		if i > 0 {
+			must(t, f.Truncate(0))
+		}
+		data := content(i, 1000+i*70000)
+		_, err := f.WriteAt(data, 0)
+		must(t, err)
+		must(t, f.Sync())
+		got, err := os.ReadFile(path)
+		must(t, err)
+		if !bytes.Equal(got, data) {
+			t.Fatalf("round %d: read %d bytes, want %d", i, len(got), len(data))
+		}
+	}
+	must(t, f.Close())
+}
+
+// Programs that create or rename a file sync its directory (databases,
+// git, editors); every directory of the mount takes fsync.
+func TestFsyncDirectories(t *testing.T) {
+	s := mount(t, t.TempDir())
+	pg := s.page("l", "p")
+	must(t, os.MkdirAll(filepath.Join(pg, "d", "e"), 0o755))
+	must(t, os.WriteFile(filepath.Join(pg, "d", "f"), []byte("f"), 0o644))
+	for _, dir := range []string{s.mnt, filepath.Join(s.mnt, "l"), pg, filepath.Join(pg, "d"), filepath.Join(pg, "d", "e"),
+		filepath.Join(pg, ".ledger"), filepath.Join(pg, ".ledger", "commits")} {
+		d, err := os.Open(dir)
+		must(t, err)
+		if err := d.Sync(); err != nil {
+			t.Errorf("fsync %s: %v", dir, err)
+		}
+		d.Close()
 	}
 }

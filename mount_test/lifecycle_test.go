@@ -1,0 +1,239 @@
+package mount_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestCrash kills the server with SIGKILL in the middle of a workload: every
+// file fsynced or closed before the kill is intact after remounting, and no
+// file has partial content.
+func TestCrash(t *testing.T) {
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("crash", "p")
+	type rec struct {
+		name string
+		data []byte
+	}
+	var mu sync.Mutex
+	var synced, closed []rec
+	all := map[string][]byte{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				name := fmt.Sprintf("w%d-%04d", w, i)
+				data := content(w*100000+i, 1000+(i%7)*150000)
+				mu.Lock()
+				all[name] = data
+				mu.Unlock()
+				f, err := os.Create(filepath.Join(pg, name))
+				if err != nil {
+					return // the mount is gone
+				}
+				_, err = f.Write(data)
+				if err == nil && i%2 == 0 {
+					err = f.Sync()
+					if err == nil {
+						mu.Lock()
+						synced = append(synced, rec{name, data})
+						mu.Unlock()
+					}
+				}
+				if f.Close() == nil && err == nil {
+					mu.Lock()
+					closed = append(closed, rec{name, data})
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	time.Sleep(3 * time.Second)
+	s.kill()
+	close(stop)
+	wg.Wait()
+	if len(synced) < 5 {
+		t.Fatalf("only %d files fsynced before the kill", len(synced))
+	}
+	s = mountAt(t, repo, s.mnt)
+	for _, r := range synced {
+		b, err := os.ReadFile(filepath.Join(pg, r.name))
+		if err != nil || !bytes.Equal(b, r.data) {
+			t.Fatalf("fsynced file %s lost or changed after the crash (%v)", r.name, err)
+		}
+	}
+	// A close returns once the file is in the page's journal, which
+	// recovery commits: a process crash loses no closed file.
+	for _, r := range closed {
+		b, err := os.ReadFile(filepath.Join(pg, r.name))
+		if err != nil || !bytes.Equal(b, r.data) {
+			t.Fatalf("closed file %s lost or changed after the crash (%v)", r.name, err)
+		}
+	}
+	found := 0
+	err := filepath.WalkDir(pg, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		found++
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		want := all[d.Name()]
+		if len(b) > 0 && !bytes.Equal(b, want) {
+			return fmt.Errorf("%s has partial content: %d of %d bytes", d.Name(), len(b), len(want))
+		}
+		return nil
+	})
+	must(t, err)
+	t.Logf("%d files fsynced, %d closed, %d present after the crash", len(synced), len(closed), found)
+	s.stop()
+	verifySchema(t, repo)
+}
+
+func TestCommandErrors(t *testing.T) {
+	repo := t.TempDir()
+	s := mount(t, repo)
+	try := func(want string, args ...string) {
+		t.Helper()
+		out, err := exec.Command(binary, args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Fatalf("ledgerfs %q: %v, output %q; want an error saying %q", args, err, out, want)
+		}
+	}
+	try("already served by another process", "mount", repo, filepath.Join(t.TempDir(), "m2"))
+	try("busy", "mount", t.TempDir(), s.mnt)
+	file := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(file, nil, 0o644)
+	try("not a directory", "mount", t.TempDir(), file)
+	try("accepts between 1 and 2 arg", "mount")
+	fresh := filepath.Join(t.TempDir(), "repo")
+	try("--gc-percent 0: must be positive", "mount", "--gc-percent", "0", fresh, t.TempDir())
+	try("--node-cache -1: must be positive", "mount", "--node-cache", "-1", fresh, t.TempDir())
+	if _, err := os.Stat(fresh); !os.IsNotExist(err) {
+		t.Fatalf("a refused mount created its repository: %v", err)
+	}
+	if out, err := exec.Command(binary, "mount", "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "Usage") {
+		t.Fatalf("--help: %v %s", err, out)
+	}
+}
+
+func TestReadOnly(t *testing.T) {
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("r", "p")
+	must(t, os.WriteFile(filepath.Join(pg, "f"), []byte("data"), 0o644))
+	s.stop()
+	s = mountAt(t, repo, s.mnt, "--read-only")
+	if b, err := os.ReadFile(filepath.Join(pg, "f")); err != nil || string(b) != "data" {
+		t.Fatalf("read: %q %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(pg, "g"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("write on a read-only mount: %v", err)
+	}
+}
+
+// An unmount from outside ends the server cleanly, and it does not then try
+// to unmount again (it logged "unmounting" after "unmounted").
+func TestUnmountFromOutside(t *testing.T) {
+	s := mount(t, t.TempDir())
+	must(t, os.WriteFile(filepath.Join(s.page("u", "p"), "f"), []byte("kept"), 0o644))
+	must(t, syscall.Unmount(s.mnt, 0))
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Fatalf("server exited with %v:\n%s", err, s.log)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("server still running 60s after the unmount:\n%s", s.log)
+	}
+	if log := s.log.String(); strings.Contains(log, "unmounting") || !strings.Contains(log, "unmounted") {
+		t.Fatalf("server log after an unmount from outside:\n%s", log)
+	}
+	s2 := mount(t, s.repo)
+	if b, err := os.ReadFile(filepath.Join(s2.mnt, "u", "p", "f")); err != nil || string(b) != "kept" {
+		t.Fatalf("after remount: %q, %v", b, err)
+	}
+}
+
+// A db that cannot be written at unmount (its repository deleted under the
+// mount; a full disk looks the same to Badger, which retries the flush of
+// its memtable for ever inside Close) ends the server within the close
+// timeout, with an error that names the db and a non-zero exit, instead of
+// a process that never exits.
+func TestStopWhenDBCannotClose(t *testing.T) {
+	repo := t.TempDir()
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	s := mountAt(t, repo, mnt, "--close-timeout", "2s")
+	must(t, os.WriteFile(filepath.Join(s.page("c", "p"), "f"), []byte("data"), 0o644))
+	must(t, os.RemoveAll(repo))
+	start := time.Now()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	var err error
+	select {
+	case err = <-s.done:
+	case <-time.After(60 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.done
+		t.Fatalf("server still running 60s after SIGTERM:\n%s", s.log)
+	}
+	log := s.log.String()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("server exited with %v, want a non-zero exit:\n%s", err, log)
+	}
+	if !strings.Contains(log, "did not close within 2s") {
+		t.Fatalf("server log does not say which db did not close:\n%s", log)
+	}
+	if mounted(mnt) {
+		detach(mnt)
+		t.Fatal("still mounted after the server exited")
+	}
+	t.Logf("exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
+}
+
+// SIGTERM as soon as the mount shows ends the server cleanly: no dead mount
+// left behind.
+func TestStopRightAfterMount(t *testing.T) {
+	repo := t.TempDir()
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	for i := range 20 {
+		var log bytes.Buffer
+		cmd := exec.Command(binary, "mount", repo, mnt)
+		cmd.Stdout, cmd.Stderr = &log, &log
+		must(t, cmd.Start())
+		for deadline := time.Now().Add(20 * time.Second); !mounted(mnt); time.Sleep(50 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatalf("not mounted after 20s:\n%s", &log)
+			}
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		err := cmd.Wait()
+		if mounted(mnt) {
+			detach(mnt)
+			t.Fatalf("round %d: still mounted after the server exited (%v):\n%s", i, err, &log)
+		}
+		if err != nil {
+			t.Fatalf("round %d: server exited with %v:\n%s", i, err, &log)
+		}
+	}
+}
