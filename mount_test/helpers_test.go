@@ -248,7 +248,9 @@ func sha(t testing.TB, path string) string {
 	must(t, err)
 	defer f.Close()
 	h := sha256.New()
-	io.Copy(h, f)
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
 	return fmt.Sprintf("%x", h.Sum(nil))
 }
 

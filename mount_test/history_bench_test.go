@@ -30,7 +30,9 @@ func buildPage(b *testing.B, keys, commits int) string {
 	defer r.Release(p)
 	val := func(s string) btree.Entry {
 		w := p.NewValueWriter()
-		w.Write([]byte(s))
+		if _, err := w.Write([]byte(s)); err != nil {
+			b.Fatal(err)
+		}
 		id, size, err := w.Close()
 		must(b, err)
 		return btree.Entry{Value: id, Meta: btree.Meta{Size: size}}

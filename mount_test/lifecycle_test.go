@@ -122,7 +122,9 @@ func TestCommandErrors(t *testing.T) {
 	try("already served by another process", "mount", repo, filepath.Join(t.TempDir(), "m2"))
 	try("busy", "mount", t.TempDir(), s.mnt)
 	file := filepath.Join(t.TempDir(), "f")
-	os.WriteFile(file, nil, 0o644)
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	try("not a directory", "mount", t.TempDir(), file)
 	try("accepts between 1 and 2 arg", "mount")
 	fresh := filepath.Join(t.TempDir(), "repo")

@@ -74,7 +74,9 @@ func TestEditorSave(t *testing.T) {
 		f, err := os.Create(tmp)
 		must(t, err)
 		fmt.Fprintf(f, "new %d ", i)
-		f.Write(bytes.Repeat([]byte("x"), 50000))
+		if _, err := f.Write(bytes.Repeat([]byte("x"), 50000)); err != nil {
+			t.Fatal(err)
+		}
 		must(t, f.Sync())
 		must(t, f.Close())
 		must(t, os.Rename(tmp, path))
@@ -275,7 +277,9 @@ func TestAppendTruncateAndRandomWrites(t *testing.T) {
 	for i := range 300 {
 		off := r.Int64N(22 << 20)
 		data := content(i, 1+r.IntN(70000))
-		fn.WriteAt(data, off)
+		if _, err := fn.WriteAt(data, off); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := fm.WriteAt(data, off); err != nil {
 			t.Fatal(err)
 		}
@@ -309,7 +313,9 @@ func TestReaderSeesLaterWrites(t *testing.T) {
 	defer r.Close()
 	w, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 	must(t, err)
-	w.WriteString("two\n")
+	if _, err := w.WriteString("two\n"); err != nil {
+		t.Fatal(err)
+	}
 	buf := make([]byte, 100)
 	if n, _ := r.ReadAt(buf, 0); string(buf[:n]) != "one\ntwo\n" {
 		t.Fatalf("while written: %q", buf[:n])

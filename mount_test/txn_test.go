@@ -349,7 +349,9 @@ func TestTransactionCommitReachesLiveFiles(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			h.WriteString("+")
+			if _, err := h.WriteString("+"); err != nil {
+				t.Fatal(err)
+			}
 			return h.Close()
 		}, old + "+", 0o640},
 	}

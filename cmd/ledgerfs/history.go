@@ -33,28 +33,38 @@ history under the mount's LEDGER/PAGE/.ledger/ instead.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withPage(args[0], args[1], args[2], func(p *store.Page) error {
 				w := bufio.NewWriter(cmd.OutOrStdout())
-				defer w.Flush()
-				if len(args) == 3 {
-					return history.WriteLog(w, p)
-				}
-				key, err := entryKey(args[3])
-				if err != nil {
+				if err := writeHistory(w, p, args[3:]); err != nil {
 					return err
 				}
-				vs, err := history.Versions(p, key)
-				if err != nil {
-					return err
-				}
-				if len(vs) == 0 {
-					return fmt.Errorf("%s: no entry of this name in the page's history", args[3])
-				}
-				for _, v := range vs {
-					fmt.Fprintf(w, "%s %d %s\n", v.Name(), v.Entry.Meta.Size, v.Commit.ID)
-				}
-				return nil
+				return w.Flush() // a closed pipe, a full disk
 			})
 		},
 	}
+}
+
+// writeHistory writes the page's log, or with a path the versions of that
+// entry.
+func writeHistory(w io.Writer, p *store.Page, path []string) error {
+	if len(path) == 0 {
+		return history.WriteLog(w, p)
+	}
+	key, err := entryKey(path[0])
+	if err != nil {
+		return err
+	}
+	vs, err := history.Versions(p, key)
+	if err != nil {
+		return err
+	}
+	if len(vs) == 0 {
+		return fmt.Errorf("%s: no entry of this name in the page's history", path[0])
+	}
+	for _, v := range vs {
+		if _, err := fmt.Fprintf(w, "%s %d %s\n", v.Name(), v.Entry.Meta.Size, v.Commit.ID); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func newCat() *cobra.Command {

@@ -396,7 +396,9 @@ func TestEditsLeaveStoredNodesAlone(t *testing.T) {
 				t.Fatal(err)
 			}
 			if k%3 == 0 {
-				tr.Delete(fmt.Sprintf("key-%08d", (k*31)%5000))
+				if _, err := tr.Delete(fmt.Sprintf("key-%08d", (k*31)%5000)); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		if _, _, err := tr.Write(nil); err != nil {

@@ -67,7 +67,9 @@ func BenchmarkWriter(b *testing.B) {
 	for b.Loop() {
 		w := NewWriter(discard{}, testPol, KindBlob)
 		for i := 0; i < len(benchData); i += 1 << 20 {
-			w.Write(benchData[i : i+1<<20])
+			if _, err := w.Write(benchData[i : i+1<<20]); err != nil {
+				b.Fatal(err)
+			}
 		}
 		if _, _, err := w.Close(); err != nil {
 			b.Fatal(err)
@@ -83,7 +85,9 @@ func BenchmarkWriterSmallValue(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		w := NewWriter(discard{}, testPol, KindBlob)
-		w.Write(data)
+		if _, err := w.Write(data); err != nil {
+			b.Fatal(err)
+		}
 		if _, _, err := w.Close(); err != nil {
 			b.Fatal(err)
 		}

@@ -82,19 +82,24 @@ func (m *metaNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errn
 func (m *metaNode) OnForget() { m.pg.fs.inos.forget(m.StableAttr().Ino) }
 
 // headTime is the time shown on .ledger's own nodes: the head's.
-func (m *metaNode) headTime() int64 {
+func (m *metaNode) headTime() (int64, error) {
 	var ts int64
-	m.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+	err := m.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		ts = m.pg.shownTime(p, head)
 		return nil
 	})
-	return ts
+	return ts, err
 }
 
 // dirAttr fills the attributes of a .ledger directory.
-func (m *metaNode) dirAttr(a *fuse.Attr, perm uint32) {
+func (m *metaNode) dirAttr(a *fuse.Attr, perm uint32) syscall.Errno {
+	ts, err := m.headTime()
+	if err != nil {
+		return errno("getattr", err)
+	}
 	dirAttr(m.pg.fs, a, m.StableAttr().Ino, perm)
-	setTime(a, m.headTime())
+	setTime(a, ts)
+	return 0
 }
 
 // metaDir is a directory under .ledger: its attributes, and an empty
@@ -108,8 +113,7 @@ type metaDir struct {
 func roDir(pg *pageRef) metaDir { return metaDir{metaNode{pg: pg}, 0o555} }
 
 func (d *metaDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	d.dirAttr(&out.Attr, d.perm)
-	return 0
+	return d.dirAttr(&out.Attr, d.perm)
 }
 
 func (d *metaDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
@@ -238,7 +242,11 @@ func (l *linkNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.Att
 	out.Mode = fuse.S_IFLNK | 0o777
 	out.Size = uint64(len(s))
 	out.Nlink = 1
-	setTime(&out.Attr, l.headTime())
+	ts, err := l.headTime()
+	if err != nil {
+		return errno("getattr", err)
+	}
+	setTime(&out.Attr, ts)
 	l.pg.fs.attrOwner(&out.Attr)
 	return 0
 }

@@ -116,7 +116,11 @@ func (l *logNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.Attr
 		s.unref()
 	}
 	m := btree.Meta{Size: uint64(size), Mode: syscall.S_IFREG | 0o444}
-	fileAttr(l.pg.fs, &out.Attr, l.StableAttr().Ino, m, l.headTime())
+	ts, err := l.headTime()
+	if err != nil {
+		return errno("getattr", err)
+	}
+	fileAttr(l.pg.fs, &out.Attr, l.StableAttr().Ino, m, ts)
 	return 0
 }
 

@@ -40,7 +40,9 @@ func openPage(t fataler, dir string) (p *store.Page, close func()) {
 
 func value(t fataler, p *store.Page, s string) btree.Entry {
 	w := p.NewValueWriter()
-	w.Write([]byte(s))
+	if _, err := w.Write([]byte(s)); err != nil {
+		t.Fatal(err)
+	}
 	id, size, err := w.Close()
 	if err != nil {
 		t.Fatal(err)

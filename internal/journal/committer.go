@@ -2,6 +2,7 @@ package journal
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -241,12 +242,10 @@ func (c *Committer) applyExplicit(sync bool, ops []Op) error {
 		return err
 	}
 	if err := j.Apply(ops...); err != nil {
-		j.Rollback()
-		return err
+		return errors.Join(err, rollback(j))
 	}
 	if _, err := j.Commit(); err != nil {
-		j.Rollback()
-		return err
+		return errors.Join(err, rollback(j))
 	}
 	c.p.Settle()
 	if sync {
@@ -314,4 +313,13 @@ func (c *Committer) run() {
 			w <- nil
 		}
 	}
+}
+
+// rollback drops a journal whose changes failed. Its rows are explicit: if
+// this fails too, the next start drops them.
+func rollback(j *Journal) error {
+	if err := j.Rollback(); err != nil && !errors.Is(err, ErrDone) {
+		return fmt.Errorf("journal: rollback of %s: %w", j.ID, err)
+	}
+	return nil
 }

@@ -61,7 +61,9 @@ func (e *env) reopen() {
 
 func (e *env) value(s string) btree.Entry {
 	w := e.p.NewValueWriter()
-	w.Write([]byte(s))
+	if _, err := w.Write([]byte(s)); err != nil {
+		e.t.Fatal(err)
+	}
 	id, size, err := w.Close()
 	if err != nil {
 		e.t.Fatal(err)
@@ -207,12 +209,16 @@ func TestQueuedCommitTakesLatestChangeTime(t *testing.T) {
 func TestTransactionCommitAndRollback(t *testing.T) {
 	e := newEnv(t)
 	c := CommitterFor(e.p)
-	c.Apply(false, e.put("keep", "0"))
+	if err := c.Apply(false, e.put("keep", "0")); err != nil {
+		t.Fatal(err)
+	}
 	j, err := Begin(e.p, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j.Apply(e.put("x", "1"), e.put("y", "2"), Op{Key: "keep", Delete: true})
+	if err := j.Apply(e.put("x", "1"), e.put("y", "2"), Op{Key: "keep", Delete: true}); err != nil {
+		t.Fatal(err)
+	}
 	if op, ok, _ := j.Get("x"); !ok || op.Delete {
 		t.Fatal("journal does not show its own write")
 	}
@@ -229,8 +235,12 @@ func TestTransactionCommitAndRollback(t *testing.T) {
 		t.Fatalf("after commit: %v", got)
 	}
 	j2, _ := Begin(e.p, true)
-	j2.Apply(e.put("z", "3"))
-	j2.Rollback()
+	if err := j2.Apply(e.put("z", "3")); err != nil {
+		t.Fatal(err)
+	}
+	if err := j2.Rollback(); err != nil {
+		t.Fatal(err)
+	}
 	if _, ok := e.state()["z"]; ok {
 		t.Fatal("rolled back change visible")
 	}
@@ -245,11 +255,17 @@ func TestTransactionCommitAndRollback(t *testing.T) {
 func TestTransactionMerge(t *testing.T) {
 	e := newEnv(t)
 	c := CommitterFor(e.p)
-	c.Apply(false, e.put("a", "base"), e.put("b", "base"), e.put("c", "base"))
+	if err := c.Apply(false, e.put("a", "base"), e.put("b", "base"), e.put("c", "base")); err != nil {
+		t.Fatal(err)
+	}
 	j, _ := Begin(e.p, true)
-	j.Apply(e.put("a", "txn"), e.put("b", "txn"), Op{Key: "c", Delete: true})
+	if err := j.Apply(e.put("a", "txn"), e.put("b", "txn"), Op{Key: "c", Delete: true}); err != nil {
+		t.Fatal(err)
+	}
 	// The head moves on meanwhile.
-	c.Apply(false, e.put("b", "other"), e.put("d", "other"))
+	if err := c.Apply(false, e.put("b", "other"), e.put("d", "other")); err != nil {
+		t.Fatal(err)
+	}
 	head, _ := e.p.Head()
 	m, err := j.Commit()
 	if err != nil {
@@ -282,15 +298,25 @@ func TestTransactionMerge(t *testing.T) {
 
 func TestClear(t *testing.T) {
 	e := newEnv(t)
-	CommitterFor(e.p).Apply(false, e.put("a", "1"), e.put("b", "2"))
+	if err := CommitterFor(e.p).Apply(false, e.put("a", "1"), e.put("b", "2")); err != nil {
+		t.Fatal(err)
+	}
 	j, _ := Begin(e.p, true)
-	j.Apply(e.put("early", "dropped by clear"))
-	j.Clear()
-	j.Apply(e.put("c", "3"))
+	if err := j.Apply(e.put("early", "dropped by clear")); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Clear(); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Apply(e.put("c", "3")); err != nil {
+		t.Fatal(err)
+	}
 	if counts := e.verify(); counts["journals/{id}/C"] != 1 {
 		t.Fatalf("clear row missing: %v", counts)
 	}
-	j.Commit()
+	if _, err := j.Commit(); err != nil {
+		t.Fatal(err)
+	}
 	if got := e.state(); !maps.Equal(got, map[string]string{"c": "3"}) {
 		t.Fatalf("after clear: %v", got)
 	}
@@ -298,12 +324,18 @@ func TestClear(t *testing.T) {
 
 func TestRecoveryOnOpen(t *testing.T) {
 	e := newEnv(t)
-	CommitterFor(e.p).Apply(false, e.put("a", "1"))
+	if err := CommitterFor(e.p).Apply(false, e.put("a", "1")); err != nil {
+		t.Fatal(err)
+	}
 	// A transaction and an implicit journal left open by a crash.
 	tx, _ := Begin(e.p, true)
-	tx.Apply(e.put("tx", "lost"))
+	if err := tx.Apply(e.put("tx", "lost")); err != nil {
+		t.Fatal(err)
+	}
 	im, _ := Begin(e.p, false)
-	im.Apply(e.put("b", "kept"), Op{Key: "a", Delete: true})
+	if err := im.Apply(e.put("b", "kept"), Op{Key: "a", Delete: true}); err != nil {
+		t.Fatal(err)
+	}
 	// A value written but never journaled.
 	e.value("orphan value that no journal references, long enough not to be inline")
 	e.reopen()
@@ -333,11 +365,17 @@ func TestRecoveryOfTwoImplicitJournals(t *testing.T) {
 		for i := range 600 {
 			base = append(base, e.put(fmt.Sprintf("k%04d", i), fmt.Sprintf("base-%d-%0100d", i, i)))
 		}
-		CommitterFor(e.p).Apply(false, base...)
+		if err := CommitterFor(e.p).Apply(false, base...); err != nil {
+			t.Fatal(err)
+		}
 		j1, _ := Begin(e.p, false)
-		j1.Apply(e.put("same", "first"), e.put("k0300", fmt.Sprintf("first-%0100d", k)))
+		if err := j1.Apply(e.put("same", "first"), e.put("k0300", fmt.Sprintf("first-%0100d", k))); err != nil {
+			t.Fatal(err)
+		}
 		j2, _ := Begin(e.p, false)
-		j2.Apply(e.put("same", "second"), e.put("k0301", fmt.Sprintf("second-%0100d", k)))
+		if err := j2.Apply(e.put("same", "second"), e.put("k0301", fmt.Sprintf("second-%0100d", k))); err != nil {
+			t.Fatal(err)
+		}
 		want := e.state()
 		want["same"] = "second"
 		want["k0300"] = fmt.Sprintf("first-%0100d", k)
@@ -380,7 +418,9 @@ func TestCrashAtEveryStep(t *testing.T) {
 		for i := range 300 {
 			old = append(old, e.put(fmt.Sprintf("k%04d", i), fmt.Sprintf("old-%d-%0200d", i, i)))
 		}
-		c.Apply(false, old...)
+		if err := c.Apply(false, old...); err != nil {
+			t.Fatal(err)
+		}
 		before := e.state()
 
 		j, _ := Begin(e.p, k%2 == 1) // alternate implicit and explicit
@@ -393,7 +433,9 @@ func TestCrashAtEveryStep(t *testing.T) {
 				ops = append(ops, e.put(fmt.Sprintf("n%05d", i), fmt.Sprintf("new-%d-%0100d", i, i)))
 			}
 		}
-		j.Apply(ops...)
+		if err := j.Apply(ops...); err != nil {
+			t.Fatal(err)
+		}
 		n := 0
 		crashed := ""
 		crashAt = func(step string) error {
@@ -459,15 +501,27 @@ func TestRowsAfterMixedWorkload(t *testing.T) {
 		big[i] = byte(i * 2654435761 >> 13)
 	}
 	w := e.p.NewValueWriter()
-	w.Write(big)
+	if _, err := w.Write(big); err != nil {
+		t.Fatal(err)
+	}
 	id, size, _ := w.Close()
-	c.Apply(false, Op{Key: "big", Entry: btree.Entry{Value: id, Meta: btree.Meta{Size: size, Mode: 0o100600, MtimeNs: 12345, HasMtime: true}}})
-	c.Apply(false, e.put("small", "x"), Op{Key: "link", Entry: btree.Entry{Value: cas.ObjectIdentifier{Digest: cas.ComputeDigest(cas.KindBlob, false, nil)}, Meta: btree.Meta{Mode: 0o120777, Symlink: "small"}}})
+	if err := c.Apply(false, Op{Key: "big", Entry: btree.Entry{Value: id, Meta: btree.Meta{Size: size, Mode: 0o100600, MtimeNs: 12345, HasMtime: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Apply(false, e.put("small", "x"), Op{Key: "link", Entry: btree.Entry{Value: cas.ObjectIdentifier{Digest: cas.ComputeDigest(cas.KindBlob, false, nil)}, Meta: btree.Meta{Mode: 0o120777, Symlink: "small"}}}); err != nil {
+		t.Fatal(err)
+	}
 	tx, _ := Begin(e.p, true)
-	tx.Apply(e.put("pending", "p"))
-	tx.Clear()
+	if err := tx.Apply(e.put("pending", "p")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Clear(); err != nil {
+		t.Fatal(err)
+	}
 	im, _ := Begin(e.p, false)
-	im.Apply(e.put("open", fmt.Sprintf("%0100d", 7)), Op{Key: "small", Delete: true})
+	if err := im.Apply(e.put("open", fmt.Sprintf("%0100d", 7)), Op{Key: "small", Delete: true}); err != nil {
+		t.Fatal(err)
+	}
 	counts := e.verify()
 	for _, k := range []string{store.PrefixCommits, store.PrefixObjects, store.PrefixHeads, store.PrefixUnsyncedCommits, store.PrefixImplicitMeta, "journals/{id}/entry/", "journals/{id}/C", store.StatusPrefix(store.Local), store.StatusPrefix(store.Transient)} {
 		if counts[k] == 0 {
@@ -559,7 +613,9 @@ func TestIdlePageClosesAfterQueuedCommit(t *testing.T) {
 	}
 	p := must(r.Acquire("l", "a"))
 	w := p.NewValueWriter()
-	w.Write([]byte("queued"))
+	if _, err := w.Write([]byte("queued")); err != nil {
+		t.Fatal(err)
+	}
 	id, size, err := w.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -36,7 +36,9 @@ func BenchmarkPut(b *testing.B) {
 		w := p.NewValueWriter()
 		for off := 0; off < size; off += len(block) {
 			block[0], block[1] = byte(off>>20), byte(off>>28) // no two blocks alike
-			w.Write(block)
+			if _, err := w.Write(block); err != nil {
+				b.Fatal(err)
+			}
 		}
 		if _, _, err := w.Close(); err != nil {
 			b.Fatal(err)
@@ -139,12 +141,16 @@ func BenchmarkRangeScan(b *testing.B) {
 func BenchmarkOpenPages(b *testing.B) {
 	for b.Loop() {
 		r := openRepo(b, b.TempDir(), Options{MaxIdlePages: 16})
-		r.CreateLedger("l")
+		if err := r.CreateLedger("l"); err != nil {
+			b.Fatal(err)
+		}
 		runtime.GC()
 		base := procStatusKiB(b, "VmRSS")
 		for i := range 1000 {
 			name := fmt.Sprintf("p%04d", i)
-			r.CreatePage("l", name)
+			if err := r.CreatePage("l", name); err != nil {
+				b.Fatal(err)
+			}
 			p, err := r.Acquire("l", name)
 			if err != nil {
 				b.Fatal(err)

@@ -574,7 +574,9 @@ func (r *Repository) Acquire(ledger, page string) (*Page, error) {
 		q.refs++
 		r.idle.Remove(key)
 		r.unlock()
-		r.closeDB(p)
+		if err := r.closeDB(p); err != nil {
+			slog.Warn("close a page db opened twice", "ledger", ledger, "page", page, "err", err)
+		}
 		return q, nil
 	}
 	p.refs = 1

@@ -108,8 +108,12 @@ func TestLedgersAndPages(t *testing.T) {
 func TestDeleteInterruptedAfterTrash(t *testing.T) {
 	dir := t.TempDir()
 	r := openRepo(t, dir, Options{})
-	r.CreateLedger("l")
-	r.CreatePage("l", "p")
+	if err := r.CreateLedger("l"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CreatePage("l", "p"); err != nil {
+		t.Fatal(err)
+	}
 	// The first step of a delete, then a "crash".
 	if _, err := r.toTrash(r.pageDir("l", PageIDFor("p"))); err != nil {
 		t.Fatal(err)
@@ -128,10 +132,14 @@ func TestDeleteInterruptedAfterTrash(t *testing.T) {
 func TestIdlePagesAreBounded(t *testing.T) {
 	r := openRepo(t, t.TempDir(), Options{MaxIdlePages: 4})
 	defer r.Close()
-	r.CreateLedger("l")
+	if err := r.CreateLedger("l"); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 20 {
 		name := fmt.Sprintf("p%02d", i)
-		r.CreatePage("l", name)
+		if err := r.CreatePage("l", name); err != nil {
+			t.Fatal(err)
+		}
 		p, err := r.Acquire("l", name)
 		if err != nil {
 			t.Fatal(err)
@@ -164,8 +172,12 @@ func TestLockedRepository(t *testing.T) {
 
 func TestClosedPage(t *testing.T) {
 	r := openRepo(t, t.TempDir(), Options{})
-	r.CreateLedger("l")
-	r.CreatePage("l", "p")
+	if err := r.CreateLedger("l"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CreatePage("l", "p"); err != nil {
+		t.Fatal(err)
+	}
 	p, _ := r.Acquire("l", "p")
 	r.Close()
 	if _, err := p.Head(); !errors.Is(err, ErrClosed) {
@@ -175,7 +187,9 @@ func TestClosedPage(t *testing.T) {
 		t.Fatalf("Get on closed page: %v", err)
 	}
 	w := p.NewValueWriter()
-	w.Write(make([]byte, 100_000))
+	if _, err := w.Write(make([]byte, 100_000)); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := w.Close(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("write on closed page: %v", err)
 	}
@@ -184,8 +198,12 @@ func TestClosedPage(t *testing.T) {
 func testPage(t testing.TB) *Page {
 	r := openRepo(t, t.TempDir(), Options{})
 	t.Cleanup(func() { r.Close() })
-	r.CreateLedger("l")
-	r.CreatePage("l", "p")
+	if err := r.CreateLedger("l"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CreatePage("l", "p"); err != nil {
+		t.Fatal(err)
+	}
 	p, err := r.Acquire("l", "p")
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +213,7 @@ func testPage(t testing.TB) *Page {
 
 func countRows(t testing.TB, db *badger.DB, prefix string) int {
 	n := 0
-	db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -203,6 +221,9 @@ func countRows(t testing.TB, db *badger.DB, prefix string) int {
 		}
 		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	return n
 }
 
@@ -428,8 +449,12 @@ func TestValueCommitWithRows(t *testing.T) {
 func TestCloseGivesUpOnStuckDB(t *testing.T) {
 	dir := t.TempDir()
 	r := openRepo(t, dir, Options{CloseTimeout: 200 * time.Millisecond})
-	r.CreateLedger("l")
-	r.CreatePage("l", "p")
+	if err := r.CreateLedger("l"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CreatePage("l", "p"); err != nil {
+		t.Fatal(err)
+	}
 	p, err := r.Acquire("l", "p")
 	if err != nil {
 		t.Fatal(err)
