@@ -172,13 +172,7 @@ func TestLockedRepository(t *testing.T) {
 
 func TestClosedPage(t *testing.T) {
 	r := openRepo(t, t.TempDir(), Options{})
-	if err := r.CreateLedger("l"); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.CreatePage("l", "p"); err != nil {
-		t.Fatal(err)
-	}
-	p, _ := r.Acquire("l", "p")
+	p := newPage(t, r)
 	r.Close()
 	if _, err := p.Head(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Head on closed page: %v", err)
@@ -198,6 +192,12 @@ func TestClosedPage(t *testing.T) {
 func testPage(t testing.TB) *Page {
 	r := openRepo(t, t.TempDir(), Options{})
 	t.Cleanup(func() { r.Close() })
+	return newPage(t, r)
+}
+
+// newPage creates ledger l and page p in r and acquires the page.
+func newPage(t testing.TB, r *Repository) *Page {
+	t.Helper()
 	if err := r.CreateLedger("l"); err != nil {
 		t.Fatal(err)
 	}
@@ -449,16 +449,7 @@ func TestValueCommitWithRows(t *testing.T) {
 func TestCloseGivesUpOnStuckDB(t *testing.T) {
 	dir := t.TempDir()
 	r := openRepo(t, dir, Options{CloseTimeout: 200 * time.Millisecond})
-	if err := r.CreateLedger("l"); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.CreatePage("l", "p"); err != nil {
-		t.Fatal(err)
-	}
-	p, err := r.Acquire("l", "p")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newPage(t, r)
 	writeValue(t, p, bytes.Repeat([]byte("x"), 4096))
 	pageDir := p.db.Opts().Dir
 	if err := os.RemoveAll(pageDir); err != nil {
@@ -466,7 +457,7 @@ func TestCloseGivesUpOnStuckDB(t *testing.T) {
 	}
 	r.Release(p)
 	start := time.Now()
-	err = r.Close()
+	err := r.Close()
 	if !errors.Is(err, errCloseStuck) || !strings.Contains(err.Error(), pageDir) {
 		t.Fatalf("Close: %v, want the page db %s to be given up on", err, pageDir)
 	}
