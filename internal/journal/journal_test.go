@@ -3,6 +3,7 @@ package journal
 import (
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"sync"
@@ -637,5 +638,85 @@ func TestIdlePageClosesAfterQueuedCommit(t *testing.T) {
 	defer r.Release(p)
 	if _, ok, err := p.Tree(must(p.Head())).Get("k"); !ok || err != nil {
 		t.Fatalf("queued change not in the head after the page was closed and reopened: %v, %v", ok, err)
+	}
+}
+
+// A transaction that commits after the head moved lands two commits: its
+// own, on its base, and the merge. A crash after the atomic step leaves
+// both commits' new nodes transient; recovery must keep those of the
+// transaction's commit too, though no head's tree reaches them: history
+// reads every commit back whole.
+func TestCrashDuringMergeKeepsHistory(t *testing.T) {
+	for _, step := range []string{"committed", "journal-deleted"} {
+		t.Run(step, func(t *testing.T) {
+			e := newEnv(t)
+			c := CommitterFor(e.p)
+			var base []Op
+			for i := range 300 {
+				base = append(base, e.put(fmt.Sprintf("k%04d", i), fmt.Sprintf("base-%d-%0200d", i, i)))
+			}
+			if err := c.Apply(false, base...); err != nil {
+				t.Fatal(err)
+			}
+			j := must(Begin(e.p, true))
+			if err := j.Apply(e.put("k0001", "txn"), e.put("k0002", "txn")); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Apply(false, e.put("k0150", "moved")); err != nil { // the head moves on
+				t.Fatal(err)
+			}
+			crashAt = func(s string) error {
+				if s == step {
+					return errCrash
+				}
+				return nil
+			}
+			_, err := j.Commit()
+			crashAt = nil
+			if !errors.Is(err, errCrash) {
+				t.Fatalf("commit: %v, want the simulated crash at %s", err, step)
+			}
+			e.reopen()
+			head := must(e.p.Head())
+			if len(head.Parents) != 2 {
+				t.Fatalf("head %s has %d parents, want the merge's 2", head.ID, len(head.Parents))
+			}
+			// Every commit of the history reads back whole.
+			seen := map[store.CommitID]bool{}
+			queue := []store.CommitID{head.ID}
+			for len(queue) > 0 {
+				id := queue[0]
+				queue = queue[1:]
+				if seen[id] || id == store.FirstCommitID {
+					continue
+				}
+				seen[id] = true
+				cm, err := e.p.Commit(id)
+				if err != nil {
+					t.Fatalf("commit %s: %v", id, err)
+				}
+				it := e.p.Tree(cm).Seek("")
+				for it.Next() {
+					r, err := e.p.OpenValue(it.Entry().Value)
+					if err != nil {
+						t.Fatalf("commit %s, %s: %v", id, it.Entry().Key, err)
+					}
+					if _, err := r.ReadAt(make([]byte, r.Size()), 0); err != nil && !errors.Is(err, io.EOF) {
+						t.Fatalf("commit %s, %s: %v", id, it.Entry().Key, err)
+					}
+				}
+				if err := it.Err(); err != nil {
+					t.Fatalf("commit %s after a crash at %s: %v", id, step, err)
+				}
+				queue = append(queue, cm.Parents...)
+			}
+			if v := e.state()["k0001"]; v != "txn" {
+				t.Fatalf("k0001 = %.10q after recovery, want the transaction's", v)
+			}
+			counts := e.verify()
+			if counts[store.PrefixObjects] != counts[store.StatusPrefix(store.Local)] {
+				t.Fatalf("%d objects, %d local", counts[store.PrefixObjects], counts[store.StatusPrefix(store.Local)])
+			}
+		})
 	}
 }

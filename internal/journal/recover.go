@@ -62,8 +62,9 @@ func collectTransient(p *store.Page) error {
 	return collectGarbage(p)
 }
 
-// settleReachable marks the transient pieces the heads reach as local. It
-// reports whether the page has transient pieces at all.
+// settleReachable marks the transient pieces that the commits of the last
+// landing reach as local. It reports whether the page has transient pieces
+// at all.
 func settleReachable(p *store.Page) (bool, error) {
 	if found, err := p.HasTransient(); err != nil || !found {
 		return false, err
@@ -99,10 +100,14 @@ func settleReachable(p *store.Page) (bool, error) {
 		}
 		return w.object(id)
 	}
-	for _, h := range heads {
-		if h.Root != btree.EmptyRoot {
-			if err := walkNode(h.Root); err != nil {
-				return false, fmt.Errorf("walk head %s: %w", h.ID, err)
+	roots, err := landedLast(p, heads)
+	if err != nil {
+		return false, err
+	}
+	for _, c := range roots {
+		if c.Root != btree.EmptyRoot {
+			if err := walkNode(c.Root); err != nil {
+				return false, fmt.Errorf("walk commit %s: %w", c.ID, err)
 			}
 		}
 	}
@@ -119,4 +124,27 @@ func settleReachable(p *store.Page) (bool, error) {
 func collectGarbage(p *store.Page) error {
 	_, err := p.DeleteTransient()
 	return err
+}
+
+// landedLast returns the commits whose new pieces a crash may have left
+// transient: every recovery settles all the others, so they are those the
+// last landing made (see store.Page.Land): the heads, and for a merge head
+// its parents too. A transaction committed after the head moved lands its
+// own commit, on its old base, with the merge: the merge's tree does not
+// reach the nodes only that commit has, and history reads them.
+func landedLast(p *store.Page, heads []*store.Commit) ([]*store.Commit, error) {
+	out := slices.Clone(heads)
+	for _, h := range heads {
+		if len(h.Parents) < 2 {
+			continue
+		}
+		for _, id := range h.Parents {
+			c, err := p.Commit(id)
+			if err != nil {
+				return nil, fmt.Errorf("parent %s of merge %s: %w", id, h.ID, err)
+			}
+			out = append(out, c)
+		}
+	}
+	return out, nil
 }
