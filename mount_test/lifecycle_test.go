@@ -138,6 +138,63 @@ func TestCommandErrors(t *testing.T) {
 	}
 }
 
+// Mistakes a user makes naming directories are refused with a message and
+// change nothing: a repository mounted onto itself, a mount point inside
+// the repository or the other way round (statfs on such a mount calls back
+// into the server until it dies), a mount point with files in it, and a
+// non-empty directory that is no repository. A new repository is said to be
+// created.
+func TestMountRefusesMistakes(t *testing.T) {
+	try := func(want string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(binary, args...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), want) {
+			if mounted(args[len(args)-1]) {
+				detach(args[len(args)-1])
+			}
+			t.Fatalf("ledgerfs %q: %v, output %q; want an error saying %q", args, err, out, want)
+		}
+	}
+	repo := filepath.Join(t.TempDir(), "repo")
+	try("overlap", "mount", repo, repo)
+	try("overlap", "mount", repo, filepath.Join(repo, "mnt"))
+	mnt := t.TempDir()
+	try("overlap", "mount", filepath.Join(mnt, "repo"), mnt)
+	// Through a symlink, the same directory.
+	link := filepath.Join(t.TempDir(), "link")
+	must(t, os.Symlink(mnt, link))
+	try("overlap", "mount", filepath.Join(link, "r"), mnt)
+	if _, err := os.Stat(repo); !os.IsNotExist(err) {
+		t.Fatalf("a refused mount created its repository: %v", err)
+	}
+
+	full := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(full, "mine"), []byte("keep"), 0o644))
+	try("not empty", "mount", repo, full)
+	try("not a ledgerfs repository", "mount", full, t.TempDir())
+	if es, _ := os.ReadDir(full); len(es) != 1 {
+		t.Fatalf("a refused mount wrote into %s: %v", full, es)
+	}
+
+	s := mount(t, repo, "--allow-non-empty")
+	if !strings.Contains(s.log.String(), "created a new repository") {
+		t.Errorf("no word of the new repository in the log:\n%s", s.log)
+	}
+	s.stop()
+	s = mountAt(t, repo, full, "--allow-non-empty")
+	if _, err := os.Stat(filepath.Join(full, "mine")); !os.IsNotExist(err) {
+		t.Errorf("the mount does not cover the directory's files: %v", err)
+	}
+	s.stop()
+	if strings.Contains(s.log.String(), "created a new repository") {
+		t.Errorf("an existing repository was said to be created:\n%s", s.log)
+	}
+	if got, err := os.ReadFile(filepath.Join(full, "mine")); err != nil || string(got) != "keep" {
+		t.Fatalf("file under the mount point after unmount: %q, %v", got, err)
+	}
+}
+
 func TestReadOnly(t *testing.T) {
 	repo := t.TempDir()
 	s := mount(t, repo)

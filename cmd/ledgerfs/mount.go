@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,6 +42,7 @@ func newMount() *cobra.Command {
 	var (
 		readOnly   bool
 		allowOther bool
+		nonEmpty   bool
 		idlePages  int
 		cacheSecs  float64
 		gcInterval time.Duration
@@ -102,7 +104,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 				}()
 			}
 			return serve(serveConfig{
-				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther,
+				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther, nonEmpty: nonEmpty,
 				debug: debugLog, idlePages: idlePages, cache: time.Duration(cacheSecs * float64(time.Second)),
 				gcInterval: gcInterval, nodeCache: nodeCache << 20, closeTimeout: closeWait,
 				reserve: reserveBytes,
@@ -111,6 +113,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	}
 	f := cmd.Flags()
 	f.BoolVarP(&readOnly, "read-only", "r", false, "mount read-only")
+	f.BoolVar(&nonEmpty, "allow-non-empty", false, "mount over a directory that holds files, hiding them while mounted")
 	f.BoolVar(&allowOther, "allow-other", false, "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root)")
 	f.IntVar(&idlePages, "max-idle-pages", 16, "page databases kept open while no file of theirs is in use")
 	f.Float64Var(&cacheSecs, "cache-timeout", 1, "seconds the kernel may cache names and attributes")
@@ -127,6 +130,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 type serveConfig struct {
 	repo, mnt            string
 	readOnly, allowOther bool
+	nonEmpty             bool // mount over a directory with files in it
 	debug                bool
 	idlePages            int
 	nodeCache            int64 // bytes
@@ -143,8 +147,18 @@ func serve(c serveConfig) error {
 	if c.repo, err = filepath.Abs(c.repo); err != nil {
 		return err
 	}
+	if err := checkApart(c.repo, mnt); err != nil {
+		return err
+	}
 	if err := checkMountpoint(mnt); err != nil {
 		return err
+	}
+	if !c.nonEmpty {
+		if es, err := os.ReadDir(mnt); err != nil {
+			return fmt.Errorf("mount point: %w", err)
+		} else if len(es) > 0 {
+			return fmt.Errorf("mount point %s is not empty: its files would be hidden while mounted (--allow-non-empty mounts over them)", mnt)
+		}
 	}
 	// From here on SIGINT and SIGTERM end the server cleanly: a signal that
 	// came once the mount was visible but before this would kill the process
@@ -165,6 +179,9 @@ func serve(c serveConfig) error {
 			return fmt.Errorf("repository %s is already served by another process: %w", c.repo, store.ErrLocked)
 		}
 		return err
+	}
+	if repo.Created() {
+		slog.Info("created a new repository", "repo", c.repo)
 	}
 	defer repo.Close()
 
@@ -271,6 +288,40 @@ func checkMountpoint(mnt string) error {
 		return fmt.Errorf("mount point %s is busy: something is already mounted there", mnt)
 	}
 	return nil
+}
+
+// checkApart refuses a mount point inside the repository or a repository
+// inside the mount point: the server would serve its own files through the
+// mount, and statfs on the mount calls back into it until the server dies.
+func checkApart(repo, mnt string) error {
+	r, m := resolved(repo), resolved(mnt)
+	if within(m, r) || within(r, m) {
+		return fmt.Errorf("repository %s and mount point %s overlap: the mount point must be outside the repository, and the repository outside the mount point", repo, mnt)
+	}
+	return nil
+}
+
+// resolved is path with the symlinks of its longest existing prefix
+// resolved, so that two names of one directory compare equal.
+func resolved(path string) string {
+	rest := ""
+	for p := path; ; {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return filepath.Join(r, rest)
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return path
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+		p = parent
+	}
+}
+
+// within reports whether path is dir or below it.
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // isMountpoint reports whether something is mounted at dir; when

@@ -50,6 +50,9 @@ var (
 	ErrExists   = errors.New("already exists")
 	ErrNotEmpty = errors.New("not empty")
 	ErrLocked   = errors.New("repository is in use by another process (is it mounted?)")
+	// ErrNotRepository is the error of opening a directory that holds
+	// files but no repository: a mistyped path must not be written into.
+	ErrNotRepository = errors.New("not a ledgerfs repository (it is not empty and has no page_usage_db)")
 )
 
 // Options configure a repository.
@@ -85,6 +88,7 @@ type Options struct {
 
 // Repository is an open repository directory.
 type Repository struct {
+	created bool // Open made it (see Created)
 	dir  string
 	opts Options
 	db   *badger.DB
@@ -119,18 +123,26 @@ func Open(dir string, opts Options) (*Repository, error) {
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 30 * time.Second
 	}
-	if !opts.ReadOnly {
-		if err := os.MkdirAll(filepath.Join(dir, SerializationVersion, "ledgers"), 0o755); err != nil {
-			return nil, fmt.Errorf("create repository: %w", err)
-		}
-	} else if _, err := os.Stat(filepath.Join(dir, "page_usage_db")); err != nil {
+	created, err := isNew(dir)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("open repository %s: %w", dir, err)
+	case created && opts.ReadOnly:
+		return nil, fmt.Errorf("open repository %s: %w", dir, os.ErrNotExist)
 	}
+	// The repository db first: a directory that has it is a repository,
+	// whatever a crash left undone after it.
 	db, err := badger.Open(repoDBOptions(filepath.Join(dir, "page_usage_db"), opts.ReadOnly))
 	if err != nil {
 		return nil, fmt.Errorf("open repository %s: %w", dir, lockError(err))
 	}
-	r := &Repository{dir: dir, opts: opts, db: db, open: map[string]*Page{}, closing: map[string]chan struct{}{}}
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(filepath.Join(dir, SerializationVersion, "ledgers"), 0o755); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("create repository: %w", err)
+		}
+	}
+	r := &Repository{dir: dir, opts: opts, db: db, open: map[string]*Page{}, closing: map[string]chan struct{}{}, created: created}
 	if !opts.ReadOnly {
 		if opts.Reserve == 0 {
 			if opts.Reserve, err = defaultReserve(dir); err != nil {
@@ -220,6 +232,29 @@ func (r *Repository) polynomial() (chunker.Pol, error) {
 
 // Polynomial is the repository's chunker polynomial.
 func (r *Repository) Polynomial() chunker.Pol { return r.pol }
+
+// Created reports whether Open made a new repository: its directory was
+// missing or empty.
+func (r *Repository) Created() bool { return r.created }
+
+// isNew reports whether dir holds no repository yet, being missing or
+// empty; a directory with other files in it is not a repository
+// (ErrNotRepository).
+func isNew(dir string) (bool, error) {
+	if _, err := os.Stat(filepath.Join(dir, "page_usage_db")); err == nil {
+		return false, nil
+	}
+	es, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return true, nil
+	case err != nil:
+		return false, err
+	case len(es) > 0:
+		return false, ErrNotRepository
+	}
+	return true, nil
+}
 
 // Dir is the repository directory.
 func (r *Repository) Dir() string { return r.dir }
