@@ -2,6 +2,7 @@ package mount_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -147,12 +148,14 @@ func TestCommandErrors(t *testing.T) {
 func TestMountRefusesMistakes(t *testing.T) {
 	try := func(want string, args ...string) {
 		t.Helper()
-		cmd := exec.Command(binary, args...)
-		out, err := cmd.CombinedOutput()
+		// A mount that is not refused serves until killed.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
+		if mnt := args[len(args)-1]; mounted(mnt) {
+			detach(mnt)
+		}
 		if err == nil || !strings.Contains(string(out), want) {
-			if mounted(args[len(args)-1]) {
-				detach(args[len(args)-1])
-			}
 			t.Fatalf("ledgerfs %q: %v, output %q; want an error saying %q", args, err, out, want)
 		}
 	}
