@@ -89,10 +89,10 @@ type Options struct {
 // Repository is an open repository directory.
 type Repository struct {
 	created bool // Open made it (see Created)
-	dir  string
-	opts Options
-	db   *badger.DB
-	pol  chunker.Pol
+	dir     string
+	opts    Options
+	db      *badger.DB
+	pol     chunker.Pol
 	// nodes caches decoded tree nodes for every page, indexes the index
 	// pieces of values.
 	nodes    *btree.NodeCache
