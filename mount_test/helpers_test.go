@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -64,7 +65,7 @@ type server struct {
 	repo string
 	mnt  string
 	cmd  *exec.Cmd
-	log  *bytes.Buffer
+	log  *output
 	done chan error
 }
 
@@ -81,7 +82,7 @@ func mountAt(t testing.TB, repo, mnt string, args ...string) *server {
 
 func mountWith(t testing.TB, bin, repo, mnt string, args ...string) *server {
 	t.Helper()
-	s := &server{t: t, repo: repo, mnt: mnt, log: &bytes.Buffer{}, done: make(chan error, 1)}
+	s := &server{t: t, repo: repo, mnt: mnt, log: &output{}, done: make(chan error, 1)}
 	s.cmd = exec.Command(bin, append(append([]string{"mount"}, args...), repo, mnt)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
@@ -103,6 +104,25 @@ func mountWith(t testing.TB, bin, repo, mnt string, args ...string) *server {
 	}
 	t.Cleanup(func() { s.stop() })
 	return s
+}
+
+// output collects a server's stdout and stderr; tests read it while the
+// server still writes.
+type output struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
 }
 
 func mounted(mnt string) bool {
