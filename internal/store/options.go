@@ -3,6 +3,8 @@ package store
 import (
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/dgraph-io/badger/v4"
@@ -71,3 +73,38 @@ func (b badgerLogger) Warningf(f string, a ...any) {
 }
 func (b badgerLogger) Infof(f string, a ...any)  { b.l.Debug(fmt.Sprintf(f, a...)) }
 func (b badgerLogger) Debugf(f string, a ...any) {}
+
+// openBadger opens a db. A crash between creating a value log or a
+// memtable's log and writing its header leaves an empty file, and Badger
+// then refuses the db ("...: Create a new file"); such a file holds
+// nothing, so it is removed first.
+func openBadger(o badger.Options) (*badger.DB, error) {
+	if !o.ReadOnly {
+		if err := removeEmptyLogs(o.Dir, o.ValueDir); err != nil {
+			return nil, err
+		}
+	}
+	return badger.Open(o)
+}
+
+func removeEmptyLogs(dir, valueDir string) error {
+	mem, err := filepath.Glob(filepath.Join(dir, "*.mem"))
+	if err != nil {
+		return err
+	}
+	vlog, err := filepath.Glob(filepath.Join(valueDir, "*.vlog"))
+	if err != nil {
+		return err
+	}
+	for _, name := range append(mem, vlog...) {
+		fi, err := os.Stat(name)
+		if err != nil || fi.Size() != 0 {
+			continue
+		}
+		slog.Info("removing an empty log a crash left", "file", name)
+		if err := os.Remove(name); err != nil {
+			return fmt.Errorf("remove empty log: %w", err)
+		}
+	}
+	return nil
+}

@@ -132,7 +132,7 @@ func Open(dir string, opts Options) (*Repository, error) {
 	}
 	// The repository db first: a directory that has it is a repository,
 	// whatever a crash left undone after it.
-	db, err := badger.Open(repoDBOptions(filepath.Join(dir, "page_usage_db"), opts.ReadOnly))
+	db, err := openBadger(repoDBOptions(filepath.Join(dir, "page_usage_db"), opts.ReadOnly))
 	if err != nil {
 		return nil, fmt.Errorf("open repository %s: %w", dir, lockError(err))
 	}
@@ -678,7 +678,7 @@ func (r *Repository) openPage(ledger, page string) (*Page, error) {
 			readOnly = true
 		}
 	}
-	db, err := badger.Open(badgerOptions(r.pageDir(ledger, id), readOnly))
+	db, err := openBadger(badgerOptions(r.pageDir(ledger, id), readOnly))
 	if err != nil {
 		return nil, fmt.Errorf("open page %s/%s: %w", ledger, page, lockError(err))
 	}

@@ -160,6 +160,32 @@ func TestIdlePagesAreBounded(t *testing.T) {
 	r.Release(p)
 }
 
+// A crash right after Badger created a log file, before its header, leaves
+// an empty file that Badger refuses to open.
+func TestEmptyLogsLeftByACrash(t *testing.T) {
+	dir := t.TempDir()
+	r := openRepo(t, dir, Options{})
+	must(t, r.CreateLedger("l"))
+	must(t, r.CreatePage("l", "p"))
+	p, err := r.Acquire("l", "p")
+	must(t, err)
+	pageDir := p.Dir()
+	r.Release(p)
+	must(t, r.Close())
+	for _, d := range []string{filepath.Join(dir, "page_usage_db"), pageDir} {
+		for _, name := range []string{"000999.vlog", "000999.mem"} {
+			must(t, os.WriteFile(filepath.Join(d, name), nil, 0o644))
+		}
+	}
+	r = openRepo(t, dir, Options{})
+	defer r.Close()
+	p, err = r.Acquire("l", "p")
+	if err != nil {
+		t.Fatalf("page with empty logs: %v", err)
+	}
+	r.Release(p)
+}
+
 func TestLockedRepository(t *testing.T) {
 	dir := t.TempDir()
 	r := openRepo(t, dir, Options{})
@@ -469,5 +495,12 @@ func TestCloseGivesUpOnStuckDB(t *testing.T) {
 	}
 	if !r.trim.off.Load() {
 		t.Fatal("trimming still on after a close was given up on")
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

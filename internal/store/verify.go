@@ -24,7 +24,7 @@ func (p *Page) VerifyRows(decodeOp func(key string, v []byte) error) (map[string
 // schema would. (Not read-only: after a crash Badger refuses a read-only
 // open until its value log is truncated.)
 func VerifyDir(dir string, decodeOp func(key string, v []byte) error) (map[string]int, error) {
-	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	db, err := openBadger(badger.DefaultOptions(dir).WithLogger(nil))
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
