@@ -213,7 +213,7 @@ func serve(c serveConfig) error {
 	if c.readOnly {
 		opts.MountOptions.Options = append(opts.MountOptions.Options, "ro")
 	}
-	server, err := gofs.Mount(mnt, fsys.Root(), opts)
+	server, err := mountFS(mnt, fsys.Root(), opts)
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", mnt, err)
 	}
@@ -262,6 +262,23 @@ func serve(c serveConfig) error {
 	slog.Info("unmounted", "mountpoint", mnt)
 	fsys.Close()
 	return repo.Close()
+}
+
+// mountFS mounts root at mnt and serves it. It is go-fuse's fs.Mount
+// without WaitMount, whose poll hack opens a file on the new mount from
+// this process: a kill -9 that lands while that request is being served
+// leaves a process that can neither finish exiting (its thread waits,
+// uninterruptibly, for a reply only it could send) nor serve, and every
+// process that touches the mount hangs with it. The server never touches
+// its own mount: on Linux the mount exists once NewServer returns, and the
+// kernel stops sending POLL after the first ENOSYS, which go-fuse answers.
+func mountFS(mnt string, root gofs.InodeEmbedder, opts *gofs.Options) (*fuse.Server, error) {
+	server, err := fuse.NewServer(gofs.NewNodeFS(root, opts), mnt, &opts.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	go server.Serve()
+	return server, nil
 }
 
 // checkMountpoint creates the mount point if missing and refuses one that

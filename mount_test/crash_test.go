@@ -1,0 +1,98 @@
+package mount_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+)
+
+// A kill -9 while the server starts leaves a process that exits and a dead
+// mount that can be detached: the server never touches its own mount. With
+// go-fuse's poll hack (an open of a file on the new mount, from the server)
+// a kill landing while that open was served left a process that could not
+// finish exiting, and every process that touched the mount hung with it.
+func TestKillAtStartup(t *testing.T) {
+	repo := t.TempDir()
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	s := mountAt(t, repo, mnt, "--debug")
+	pg := s.page("l", "p")
+	must(t, os.WriteFile(filepath.Join(pg, "kept"), []byte("kept"), 0o644))
+	s.stop()
+	// Deterministic: the server's own requests show in its debug log.
+	if strings.Contains(s.log.String(), "go-fuse-epoll-hack") {
+		t.Fatalf("the server opened a file on its own mount:\n%s", s.log)
+	}
+
+	kills := 60
+	if testing.Short() {
+		kills = 20
+	}
+	for i := range kills {
+		cmd := exec.Command(binary, "mount", repo, mnt)
+		var out output
+		cmd.Stdout, cmd.Stderr = &out, &out
+		must(t, cmd.Start())
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		// Half the kills land while the repository opens, half in the
+		// first milliseconds of the mount.
+		if i%2 == 0 {
+			time.Sleep(time.Duration(rand.IntN(20_000)) * time.Microsecond)
+		} else {
+			for !mounted(mnt) {
+				select {
+				case err := <-exited:
+					t.Fatalf("server exited before mounting (%v):\n%s", err, &out)
+				default:
+				}
+			}
+			time.Sleep(time.Duration(rand.IntN(3_000)) * time.Microsecond)
+		}
+		cmd.Process.Kill()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			abort(t, mnt)
+			<-exited
+			t.Fatalf("kill %d: the server did not exit within 10 s of kill -9; the mount had to be aborted", i)
+		}
+		if mounted(mnt) {
+			detach(mnt)
+		}
+	}
+	t.Logf("%d kills at startup", kills)
+	s = mountAt(t, repo, mnt)
+	if b, err := os.ReadFile(filepath.Join(pg, "kept")); err != nil || string(b) != "kept" {
+		t.Fatalf("file after the kills: %q, %v", b, err)
+	}
+	s.stop()
+	verifySchema(t, repo)
+}
+
+// abort ends the FUSE connection of the mount at mnt through fusectl, which
+// frees processes stuck on a server that cannot answer, and detaches it.
+func abort(t testing.TB, mnt string) {
+	ms, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(mnt))
+	if err != nil || len(ms) == 0 {
+		return
+	}
+	const ctl = "/sys/fs/fuse/connections"
+	if es, _ := os.ReadDir(ctl); len(es) == 0 {
+		if err := syscall.Mount("fusectl", ctl, "fusectl", 0, ""); err != nil {
+			t.Logf("mount fusectl: %v", err)
+		}
+	}
+	path := filepath.Join(ctl, fmt.Sprint(ms[len(ms)-1].Minor), "abort")
+	if err := os.WriteFile(path, []byte("1"), 0); err != nil {
+		t.Logf("abort %s: %v", mnt, err)
+	}
+	detach(mnt)
+}
