@@ -82,6 +82,20 @@ func newID(explicit bool) store.JournalID {
 	}
 }
 
+// began is the time (Unix ns) an implicit journal began, from its id; 0 for
+// an explicit journal or an id this process did not make.
+func began(id store.JournalID) int64 {
+	s := string(id)
+	if len(s) != 17 || s[0] != 'I' {
+		return 0
+	}
+	b, err := hex.DecodeString(s[1:])
+	if err != nil {
+		return 0
+	}
+	return int64(binary.BigEndian.Uint64(b))
+}
+
 // Begin starts a journal on the page's current head. An implicit journal's
 // base is recorded in its metadata row, so that it can be committed after a
 // crash.

@@ -353,6 +353,42 @@ func TestRecoveryOnOpen(t *testing.T) {
 	}
 }
 
+// Changes a crash left in implicit journals are committed with the time
+// their journal began, when the first of them was accepted, not when
+// recovery ran: history as of a time after a close returned shows it.
+func TestRecoveredChangesKeepTheirTime(t *testing.T) {
+	e := newEnv(t)
+	before := time.Now().UnixNano()
+	j1, err := Begin(e.p, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted1 := time.Now().UnixNano()
+	if err := j1.Apply(e.put("a", "1")); err != nil {
+		t.Fatal(err)
+	}
+	j2, err := Begin(e.p, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted2 := time.Now().UnixNano()
+	if err := j2.Apply(e.put("b", "2")); err != nil {
+		t.Fatal(err)
+	}
+	e.reopen()
+	head := must(e.p.Head())
+	if len(head.Parents) != 1 {
+		t.Fatalf("head has %d parents", len(head.Parents))
+	}
+	first := must(e.p.Commit(head.Parents[0]))
+	if first.Timestamp < before || first.Timestamp > accepted1 {
+		t.Errorf("first recovered commit at %d, want within [%d, %d]", first.Timestamp, before, accepted1)
+	}
+	if head.Timestamp <= first.Timestamp || head.Timestamp > accepted2 {
+		t.Errorf("second recovered commit at %d, want within (%d, %d]", head.Timestamp, first.Timestamp, accepted2)
+	}
+}
+
 var errCrash = errors.New("simulated crash")
 
 // TestRecoveryOfTwoImplicitJournals: a crash can leave the journal being

@@ -32,9 +32,12 @@ func Recover(p *store.Page) error {
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
-	// Implicit journal ids sort in the order the journals began.
+	// Implicit journal ids sort in the order the journals began. Each
+	// commits with the time it began, which is when its first change was
+	// accepted: a view of the page as of any time after a close returned
+	// shows that close's file, as it would have without the crash.
 	for _, id := range slices.Sorted(maps.Keys(implicit)) {
-		j := &Journal{p: p, ID: id, Base: implicit[id]}
+		j := &Journal{p: p, ID: id, Base: implicit[id], at: began(id)}
 		c, err := j.Commit()
 		if err != nil {
 			return fmt.Errorf("recover: commit implicit journal %s: %w", id, err)
