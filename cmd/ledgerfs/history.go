@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ledgerfs/ledgerfs/internal/history"
+	"github.com/ledgerfs/ledgerfs/internal/journal"
 	"github.com/ledgerfs/ledgerfs/internal/keypath"
 	"github.com/ledgerfs/ledgerfs/internal/store"
 )
@@ -139,7 +140,8 @@ func withPage(repoDir, ledger, page string, fn func(p *store.Page) error) error 
 	if _, err := os.Stat(repoDir); err != nil {
 		return fmt.Errorf("repository: %w", err)
 	}
-	repo, err := store.Open(repoDir, store.Options{ReadOnly: true})
+	// A page a crash left is recovered first, as the next mount would.
+	repo, err := store.Open(repoDir, store.Options{ReadOnly: true, OnOpen: journal.Recover, OnClose: journal.Close})
 	if errors.Is(err, store.ErrLocked) {
 		if at := mountOf(repoDir); at != "" {
 			return fmt.Errorf("repository %s is mounted at %s: read its history under %s/%s/%s/.ledger/ (%w)", repoDir, at, at, ledger, page, store.ErrLocked)

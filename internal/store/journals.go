@@ -223,12 +223,28 @@ func (p *Page) Land(id JournalID, commits []*Commit, head *Commit) error {
 
 // HasTransient reports whether any piece is marked transient.
 func (p *Page) HasTransient() (bool, error) {
+	return p.hasAny(StatusPrefix(Transient))
+}
+
+// needsRecovery reports whether a crash left work for recovery: journal
+// rows or transient pieces.
+func (p *Page) needsRecovery() (bool, error) {
+	return p.hasAny(PrefixJournals, StatusPrefix(Transient))
+}
+
+// hasAny reports whether the page has a row under any of the prefixes.
+func (p *Page) hasAny(prefixes ...string) (bool, error) {
 	found := false
 	err := p.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(StatusPrefix(Transient))})
-		defer it.Close()
-		it.Rewind()
-		found = it.Valid()
+		for _, prefix := range prefixes {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
+			it.Rewind()
+			found = it.Valid()
+			it.Close()
+			if found {
+				return nil
+			}
+		}
 		return nil
 	})
 	return found, err

@@ -108,3 +108,9 @@ func removeEmptyLogs(dir, valueDir string) error {
 	}
 	return nil
 }
+
+// needsReplay reports whether a read-only open failed because a crash left
+// a db's logs unfinished. Badger flattens the errors it wraps to text.
+func needsReplay(err error) bool {
+	return err != nil && strings.Contains(err.Error(), badger.ErrTruncateNeeded.Error())
+}

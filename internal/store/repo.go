@@ -132,7 +132,18 @@ func Open(dir string, opts Options) (*Repository, error) {
 	}
 	// The repository db first: a directory that has it is a repository,
 	// whatever a crash left undone after it.
-	db, err := openBadger(repoDBOptions(filepath.Join(dir, "page_usage_db"), opts.ReadOnly))
+	usage := filepath.Join(dir, "page_usage_db")
+	db, err := openBadger(repoDBOptions(usage, opts.ReadOnly))
+	if opts.ReadOnly && needsReplay(err) {
+		// A crash left its logs unfinished, which only a writable open
+		// replays; nobody serves the repository (a server would hold the
+		// lock), so replay them as the next mount would, then read.
+		if db, err = openBadger(repoDBOptions(usage, false)); err == nil {
+			if err = db.Close(); err == nil {
+				db, err = openBadger(repoDBOptions(usage, true))
+			}
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open repository %s: %w", dir, lockError(err))
 	}
@@ -678,27 +689,74 @@ func (r *Repository) openPage(ledger, page string) (*Page, error) {
 			readOnly = true
 		}
 	}
-	db, err := openBadger(badgerOptions(r.pageDir(ledger, id), readOnly))
+	p, err := r.newPage(ledger, page, id, readOnly)
+	if r.opts.ReadOnly && (needsReplay(err) || err == nil && p.recoverable()) {
+		// A crash left work that only a writable open does: Badger
+		// replays its logs, and the hook commits the journals. Nobody
+		// serves the repository (a server would hold the db's lock), so
+		// do it here, as the next mount would, before reading.
+		err = nil
+		if p != nil {
+			err = p.db.Close()
+		}
+		if err == nil {
+			err = r.recoverPage(ledger, page, id)
+		}
+		if err == nil {
+			p, err = r.newPage(ledger, page, id, true)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open page %s/%s: %w", ledger, page, lockError(err))
 	}
-	p := &Page{Ledger: ledger, Name: page, ID: id, db: db, pol: r.pol, repo: r, lowSpace: lowSpace}
-	p.nodes = btree.NewStore(p, r.pol, r.nodes)
+	p.lowSpace = lowSpace
 	if !readOnly {
 		if err := r.db.Update(func(txn *badger.Txn) error {
 			return txn.Set(openedKey(ledger, id), EncodeUint64(0))
 		}); err != nil {
-			db.Close()
+			p.db.Close()
 			return nil, fmt.Errorf("mark page open: %w", err)
 		}
 	}
-	if r.opts.OnOpen != nil && lowSpace == nil {
+	if r.opts.OnOpen != nil && !readOnly {
 		if err := r.opts.OnOpen(p); err != nil {
-			db.Close()
+			p.db.Close()
 			return nil, fmt.Errorf("open page %s/%s: %w", ledger, page, err)
 		}
 	}
 	return p, nil
+}
+
+// newPage opens the db of a page.
+func (r *Repository) newPage(ledger, page string, id PageID, readOnly bool) (*Page, error) {
+	db, err := openBadger(badgerOptions(r.pageDir(ledger, id), readOnly))
+	if err != nil {
+		return nil, err
+	}
+	p := &Page{Ledger: ledger, Name: page, ID: id, db: db, pol: r.pol, repo: r}
+	p.nodes = btree.NewStore(p, r.pol, r.nodes)
+	return p, nil
+}
+
+// recoverable reports whether a crash left work for recovery in the page;
+// on error it says yes, and recovery finds out.
+func (p *Page) recoverable() bool {
+	found, err := p.needsRecovery()
+	return found || err != nil
+}
+
+// recoverPage opens a page's db writable and runs the open hook on it, as
+// a mount does, for a read-only repository to read it after a crash.
+func (r *Repository) recoverPage(ledger, page string, id PageID) error {
+	slog.Info("recovering a page a crash left, before reading it", "ledger", ledger, "page", page)
+	p, err := r.newPage(ledger, page, id, false)
+	if err != nil {
+		return err
+	}
+	if r.opts.OnOpen != nil {
+		err = r.opts.OnOpen(p)
+	}
+	return errors.Join(err, p.db.Close())
 }
 
 // closeDB closes a page's db, no longer in r.open, and records when it was
