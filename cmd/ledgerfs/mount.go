@@ -225,24 +225,7 @@ func serve(c serveConfig) error {
 	// A signal unmounts; an unmount from outside (umount, fusermount3 -u)
 	// ends the serving, and then there is nothing left to unmount.
 	served := make(chan struct{})
-	go func() {
-		select {
-		case <-served:
-			return
-		case <-ctx.Done():
-		}
-		slog.Info("unmounting", "mountpoint", mnt)
-		for i := 0; ; i++ {
-			err := server.Unmount()
-			if err == nil {
-				return
-			}
-			if i == 0 {
-				slog.Warn("unmount failed; retrying while the mount is busy", "err", err)
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-	}()
+	go unmountOnSignal(server, mnt, ctx.Done(), served)
 	if c.gcInterval > 0 && !c.readOnly {
 		go func() {
 			t := time.NewTicker(c.gcInterval)
@@ -302,6 +285,12 @@ func checkMountpoint(mnt string) error {
 		return err
 	}
 	if mounted {
+		// A dead FUSE mount can still answer stat from the kernel's cache;
+		// statfs always asks its server.
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(mnt, &st); errors.Is(err, syscall.ENOTCONN) {
+			return fmt.Errorf("mount point %s is a dead FUSE mount: unmount it first (fusermount3 -u %s)", mnt, mnt)
+		}
 		return fmt.Errorf("mount point %s is busy: something is already mounted there", mnt)
 	}
 	return nil
