@@ -299,3 +299,77 @@ func TestStopRightAfterMount(t *testing.T) {
 		}
 	}
 }
+
+// A SIGTERM while a process works in the mount says which process holds
+// it, and keeps serving; a second signal detaches the mount, which then
+// serves the process until it lets go, and the server ends cleanly.
+func TestBusyUnmount(t *testing.T) {
+	s := mount(t, t.TempDir())
+	pg := s.page("l", "p")
+	must(t, os.WriteFile(filepath.Join(pg, "f"), []byte("data"), 0o644))
+	holder := exec.Command("sleep", "600")
+	holder.Dir = pg
+	must(t, holder.Start())
+	defer holder.Process.Kill()
+	must(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	waitFor(t, "the holder named in the log", func() bool {
+		return strings.Contains(s.log.String(), fmt.Sprintf("%d (sleep, cwd)", holder.Process.Pid))
+	})
+	if !mounted(s.mnt) {
+		t.Fatal("the mount went away while in use")
+	}
+	must(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	waitFor(t, "the mount detached", func() bool { return !mounted(s.mnt) })
+	// The holder still works in the detached mount.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cwd/f", holder.Process.Pid)); err != nil || string(b) != "data" {
+		t.Fatalf("read in the detached mount: %q, %v", b, err)
+	}
+	select {
+	case err := <-s.done:
+		t.Fatalf("the server ended while the detached mount was in use: %v", err)
+	default:
+	}
+	must(t, holder.Process.Kill())
+	holder.Wait()
+	select {
+	case err := <-s.done:
+		s.done <- err // for stop, which checks the exit and the log
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the server did not end after the last user left:\n%s", s.log)
+	}
+	s.stop()
+	if !strings.Contains(s.log.String(), "detached") {
+		t.Errorf("no word of the detach:\n%s", s.log)
+	}
+}
+
+// Mounting over a mount whose server died says so, and how to clear it,
+// even while the kernel still answers stat there from its cache.
+func TestRemountOverDeadMount(t *testing.T) {
+	repo := t.TempDir()
+	s := mount(t, repo, "--cache-timeout", "60")
+	s.page("l", "p")
+	if _, err := os.Stat(s.mnt); err != nil {
+		t.Fatal(err)
+	}
+	s.cmd.Process.Kill()
+	<-s.done
+	defer detach(s.mnt)
+	out, err := exec.Command(binary, "mount", repo, s.mnt).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "dead FUSE mount: unmount it first") {
+		t.Fatalf("mount over a dead mount: %v, %q", err, out)
+	}
+}
+
+// waitFor polls cond, an event with no barrier to wait on (a log line, a
+// mount table entry), for up to 20 s.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 20 s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
