@@ -60,7 +60,9 @@ func TestKillAtStartup(t *testing.T) {
 		select {
 		case <-exited:
 		case <-time.After(10 * time.Second):
-			abort(t, mnt)
+			if err := abort(mnt); err != nil {
+				t.Log(err)
+			}
 			<-exited
 			t.Fatalf("kill %d: the server did not exit within 10 s of kill -9; the mount had to be aborted", i)
 		}
@@ -79,22 +81,23 @@ func TestKillAtStartup(t *testing.T) {
 
 // abort ends the FUSE connection of the mount at mnt through fusectl, which
 // frees processes stuck on a server that cannot answer, and detaches it.
-func abort(t testing.TB, mnt string) {
+func abort(mnt string) error {
 	ms, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(mnt))
 	if err != nil || len(ms) == 0 {
-		return
+		return err
 	}
+	defer detach(mnt)
 	const ctl = "/sys/fs/fuse/connections"
 	if es, _ := os.ReadDir(ctl); len(es) == 0 {
 		if err := syscall.Mount("fusectl", ctl, "fusectl", 0, ""); err != nil {
-			t.Logf("mount fusectl: %v", err)
+			return fmt.Errorf("mount fusectl: %w", err)
 		}
 	}
 	path := filepath.Join(ctl, fmt.Sprint(ms[len(ms)-1].Minor), "abort")
 	if err := os.WriteFile(path, []byte("1"), 0); err != nil {
-		t.Logf("abort %s: %v", mnt, err)
+		return fmt.Errorf("abort %s: %w", mnt, err)
 	}
-	detach(mnt)
+	return nil
 }
 
 // Files closed just before a kill -9 are committed by recovery with the

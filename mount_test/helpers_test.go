@@ -5,6 +5,7 @@ package mount_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -31,14 +32,37 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		fmt.Fprintln(os.Stderr, "mount tests need /dev/fuse:", err)
 		os.Exit(1)
 	}
-	dir, err := os.MkdirTemp("", "ledgerfs-bin")
+	// Everything the tests make lives under root, so that a run cut short
+	// by its timeout can remove it all.
+	root, err := os.MkdirTemp("", "ledgerfs-test")
 	if err != nil {
 		panic(err)
 	}
+	if bins := os.Getenv("LEDGERFS_TEST_BINARIES"); bins != "" {
+		binary, plainBinary, _ = strings.Cut(bins, ":")
+	} else if err := build(filepath.Join(root, "bin")); err != nil {
+		fmt.Fprintln(os.Stderr, "build ledgerfs:", err)
+		os.RemoveAll(root)
+		os.Exit(1)
+	}
+	os.Setenv("TMPDIR", root)
+	// Go's test timeout panics without running cleanups: stop the servers
+	// and remove the files a little before it.
+	if d := flag.Lookup("test.timeout").Value.(flag.Getter).Get().(time.Duration); d > 0 {
+		time.AfterFunc(d-min(30*time.Second, d/4), func() { cleanUp(root) })
+	}
+	code := m.Run()
+	os.RemoveAll(root)
+	os.Exit(code)
+}
+
+// build builds the server under test into dir.
+func build(dir string) error {
 	plainBinary = filepath.Join(dir, "ledgerfs")
 	binary = plainBinary
 	builds := [][]string{{"build", "-o", plainBinary}}
@@ -50,13 +74,46 @@ func TestMain(m *testing.M) {
 		cmd := exec.Command("go", append(args, "../cmd/ledgerfs")...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build ledgerfs:", err)
-			os.Exit(1)
+			return err
 		}
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	return nil
+}
+
+// servers holds the servers still running.
+var servers sync.Map // *server → nil
+
+// cleanUp stops every server (SIGTERM, then SIGKILL and a FUSE abort for
+// one that does not stop within 10 s), detaches their mounts and removes
+// root.
+func cleanUp(root string) {
+	fmt.Fprintln(os.Stderr, "mount tests: the timeout is near: stopping every server and removing", root)
+	var left []*server
+	servers.Range(func(k, _ any) bool {
+		s := k.(*server)
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		left = append(left, s)
+		return true
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for _, s := range left {
+		for time.Now().Before(deadline) {
+			if _, running := servers.Load(s); !running {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if _, running := servers.Load(s); running {
+			s.cmd.Process.Kill()
+			if err := abort(s.mnt); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+		}
+		detach(s.mnt)
+	}
+	if err := os.RemoveAll(root); err != nil {
+		fmt.Fprintln(os.Stderr, "mount tests:", err)
+	}
 }
 
 // server is a ledgerfs mount process.
@@ -85,10 +142,17 @@ func mountWith(t testing.TB, bin, repo, mnt string, args ...string) *server {
 	s := &server{t: t, repo: repo, mnt: mnt, log: &output{}, done: make(chan error, 1)}
 	s.cmd = exec.Command(bin, append(append([]string{"mount"}, args...), repo, mnt)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	// If the test process dies, the server unmounts and ends.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { s.done <- s.cmd.Wait() }()
+	servers.Store(s, nil)
+	go func() {
+		err := s.cmd.Wait()
+		servers.Delete(s)
+		s.done <- err
+	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for !mounted(mnt) {
 		select {

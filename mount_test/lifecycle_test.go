@@ -373,3 +373,31 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A test run cut short by its timeout stops its servers, detaches their
+// mounts and removes its files before Go's timeout panic. This test runs
+// itself in a child with an 8 s timeout that mounts and then hangs.
+func TestCleanupOnTimeout(t *testing.T) {
+	if os.Getenv("LEDGERFS_TEST_HANG") != "" {
+		s := mount(t, t.TempDir())
+		must(t, os.WriteFile(filepath.Join(s.page("l", "p"), "f"), make([]byte, 1<<20), 0o644))
+		fmt.Println("mounted", s.mnt)
+		select {}
+	}
+	parent := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCleanupOnTimeout$", "-test.timeout=8s", "-test.v")
+	cmd.Env = append(os.Environ(), "LEDGERFS_TEST_HANG=1", "TMPDIR="+parent,
+		"LEDGERFS_TEST_BINARIES="+binary+":"+plainBinary)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "test timed out") || !strings.Contains(string(out), "mounted ") {
+		t.Fatalf("the child did not mount and time out: %v\n%s", err, out)
+	}
+	mnt := strings.Fields(string(out)[strings.Index(string(out), "mounted "):])[1]
+	if mounted(mnt) {
+		detach(mnt)
+		t.Fatalf("%s still mounted after the child timed out:\n%s", mnt, out)
+	}
+	if es, err := os.ReadDir(parent); err != nil || len(es) != 0 {
+		t.Fatalf("files left after the child timed out: %v %v\n%s", es, err, out)
+	}
+}
