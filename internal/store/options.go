@@ -78,7 +78,13 @@ func (b badgerLogger) Debugf(f string, a ...any) {}
 // memtable's log and writing its header leaves an empty file, and Badger
 // then refuses the db ("...: Create a new file"); such a file holds
 // nothing, so it is removed first.
+//
+// It refuses a damaged db first (see checkDB): Badger would make the damage
+// worse, or panic in goroutines of its own and take the process down.
 func openBadger(o badger.Options) (*badger.DB, error) {
+	if err := checkDB(o.Dir, !o.ReadOnly); err != nil {
+		return nil, err
+	}
 	if !o.ReadOnly {
 		if err := removeEmptyLogs(o.Dir, o.ValueDir); err != nil {
 			return nil, err

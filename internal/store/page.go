@@ -41,10 +41,12 @@ type Page struct {
 
 	repo *Repository
 	refs int // guarded by repo.mu
-	// lowSpace is why the db was opened read-only: the repository's
-	// filesystem was nearly full (see space). Every change gets it; the
-	// page is reopened for changes once there is room and it is idle.
-	lowSpace error
+	// readOnly is why the db was opened read-only: the repository's
+	// filesystem was nearly full (see space), or the db is damaged (see
+	// checkDB). Every change gets it; a page opened for want of space is
+	// reopened for changes once there is room and it is idle.
+	readOnly error
+	damaged  bool
 
 	ra readAhead
 }
@@ -66,8 +68,8 @@ func (p *Page) Unlock() { p.mu.Unlock() }
 // than new content must be refused to keep the repository's filesystem from
 // filling up (see space).
 func (p *Page) CheckSpace() error {
-	if p.lowSpace != nil {
-		return p.lowSpace
+	if p.readOnly != nil {
+		return p.readOnly
 	}
 	return p.repo.space.claim(0, forChange)
 }
@@ -182,8 +184,8 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
 	if err := w.p.check(); err != nil {
 		return err
 	}
-	if w.p.lowSpace != nil {
-		return w.p.lowSpace
+	if w.p.readOnly != nil {
+		return w.p.readOnly
 	}
 	if w.txn == nil {
 		w.txn = w.p.db.NewTransaction(true)
@@ -507,7 +509,7 @@ func (p *Page) Sync() error {
 	if err := p.check(); err != nil {
 		return err
 	}
-	if p.lowSpace != nil {
+	if p.readOnly != nil {
 		return nil // opened read-only: nothing was written
 	}
 	return p.db.Sync()
@@ -515,7 +517,7 @@ func (p *Page) Sync() error {
 
 // RunGC reclaims value log space; it runs until no file is worth rewriting.
 func (p *Page) RunGC(ratio float64) {
-	if p.lowSpace != nil {
+	if p.readOnly != nil {
 		return
 	}
 	for p.check() == nil && p.db.RunValueLogGC(ratio) == nil {

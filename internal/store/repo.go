@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -578,7 +579,7 @@ func (r *Repository) Acquire(ledger, page string) (*Page, error) {
 			return nil, errors.New("store: repository is closed")
 		}
 		if p, ok := r.open[key]; ok {
-			if p.lowSpace != nil && p.refs == 0 && r.space.claim(0, forOpen) == nil {
+			if p.readOnly != nil && !p.damaged && p.refs == 0 && r.space.claim(0, forOpen) == nil {
 				// Opened read-only for want of space, idle, and there
 				// is room again: reopen it for changes.
 				r.idle.Remove(key)
@@ -682,14 +683,23 @@ func (r *Repository) openPage(ledger, page string) (*Page, error) {
 	// Opening for changes writes (a memtable log, a value log's header,
 	// the manifest); without room for that the page can still be read.
 	readOnly := r.opts.ReadOnly
-	var lowSpace error
+	var refused error
 	if !readOnly {
-		if lowSpace = r.space.claim(0, forOpen); lowSpace != nil {
-			slog.Warn("page opened read-only for want of space", "ledger", ledger, "page", page, "err", lowSpace)
+		if refused = r.space.claim(0, forOpen); refused != nil {
+			slog.Warn("page opened read-only for want of space", "ledger", ledger, "page", page, "err", refused)
 			readOnly = true
 		}
 	}
 	p, err := r.newPage(ledger, page, id, readOnly)
+	damaged := false
+	if !readOnly && readableDamage(err) {
+		// Badger would cut the damaged log, discarding what follows the
+		// bad entry; read-only it reads everything that is intact.
+		slog.Error("page is damaged: serving it read-only; copy the repository aside before repairing it", "ledger", ledger, "page", page, "err", err)
+		refused = fmt.Errorf("page %s/%s is damaged (%v), served read-only: %w", ledger, page, err, syscall.EROFS)
+		readOnly, damaged = true, true
+		p, err = r.newPage(ledger, page, id, true)
+	}
 	if r.opts.ReadOnly && (needsReplay(err) || err == nil && p.recoverable()) {
 		// A crash left work that only a writable open does: Badger
 		// replays its logs, and the hook commits the journals. Nobody
@@ -709,7 +719,7 @@ func (r *Repository) openPage(ledger, page string) (*Page, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open page %s/%s: %w", ledger, page, lockError(err))
 	}
-	p.lowSpace = lowSpace
+	p.readOnly, p.damaged = refused, damaged
 	if !readOnly {
 		if err := r.db.Update(func(txn *badger.Txn) error {
 			return txn.Set(openedKey(ledger, id), EncodeUint64(0))
@@ -770,7 +780,7 @@ func (r *Repository) closeDB(p *Page) error {
 	p.closed.Store(true)
 	errs = append(errs, r.closeBadger(p.db))
 	p.mu.Unlock()
-	if !r.opts.ReadOnly && p.lowSpace == nil {
+	if !r.opts.ReadOnly && p.readOnly == nil {
 		errs = append(errs, r.db.Update(func(txn *badger.Txn) error {
 			return txn.Set(openedKey(p.Ledger, p.ID), EncodeUint64(uint64(nowNs())))
 		}))

@@ -1,0 +1,155 @@
+package store
+
+import (
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+)
+
+// closedPage writes a value into page l/p and a small one into l/q of a new
+// repository, closes it, and returns the repository, p's db directory and
+// the chunks of p's value.
+func closedPage(t *testing.T) (dir, pageDir string, chunks []cas.Digest) {
+	t.Helper()
+	dir = t.TempDir()
+	r := openRepo(t, dir, Options{})
+	p := newPage(t, r)
+	chunks = storedChunks(t, p, writeValue(t, p, benchBytes(8<<20)))
+	pageDir = p.Dir()
+	r.Release(p)
+	must(t, r.CreatePage("l", "q"))
+	q, err := r.Acquire("l", "q")
+	must(t, err)
+	writeValue(t, q, benchBytes(1<<20))
+	r.Release(q)
+	must(t, r.Close())
+	return dir, pageDir, chunks
+}
+
+func newestLog(t *testing.T, dir, ext string) string {
+	t.Helper()
+	logs, err := filepath.Glob(filepath.Join(dir, "*"+ext))
+	if err != nil || len(logs) == 0 {
+		t.Fatalf("no %s file in %s: %v", ext, dir, err)
+	}
+	slices.SortFunc(logs, func(a, b string) int { return fileID(a) - fileID(b) })
+	return logs[len(logs)-1]
+}
+
+// Bytes flipped in the middle of the value log: Badger would cut the log
+// there and every later value would be lost. The page is served read-only
+// instead, reads what is intact, refuses changes, and the log keeps its
+// size.
+func TestDamagedValueLogIsReadOnly(t *testing.T) {
+	dir, pageDir, chunks := closedPage(t)
+	vlog := newestLog(t, pageDir, ".vlog")
+	fi, err := os.Stat(vlog)
+	must(t, err)
+	f, err := os.OpenFile(vlog, os.O_RDWR, 0)
+	must(t, err)
+	_, err = f.WriteAt([]byte("sixteen flipped!"), fi.Size()/2)
+	must(t, err)
+	must(t, f.Close())
+
+	r := openRepo(t, dir, Options{})
+	defer r.Close()
+	p, err := r.Acquire("l", "p")
+	if err != nil {
+		t.Fatalf("a page with a damaged value log does not open: %v", err)
+	}
+	if _, err := p.Get(chunks[0], nil); err != nil {
+		t.Errorf("a chunk before the damage: %v", err)
+	}
+	if _, err := p.Get(chunks[len(chunks)-1], nil); err != nil {
+		t.Errorf("a chunk after the damage: %v", err)
+	}
+	w := p.NewValueWriter()
+	_, err = w.Write(benchBytes(4 << 10))
+	if err == nil {
+		_, _, err = w.Close()
+	}
+	if !errors.Is(err, syscall.EROFS) {
+		t.Errorf("a change to the damaged page: %v, want EROFS", err)
+	}
+	r.Release(p)
+	q, err := r.Acquire("l", "q")
+	if err != nil {
+		t.Fatalf("the other page: %v", err)
+	}
+	if q.damaged || q.readOnly != nil {
+		t.Errorf("the other page is read-only: %v", q.readOnly)
+	}
+	r.Release(q)
+	must(t, r.Close())
+	if after, err := os.Stat(vlog); err != nil || after.Size() != fi.Size() {
+		t.Fatalf("value log after open: %v, %v; was %d bytes", after, err, fi.Size())
+	}
+}
+
+// A cut table made Badger panic in its own goroutines, which ended the
+// process; a cut manifest made it delete every table. Both pages are
+// refused, with the file named, and nothing is deleted; other pages open.
+func TestDamagedTablesAndManifestAreRefused(t *testing.T) {
+	for _, c := range []struct {
+		file string
+		size int64
+	}{{"*.sst", 2000}, {"MANIFEST", 8}, {"MANIFEST", 20}} {
+		t.Run(c.file, func(t *testing.T) {
+			dir, pageDir, _ := closedPage(t)
+			names, _ := filepath.Glob(filepath.Join(pageDir, c.file))
+			if len(names) == 0 {
+				t.Fatalf("no %s in %s", c.file, pageDir)
+			}
+			must(t, os.Truncate(names[0], c.size))
+			tables, _ := filepath.Glob(filepath.Join(pageDir, "*.sst"))
+			r := openRepo(t, dir, Options{})
+			defer r.Close()
+			if _, err := r.Acquire("l", "p"); !errors.Is(err, ErrDamaged) {
+				t.Fatalf("open a page with a cut %s: %v, want ErrDamaged", c.file, err)
+			}
+			q, err := r.Acquire("l", "q")
+			if err != nil {
+				t.Fatalf("the other page: %v", err)
+			}
+			r.Release(q)
+			if after, _ := filepath.Glob(filepath.Join(pageDir, "*.sst")); !slices.Equal(after, tables) {
+				t.Fatalf("tables %v after the open, were %v", after, tables)
+			}
+		})
+	}
+}
+
+// What a crash leaves is no damage: a log cut anywhere (a torn last entry)
+// and padded with zeros, as a log created sparse at full size is. Bytes
+// flipped before the last entry are damage, unless they land in its zeros.
+func TestLogDamageTellsCrashFromDamage(t *testing.T) {
+	_, pageDir, _ := closedPage(t)
+	orig, err := os.ReadFile(newestLog(t, pageDir, ".vlog"))
+	must(t, err)
+	name := filepath.Join(t.TempDir(), "000001.vlog")
+	for i := range 50 {
+		cut := logHeaderSize + rand.IntN(len(orig)-logHeaderSize)
+		must(t, os.WriteFile(name, orig[:cut], 0o644))
+		must(t, os.Truncate(name, int64(len(orig))+1<<20))
+		if err := checkLog(name); err != nil {
+			t.Fatalf("run %d: log cut at %d of %d and padded: %v", i, cut, len(orig), err)
+		}
+	}
+	// A byte flipped in the first half (the value is 8 MiB of chunks
+	// of at most a few MiB, so the last entry starts after it).
+	for i := range 20 {
+		b := slices.Clone(orig)
+		at := logHeaderSize + rand.IntN(len(b)/2-logHeaderSize)
+		b[at] ^= 0x5a
+		must(t, os.WriteFile(name, b, 0o644))
+		if err := checkLog(name); !readableDamage(err) {
+			t.Fatalf("run %d: byte %d of %d flipped: %v, want damage", i, at, len(b), err)
+		}
+	}
+}
