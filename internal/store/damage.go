@@ -40,11 +40,12 @@ func readableDamage(err error) bool {
 // checkDB looks, before Badger opens the db at dir, for damage that Badger
 // would make worse or die of: a table that panics while it is opened (in
 // Badger's own goroutines, which takes the whole process down); a manifest
-// that Badger would truncate, or that lists no table while tables exist
-// (Badger deletes tables its manifest does not list); and a log with
-// entries after a bad one (Badger truncates a log at its first bad entry,
-// discarding the rest). A crash leaves none of these: its logs end with at
-// most one torn entry, then zeros.
+// that Badger would truncate, or that lists no table while a whole table
+// exists (Badger deletes tables its manifest does not list); and a log
+// with entries after a bad one (Badger truncates a log at its first bad
+// entry, discarding the rest). A crash leaves none of these: tables it cut
+// short are not in the manifest yet, and its logs end with at most one
+// torn entry.
 // With full unset it checks the tables only: a read-only open truncates
 // and deletes nothing.
 func checkDB(dir string, full bool) error {
@@ -52,16 +53,26 @@ func checkDB(dir string, full bool) error {
 	if err != nil {
 		return err
 	}
+	listed, err := checkManifest(dir, full)
+	if err != nil {
+		return err
+	}
+	whole := 0 // unlisted tables that open
 	for _, t := range tables {
-		if err := checkTable(t); err != nil {
-			return err
+		err := checkTable(t)
+		if listed[uint64(fileID(t))] {
+			if err != nil {
+				return err
+			}
+		} else if err == nil {
+			whole++
 		}
 	}
 	if !full {
 		return nil
 	}
-	if err := checkManifest(dir, len(tables)); err != nil {
-		return err
+	if len(listed) == 0 && whole > 0 {
+		return damaged(filepath.Join(dir, badger.ManifestFilename), fmt.Sprintf("lists no table while the db has %d", whole))
 	}
 	logs, err := filepath.Glob(filepath.Join(dir, "*.mem"))
 	if err != nil {
@@ -117,47 +128,49 @@ func firstLine(v any) string {
 	return s
 }
 
-// checkManifest replays the manifest as Badger does.
-func checkManifest(dir string, tables int) error {
+// checkManifest replays the manifest as Badger does and returns the
+// tables it lists; with full set, a manifest cut short is damage.
+func checkManifest(dir string, full bool) (map[uint64]bool, error) {
 	name := filepath.Join(dir, badger.ManifestFilename)
 	f, err := os.Open(name)
 	if errors.Is(err, os.ErrNotExist) {
-		if tables > 0 {
-			return damaged(name, "is missing while the db has tables")
-		}
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m, end, err := badger.ReplayManifestFile(f, 0, badger.DefaultOptions(dir))
 	switch {
 	case err != nil:
-		return damaged(name, fmt.Sprintf("cannot be read (%v)", err))
-	case end < fi.Size():
-		return damaged(name, fmt.Sprintf("is cut short: %d of its %d bytes can be read", end, fi.Size()))
-	case len(m.Tables) == 0 && tables > 0:
-		return damaged(name, fmt.Sprintf("lists no table while the db has %d", tables))
+		return nil, damaged(name, fmt.Sprintf("cannot be read (%v)", err))
+	case full && end < fi.Size():
+		return nil, damaged(name, fmt.Sprintf("is cut short: %d of its %d bytes can be read", end, fi.Size()))
 	}
-	return nil
+	listed := map[uint64]bool{}
+	for id := range m.Tables {
+		listed[id] = true
+	}
+	return listed, nil
 }
 
 // Badger's log entry: meta, user meta, uvarint key length, value length and
 // expiry, the key, the value, then a big-endian CRC-32C of all before it.
 const (
 	logHeaderSize = 20 // a log file's header: key id and IV
-	maxEntryHead  = 2 + 3*binary.MaxVarintLen64
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// checkLog reads a log's entries from the start: where they stop, the rest
-// of the file must be one torn entry at most, then zeros.
+// checkLog reads a log's entries from the start up to the first that is
+// not whole. That is the end of the log, or a torn entry a crash left:
+// Badger writes an entry with one copy, which the kill can cut anywhere
+// (Go's copy stores an entry's first bytes last), and zeros follow it.
+// If a whole entry follows instead, the log is damaged.
 func checkLog(name string) error {
 	f, err := os.Open(name)
 	if err != nil {
@@ -177,76 +190,74 @@ func checkLog(name string) error {
 		return fmt.Errorf("map %s: %w", name, err)
 	}
 	defer unix.Munmap(data)
-	for off := int64(logHeaderSize); ; {
-		n, kv, ok := entryHead(data[off:])
-		switch {
-		case !ok:
-			return checkTail(name, f, data, off, off+maxEntryHead)
-		case n == 0: // a zero header: the end
-			return checkTail(name, f, data, off, off)
+	off := int64(logHeaderSize)
+	for {
+		n, ok := wholeEntry(data[off:])
+		if !ok {
+			break
 		}
-		if kv > uint64(size) {
-			return checkTail(name, f, data, off, off+n)
-		}
-		end := off + n + int64(kv) + crc32.Size
-		if end > size {
-			return nil // torn at the end of the file
-		}
-		body := data[off : end-crc32.Size]
-		if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(data[end-crc32.Size:end]) {
-			return checkTail(name, f, data, off, end)
-		}
-		off = end
+		off += n
 	}
+	at, found, err := entryAfter(f, data, off)
+	if err != nil || !found {
+		return err
+	}
+	return &damage{file: name, readable: true,
+		what: fmt.Sprintf("has a bad entry at offset %d and whole entries after it (at offset %d of %d): Badger would cut the log there", off, at, size)}
 }
 
-// entryHead decodes an entry's header: its length (0 for a header of
-// zeros) and the key and value lengths together; not ok where no entry can
-// start.
-func entryHead(b []byte) (n int64, kv uint64, ok bool) {
-	if len(b) < 5 {
-		return 0, 0, false
+// wholeEntry reports the length of the entry at the start of b if it is
+// whole: a header Badger writes (no expiry: ledgerfs sets none), its key
+// and value, and their CRC.
+func wholeEntry(b []byte) (int64, bool) {
+	if len(b) < 5 || b[0]&0x30 != 0 { // meta bits Badger does not use
+		return 0, false
 	}
 	i := 2
 	var lens [3]uint64
 	for j := range lens {
 		v, c := binary.Uvarint(b[i:])
 		if c <= 0 {
-			return 0, 0, false
+			return 0, false
 		}
 		lens[j] = v
 		i += c
 	}
-	if lens[0] > 1<<16 { // Badger's key length limit
-		return 0, 0, false
+	klen, vlen := lens[0], lens[1]
+	// A key carries an 8-byte version; Badger's limit is 64 KiB.
+	if klen < 8 || klen > 1<<16 || lens[2] != 0 || vlen > uint64(len(b)) {
+		return 0, false
 	}
-	if allZero(b[:i]) {
-		return 0, 0, true
+	end := i + int(klen+vlen)
+	if end+crc32.Size > len(b) {
+		return 0, false
 	}
-	return int64(i), lens[0] + lens[1], true
+	if crc32.Checksum(b[:end], castagnoli) != binary.BigEndian.Uint32(b[end:end+crc32.Size]) {
+		return 0, false
+	}
+	return int64(end + crc32.Size), true
 }
 
-// checkTail reports damage if the log has a non-zero byte at or after
-// from: entries follow the one at stop, where Badger would cut the log.
-func checkTail(name string, f *os.File, data []byte, stop, from int64) error {
+// entryAfter looks for a whole entry starting after offset stop, skipping
+// holes (logs are created sparse at their full size).
+func entryAfter(f *os.File, data []byte, stop int64) (int64, bool, error) {
 	size := int64(len(data))
-	for off := from; off < size; {
-		// Skip holes: logs are created sparse at their full size.
+	for off := stop + 1; off < size; {
 		start, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
 		if err != nil || start >= size {
-			return nil // ENXIO: no data after off
+			return 0, false, nil // ENXIO: no data after off
 		}
+		start = max(start, off)
 		end, err := unix.Seek(int(f.Fd()), start, unix.SEEK_HOLE)
 		if err != nil || end > size {
 			end = size
 		}
-		if i := slices.IndexFunc(data[start:end], func(b byte) bool { return b != 0 }); i >= 0 {
-			return &damage{file: name, readable: true,
-				what: fmt.Sprintf("has a bad entry at offset %d and data after it (at offset %d of %d): Badger would cut the log there", stop, start+int64(i), size)}
+		for p := start; p < end; p++ {
+			if _, ok := wholeEntry(data[p:]); ok {
+				return p, true, nil
+			}
 		}
 		off = end
 	}
-	return nil
+	return 0, false, nil
 }
-
-func allZero(b []byte) bool { return !slices.ContainsFunc(b, func(c byte) bool { return c != 0 }) }

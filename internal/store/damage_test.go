@@ -141,6 +141,31 @@ func TestLogDamageTellsCrashFromDamage(t *testing.T) {
 			t.Fatalf("run %d: log cut at %d of %d and padded: %v", i, cut, len(orig), err)
 		}
 	}
+	// A torn entry whose first bytes were never stored: Go's copy stores
+	// them last.
+	var ends []int
+	for off := logHeaderSize; ; {
+		n, ok := wholeEntry(orig[off:])
+		if !ok {
+			break
+		}
+		off += int(n)
+		ends = append(ends, off)
+	}
+	if len(ends) < 4 {
+		t.Fatalf("only %d entries in the log", len(ends))
+	}
+	for i := range 30 {
+		e := rand.IntN(len(ends) - 1)
+		start, end := ends[e], ends[e+1]
+		torn := slices.Clone(orig[:start+rand.IntN(end-start)+1])
+		clear(torn[start:min(len(torn), start+32)])
+		must(t, os.WriteFile(name, torn, 0o644))
+		must(t, os.Truncate(name, int64(len(orig))+1<<20))
+		if err := checkLog(name); err != nil {
+			t.Fatalf("run %d: entry %d torn, its head missing: %v", i, e, err)
+		}
+	}
 	// A byte flipped in the first half (the value is 8 MiB of chunks
 	// of at most a few MiB, so the last entry starts after it).
 	for i := range 20 {
