@@ -42,6 +42,6 @@ is a commit, and contents are deduplicated chunks.`,
 		},
 	}
 	root.PersistentFlags().BoolVar(&debug, "debug", false, "log debug messages (with mount: every FUSE request)")
-	root.AddCommand(newMount(), newLog(), newCat(), newBench())
+	root.AddCommand(newMount(), newLog(), newCat(), newBench(), newGuard())
 	return root
 }

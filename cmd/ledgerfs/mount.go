@@ -217,6 +217,7 @@ func serve(c serveConfig) error {
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", mnt, err)
 	}
+	startGuard(mnt)
 	if err := setReadAhead(mnt, readAheadKiB); err != nil {
 		slog.Info("kernel read-ahead left at its default", "err", err)
 	}
