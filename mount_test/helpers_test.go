@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -87,7 +88,10 @@ var servers sync.Map // *server → nil
 // one that does not stop within 10 s), detaches their mounts and removes
 // root.
 func cleanUp(root string) {
-	fmt.Fprintln(os.Stderr, "mount tests: the timeout is near: stopping every server and removing", root)
+	// What Go's timeout panic would show, before the clean-up changes it.
+	fmt.Fprintln(os.Stderr, "mount tests: the timeout is near; goroutines now:")
+	pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+	fmt.Fprintln(os.Stderr, "mount tests: stopping every server and removing", root)
 	var left []*server
 	servers.Range(func(k, _ any) bool {
 		s := k.(*server)

@@ -1,0 +1,299 @@
+package mount_test
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var long = flag.Bool("long", false, "run the long variants (the kill -9 loop: 200 iterations)")
+
+// model is what a worker knows of its names: the state each had when its
+// last change was acknowledged, and the state an unacknowledged change in
+// flight would give it. nil is absent.
+type model struct {
+	mu    sync.Mutex
+	want  map[string][]byte
+	maybe map[string][]byte // only names with a change in flight
+}
+
+func (m *model) start(changes map[string][]byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, v := range changes {
+		m.maybe[k] = v
+	}
+}
+
+func (m *model) ack(changes map[string][]byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, v := range changes {
+		m.want[k] = v
+		delete(m.maybe, k)
+	}
+}
+
+// TestKillLoop kills the server with SIGKILL again and again, at random
+// points of its start, its work and its shutdown, under writers that
+// create, overwrite, append, fsync, rename and delete, and transactions
+// that merge with them. After each kill a new server must show every
+// acknowledged change (a close, rename, unlink or transaction commit that
+// returned) and nothing that was never made; at the end every commit in
+// the log must be readable and every row must follow the schema.
+// 12 iterations; -long runs 200.
+func TestKillLoop(t *testing.T) {
+	iterations := 12
+	if *long {
+		iterations = 200
+	}
+	repo := t.TempDir()
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	m := &model{want: map[string][]byte{}, maybe: map[string][]byte{}}
+	kinds := map[string]int{}
+	for it := range iterations {
+		s := mountAt(t, repo, mnt)
+		pg := filepath.Join(mnt, "l", "p")
+		must(t, os.MkdirAll(pg, 0o755))
+		checkModel(t, it, pg, m)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range 3 {
+			wg.Go(func() { work(it, w, pg, m, stop) })
+		}
+		wg.Go(func() { transact(it, pg, m, stop) })
+		kind := []string{"work", "work", "startup", "shutdown"}[rand.IntN(4)]
+		kinds[kind]++
+		switch kind {
+		case "work":
+			time.Sleep(time.Duration(50+rand.IntN(400)) * time.Millisecond)
+			s.kill()
+		case "shutdown":
+			time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond)
+			s.cmd.Process.Signal(syscall.SIGTERM)
+			time.Sleep(time.Duration(rand.IntN(30_000)) * time.Microsecond)
+			s.kill()
+		case "startup":
+			time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond)
+			s.kill()
+			// The next server is killed while it starts.
+			cmd := exec.Command(binary, "mount", repo, mnt)
+			must(t, cmd.Start())
+			time.Sleep(time.Duration(rand.IntN(40_000)) * time.Microsecond)
+			cmd.Process.Kill()
+			cmd.Wait()
+			detach(mnt)
+		}
+		close(stop)
+		wg.Wait()
+	}
+	s := mountAt(t, repo, mnt)
+	pg := filepath.Join(mnt, "l", "p")
+	checkModel(t, iterations, pg, m)
+	// Every commit of the log is readable: its whole tree, and each
+	// version of a file (name, size and time) once.
+	log, err := os.ReadFile(filepath.Join(pg, ".ledger", "log"))
+	must(t, err)
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	read := map[string]bool{}
+	for _, line := range lines {
+		id := strings.Fields(line)[0]
+		err := filepath.WalkDir(filepath.Join(pg, ".ledger", "commits", id), func(p string, d os.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() {
+				return err
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			version := fmt.Sprint(d.Name(), fi.Size(), fi.ModTime().UnixNano())
+			if !read[version] {
+				read[version] = true
+				_, err = os.ReadFile(p)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("commit %s: %v", id, err)
+		}
+	}
+	s.stop()
+	verifySchema(t, repo)
+	t.Logf("%d kills (%v), %d names, %d commits, all readable", iterations, kinds, len(m.want), len(lines))
+}
+
+// checkModel compares the page with what was acknowledged.
+func checkModel(t *testing.T, it int, pg string, m *model) {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, want := range m.want {
+		got, err := os.ReadFile(filepath.Join(pg, name))
+		if os.IsNotExist(err) {
+			got = nil
+		} else if err != nil {
+			t.Fatalf("iteration %d: %s: %v", it, name, err)
+		}
+		maybe, inFlight := m.maybe[name]
+		switch {
+		case bytes.Equal(got, want) && (got == nil) == (want == nil):
+			m.want[name] = want
+		case inFlight && bytes.Equal(got, maybe) && (got == nil) == (maybe == nil):
+			m.want[name] = maybe
+		default:
+			t.Fatalf("iteration %d: %s is %s, acknowledged %s (in flight: %v %s)", it, name, show(got), show(want), inFlight, show(maybe))
+		}
+	}
+	for name, maybe := range m.maybe {
+		if _, known := m.want[name]; known {
+			continue
+		}
+		got, err := os.ReadFile(filepath.Join(pg, name))
+		if err == nil && bytes.Equal(got, maybe) {
+			m.want[name] = maybe
+		} else if err == nil {
+			t.Fatalf("iteration %d: %s is %s, never acknowledged (in flight %s)", it, name, show(got), show(maybe))
+		}
+	}
+	clear(m.maybe)
+}
+
+func show(b []byte) string {
+	if b == nil {
+		return "absent"
+	}
+	return fmt.Sprintf("%d bytes %x…", len(b), b[:min(len(b), 6)])
+}
+
+// work makes random changes to worker w's names until stop or an error
+// (the server is gone).
+func work(it, w int, pg string, m *model, stop chan struct{}) {
+	r := rand.New(rand.NewPCG(uint64(it), uint64(w)))
+	var mine []string
+	m.mu.Lock()
+	prefix := fmt.Sprintf("w%d-", w)
+	for name, v := range m.want {
+		if strings.HasPrefix(name, prefix) && v != nil {
+			mine = append(mine, name)
+		}
+	}
+	m.mu.Unlock()
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		op := r.IntN(10)
+		if len(mine) == 0 {
+			op = 0
+		}
+		var err error
+		switch {
+		case op < 4: // create or overwrite, sometimes fsynced
+			name := fmt.Sprintf("%s%d-%d", prefix, it, n)
+			if op == 3 {
+				name = mine[r.IntN(len(mine))]
+			}
+			data := content(it*100000+w*10000+n, 1+r.IntN(300_000))
+			m.start(map[string][]byte{name: data})
+			err = writeFile(filepath.Join(pg, name), data, os.O_TRUNC, op == 2)
+			if err == nil {
+				m.ack(map[string][]byte{name: data})
+				if op != 3 {
+					mine = append(mine, name)
+				}
+			}
+		case op < 6: // append
+			name := mine[r.IntN(len(mine))]
+			m.mu.Lock()
+			old := m.want[name]
+			m.mu.Unlock()
+			more := content(n, 1+r.IntN(5000))
+			data := append(bytes.Clone(old), more...)
+			m.start(map[string][]byte{name: data})
+			if err = writeFile(filepath.Join(pg, name), more, os.O_APPEND, false); err == nil {
+				m.ack(map[string][]byte{name: data})
+			}
+		case op < 8: // rename to a new name
+			i := r.IntN(len(mine))
+			from, to := mine[i], fmt.Sprintf("%s%d-%d-r", prefix, it, n)
+			m.mu.Lock()
+			data := m.want[from]
+			m.mu.Unlock()
+			ch := map[string][]byte{from: nil, to: data}
+			m.start(ch)
+			if err = os.Rename(filepath.Join(pg, from), filepath.Join(pg, to)); err == nil {
+				m.ack(ch)
+				mine[i] = to
+			}
+		default: // delete
+			i := r.IntN(len(mine))
+			name := mine[i]
+			m.start(map[string][]byte{name: nil})
+			if err = os.Remove(filepath.Join(pg, name)); err == nil {
+				m.ack(map[string][]byte{name: nil})
+				mine = append(mine[:i], mine[i+1:]...)
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// writeFile writes data with the given flag, fsyncing if asked; an
+// error from any step (the close included) leaves the change unacknowledged.
+func writeFile(path string, data []byte, flag int, sync bool) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|flag, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil && sync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// transact commits transactions of two new files each, which merge with
+// the workers' changes.
+func transact(it int, pg string, m *model, stop chan struct{}) {
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		name := fmt.Sprintf("t%d-%d", it, n)
+		dir := filepath.Join(pg, ".ledger", "transactions", name)
+		if os.Mkdir(dir, 0o755) != nil {
+			return
+		}
+		ch := map[string][]byte{}
+		for k := range 2 {
+			file := fmt.Sprintf("x%d-%d-%d", it, n, k)
+			ch[file] = content(it*1000+n*10+k, 2000+k*50_000)
+			if os.WriteFile(filepath.Join(dir, file), ch[file], 0o644) != nil {
+				return
+			}
+		}
+		m.start(ch)
+		if os.Rename(dir, filepath.Join(pg, ".ledger", "commit", name)) != nil {
+			return
+		}
+		m.ack(ch)
+	}
+}
