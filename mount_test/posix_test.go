@@ -2,6 +2,7 @@ package mount_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -436,4 +437,83 @@ func TestFsyncDirectories(t *testing.T) {
 		}
 		d.Close()
 	}
+}
+
+// Names longer than a directory entry's 255 bytes get ENAMETOOLONG, as on
+// ext4; a ledger name whose folder name would not fit (over 189 bytes) is
+// refused when made, and one that fits works in full. statfs answers in
+// every directory.
+func TestNameLimitsAndStatfs(t *testing.T) {
+	s := mount(t, t.TempDir())
+	pg := s.page("l", "p")
+	long := strings.Repeat("n", 256)
+	for what, err := range map[string]error{
+		"create":  os.WriteFile(filepath.Join(pg, long), nil, 0o644),
+		"mkdir":   os.Mkdir(filepath.Join(pg, long), 0o755),
+		"stat":    func() error { _, err := os.Stat(filepath.Join(pg, long)); return err }(),
+		"ledger":  os.Mkdir(filepath.Join(s.mnt, strings.Repeat("l", 190)), 0o755),
+		"page":    os.Mkdir(filepath.Join(s.mnt, "l", long), 0o755),
+		"symlink": os.Symlink("x", filepath.Join(pg, long)),
+		"unlink":  os.Remove(filepath.Join(pg, long)),
+		"renameto": func() error {
+			must(t, os.WriteFile(filepath.Join(pg, "f"), nil, 0o644))
+			return os.Rename(filepath.Join(pg, "f"), filepath.Join(pg, long))
+		}(),
+	} {
+		if !errors.Is(err, syscall.ENAMETOOLONG) {
+			t.Errorf("%s with a long name: %v, want ENAMETOOLONG", what, err)
+		}
+	}
+	name255 := strings.Repeat("x", 255)
+	must(t, os.WriteFile(filepath.Join(pg, name255), []byte("ok"), 0o644))
+	// A ledger of 189 bytes is renamed, gets a page and is removed.
+	ledger := filepath.Join(s.mnt, strings.Repeat("l", 189))
+	must(t, os.Mkdir(ledger, 0o755))
+	if err := os.Rename(ledger, filepath.Join(s.mnt, strings.Repeat("m", 190))); !errors.Is(err, syscall.ENAMETOOLONG) {
+		t.Errorf("rename of a ledger to 190 bytes: %v, want ENAMETOOLONG", err)
+	}
+	ledger2 := filepath.Join(s.mnt, strings.Repeat("m", 189))
+	must(t, os.Rename(ledger, ledger2))
+	must(t, os.Mkdir(filepath.Join(ledger2, "p"), 0o755))
+	must(t, os.WriteFile(filepath.Join(ledger2, "p", "f"), []byte("f"), 0o644))
+	if b, err := os.ReadFile(filepath.Join(ledger2, "p", "f")); err != nil || string(b) != "f" {
+		t.Fatalf("file in the long-named ledger: %q, %v", b, err)
+	}
+	must(t, os.RemoveAll(filepath.Join(ledger2, "p")))
+	must(t, os.Remove(ledger2))
+	var root syscall.Statfs_t
+	must(t, syscall.Statfs(s.mnt, &root))
+	for _, dir := range []string{filepath.Join(s.mnt, "l"), pg, filepath.Join(pg, ".ledger")} {
+		var st syscall.Statfs_t
+		must(t, syscall.Statfs(dir, &st))
+		if st.Blocks == 0 || st.Blocks != root.Blocks || st.Namelen != 255 {
+			t.Errorf("statfs %s: %d blocks, name length %d; the root has %d blocks", dir, st.Blocks, st.Namelen, root.Blocks)
+		}
+	}
+}
+
+// Mode 0000 is a mode like any other: a file created with it and a
+// directory made with it keep it, also after a remount.
+func TestModeZeroIsKept(t *testing.T) {
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("l", "p")
+	fd, err := syscall.Open(filepath.Join(pg, "f"), syscall.O_CREAT|syscall.O_WRONLY, 0)
+	must(t, err)
+	must(t, syscall.Close(fd))
+	must(t, syscall.Mkdir(filepath.Join(pg, "d"), 0))
+	check := func(when string) {
+		for name, want := range map[string]uint32{"f": syscall.S_IFREG, "d": syscall.S_IFDIR} {
+			var st syscall.Stat_t
+			must(t, syscall.Lstat(filepath.Join(pg, name), &st))
+			if st.Mode != want {
+				t.Errorf("%s %s: mode %o, want %o", when, name, st.Mode, want)
+			}
+		}
+	}
+	check("made")
+	syncDir(t, pg)
+	s.stop()
+	s = mountAt(t, repo, s.mnt)
+	check("after a remount")
 }

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -101,6 +102,9 @@ func (d *dirNode) prefix() (string, []string, error) {
 // childKey returns the key of name in d and whether name is the collision
 // form of a file shadowed by a directory.
 func (d *dirNode) childKey(name string) (string, bool, error) {
+	if len(name) > keypath.MaxComponent {
+		return "", false, syscall.ENAMETOOLONG
+	}
 	comps, ok := d.comps()
 	if !ok {
 		return "", false, syscall.ENOENT
@@ -110,6 +114,15 @@ func (d *dirNode) childKey(name string) (string, bool, error) {
 		return "", false, syscall.EINVAL
 	}
 	return key, coll, nil
+}
+
+// nameErrno is the errno for a name childKey refused: ENAMETOOLONG for a
+// name longer than a directory entry's, as ext4 says, or otherwise.
+func nameErrno(err error, otherwise syscall.Errno) syscall.Errno {
+	if errors.Is(err, syscall.ENAMETOOLONG) {
+		return syscall.ENAMETOOLONG
+	}
+	return otherwise
 }
 
 func hasPrefixKey(t *btree.Tree, prefix string) (bool, error) {
@@ -190,6 +203,9 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if name == store.ReservedName && !d.below && d.pg.v.showsHistory() {
 		ch := d.NewInode(ctx, &historyRoot{roDir(d.pg)}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: d.pg.fs.inos.get(d.pg.metaID(""))})
 		return ch, getattr(ctx, ch, &out.Attr)
+	}
+	if len(name) > keypath.MaxComponent {
+		return nil, syscall.ENAMETOOLONG
 	}
 	child := append(comps, name)
 	if keypath.IsContinuation(name) {

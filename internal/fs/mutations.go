@@ -17,7 +17,7 @@ import (
 func (d *dirNode) freeName(op, name string) (string, syscall.Errno) {
 	key, coll, err := d.childKey(name)
 	if err != nil || coll {
-		return "", syscall.EINVAL
+		return "", nameErrno(err, syscall.EINVAL)
 	}
 	exists := d.pg.pendingFile(key) != nil || d.pg.dirShown(key+"/")
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
@@ -69,7 +69,7 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	}
 	key, coll, err := d.childKey(name)
 	if err != nil || coll {
-		return syscall.ENOENT
+		return nameErrno(err, syscall.ENOENT)
 	}
 	prefix, _, err := d.prefix()
 	if err != nil {
@@ -151,7 +151,7 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	}
 	key, _, err := d.childKey(name)
 	if err != nil {
-		return syscall.ENOENT
+		return nameErrno(err, syscall.ENOENT)
 	}
 	prefix, _, err := d.prefix()
 	if err != nil {
@@ -208,7 +208,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	}
 	key, coll, err := d.childKey(name)
 	if err != nil || coll {
-		return nil, nil, 0, syscall.EINVAL
+		return nil, nil, 0, nameErrno(err, syscall.EINVAL)
 	}
 	isDir := false
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {

@@ -36,11 +36,11 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	}
 	src, scoll, err := d.childKey(name)
 	if err != nil {
-		return syscall.ENOENT
+		return nameErrno(err, syscall.ENOENT)
 	}
 	dst, dcoll, err := nd.childKey(newName)
 	if err != nil || dcoll {
-		return syscall.EINVAL
+		return nameErrno(err, syscall.EINVAL)
 	}
 	if src == dst {
 		return 0

@@ -167,7 +167,12 @@ var (
 	_ gofs.NodeRenamer   = (*ledgerNode)(nil)
 	_ gofs.NodeGetattrer = (*ledgerNode)(nil)
 	_ gofs.NodeFsyncer   = (*ledgerNode)(nil)
+	_ gofs.NodeStatfser  = (*ledgerNode)(nil)
 )
+
+func (l *ledgerNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	return statfs(l.fs, out)
+}
 
 // Fsync makes the ledger's pages (their names) durable.
 func (l *ledgerNode) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) syscall.Errno {

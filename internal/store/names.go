@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 )
 
 // PageID is Ledger's 16-byte page id.
@@ -34,11 +35,24 @@ func CheckName(name string) error {
 	case name == "" || name == "." || name == "..":
 		return fmt.Errorf("%w: %q", ErrBadName, name)
 	case len(name) > 255:
-		return fmt.Errorf("%w: %d bytes, the limit is 255", ErrBadName, len(name))
+		return fmt.Errorf("%w: %d bytes, the limit is 255: %w", ErrBadName, len(name), syscall.ENAMETOOLONG)
 	case strings.ContainsAny(name, "/\x00"):
 		return fmt.Errorf("%w: %q contains '/' or NUL", ErrBadName, name)
 	case name == ReservedName:
 		return fmt.Errorf("%w: %q is reserved", ErrBadName, name)
+	}
+	return nil
+}
+
+// checkLedgerName checks a ledger name: its folder's name (see
+// ledgerFolder) must be one directory name too, which limits it to 189
+// bytes.
+func checkLedgerName(name string) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	if n := len(ledgerFolder(name)); n > 255 {
+		return fmt.Errorf("%w: a ledger name of %d bytes is stored as a folder name of %d bytes; the limit is 189 bytes: %w", ErrBadName, len(name), n, syscall.ENAMETOOLONG)
 	}
 	return nil
 }

@@ -371,7 +371,7 @@ func (r *Repository) HasPage(ledger, page string) (bool, error) {
 
 // CreateLedger creates an empty ledger.
 func (r *Repository) CreateLedger(ledger string) error {
-	if err := CheckName(ledger); err != nil {
+	if err := checkLedgerName(ledger); err != nil {
 		return err
 	}
 	if err := r.space.claim(0, forChange); err != nil {
@@ -517,7 +517,7 @@ func (r *Repository) RenamePage(ledger, from, to string) error {
 
 // RenameLedger renames a ledger, replacing nothing.
 func (r *Repository) RenameLedger(from, to string) error {
-	if err := CheckName(to); err != nil {
+	if err := checkLedgerName(to); err != nil {
 		return err
 	}
 	if ok, err := r.HasLedger(from); err != nil {
