@@ -192,8 +192,10 @@ func serve(c serveConfig) error {
 	opts := &gofs.Options{
 		EntryTimeout: &c.cache,
 		AttrTimeout:  &c.cache,
-		UID:          uint32(os.Getuid()),
-		GID:          uint32(os.Getgid()),
+		// A mode of 0000 is kept: go-fuse would show it as 0644 or 0755.
+		NullPermissions: true,
+		UID:             uint32(os.Getuid()),
+		GID:             uint32(os.Getgid()),
 		MountOptions: fuse.MountOptions{
 			FsName:        fsName(c.repo),
 			Name:          "ledgerfs",
