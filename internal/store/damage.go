@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 	"github.com/dgraph-io/badger/v4/table"
 	"github.com/dgraph-io/ristretto/v2/z"
 	"golang.org/x/sys/unix"
@@ -59,13 +60,18 @@ func checkDB(dir string, full bool) error {
 	}
 	whole := 0 // unlisted tables that open
 	for _, t := range tables {
-		err := checkTable(t)
-		if listed[uint64(fileID(t))] {
-			if err != nil {
+		if tm, ok := listed[uint64(fileID(t))]; ok {
+			if err := checkTable(t, tm.Compression); err != nil {
 				return err
 			}
-		} else if err == nil {
-			whole++
+			continue
+		}
+		// Written by this repository's options, or by Badger's defaults.
+		for _, c := range []options.CompressionType{options.None, options.Snappy, options.ZSTD} {
+			if checkTable(t, c) == nil {
+				whole++
+				break
+			}
 		}
 	}
 	if !full {
@@ -104,7 +110,7 @@ func fileID(name string) int {
 }
 
 // checkTable opens a table as Badger does, catching its panics.
-func checkTable(name string) (err error) {
+func checkTable(name string, c options.CompressionType) (err error) {
 	mf, err := z.OpenMmapFile(name, os.O_RDONLY, 0)
 	if err != nil {
 		return fmt.Errorf("open table: %w", err)
@@ -115,7 +121,8 @@ func checkTable(name string) (err error) {
 			err = damaged(name, fmt.Sprintf("cannot be read as a table (%v)", firstLine(r)))
 		}
 	}()
-	t, err := table.OpenTable(mf, table.Options{})
+	// Badger's default block size; the table's own is in its index.
+	t, err := table.OpenTable(mf, table.Options{Compression: c, BlockSize: 4 << 10})
 	if err != nil {
 		return damaged(name, fmt.Sprintf("cannot be read as a table (%v)", err))
 	}
@@ -130,7 +137,7 @@ func firstLine(v any) string {
 
 // checkManifest replays the manifest as Badger does and returns the
 // tables it lists; with full set, a manifest cut short is damage.
-func checkManifest(dir string, full bool) (map[uint64]bool, error) {
+func checkManifest(dir string, full bool) (map[uint64]badger.TableManifest, error) {
 	name := filepath.Join(dir, badger.ManifestFilename)
 	f, err := os.Open(name)
 	if errors.Is(err, os.ErrNotExist) {
@@ -151,11 +158,7 @@ func checkManifest(dir string, full bool) (map[uint64]bool, error) {
 	case full && end < fi.Size():
 		return nil, damaged(name, fmt.Sprintf("is cut short: %d of its %d bytes can be read", end, fi.Size()))
 	}
-	listed := map[uint64]bool{}
-	for id := range m.Tables {
-		listed[id] = true
-	}
-	return listed, nil
+	return m.Tables, nil
 }
 
 // Badger's log entry: meta, user meta, uvarint key length, value length and
