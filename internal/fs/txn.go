@@ -154,12 +154,17 @@ func (pg *pageRef) endTxn(name string, commit bool) error {
 	}
 	var err error
 	var from, to *store.Commit
+	var touched func(key string) bool
 	switch {
 	case commit && t.broken != nil:
 		err = t.broken
 	case commit:
-		if from, err = t.p.Head(); err == nil {
-			to, err = t.j.Commit()
+		// The live page takes the transaction's own changes only: an
+		// implicit commit landing between from and to is already live.
+		if touched, err = t.j.Keys(); err == nil {
+			if from, err = t.p.Head(); err == nil {
+				to, err = t.j.Commit()
+			}
 		}
 	default:
 		err = t.j.Rollback()
@@ -177,7 +182,7 @@ func (pg *pageRef) endTxn(name string, commit bool) error {
 	delete(pg.txns, name)
 	pg.mu.Unlock()
 	if to != nil {
-		pg.landed(t.p, from, to)
+		pg.landed(t.p, from, to, touched)
 	}
 	pg.release(t.p)
 	return nil
@@ -191,9 +196,10 @@ func (pg *pageRef) endTxn(name string, commit bool) error {
 // open on it keep what they had (with no link), the next lookup makes a
 // new inode of the new entry. A file whose metadata alone changed keeps its
 // inode and takes the new mode and times. Directories the commit removed
-// are removed as rmdir removes them. The caller holds no lock a FUSE
-// operation of the page could wait for.
-func (pg *pageRef) landed(p *store.Page, from, to *store.Commit) {
+// are removed as rmdir removes them. Only keys touched reports are taken:
+// other changes between from and to landed through the live page. The
+// caller holds no lock a FUSE operation of the page could wait for.
+func (pg *pageRef) landed(p *store.Page, from, to *store.Commit, touched func(key string) bool) {
 	root := pg.rootInode()
 	if root == nil {
 		return // the kernel has not looked the page up
@@ -206,6 +212,9 @@ func (pg *pageRef) landed(p *store.Page, from, to *store.Commit) {
 	seen := map[*gofs.Inode]bool{}
 	ts := pg.shownTime(p, to)
 	err := p.Nodes().Diff(from.Root, to.Root, func(ch btree.Change) error {
+		if !touched(ch.Key) {
+			return nil
+		}
 		comps := keypath.Path(ch.Key, false)
 		n := root
 		for _, name := range comps[:len(comps)-1] {

@@ -274,6 +274,20 @@ func (j *Journal) Ops(prefix string, fn func(Op) error) error {
 	return nil
 }
 
+// Keys reports which keys the journal changes: all of them if it clears
+// the page.
+func (j *Journal) Keys() (func(key string) bool, error) {
+	if cleared, err := j.Cleared(); err != nil || cleared {
+		return func(string) bool { return true }, err
+	}
+	keys := map[string]bool{}
+	err := j.Ops("", func(op Op) error {
+		keys[op.Key] = true
+		return nil
+	})
+	return func(key string) bool { return keys[key] }, err
+}
+
 // Rollback drops the journal and its changes.
 func (j *Journal) Rollback() error {
 	if j.done {
