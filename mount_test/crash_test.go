@@ -36,9 +36,9 @@ func TestKillAtStartup(t *testing.T) {
 		t.Fatalf("the server opened a file on its own mount:\n%s", s.log)
 	}
 
-	kills := 60
-	if testing.Short() {
-		kills = 20
+	kills := 20
+	if *long {
+		kills = 100
 	}
 	for i := range kills {
 		cmd := exec.Command(binary, "mount", repo, mnt)
@@ -109,6 +109,7 @@ func abort(mnt string) error {
 // time their batch began: the page as of any time after a close returned
 // shows the file, as it would have without the crash.
 func TestCrashKeepsAcceptanceTimes(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	mnt := filepath.Join(t.TempDir(), "mnt")
 	recovered := false
@@ -143,6 +144,7 @@ func TestCrashKeepsAcceptanceTimes(t *testing.T) {
 // next mount would, and show every file whose close had returned. Badger
 // alone refuses ("Log truncate required").
 func TestReadAfterKill(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"cat", "log", "read-only mount"} {
 		t.Run(how, func(t *testing.T) {
 			repo := t.TempDir()
@@ -187,6 +189,7 @@ func TestReadAfterKill(t *testing.T) {
 // Badger cut to the bad entry) is served read-only and keeps its size.
 // Every other page keeps working.
 func TestDamagedPagesAreIsolated(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	s := mount(t, repo)
 	for _, p := range []string{"cut", "flipped", "fine"} {

@@ -55,7 +55,7 @@ func TestMain(m *testing.M) {
 	// Go's test timeout panics without running cleanups: stop the servers
 	// and remove the files a little before it.
 	if d := flag.Lookup("test.timeout").Value.(flag.Getter).Get().(time.Duration); d > 0 {
-		time.AfterFunc(d-min(30*time.Second, d/4), func() { cleanUp(root) })
+		time.AfterFunc(d-min(30*time.Second, d/2), func() { cleanUp(root) })
 	}
 	code := m.Run()
 	os.RemoveAll(root)

@@ -61,9 +61,9 @@ func (m *model) ack(changes map[string][]byte) {
 // every present name must read back, every commit must read with its
 // changes (ledgerfs log reads the tree nodes each commit has of its own),
 // and every row must follow the schema.
-// 12 iterations; -long runs 200.
+// 8 iterations; -long runs 200.
 func TestKillLoop(t *testing.T) {
-	iterations := 12
+	iterations := 8
 	if *long {
 		iterations = 200
 	}

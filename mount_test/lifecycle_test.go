@@ -304,6 +304,7 @@ func TestStopRightAfterMount(t *testing.T) {
 // it, and keeps serving; a second signal detaches the mount, which then
 // serves the process until it lets go, and the server ends cleanly.
 func TestBusyUnmount(t *testing.T) {
+	t.Parallel()
 	s := mount(t, t.TempDir())
 	pg := s.page("l", "p")
 	must(t, os.WriteFile(filepath.Join(pg, "f"), []byte("data"), 0o644))
@@ -346,6 +347,7 @@ func TestBusyUnmount(t *testing.T) {
 // Mounting over a mount whose server died says so, and how to clear it,
 // even while the kernel still answers stat there from its cache.
 func TestRemountOverDeadMount(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	s := mount(t, repo, "--cache-timeout", "60")
 	s.page("l", "p")
@@ -376,7 +378,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 
 // A test run cut short by its timeout stops its servers, detaches their
 // mounts and removes its files before Go's timeout panic. This test runs
-// itself in a child with an 8 s timeout that mounts and then hangs.
+// itself in a child with a 10 s timeout that mounts and then hangs.
 func TestCleanupOnTimeout(t *testing.T) {
 	if os.Getenv("LEDGERFS_TEST_HANG") != "" {
 		s := mount(t, t.TempDir())
@@ -385,7 +387,7 @@ func TestCleanupOnTimeout(t *testing.T) {
 		select {}
 	}
 	parent := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCleanupOnTimeout$", "-test.timeout=8s", "-test.v")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCleanupOnTimeout$", "-test.timeout=10s", "-test.v")
 	cmd.Env = append(os.Environ(), "LEDGERFS_TEST_HANG=1", "TMPDIR="+parent,
 		"LEDGERFS_TEST_BINARIES="+binary+":"+plainBinary)
 	out, err := cmd.CombinedOutput()
