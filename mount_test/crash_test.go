@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,20 +46,10 @@ func TestKillAtStartup(t *testing.T) {
 		must(t, cmd.Start())
 		exited := make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()
-		// Half the kills land while the repository opens, half in the
-		// first milliseconds of the mount.
-		if i%2 == 0 {
-			time.Sleep(time.Duration(rand.IntN(20_000)) * time.Microsecond)
-		} else {
-			for !mounted(mnt) {
-				select {
-				case err := <-exited:
-					t.Fatalf("server exited before mounting (%v):\n%s", err, &out)
-				default:
-				}
-			}
-			time.Sleep(time.Duration(rand.IntN(3_000)) * time.Microsecond)
-		}
+		// The kills land at the events of a start in turn: as the
+		// process begins (the repository opening), as the mount
+		// appears, and once the server says it serves.
+		startupEvent(t, i, mnt, &out, exited)
 		cmd.Process.Kill()
 		select {
 		case <-exited:
@@ -82,6 +71,24 @@ func TestKillAtStartup(t *testing.T) {
 	}
 	s.stop()
 	verifySchema(t, repo)
+}
+
+// startupEvent returns at start event k%3 of a server writing to out: at
+// once, when its mount appears, or when it logs that it serves.
+func startupEvent(t testing.TB, k int, mnt string, out *output, exited <-chan error) {
+	t.Helper()
+	switch k % 3 {
+	case 1:
+		for !mounted(mnt) { // no barrier: the mount table is polled
+			select {
+			case err := <-exited:
+				t.Fatalf("server exited before mounting (%v):\n%s", err, out)
+			default:
+			}
+		}
+	case 2:
+		out.await(t, "msg=serving")
+	}
 }
 
 // abort ends the FUSE connection of the mount at mnt through fusectl, which

@@ -101,11 +101,9 @@ func cleanUp(root string) {
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for _, s := range left {
-		for time.Now().Before(deadline) {
-			if _, running := servers.Load(s); !running {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
+		select {
+		case <-s.exited:
+		case <-time.After(time.Until(deadline)):
 		}
 		if _, running := servers.Load(s); running {
 			s.cmd.Process.Kill()
@@ -128,6 +126,8 @@ type server struct {
 	cmd  *exec.Cmd
 	log  *output
 	done chan error
+	// exited is closed once the process has ended (done is for stop).
+	exited chan struct{}
 }
 
 // mount serves repo at a new mount point until the test ends.
@@ -152,9 +152,11 @@ func mountWith(t testing.TB, bin, repo, mnt string, args ...string) *server {
 		t.Fatal(err)
 	}
 	servers.Store(s, nil)
+	s.exited = make(chan struct{})
 	go func() {
 		err := s.cmd.Wait()
 		servers.Delete(s)
+		close(s.exited)
 		s.done <- err
 	}()
 	deadline := time.Now().Add(20 * time.Second)
@@ -177,14 +179,43 @@ func mountWith(t testing.TB, bin, repo, mnt string, args ...string) *server {
 // output collects a server's stdout and stderr; tests read it while the
 // server still writes.
 type output struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu    sync.Mutex
+	b     bytes.Buffer
+	wrote chan struct{} // closed and replaced at each write
 }
 
 func (o *output) Write(p []byte) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.wrote != nil {
+		close(o.wrote)
+		o.wrote = nil
+	}
 	return o.b.Write(p)
+}
+
+// await waits up to 20 s for the output to contain want: a log line is
+// the event to wait for.
+func (o *output) await(t testing.TB, want string) {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		o.mu.Lock()
+		if strings.Contains(o.b.String(), want) {
+			o.mu.Unlock()
+			return
+		}
+		if o.wrote == nil {
+			o.wrote = make(chan struct{})
+		}
+		wrote := o.wrote
+		o.mu.Unlock()
+		select {
+		case <-wrote:
+		case <-timeout:
+			t.Fatalf("no %q in the output within 20 s:\n%s", want, o)
+		}
+	}
 }
 
 func (o *output) String() string {

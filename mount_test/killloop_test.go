@@ -26,6 +26,25 @@ type model struct {
 	maybe map[string][]byte   // only names with a change in flight
 	dirty map[string]struct{} // names changed since the last check
 	hist  map[string][]string
+	acks  int        // changes acknowledged so far
+	acked *sync.Cond // on mu, at each acknowledgement
+}
+
+// awaitAcks returns once n changes in all were acknowledged, or after 20 s
+// (the workers stop at their first error).
+func (m *model) awaitAcks(n int) {
+	deadline := time.Now().Add(20 * time.Second)
+	wake := time.AfterFunc(20*time.Second, func() {
+		m.mu.Lock()
+		m.acked.Broadcast()
+		m.mu.Unlock()
+	})
+	defer wake.Stop()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for m.acks < n && time.Now().Before(deadline) {
+		m.acked.Wait()
+	}
 }
 
 func (m *model) note(name, what string) {
@@ -50,6 +69,8 @@ func (m *model) ack(changes map[string][]byte) {
 		m.want[k] = v
 		delete(m.maybe, k)
 	}
+	m.acks++
+	m.acked.Broadcast()
 }
 
 // TestKillLoop kills the server with SIGKILL again and again, at random
@@ -70,6 +91,7 @@ func TestKillLoop(t *testing.T) {
 	repo := t.TempDir()
 	mnt := filepath.Join(t.TempDir(), "mnt")
 	m := &model{want: map[string][]byte{}, maybe: map[string][]byte{}, dirty: map[string]struct{}{}, hist: map[string][]string{}}
+	m.acked = sync.NewCond(&m.mu)
 	kinds := map[string]int{}
 	for it := range iterations {
 		s := mountAt(t, repo, mnt)
@@ -84,24 +106,31 @@ func TestKillLoop(t *testing.T) {
 		wg.Go(func() { transact(it, pg, m, stop) })
 		kind := []string{"work", "work", "startup", "shutdown"}[rand.IntN(4)]
 		kinds[kind]++
+		// The kill comes after a random number of acknowledged changes.
+		m.mu.Lock()
+		after := m.acks + 20 + rand.IntN(300)
+		m.mu.Unlock()
+		m.awaitAcks(after)
 		switch kind {
 		case "work":
-			time.Sleep(time.Duration(50+rand.IntN(250)) * time.Millisecond)
 			s.kill()
 		case "shutdown":
-			time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond)
+			// Killed as the unmount begins.
 			s.cmd.Process.Signal(syscall.SIGTERM)
-			time.Sleep(time.Duration(rand.IntN(30_000)) * time.Microsecond)
+			s.log.await(t, "msg=unmounting")
 			s.kill()
 		case "startup":
-			time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond)
 			s.kill()
 			// The next server is killed while it starts.
 			cmd := exec.Command(binary, "mount", repo, mnt)
+			var out output
+			cmd.Stdout, cmd.Stderr = &out, &out
 			must(t, cmd.Start())
-			time.Sleep(time.Duration(rand.IntN(40_000)) * time.Microsecond)
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			startupEvent(t, it, mnt, &out, exited)
 			cmd.Process.Kill()
-			cmd.Wait()
+			<-exited
 			detach(mnt)
 		}
 		close(stop)

@@ -313,14 +313,15 @@ func TestBusyUnmount(t *testing.T) {
 	must(t, holder.Start())
 	defer holder.Process.Kill()
 	must(t, s.cmd.Process.Signal(syscall.SIGTERM))
-	waitFor(t, "the holder named in the log", func() bool {
-		return strings.Contains(s.log.String(), fmt.Sprintf("%d (sleep, cwd)", holder.Process.Pid))
-	})
+	s.log.await(t, fmt.Sprintf("%d (sleep, cwd)", holder.Process.Pid))
 	if !mounted(s.mnt) {
 		t.Fatal("the mount went away while in use")
 	}
 	must(t, s.cmd.Process.Signal(syscall.SIGTERM))
-	waitFor(t, "the mount detached", func() bool { return !mounted(s.mnt) })
+	s.log.await(t, "detached: the mount is gone")
+	if mounted(s.mnt) {
+		t.Fatal("still mounted after the detach")
+	}
 	// The holder still works in the detached mount.
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cwd/f", holder.Process.Pid)); err != nil || string(b) != "data" {
 		t.Fatalf("read in the detached mount: %q, %v", b, err)
@@ -360,19 +361,6 @@ func TestRemountOverDeadMount(t *testing.T) {
 	out, err := exec.Command(binary, "mount", repo, s.mnt).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "dead FUSE mount: unmount it first") {
 		t.Fatalf("mount over a dead mount: %v, %q", err, out)
-	}
-}
-
-// waitFor polls cond, an event with no barrier to wait on (a log line, a
-// mount table entry), for up to 20 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 20 s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
