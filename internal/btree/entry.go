@@ -1,8 +1,9 @@
 // Package btree is Ledger's history-independent B-tree of a page's entries.
 //
-// An entry's level is the number of leading zero bytes of the 32-bit
-// MurmurHash3 (seed 0xbeef) of its key, so about one key in 256 rises a
-// level. The tree for a set of entries is canonical: the root holds the
+// An entry's level is Ledger's: the number of zero bytes at the low end of
+// the 32-bit MurmurHash3 (seed 0xbeef) of its key (the hash's bytes in memory
+// order on a little-endian machine), and 255 for a zero hash, so about one
+// key in 256 rises a level. The tree for a set of entries is canonical: the root holds the
 // entries of the highest level present, and each gap between them is the
 // canonical tree of the entries in that gap. The same entries give the same
 // nodes, and so the same root id, whatever the order of the edits that led to
@@ -67,8 +68,16 @@ func (m Meta) IsDir() bool { return m.Mode&0o170000 == 0o040000 }
 
 // Level returns the level of key in the tree.
 func Level(key string) uint8 {
-	h := murmur3.SeedSum32(0xbeef, []byte(key))
-	return uint8(bits.LeadingZeros32(h) / 8)
+	return levelOf(murmur3.SeedSum32(0xbeef, []byte(key)))
+}
+
+// levelOf is Ledger's GetNodeLevel: the index of the hash's first non-zero
+// byte in little-endian order, and 255 when there is none.
+func levelOf(h uint32) uint8 {
+	if h == 0 {
+		return 255
+	}
+	return uint8(bits.TrailingZeros32(h) / 8)
 }
 
 // search returns the index of the first entry with key >= k and whether it

@@ -43,7 +43,18 @@ const (
 	prefixLedgers = "ledgers/"
 	prefixPages   = "pages/"
 	keyPolynomial = "repository/chunker_polynomial"
+	keyFormat     = "repository/format"
 )
+
+// Format is the version of what page dbs hold that this code reads and
+// writes, stored in the repository db. Format 1 placed B-tree entries by the
+// zero bytes at the high end of their key's hash, where Ledger counts from
+// the low end; its trees, and so every tree node and commit id, differ from
+// Ledger's for the same entries, and this code cannot edit them.
+const Format = 2
+
+// ErrFormat is the error of opening a repository of another format.
+var ErrFormat = errors.New("repository format not supported")
 
 // Errors of repository operations.
 var (
@@ -171,6 +182,10 @@ func Open(dir string, opts Options) (*Repository, error) {
 		db.Close()
 		return nil, err
 	}
+	if err = r.checkFormat(); err != nil {
+		db.Close()
+		return nil, err
+	}
 	if r.nodes, err = btree.NewNodeCache(opts.NodeCacheBytes); err != nil {
 		db.Close()
 		return nil, err
@@ -240,6 +255,51 @@ func (r *Repository) polynomial() (chunker.Pol, error) {
 		return 0, fmt.Errorf("store chunker polynomial: %w", err)
 	}
 	return pol, r.db.Sync()
+}
+
+// checkFormat refuses a repository of another format, and records the
+// format in one that has none: a new repository, or one of format 1 that
+// holds no page yet (nothing in it depends on the tree's rule).
+func (r *Repository) checkFormat() error {
+	var format uint64
+	hasPages := false
+	err := r.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get([]byte(keyFormat))
+		if err == nil {
+			return it.Value(func(v []byte) error {
+				format, err = DecodeUint64(v)
+				return err
+			})
+		}
+		if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		format = 1
+		pages := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixPages)})
+		defer pages.Close()
+		pages.Rewind()
+		hasPages = pages.Valid()
+		return nil
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("repository %s: read format: %w", r.dir, err)
+	case format == Format:
+		return nil
+	case format == 1 && hasPages:
+		return fmt.Errorf("repository %s is in format 1, whose B-tree placed entries by another rule than Ledger's; this ledgerfs reads format %d only: copy the files out with the ledgerfs that wrote it (ledgerfs mount), then into a new repository: %w", r.dir, Format, ErrFormat)
+	case format != 1:
+		return fmt.Errorf("repository %s is in format %d; this ledgerfs reads format %d only (is it newer?): %w", r.dir, format, Format, ErrFormat)
+	case r.opts.ReadOnly:
+		return nil // nothing to read that depends on the format
+	}
+	err = r.db.Update(func(txn *badger.Txn) error {
+		return txn.Set([]byte(keyFormat), EncodeUint64(Format))
+	})
+	if err != nil {
+		return fmt.Errorf("repository %s: store format: %w", r.dir, err)
+	}
+	return r.db.Sync()
 }
 
 // Polynomial is the repository's chunker polynomial.
