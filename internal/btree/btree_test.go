@@ -342,7 +342,8 @@ func TestKeyTooLong(t *testing.T) {
 func TestMetaRoundTrip(t *testing.T) {
 	s, _ := newStore(t, false)
 	e := entry("f", 1)
-	e.Meta = Meta{Size: 7, Mode: 0o120777, MtimeNs: -5, HasMtime: true, Symlink: "../t"}
+	e.Meta = Meta{Size: 7, Mode: 0o120777, MtimeNs: -5, HasMtime: true, Symlink: "../t",
+		Uid: 1000, Gid: 0, HasOwner: true, Rdev: 0x0801, AtimeNs: 3, HasAtime: true, CtimeNs: 9, HasCtime: true}
 	e.Priority = Lazy
 	root := build(t, s, EmptyRoot, func(tr *Tree) { _ = tr.Put(e) })
 	s2 := NewStore(s.pieces, testPol, nil)
@@ -350,6 +351,33 @@ func TestMetaRoundTrip(t *testing.T) {
 	if err != nil || !ok || got != e {
 		t.Fatalf("got %+v %v %v", got, ok, err)
 	}
+}
+
+// Every metadata field, present or absent, survives encoding.
+func TestMetaEncodingProperty(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		m := Meta{Size: rapid.Uint64().Draw(rt, "size"), Symlink: rapid.String().Draw(rt, "symlink")}
+		if rapid.Bool().Draw(rt, "mode") {
+			m.Mode = rapid.Uint32Range(1, 0o177777).Draw(rt, "m")
+		}
+		if m.HasMtime = rapid.Bool().Draw(rt, "hasMtime"); m.HasMtime {
+			m.MtimeNs = rapid.Int64().Draw(rt, "mtime")
+		}
+		if m.HasOwner = rapid.Bool().Draw(rt, "hasOwner"); m.HasOwner {
+			m.Uid, m.Gid = rapid.Uint32().Draw(rt, "uid"), rapid.Uint32().Draw(rt, "gid")
+		}
+		m.Rdev = rapid.Uint32().Draw(rt, "rdev")
+		if m.HasAtime = rapid.Bool().Draw(rt, "hasAtime"); m.HasAtime {
+			m.AtimeNs = rapid.Int64().Draw(rt, "atime")
+		}
+		if m.HasCtime = rapid.Bool().Draw(rt, "hasCtime"); m.HasCtime {
+			m.CtimeNs = rapid.Int64().Draw(rt, "ctime")
+		}
+		got, err := DecodeMeta(EncodeMeta(m))
+		if err != nil || got != m {
+			rt.Fatalf("decoded %+v, %v; want %+v", got, err, m)
+		}
+	})
 }
 
 func FuzzDecodeNode(f *testing.F) {

@@ -40,6 +40,18 @@ type Meta struct {
 	// otherwise the entry's mtime is its commit's time.
 	MtimeNs  int64
 	HasMtime bool
+	// Uid and Gid own the entry, if HasOwner; otherwise the mount's owner
+	// does.
+	Uid, Gid uint32
+	HasOwner bool
+	// Rdev is the device number of a character or block device.
+	Rdev uint32
+	// AtimeNs and CtimeNs are the access and status change times, if set;
+	// otherwise they are the mtime.
+	AtimeNs  int64
+	HasAtime bool
+	CtimeNs  int64
+	HasCtime bool
 	// Symlink is the target of a symbolic link.
 	Symlink string
 }

@@ -108,6 +108,19 @@ func buildMeta(b *flatbuffers.Builder, m Meta) flatbuffers.UOffsetT {
 	if m.Symlink != "" {
 		format.EntryMetaStorageAddSymlinkTarget(b, target)
 	}
+	if m.HasOwner {
+		format.EntryMetaStorageAddUid(b, m.Uid)
+		format.EntryMetaStorageAddGid(b, m.Gid)
+	}
+	if m.Rdev != 0 {
+		format.EntryMetaStorageAddRdev(b, m.Rdev)
+	}
+	if m.HasAtime {
+		format.EntryMetaStorageAddAtimeNs(b, m.AtimeNs)
+	}
+	if m.HasCtime {
+		format.EntryMetaStorageAddCtimeNs(b, m.CtimeNs)
+	}
 	return format.EntryMetaStorageEnd(b)
 }
 
@@ -121,6 +134,27 @@ func metaFrom(s *format.EntryMetaStorage) Meta {
 	}
 	if p := s.MtimeNs(); p != nil {
 		m.MtimeNs, m.HasMtime = *p, true
+	}
+	// Both or neither are written; either alone is taken with the other
+	// as root's.
+	uid, gid := s.Uid(), s.Gid()
+	if uid != nil || gid != nil {
+		m.HasOwner = true
+		if uid != nil {
+			m.Uid = *uid
+		}
+		if gid != nil {
+			m.Gid = *gid
+		}
+	}
+	if p := s.Rdev(); p != nil {
+		m.Rdev = *p
+	}
+	if p := s.AtimeNs(); p != nil {
+		m.AtimeNs, m.HasAtime = *p, true
+	}
+	if p := s.CtimeNs(); p != nil {
+		m.CtimeNs, m.HasCtime = *p, true
 	}
 	return m
 }

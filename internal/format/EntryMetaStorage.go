@@ -105,8 +105,73 @@ func (rcv *EntryMetaStorage) MutateSymlinkTarget(j int, n byte) bool {
 	return false
 }
 
+func (rcv *EntryMetaStorage) Uid() *uint32 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(12))
+	if o != 0 {
+		v := rcv._tab.GetUint32(o + rcv._tab.Pos)
+		return &v
+	}
+	return nil
+}
+
+func (rcv *EntryMetaStorage) MutateUid(n uint32) bool {
+	return rcv._tab.MutateUint32Slot(12, n)
+}
+
+func (rcv *EntryMetaStorage) Gid() *uint32 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(14))
+	if o != 0 {
+		v := rcv._tab.GetUint32(o + rcv._tab.Pos)
+		return &v
+	}
+	return nil
+}
+
+func (rcv *EntryMetaStorage) MutateGid(n uint32) bool {
+	return rcv._tab.MutateUint32Slot(14, n)
+}
+
+func (rcv *EntryMetaStorage) Rdev() *uint32 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(16))
+	if o != 0 {
+		v := rcv._tab.GetUint32(o + rcv._tab.Pos)
+		return &v
+	}
+	return nil
+}
+
+func (rcv *EntryMetaStorage) MutateRdev(n uint32) bool {
+	return rcv._tab.MutateUint32Slot(16, n)
+}
+
+func (rcv *EntryMetaStorage) AtimeNs() *int64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(18))
+	if o != 0 {
+		v := rcv._tab.GetInt64(o + rcv._tab.Pos)
+		return &v
+	}
+	return nil
+}
+
+func (rcv *EntryMetaStorage) MutateAtimeNs(n int64) bool {
+	return rcv._tab.MutateInt64Slot(18, n)
+}
+
+func (rcv *EntryMetaStorage) CtimeNs() *int64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(20))
+	if o != 0 {
+		v := rcv._tab.GetInt64(o + rcv._tab.Pos)
+		return &v
+	}
+	return nil
+}
+
+func (rcv *EntryMetaStorage) MutateCtimeNs(n int64) bool {
+	return rcv._tab.MutateInt64Slot(20, n)
+}
+
 func EntryMetaStorageStart(builder *flatbuffers.Builder) {
-	builder.StartObject(4)
+	builder.StartObject(9)
 }
 func EntryMetaStorageAddSize(builder *flatbuffers.Builder, size uint64) {
 	builder.PrependUint64Slot(0, size, 0)
@@ -124,6 +189,26 @@ func EntryMetaStorageAddSymlinkTarget(builder *flatbuffers.Builder, symlinkTarge
 }
 func EntryMetaStorageStartSymlinkTargetVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
 	return builder.StartVector(1, numElems, 1)
+}
+func EntryMetaStorageAddUid(builder *flatbuffers.Builder, uid uint32) {
+	builder.PrependUint32(uid)
+	builder.Slot(4)
+}
+func EntryMetaStorageAddGid(builder *flatbuffers.Builder, gid uint32) {
+	builder.PrependUint32(gid)
+	builder.Slot(5)
+}
+func EntryMetaStorageAddRdev(builder *flatbuffers.Builder, rdev uint32) {
+	builder.PrependUint32(rdev)
+	builder.Slot(6)
+}
+func EntryMetaStorageAddAtimeNs(builder *flatbuffers.Builder, atimeNs int64) {
+	builder.PrependInt64(atimeNs)
+	builder.Slot(7)
+}
+func EntryMetaStorageAddCtimeNs(builder *flatbuffers.Builder, ctimeNs int64) {
+	builder.PrependInt64(ctimeNs)
+	builder.Slot(8)
 }
 func EntryMetaStorageEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()
