@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	_ "net/http/pprof"
 	"os"
@@ -52,6 +53,8 @@ func newMount() *cobra.Command {
 		nodeCache  int64
 		closeWait  time.Duration
 		reserve    string
+		showUID    int64
+		showGID    int64
 	)
 	cmd := &cobra.Command{
 		Use:   "mount [flags] [REPO] MOUNTPOINT",
@@ -72,6 +75,14 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			debugLog, _ := cmd.Flags().GetBool("debug") // registered below: no error
 			if gcPercent <= 0 {
 				return fmt.Errorf("--gc-percent %d: must be positive", gcPercent)
+			}
+			for _, id := range []struct {
+				flag string
+				v    int64
+			}{{"--uid", showUID}, {"--gid", showGID}} {
+				if id.v < -1 || id.v >= math.MaxUint32 {
+					return fmt.Errorf("%s %d: not an id (0 to %d)", id.flag, id.v, uint32(math.MaxUint32-1))
+				}
 			}
 			if nodeCache <= 0 {
 				return fmt.Errorf("--node-cache %d: must be positive", nodeCache)
@@ -107,14 +118,16 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther, nonEmpty: nonEmpty,
 				debug: debugLog, idlePages: idlePages, cache: time.Duration(cacheSecs * float64(time.Second)),
 				gcInterval: gcInterval, nodeCache: nodeCache << 20, closeTimeout: closeWait,
-				reserve: reserveBytes,
+				reserve: reserveBytes, showUID: showUID, showGID: showGID,
 			})
 		},
 	}
 	f := cmd.Flags()
 	f.BoolVarP(&readOnly, "read-only", "r", false, "mount read-only")
 	f.BoolVar(&nonEmpty, "allow-non-empty", false, "mount over a directory that holds files, hiding them while mounted")
-	f.BoolVar(&allowOther, "allow-other", false, "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root)")
+	f.BoolVar(&allowOther, "allow-other", false, "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root); the kernel checks every access against the files' owners and modes")
+	f.Int64Var(&showUID, "uid", -1, "show every file as owned by this user id, whatever owner it stores (a single-user mount of files other users own)")
+	f.Int64Var(&showGID, "gid", -1, "show every file's group as this group id, whatever group it stores")
 	f.IntVar(&idlePages, "max-idle-pages", 16, "page databases kept open while no file of theirs is in use")
 	f.Float64Var(&cacheSecs, "cache-timeout", 1, "seconds the kernel may cache names and attributes")
 	f.Int64Var(&memLimit, "memory-limit", 256, "soft limit of the server's Go heap in MiB (0: none; GOMEMLIMIT overrides)")
@@ -137,6 +150,7 @@ type serveConfig struct {
 	cache, gcInterval    time.Duration
 	closeTimeout         time.Duration
 	reserve              uint64
+	showUID, showGID     int64 // -1: the stored owner
 }
 
 func serve(c serveConfig) error {
@@ -185,7 +199,16 @@ func serve(c serveConfig) error {
 	}
 	defer repo.Close()
 
-	fsys, err := fs.New(repo, fs.Options{ReadOnly: c.readOnly, UID: uint32(os.Getuid()), GID: uint32(os.Getgid())})
+	fo := fs.Options{ReadOnly: c.readOnly, UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
+	if c.showUID >= 0 {
+		id := uint32(c.showUID)
+		fo.ShowUID = &id
+	}
+	if c.showGID >= 0 {
+		id := uint32(c.showGID)
+		fo.ShowGID = &id
+	}
+	fsys, err := fs.New(repo, fo)
 	if err != nil {
 		return err
 	}
@@ -212,6 +235,10 @@ func serve(c serveConfig) error {
 		},
 		Logger: nil,
 	}
+	// The kernel checks permissions against the owners and modes shown,
+	// as on a local filesystem: the filesystem stores owners and modes and
+	// checks nothing itself.
+	opts.MountOptions.Options = append(opts.MountOptions.Options, "default_permissions")
 	if c.readOnly {
 		opts.MountOptions.Options = append(opts.MountOptions.Options, "ro")
 	}

@@ -159,36 +159,38 @@ func (d *dirNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.Attr
 }
 
 func (d *dirNode) attr(prefix string, a *fuse.Attr) syscall.Errno {
-	perm := uint32(0o755)
+	m, ts, err := d.meta(prefix)
+	if err != nil {
+		return errno("getattr", err)
+	}
+	dirAttr(d.pg.fs, a, d.StableAttr().Ino, m.Mode&0o7777)
+	d.pg.fs.showMeta(a, m, ts)
+	return 0
+}
+
+// meta returns the metadata of the directory at prefix: its marker's, queued
+// or committed, or a 0755 directory's of the mount's owner; and the time it
+// shows if the marker has none.
+func (d *dirNode) meta(prefix string) (btree.Meta, int64, error) {
+	m := btree.Meta{Mode: syscall.S_IFDIR | 0o755}
 	var ts int64
 	queued, isQueued := d.pg.queuedMarker(prefix) // before the tree; see listDir
 	err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		ts = d.pg.shownTime(p, head)
 		if isQueued {
-			perm = queued.Meta.Mode & 0o7777
-			if queued.Meta.HasMtime {
-				ts = queued.Meta.MtimeNs
-			}
+			m = queued.Meta
 			return nil
 		}
 		if prefix != "" && strings.HasSuffix(prefix, "/") {
-			if m, ok, err := t.Get(prefix); err != nil {
+			if e, ok, err := t.Get(prefix); err != nil {
 				return err
-			} else if ok && m.Meta.IsDir() {
-				perm = m.Meta.Mode & 0o7777
-				if m.Meta.HasMtime {
-					ts = m.Meta.MtimeNs
-				}
+			} else if ok && e.Meta.IsDir() {
+				m = e.Meta
 			}
 		}
 		return nil
 	})
-	if err != nil {
-		return errno("getattr", err)
-	}
-	dirAttr(d.pg.fs, a, d.StableAttr().Ino, perm)
-	setTime(a, ts)
-	return 0
+	return m, ts, err
 }
 
 func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
@@ -293,34 +295,32 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 	if d.pg.readOnly() {
 		return syscall.EROFS
 	}
-	if eno := checkOwner(d.pg.fs, in); eno != 0 {
-		return eno
-	}
 	prefix, _, err := d.prefix()
 	if err != nil {
 		return errno("setattr", err)
 	}
-	_, hasMode := in.GetMode()
-	_, hasMtime := in.GetMTime()
-	if (hasMode || hasMtime) && strings.HasSuffix(prefix, "/") {
-		// Permission bits and times of a directory live in its marker,
-		// whose mode is always a directory's.
-		marker, queued := d.pg.queuedMarker(prefix)
-		if !queued {
-			err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
-				var ok bool
-				var err error
-				marker, ok, err = t.Get(prefix)
-				if !ok || !marker.Meta.IsDir() {
-					marker = dirMarker(0o755, d.pg.shownTime(p, head))
-				}
-				return err
-			})
-			if err != nil {
-				return errno("setattr", err)
+	if !strings.HasSuffix(prefix, "/") {
+		// A page's root has no marker: its attributes are the page's.
+		return d.attr(prefix, &out.Attr)
+	}
+	// Permission bits, owner and times of a directory live in its
+	// marker, whose mode is always a directory's.
+	marker, queued := d.pg.queuedMarker(prefix)
+	if !queued {
+		err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+			var ok bool
+			var err error
+			marker, ok, err = t.Get(prefix)
+			if !ok || !marker.Meta.IsDir() {
+				marker = dirMarker(btree.Meta{Mode: syscall.S_IFDIR | 0o755, MtimeNs: d.pg.shownTime(p, head), HasMtime: true})
 			}
+			return err
+		})
+		if err != nil {
+			return errno("setattr", err)
 		}
-		setModeTime(&marker.Meta, in)
+	}
+	if d.pg.fs.setAttrs(&marker.Meta, in) {
 		var err error
 		if d.pg.v.queues() {
 			err = d.pg.queueMarker(prefix, marker)
@@ -332,14 +332,4 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 		}
 	}
 	return d.attr(prefix, &out.Attr)
-}
-
-func checkOwner(f *FS, in *fuse.SetAttrIn) syscall.Errno {
-	if uid, ok := in.GetUID(); ok && uid != f.opts.UID {
-		return syscall.EPERM
-	}
-	if gid, ok := in.GetGID(); ok && gid != f.opts.GID {
-		return syscall.EPERM
-	}
-	return 0
 }

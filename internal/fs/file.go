@@ -207,11 +207,8 @@ func fileAttr(fs *FS, a *fuse.Attr, ino uint64, m btree.Meta, ts int64) {
 	a.Blocks = (m.Size + 511) / 512
 	a.Blksize = 4096
 	a.Nlink = 1
-	if m.HasMtime {
-		ts = m.MtimeNs
-	}
-	setTime(a, ts)
-	fs.attrOwner(a)
+	a.Rdev = m.Rdev
+	fs.showMeta(a, m, ts)
 }
 
 func (f *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -274,7 +271,7 @@ func (f *fileNode) endChange() {
 
 // create starts a new, empty file at key: it is visible at once, and
 // committed when closed.
-func (f *fileNode) create(key string, mode uint32) (gofs.FileHandle, syscall.Errno) {
+func (f *fileNode) create(key string, m btree.Meta) (gofs.FileHandle, syscall.Errno) {
 	p, err := f.pg.acquire()
 	if err != nil {
 		return nil, errno("create", err)
@@ -282,7 +279,7 @@ func (f *fileNode) create(key string, mode uint32) (gofs.FileHandle, syscall.Err
 	c := newContent(p, f.pg.fs.opts.TmpDir, emptyValue, 0)
 	f.mu.Lock()
 	f.c, f.p, f.created, f.changed = c, p, true, true
-	f.meta = btree.Meta{Mode: mode, MtimeNs: nowNs(), HasMtime: true}
+	f.meta = m
 	f.writers++
 	f.mu.Unlock()
 	f.pg.mu.Lock()
@@ -296,11 +293,8 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	if f.pg.readOnly() {
 		return syscall.EROFS
 	}
-	if eno := checkOwner(f.pg.fs, in); eno != 0 {
-		return eno
-	}
-	if f.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFLNK {
-		return f.setSymlinkTime(in, out)
+	if f.StableAttr().Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return f.setEntryAttr(in, out)
 	}
 	f.mu.Lock()
 	if f.unlinked && f.c == nil {
@@ -308,7 +302,7 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		// size change needs a writer, whose content would be loaded).
 		_, sized := in.GetSize()
 		if !sized {
-			setModeTime(&f.meta, in)
+			f.pg.fs.setAttrs(&f.meta, in)
 		}
 		f.mu.Unlock()
 		if sized {
@@ -328,7 +322,7 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		}
 		f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
 	}
-	if setModeTime(&f.meta, in) {
+	if f.pg.fs.setAttrs(&f.meta, in) {
 		f.changed = true
 	}
 	// While the file has changes no flush has committed (bytes written, a
@@ -351,24 +345,27 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	return f.fillAttr(&out.Attr)
 }
 
-// setSymlinkTime is Setattr of a symlink, which has no content to load:
-// cp -a, tar and rsync set its times (lutimes) and owner (lchown, to the
-// mount's owner: see checkOwner). Its mode is 0777, as on Linux.
-func (f *fileNode) setSymlinkTime(in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+// setEntryAttr is Setattr of an entry with no content to load: a symbolic
+// link, a fifo, a socket or a device node. cp -a, tar and rsync set a
+// symlink's times (lutimes) and owner (lchown); its mode is 0777, as on
+// Linux.
+func (f *fileNode) setEntryAttr(in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if _, ok := in.GetSize(); ok {
 		return syscall.EINVAL
 	}
-	if t, ok := in.GetMTime(); ok {
-		if eno := f.setSymlinkMtime(t.UnixNano()); eno != 0 {
-			return eno
-		}
+	if eno := f.changeEntry(in); eno != 0 {
+		return eno
 	}
 	return f.fillAttr(&out.Attr)
 }
 
-func (f *fileNode) setSymlinkMtime(ns int64) syscall.Errno {
+func (f *fileNode) changeEntry(in *fuse.SetAttrIn) syscall.Errno {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.unlinked {
+		f.pg.fs.setAttrs(&f.meta, in) // only its descriptors still see it
+		return 0
+	}
 	key, ok := f.key()
 	if !ok {
 		return syscall.ENOENT
@@ -377,23 +374,10 @@ func (f *fileNode) setSymlinkMtime(ns int64) syscall.Errno {
 	if err != nil {
 		return errno("setattr", err)
 	}
-	e.Meta.MtimeNs, e.Meta.HasMtime = ns, true
+	if !f.pg.fs.setAttrs(&e.Meta, in) {
+		return 0
+	}
 	return errno("setattr", f.pg.apply(false, journal.Op{Key: key, Entry: e}))
-}
-
-// setModeTime takes the permission bits and mtime a setattr sets into m, a
-// file's metadata or a directory marker's, and reports whether there were
-// any.
-func setModeTime(m *btree.Meta, in *fuse.SetAttrIn) bool {
-	mode, hasMode := in.GetMode()
-	if hasMode {
-		m.Mode = m.FileMode()&syscall.S_IFMT | mode&0o7777
-	}
-	t, hasMtime := in.GetMTime()
-	if hasMtime {
-		m.MtimeNs, m.HasMtime = t.UnixNano(), true
-	}
-	return hasMode || hasMtime
 }
 
 func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {

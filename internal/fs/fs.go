@@ -61,7 +61,6 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ledgerfs/ledgerfs/internal/store"
 )
@@ -69,8 +68,15 @@ import (
 // Options configure the filesystem.
 type Options struct {
 	ReadOnly bool
-	// UID and GID own every file: ownership is the mounting user's.
+	// UID and GID own what stores no owner: the root, ledgers, pages,
+	// history and entries written before owners were stored. The mount
+	// must check permissions against the owners shown (the kernel's
+	// default_permissions): this package does not.
 	UID, GID uint32
+	// ShowUID and ShowGID, when set, are shown as every file's owner
+	// whatever it stores, for a single-user mount of files that other
+	// users own (sshfs's and rclone's --uid and --gid).
+	ShowUID, ShowGID *uint32
 	// TmpDir holds spool files of files being edited at random offsets.
 	TmpDir string
 }
@@ -201,9 +207,6 @@ func (f *FS) dropPage(ledger, name string) {
 	delete(f.pages, ledger+"/"+name)
 }
 
-func (f *FS) attrOwner(a *fuse.Attr) {
-	a.Uid, a.Gid = f.opts.UID, f.opts.GID
-}
 
 // inoTable hands out inode numbers: a key's number is a hash of it, so a
 // path keeps its number across remounts; a rename carries the number to the
@@ -339,8 +342,3 @@ func errno(op string, err error) syscall.Errno {
 }
 
 func nowNs() int64 { return time.Now().UnixNano() }
-
-func setTime(a *fuse.Attr, ns int64) {
-	t := time.Unix(0, ns)
-	a.SetTimes(&t, &t, &t)
-}

@@ -13,9 +13,10 @@ func isMarker(e btree.Entry) bool {
 	return strings.HasSuffix(e.Key, "/") && e.Meta.Size == 0 && (e.Meta.Mode == 0 || e.Meta.IsDir())
 }
 
-// dirMarker is the entry that keeps a directory, with its mode and mtime.
-func dirMarker(perm uint32, mtimeNs int64) btree.Entry {
-	return btree.Entry{Value: emptyValue, Meta: btree.Meta{Mode: syscall.S_IFDIR | perm&0o7777, MtimeNs: mtimeNs, HasMtime: true}}
+// dirMarker is the entry that keeps a directory, with its metadata m.
+func dirMarker(m btree.Meta) btree.Entry {
+	m.Mode = syscall.S_IFDIR | m.Mode&0o7777
+	return btree.Entry{Value: emptyValue, Meta: m}
 }
 
 // keepParent returns the op that keeps directory prefix in existence once
@@ -44,7 +45,7 @@ func keepParent(t *btree.Tree, prefix string, gone ...string) ([]journal.Op, err
 	if it.Err() != nil {
 		return nil, it.Err()
 	}
-	return []journal.Op{{Key: prefix, Entry: dirMarker(0o755, nowNs())}}, nil
+	return []journal.Op{{Key: prefix, Entry: dirMarker(btree.Meta{Mode: 0o755, MtimeNs: nowNs(), HasMtime: true})}}, nil
 }
 
 type queuedMarker struct {

@@ -46,7 +46,11 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	if eno != 0 {
 		return nil, eno
 	}
-	marker := dirMarker(mode, nowNs())
+	parent, eno := d.parentMeta()
+	if eno != 0 {
+		return nil, eno
+	}
+	marker := dirMarker(created(ctx, syscall.S_IFDIR|mode&0o7777, parent, d.pg.fs))
 	var err error
 	if d.pg.v.queues() {
 		err = d.pg.queueMarker(key+"/", marker)
@@ -58,6 +62,16 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	}
 	ch := d.newDir(ctx, key+"/")
 	return ch, ch.Operations().(*dirNode).attr(key+"/", &out.Attr)
+}
+
+// parentMeta returns the metadata of d, for what is created in it.
+func (d *dirNode) parentMeta() (btree.Meta, syscall.Errno) {
+	prefix, _, err := d.prefix()
+	if err != nil {
+		return btree.Meta{}, errno("create", err)
+	}
+	m, _, err := d.meta(prefix)
+	return m, errno("create", err)
 }
 
 func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -222,9 +236,13 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	if isDir {
 		return nil, nil, 0, syscall.EISDIR
 	}
+	parent, eno := d.parentMeta()
+	if eno != 0 {
+		return nil, nil, 0, eno
+	}
 	ch := d.newFile(ctx, key, syscall.S_IFREG)
 	f := ch.Operations().(*fileNode)
-	h, eno := f.create(key, syscall.S_IFREG|mode&0o7777)
+	h, eno := f.create(key, created(ctx, syscall.S_IFREG|mode&0o7777, parent, d.pg.fs))
 	if eno != 0 {
 		return nil, nil, 0, eno
 	}
@@ -242,11 +260,22 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 	if eno != 0 {
 		return nil, eno
 	}
-	e := btree.Entry{Value: emptyValue, Meta: btree.Meta{Size: uint64(len(target)), Mode: syscall.S_IFLNK | 0o777, MtimeNs: nowNs(), HasMtime: true, Symlink: target}}
-	if err := d.pg.apply(false, journal.Op{Key: key, Entry: e}); err != nil {
-		return nil, errno("symlink", err)
+	parent, eno := d.parentMeta()
+	if eno != 0 {
+		return nil, eno
 	}
-	ch := d.newFile(ctx, key, syscall.S_IFLNK)
+	m := created(ctx, syscall.S_IFLNK|0o777, parent, d.pg.fs)
+	m.Size, m.Symlink = uint64(len(target)), target
+	return d.makeEntry(ctx, "symlink", key, m, out)
+}
+
+// makeEntry commits a new entry with no content (a symbolic link, a fifo, a
+// socket or a device node) at key and returns its node.
+func (d *dirNode) makeEntry(ctx context.Context, op, key string, m btree.Meta, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if err := d.pg.apply(false, journal.Op{Key: key, Entry: btree.Entry{Value: emptyValue, Meta: m}}); err != nil {
+		return nil, errno(op, err)
+	}
+	ch := d.newFile(ctx, key, m.Mode)
 	return ch, ch.Operations().(*fileNode).fillAttrAt(key, &out.Attr)
 }
 
@@ -255,7 +284,31 @@ func (d *dirNode) Link(ctx context.Context, target gofs.InodeEmbedder, name stri
 	return nil, syscall.EPERM
 }
 
-// Mknod refuses device nodes, fifos and sockets.
+// Mknod makes a fifo, a socket or a device node: an entry with its mode and
+// device number and no content. The kernel serves their opens itself.
 func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return nil, syscall.EPERM
+	if d.pg.readOnly() {
+		return nil, syscall.EROFS
+	}
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFIFO, syscall.S_IFSOCK, syscall.S_IFCHR, syscall.S_IFBLK:
+	case syscall.S_IFREG, 0:
+		// mknod(2) makes an empty regular file too.
+		mode = syscall.S_IFREG | mode&0o7777
+	default:
+		return nil, syscall.EINVAL
+	}
+	key, eno := d.freeName("mknod", name)
+	if eno != 0 {
+		return nil, eno
+	}
+	parent, eno := d.parentMeta()
+	if eno != 0 {
+		return nil, eno
+	}
+	m := created(ctx, mode, parent, d.pg.fs)
+	if t := mode & syscall.S_IFMT; t == syscall.S_IFCHR || t == syscall.S_IFBLK {
+		m.Rdev = dev
+	}
+	return d.makeEntry(ctx, "mknod", key, m, out)
 }
