@@ -517,3 +517,143 @@ func TestModeZeroIsKept(t *testing.T) {
 	s = mountAt(t, repo, s.mnt)
 	check("after a remount")
 }
+
+// Times as POSIX keeps them: chmod and chown advance ctime and leave mtime;
+// an access time that is set (touch -a, utimensat, tar and rsync keeping
+// it) is kept apart from the mtime, also over a remount.
+func TestTimesOfMetadataChanges(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("l", "p")
+	f := filepath.Join(pg, "f")
+	must(t, os.WriteFile(f, []byte("x"), 0o644))
+	past := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	must(t, os.Chtimes(f, past, past))
+	before := stat(t, f)
+	if before.Ctim.Sec <= past.Unix() {
+		t.Errorf("ctime %v after setting the times to 2001: utimes must set it to now", before.Ctim)
+	}
+	must(t, os.Chmod(f, 0o600))
+	st := stat(t, f)
+	if !timeAfter(st.Ctim, before.Ctim) || st.Mtim.Sec != past.Unix() {
+		t.Errorf("chmod: ctime %v (was %v), mtime %v (want 2001)", st.Ctim, before.Ctim, st.Mtim)
+	}
+	atime := time.Date(2011, 1, 1, 0, 0, 0, 123, time.UTC)
+	must(t, os.Chtimes(f, atime, past))
+	d := filepath.Join(pg, "d")
+	must(t, os.Mkdir(d, 0o755))
+	must(t, os.Chtimes(d, atime, past))
+	check := func(when string) {
+		t.Helper()
+		for _, p := range []string{f, d} {
+			st := stat(t, p)
+			if st.Atim.Sec != atime.Unix() || st.Atim.Nsec != 123 || st.Mtim.Sec != past.Unix() {
+				t.Errorf("%s: %s: atime %v mtime %v, want 2011 and 2001", when, p, st.Atim, st.Mtim)
+			}
+		}
+	}
+	check("set")
+	syncDir(t, pg)
+	s.stop()
+	s = mountAt(t, repo, s.mnt)
+	check("after a remount")
+}
+
+// readdir lists "." and ".." first, and entries in key order whether their
+// commit has landed or not.
+func TestListing(t *testing.T) {
+	t.Parallel()
+	s := mount(t, t.TempDir())
+	pg := s.page("l", "p")
+	names := []string{"b", "c", "a0", "Z", "10", "9"}
+	for _, n := range names {
+		must(t, os.WriteFile(filepath.Join(pg, n), []byte(n), 0o644))
+	}
+	must(t, os.Mkdir(filepath.Join(pg, "a"), 0o755))
+	want := append([]string{".", ".."}, slices.Sorted(slices.Values(append(names, "a")))...)
+	list := func() []string {
+		out := strings.Fields(run(t, pg, "ls", "-fa"))
+		return out
+	}
+	if got := list(); !slices.Equal(got, want) {
+		t.Errorf("ls -fa right after the creates: %v, want %v", got, want)
+	}
+	syncDir(t, pg)
+	if got := list(); !slices.Equal(got, want) {
+		t.Errorf("ls -fa once committed: %v, want %v", got, want)
+	}
+	for _, dir := range []string{s.mnt, filepath.Join(s.mnt, "l"), filepath.Join(pg, "a"), filepath.Join(pg, ".ledger")} {
+		if got := strings.Fields(run(t, dir, "ls", "-fa")); len(got) < 2 || got[0] != "." || got[1] != ".." {
+			t.Errorf("ls -fa %s: %v, want . and .. first", dir, got)
+		}
+	}
+}
+
+// The root holds only ledgers and a ledger only pages: making anything but
+// a directory there is EPERM, as the README says, not EROFS.
+func TestOnlyDirectoriesAboveAPage(t *testing.T) {
+	t.Parallel()
+	s := mount(t, t.TempDir())
+	s.page("l", "p")
+	for _, dir := range []string{s.mnt, filepath.Join(s.mnt, "l")} {
+		for what, err := range map[string]error{
+			"create":  os.WriteFile(filepath.Join(dir, "f"), nil, 0o644),
+			"symlink": os.Symlink("x", filepath.Join(dir, "s")),
+			"mkfifo":  unix.Mkfifo(filepath.Join(dir, "fifo"), 0o644),
+		} {
+			if !errors.Is(err, syscall.EPERM) {
+				t.Errorf("%s in %s: %v, want EPERM", what, dir, err)
+			}
+		}
+	}
+}
+
+// A file grows to MaxFileSize (1 TiB) and no further: past it, a
+// truncation, a write or an fallocate is EFBIG at once, and the file is
+// left as it was.
+func TestFileSizeLimit(t *testing.T) {
+	t.Parallel()
+	s := mount(t, t.TempDir())
+	pg := s.page("l", "p")
+	path := filepath.Join(pg, "f")
+	must(t, os.WriteFile(path, []byte("kept"), 0o644))
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	must(t, err)
+	defer f.Close()
+	const max = 1 << 40
+	for what, err := range map[string]error{
+		"truncate":  f.Truncate(max + 1),
+		"huge":      f.Truncate(999999999999999),
+		"write":     func() error { _, err := f.WriteAt([]byte("x"), max); return err }(),
+		"fallocate": unix.Fallocate(int(f.Fd()), 0, max, 1),
+	} {
+		if !errors.Is(err, syscall.EFBIG) {
+			t.Errorf("%s past 1 TiB: %v, want EFBIG", what, err)
+		}
+	}
+	must(t, f.Close())
+	if b, err := os.ReadFile(path); err != nil || string(b) != "kept" {
+		t.Errorf("after the refused changes: %q, %v", b, err)
+	}
+}
+
+// In a set-group-ID directory new entries take the directory's group, and
+// new directories the bit too, as on Linux.
+func TestSetgidDirectories(t *testing.T) {
+	t.Parallel()
+	s := mount(t, t.TempDir())
+	pg := s.page("l", "p")
+	d := filepath.Join(pg, "shared")
+	must(t, os.Mkdir(d, 0o775))
+	must(t, os.Chown(d, 0, 1234))
+	must(t, os.Chmod(d, 0o2775|os.ModeSetgid))
+	must(t, os.WriteFile(filepath.Join(d, "f"), nil, 0o644))
+	must(t, os.Mkdir(filepath.Join(d, "sub"), 0o755))
+	if st := stat(t, filepath.Join(d, "f")); st.Gid != 1234 {
+		t.Errorf("file in a setgid directory: group %d, want 1234", st.Gid)
+	}
+	if st := stat(t, filepath.Join(d, "sub")); st.Gid != 1234 || st.Mode&syscall.S_ISGID == 0 {
+		t.Errorf("directory in a setgid directory: group %d mode %o, want 1234 and the setgid bit", st.Gid, st.Mode)
+	}
+}

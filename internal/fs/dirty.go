@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 
 	"github.com/google/btree"
 
@@ -46,6 +47,13 @@ type content struct {
 }
 
 type extent struct{ start, end int64 }
+
+// MaxFileSize is the largest file: a write or truncation past it is EFBIG,
+// as past ext4's 16 TiB. A commit stores every byte of a changed file,
+// zeros included (chunked, hashed, deduplicated), at a few hundred MiB/s, so
+// a file grown by a truncation to this size takes an hour to commit, and one
+// of ext4's maximum would take most of a day.
+const MaxFileSize = 1 << 40
 
 // emptyValue is the identifier of empty content (inline, never stored).
 var emptyValue = cas.ObjectIdentifier{Digest: cas.ComputeDigest(cas.KindBlob, false, nil)}
@@ -107,6 +115,9 @@ func (c *content) write(data []byte, off int64) error {
 		return c.failed
 	}
 	end := off + int64(len(data))
+	if end > MaxFileSize || end < off {
+		return syscall.EFBIG
+	}
 	c.dirty = true
 	if c.stream != nil && off == c.streamPos {
 		if _, err := c.stream.Write(data); err != nil {
@@ -215,6 +226,9 @@ func (c *content) addExtent(s, e int64) {
 func (c *content) truncate(n int64) error {
 	if c.failed != nil {
 		return c.failed
+	}
+	if n > MaxFileSize {
+		return syscall.EFBIG
 	}
 	if c.stream != nil {
 		if n == c.streamPos {

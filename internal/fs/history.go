@@ -117,7 +117,7 @@ func (d *metaDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.Attr
 }
 
 func (d *metaDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	return gofs.NewListDirStream(nil), 0
+	return listing(d.EmbeddedInode(), nil), 0
 }
 
 // newMeta makes a child node of a .ledger directory.
@@ -160,7 +160,7 @@ func (d *historyRoot) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errn
 		es = append(es, fuse.DirEntry{Name: name, Mode: mode, Ino: d.pg.fs.inos.peek(d.pg.metaID(name))})
 	}
 	sort.Slice(es, func(i, j int) bool { return es[i].Name < es[j].Name })
-	return gofs.NewListDirStream(es), 0
+	return listing(d.EmbeddedInode(), es), 0
 }
 
 func (d *historyRoot) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -279,7 +279,7 @@ func (d *commitsDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno
 	if err != nil {
 		return nil, errno("readdir", err)
 	}
-	return gofs.NewListDirStream(es), 0
+	return listing(d.EmbeddedInode(), es), 0
 }
 
 // snapshotID is the inode id of a snapshot's root.
@@ -336,7 +336,7 @@ func (d *headsDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) 
 	for _, h := range heads {
 		es = append(es, fuse.DirEntry{Name: h.ID.String(), Mode: fuse.S_IFLNK, Ino: d.pg.fs.inos.peek(d.pg.metaID("heads/../commits/" + h.ID.String()))})
 	}
-	return gofs.NewListDirStream(es), 0
+	return listing(d.EmbeddedInode(), es), 0
 }
 
 func (d *headsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -415,7 +415,7 @@ func (d *txnsDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 			es = append(es, fuse.DirEntry{Name: name, Mode: fuse.S_IFDIR, Ino: d.pg.fs.inos.peek(ref.id('d', ""))})
 		}
 	}
-	return gofs.NewListDirStream(es), 0
+	return listing(d.EmbeddedInode(), es), 0
 }
 
 func (d *txnsDir) txnRoot(ctx context.Context, ref *pageRef, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -13,6 +14,17 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/store"
 )
 
+// listing is the stream of a directory's entries es, after "." and "..":
+// the kernel lists what the filesystem returns, and programs that count a
+// directory's entries or walk it by readdir expect both.
+func listing(n *gofs.Inode, es []fuse.DirEntry) gofs.DirStream {
+	dots := []fuse.DirEntry{{Name: ".", Mode: fuse.S_IFDIR, Ino: n.StableAttr().Ino}, {Name: "..", Mode: fuse.S_IFDIR, Ino: n.StableAttr().Ino}}
+	if _, parent := n.Parent(); parent != nil {
+		dots[1].Ino = parent.StableAttr().Ino
+	}
+	return gofs.NewListDirStream(append(dots, es...))
+}
+
 func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	prefix, comps, err := d.prefix()
 	if err != nil {
@@ -22,7 +34,7 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, errno("readdir", err)
 	}
-	return gofs.NewListDirStream(es), 0
+	return listing(d.EmbeddedInode(), es), 0
 }
 
 // listDir lists the directory at comps (key prefix prefix) of a page view:
@@ -30,14 +42,16 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 // shadowed by directories, and the files created but not committed yet.
 func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error) {
 	var es []fuse.DirEntry
+	var order []string // the key each of es is listed by
 	index := map[string]int{}
 	files := map[string]string{} // name -> key of files listed, for collisions
-	add := func(name string, mode uint32, id string) int {
+	add := func(name string, mode uint32, id, by string) int {
 		if i, ok := index[name]; ok {
 			return i
 		}
 		index[name] = len(es)
 		es = append(es, fuse.DirEntry{Name: name, Mode: mode, Ino: pg.fs.inos.peek(id)})
+		order = append(order, by)
 		return len(es) - 1
 	}
 	addKey := func(key string, mode uint32, marker bool) (skipTo string) {
@@ -54,10 +68,10 @@ func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error
 				// A directory of the same name came first: not possible in
 				// key order, but pending files are added late.
 				cp := keypath.Path(key, true)
-				add(cp[len(cp)-1], mode, pg.id('f', key))
+				add(cp[len(cp)-1], mode, pg.id('f', key), key)
 				return ""
 			}
-			add(rel[0], mode, pg.id('f', key))
+			add(rel[0], mode, pg.id('f', key), key)
 			files[rel[0]] = key
 			return ""
 		}
@@ -74,7 +88,7 @@ func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error
 			index[es[i].Name] = i
 			delete(files, rel[0])
 		}
-		add(rel[0], fuse.S_IFDIR, pg.id('d', childPrefix))
+		add(rel[0], fuse.S_IFDIR, pg.id('d', childPrefix), childPrefix)
 		if strings.HasSuffix(childPrefix, "/") {
 			// Skip the rest of the subdirectory: '0' follows '/'.
 			return childPrefix[:len(childPrefix)-1] + "0"
@@ -104,6 +118,20 @@ func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error
 	}
 	for _, key := range markers {
 		addKey(key, fuse.S_IFDIR, true)
+	}
+	if len(pending) > 0 || len(markers) > 0 {
+		// Listed in key order, as the tree lists them: ls -f, and programs
+		// that merge listings, see no difference once the commit lands.
+		idx := make([]int, len(es))
+		for i := range idx {
+			idx[i] = i
+		}
+		slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(order[a], order[b]) })
+		sorted := make([]fuse.DirEntry, len(es))
+		for i, j := range idx {
+			sorted[i] = es[j]
+		}
+		es = sorted
 	}
 	return es, nil
 }

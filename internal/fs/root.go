@@ -11,7 +11,36 @@ import (
 // rootNode lists the ledgers.
 type rootNode struct {
 	gofs.Inode
+	onlyDirs
 	fs *FS
+}
+
+// onlyDirs refuses what is not a directory in the root and in a ledger,
+// which hold ledgers and pages: EPERM, as for an operation the filesystem
+// does not allow there (not EROFS: the filesystem is writable).
+type onlyDirs struct{}
+
+var (
+	_ gofs.NodeCreater   = onlyDirs{}
+	_ gofs.NodeMknoder   = onlyDirs{}
+	_ gofs.NodeSymlinker = onlyDirs{}
+	_ gofs.NodeLinker    = onlyDirs{}
+)
+
+func (onlyDirs) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	return nil, nil, 0, syscall.EPERM
+}
+
+func (onlyDirs) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+
+func (onlyDirs) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+
+func (onlyDirs) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
 }
 
 var (
@@ -90,7 +119,7 @@ func (r *rootNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) 
 	for i, l := range ls {
 		es[i] = fuse.DirEntry{Name: l, Mode: fuse.S_IFDIR, Ino: r.fs.inos.get(ledgerID(l))}
 	}
-	return gofs.NewListDirStream(es), 0
+	return listing(r.EmbeddedInode(), es), 0
 }
 
 func (r *rootNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -155,6 +184,7 @@ func dirAttr(f *FS, a *fuse.Attr, ino uint64, perm uint32) {
 // ledgerNode lists a ledger's pages.
 type ledgerNode struct {
 	gofs.Inode
+	onlyDirs
 	fs   *FS
 	name string
 }
@@ -221,7 +251,7 @@ func (l *ledgerNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno
 	for i, p := range ps {
 		es[i] = fuse.DirEntry{Name: p, Mode: fuse.S_IFDIR, Ino: l.pageIno(p)}
 	}
-	return gofs.NewListDirStream(es), 0
+	return listing(l.EmbeddedInode(), es), 0
 }
 
 func (l *ledgerNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

@@ -41,7 +41,7 @@ func (d *versionsDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errn
 		es[i].Mode = fuse.S_IFDIR
 		es[i].Ino = d.pg.fs.inos.peek(d.pg.metaID(versionsID(prefix + es[i].Name)))
 	}
-	return gofs.NewListDirStream(es), 0
+	return listing(d.EmbeddedInode(), es), 0
 }
 
 func (d *versionsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -125,7 +125,7 @@ func (l *versionList) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errn
 	for i, v := range vs {
 		es[i] = fuse.DirEntry{Name: v.Name(), Mode: v.Entry.Meta.FileMode() & syscall.S_IFMT, Ino: l.pg.fs.inos.peek(l.pg.metaID(l.fileID(v)))}
 	}
-	return gofs.NewListDirStream(es), 0
+	return listing(l.EmbeddedInode(), es), 0
 }
 
 // Lookup returns a version as the entry in its commit's snapshot: reading
