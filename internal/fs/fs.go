@@ -207,7 +207,6 @@ func (f *FS) dropPage(ledger, name string) {
 	delete(f.pages, ledger+"/"+name)
 }
 
-
 // inoTable hands out inode numbers: a key's number is a hash of it, so a
 // path keeps its number across remounts; a rename carries the number to the
 // new key, and a hash already taken by a moved inode is probed further, so
