@@ -23,15 +23,22 @@ import (
 // writer had written, an unlinked file's content dropped while a reader
 // still had it open, and fchmod of an unlinked file failing.
 func TestRandomOpsMatchNative(t *testing.T) {
+	t.Parallel()
 	s := mount(t, t.TempDir())
-	seeds, steps := 12, 300
-	if testing.Short() {
-		seeds = 4
+	seeds, steps := 6, 300
+	switch {
+	case testing.Short():
+		seeds = 3
+	case *long:
+		seeds = 40
 	}
 	for seed := range seeds {
-		native := t.TempDir()
-		page := s.page("diff", fmt.Sprint("p", seed))
-		runOps(t, uint64(seed), steps, [2]string{native, page})
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			t.Parallel() // each in a page of its own
+			native := t.TempDir()
+			page := s.page("diff", fmt.Sprint("p", seed))
+			runOps(t, uint64(seed), steps, [2]string{native, page})
+		})
 	}
 }
 

@@ -52,6 +52,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Setenv("TMPDIR", root)
+	// The tests mostly wait on servers, each a process of its own: run four
+	// at once unless -parallel says how many.
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		flag.Set("test.parallel", "4")
+	}
 	// Go's test timeout panics without running cleanups: stop the servers
 	// and remove the files a little before it.
 	if d := flag.Lookup("test.timeout").Value.(flag.Getter).Get().(time.Duration); d > 0 {

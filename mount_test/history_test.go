@@ -89,6 +89,7 @@ func sameTree(t testing.TB, a, b string) {
 }
 
 func TestHistoryViews(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	s := mount(t, repo)
 	pg := s.page("h", "p")

@@ -84,6 +84,7 @@ func (m *model) ack(changes map[string][]byte) {
 // and every row must follow the schema.
 // 8 iterations; -long runs 200.
 func TestKillLoop(t *testing.T) {
+	t.Parallel()
 	iterations := 8
 	if *long {
 		iterations = 200

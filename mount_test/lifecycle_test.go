@@ -20,6 +20,7 @@ import (
 // file fsynced or closed before the kill is intact after remounting, and no
 // file has partial content.
 func TestCrash(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	s := mount(t, repo)
 	pg := s.page("crash", "p")
@@ -111,6 +112,7 @@ func TestCrash(t *testing.T) {
 }
 
 func TestCommandErrors(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	s := mount(t, repo)
 	try := func(want string, args ...string) {
@@ -146,6 +148,7 @@ func TestCommandErrors(t *testing.T) {
 // non-empty directory that is no repository. A new repository is said to be
 // created.
 func TestMountRefusesMistakes(t *testing.T) {
+	t.Parallel()
 	try := func(want string, args ...string) {
 		t.Helper()
 		// A mount that is not refused serves until killed.
@@ -199,6 +202,7 @@ func TestMountRefusesMistakes(t *testing.T) {
 }
 
 func TestReadOnly(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	s := mount(t, repo)
 	pg := s.page("r", "p")
@@ -216,6 +220,7 @@ func TestReadOnly(t *testing.T) {
 // An unmount from outside ends the server cleanly, and it does not then try
 // to unmount again (it logged "unmounting" after "unmounted").
 func TestUnmountFromOutside(t *testing.T) {
+	t.Parallel()
 	s := mount(t, t.TempDir())
 	must(t, os.WriteFile(filepath.Join(s.page("u", "p"), "f"), []byte("kept"), 0o644))
 	must(t, syscall.Unmount(s.mnt, 0))
@@ -242,6 +247,7 @@ func TestUnmountFromOutside(t *testing.T) {
 // timeout, with an error that names the db and a non-zero exit, instead of
 // a process that never exits.
 func TestStopWhenDBCannotClose(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	mnt := filepath.Join(t.TempDir(), "mnt")
 	s := mountAt(t, repo, mnt, "--close-timeout", "2s")
@@ -273,11 +279,16 @@ func TestStopWhenDBCannotClose(t *testing.T) {
 }
 
 // SIGTERM as soon as the mount shows ends the server cleanly: no dead mount
-// left behind.
+// left behind. 8 rounds, 40 with -long.
 func TestStopRightAfterMount(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	mnt := filepath.Join(t.TempDir(), "mnt")
-	for i := range 20 {
+	rounds := 8
+	if *long {
+		rounds = 40
+	}
+	for i := range rounds {
 		var log bytes.Buffer
 		cmd := exec.Command(binary, "mount", repo, mnt)
 		cmd.Stdout, cmd.Stderr = &log, &log

@@ -36,6 +36,7 @@ var posixRefused = map[string]string{
 // TestPosix runs go-fuse's own POSIX conformance cases, each in a page of
 // its own.
 func TestPosix(t *testing.T) {
+	t.Parallel()
 	s := mount(t, t.TempDir())
 	for _, name := range slices.Sorted(maps.Keys(posixtest.All)) {
 		if _, refused := posixRefused[name]; refused {
@@ -50,6 +51,7 @@ func TestPosix(t *testing.T) {
 // The editors' save pattern: write a temporary file, fsync it, rename it
 // over the original. Readers see the old or the new file, never a mix.
 func TestEditorSave(t *testing.T) {
+	t.Parallel()
 	s := mount(t, t.TempDir())
 	pg := s.page("e", "p")
 	path := filepath.Join(pg, "doc.txt")
@@ -100,6 +102,7 @@ func TestEditorSave(t *testing.T) {
 // for its descriptors, as POSIX has it: fstat shows its size with no link,
 // read returns its content, and a new file at its name is another inode.
 func TestOpenFileOutlivesItsName(t *testing.T) {
+	t.Parallel()
 	// No attribute cache: every fstat asks the mount.
 	s := mount(t, t.TempDir(), "--cache-timeout", "0")
 	pg := s.page("o", "p")
@@ -173,6 +176,7 @@ func TestOpenFileOutlivesItsName(t *testing.T) {
 // a new directory at its name is another inode: the same steps in a page
 // and in a native directory must see the same.
 func TestRemovedDirectoryStaysOpen(t *testing.T) {
+	t.Parallel()
 	s := mount(t, t.TempDir(), "--cache-timeout", "0")
 	steps := func(base string) string {
 		var out []string
@@ -215,6 +219,7 @@ func TestRemovedDirectoryStaysOpen(t *testing.T) {
 // to its writer: a stat by path or a listing after the kernel's caches
 // expired took the size of the last commit, and reads stopped there.
 func TestLookupShowsWhatIsWritten(t *testing.T) {
+	t.Parallel()
 	// Names and attributes cached for 0.2 s: a lookup after that takes
 	// its attributes for as long again (with none cached, a getattr of the
 	// node follows every lookup and hides what the lookup said).
@@ -249,6 +254,7 @@ func TestLookupShowsWhatIsWritten(t *testing.T) {
 }
 
 func TestAppendTruncateAndRandomWrites(t *testing.T) {
+	t.Parallel()
 	s := mount(t, t.TempDir())
 	pg := s.page("a", "p")
 	path := filepath.Join(pg, "log")
@@ -305,6 +311,7 @@ func TestAppendTruncateAndRandomWrites(t *testing.T) {
 // A descriptor opened for reading sees what another descriptor writes, as
 // on a local filesystem (tail -f).
 func TestReaderSeesLaterWrites(t *testing.T) {
+	t.Parallel()
 	s := mount(t, t.TempDir(), "--cache-timeout", "0")
 	pg := s.page("r", "p")
 	path := filepath.Join(pg, "log")
@@ -332,6 +339,7 @@ func TestReaderSeesLaterWrites(t *testing.T) {
 // tar and cp -a set times after close) must commit even though FUSE may
 // release the writer's descriptor only later.
 func TestSetattrRightAfterClose(t *testing.T) {
+	t.Parallel()
 	s := mount(t, t.TempDir())
 	pg := s.page("s", "p")
 	path := filepath.Join(pg, "f")
@@ -361,6 +369,7 @@ func TestSetattrRightAfterClose(t *testing.T) {
 // may still count a writer that has gone. A change while bytes are written
 // but not flushed waits for them (cp -a: write, fchmod, futimens, close).
 func TestSetattrWhileOpenCommitsClean(t *testing.T) {
+	t.Parallel()
 	s := mount(t, t.TempDir())
 	pg := s.page("s", "p")
 	path := filepath.Join(pg, "f")
@@ -399,6 +408,7 @@ func TestSetattrWhileOpenCommitsClean(t *testing.T) {
 // A descriptor that writes, commits with fsync, truncates and writes again
 // from offset 0 starts a new stream on the same open content.
 func TestRewriteAfterFsync(t *testing.T) {
+	t.Parallel()
 	s := mount(t, t.TempDir())
 	path := filepath.Join(s.page("r", "p"), "f")
 	f, err := os.Create(path)
@@ -424,6 +434,7 @@ func TestRewriteAfterFsync(t *testing.T) {
 // Programs that create or rename a file sync its directory (databases,
 // git, editors); every directory of the mount takes fsync.
 func TestFsyncDirectories(t *testing.T) {
+	t.Parallel()
 	s := mount(t, t.TempDir())
 	pg := s.page("l", "p")
 	must(t, os.MkdirAll(filepath.Join(pg, "d", "e"), 0o755))
@@ -444,6 +455,7 @@ func TestFsyncDirectories(t *testing.T) {
 // refused when made, and one that fits works in full. statfs answers in
 // every directory.
 func TestNameLimitsAndStatfs(t *testing.T) {
+	t.Parallel()
 	s := mount(t, t.TempDir())
 	pg := s.page("l", "p")
 	long := strings.Repeat("n", 256)
@@ -495,6 +507,7 @@ func TestNameLimitsAndStatfs(t *testing.T) {
 // Mode 0000 is a mode like any other: a file created with it and a
 // directory made with it keep it, also after a remount.
 func TestModeZeroIsKept(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	s := mount(t, repo)
 	pg := s.page("l", "p")

@@ -17,6 +17,7 @@ import (
 )
 
 func TestTour(t *testing.T) {
+	t.Parallel()
 	s := mount(t, t.TempDir())
 	pg := s.page("notes", "inbox")
 	for _, k := range []string{"b", "a", "B", "a-1", "a.txt"} {
@@ -116,10 +117,14 @@ func TestTour(t *testing.T) {
 	must(t, os.Remove(other))
 }
 
+// cp -a of a tree of Go sources: src/net by default (about 700 files, 60
+// directories, symlinks among its testdata), all of GOROOT/src (17,000
+// files) with -long.
 func TestCopyGoSourceTree(t *testing.T) {
-	src := filepath.Join(runtime.GOROOT(), "src")
-	if testing.Short() {
-		src = filepath.Join(runtime.GOROOT(), "src", "net")
+	t.Parallel()
+	src := filepath.Join(runtime.GOROOT(), "src", "net")
+	if *long {
+		src = filepath.Join(runtime.GOROOT(), "src")
 	}
 	s := mount(t, t.TempDir())
 	pg := s.page("go", "src")
@@ -135,6 +140,7 @@ func TestCopyGoSourceTree(t *testing.T) {
 }
 
 func TestTarRoundTrip(t *testing.T) {
+	t.Parallel()
 	src := filepath.Join(runtime.GOROOT(), "src", "encoding")
 	s := mount(t, t.TempDir())
 	pg := s.page("t", "p")
@@ -159,6 +165,7 @@ func TestTarRoundTrip(t *testing.T) {
 }
 
 func TestGit(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatal("git is needed:", err)
 	}
@@ -194,6 +201,7 @@ func TestGit(t *testing.T) {
 // lutimes); both failed with EINVAL, so cp -a and tar x of any tree with a
 // symlink exited with an error.
 func TestSymlinksKeepTheirTimes(t *testing.T) {
+	t.Parallel()
 	src := t.TempDir()
 	must(t, os.MkdirAll(filepath.Join(src, "sub"), 0o755))
 	must(t, os.WriteFile(filepath.Join(src, "f"), []byte("f"), 0o644))

@@ -73,6 +73,7 @@ func copyOf(t testing.TB, dir string) string {
 }
 
 func TestTransactions(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	s := mount(t, repo)
 	pg := s.page("t", "p")
@@ -189,6 +190,7 @@ func TestTransactions(t *testing.T) {
 // move the head: no commit of the page, merges included, ever has a and b
 // differ.
 func TestTransactionsAreAtomic(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	s := mount(t, repo)
 	pg := s.page("t", "p")
@@ -264,6 +266,7 @@ func TestTransactionsAreAtomic(t *testing.T) {
 // Uncommitted transactions do not survive a crash: after SIGKILL and a new
 // mount, the page is as it was before them and their journal rows are gone.
 func TestTransactionsDiscardedByCrash(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	s := mount(t, repo)
 	pg := s.page("t", "p")
@@ -305,6 +308,7 @@ func TestTransactionsDiscardedByCrash(t *testing.T) {
 // lookup of the page (a mkdir of it) comes first, as after the page's own
 // cache entry expired: the commit must reach the node the kernel holds.
 func TestTransactionCommitReachesLiveFiles(t *testing.T) {
+	t.Parallel()
 	s := mount(t, t.TempDir(), "--cache-timeout", "60")
 	pg := s.page("t", "p")
 	old := strings.Repeat("o", 100_000)
