@@ -57,15 +57,34 @@ func CommitterFor(p *store.Page) *Committer {
 	return c.(*Committer)
 }
 
-// Close waits for the page's queued changes to be committed and drops its
-// committer. It is the store's OnClose hook: a page with no open file may
-// be closed while a change queued at a close has yet to commit.
+// Close waits for the page's queued changes to be committed, drops its
+// committer and collects the pieces no commit took. It is the store's
+// OnClose hook: a page with no open file may be closed while a change
+// queued at a close has yet to commit.
 func Close(p *store.Page) error {
-	c, ok := committers.LoadAndDelete(p)
-	if !ok {
+	if c, ok := committers.LoadAndDelete(p); ok {
+		if err := c.(*Committer).Wait(); err != nil {
+			return err
+		}
+	}
+	return collectAtClose(p)
+}
+
+// collectAtClose deletes the pieces of values that no commit took — a file
+// written and removed before its close, a write cut short — which would
+// otherwise take space until the page's next open. Nothing writes a page
+// while it closes, and with no journal left nothing else reaches them.
+func collectAtClose(p *store.Page) error {
+	if !p.Writable() {
 		return nil
 	}
-	return c.(*Committer).Wait()
+	if has, err := p.HasJournals(); err != nil || has {
+		return err
+	}
+	if err := collectTransient(p); err != nil {
+		return fmt.Errorf("collect at close: %w", err)
+	}
+	return nil
 }
 
 // maxImplicitOps is the largest group of changes that goes through the

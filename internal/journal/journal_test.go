@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -754,5 +755,35 @@ func TestCrashDuringMergeKeepsHistory(t *testing.T) {
 				t.Fatalf("%d objects, %d local", counts[store.PrefixObjects], counts[store.StatusPrefix(store.Local)])
 			}
 		})
+	}
+}
+
+// The pieces of a value that no commit took (a file written and removed
+// before its close) are deleted when the page closes, not left for its
+// next open; those a commit took stay.
+func TestCloseCollectsUntakenPieces(t *testing.T) {
+	e := newEnv(t)
+	if err := CommitterFor(e.p).Apply(false, e.put("kept", strings.Repeat("kept ", 100000))); err != nil {
+		t.Fatal(err)
+	}
+	e.value(strings.Repeat("dropped ", 100000))
+	if has, err := e.p.HasTransient(); err != nil || !has {
+		t.Fatalf("transient pieces before close: %v, %v", has, err)
+	}
+	e.repo.Release(e.p)
+	if err := e.repo.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := store.Open(e.dir, store.Options{}) // no recovery to hide a leftover
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.repo = r
+	e.acquire()
+	if has, err := e.p.HasTransient(); err != nil || has {
+		t.Fatalf("transient pieces after close: %v, %v", has, err)
+	}
+	if got := e.state()["kept"]; got != strings.Repeat("kept ", 100000) {
+		t.Fatalf("kept value reads %d bytes", len(got))
 	}
 }

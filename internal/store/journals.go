@@ -232,6 +232,9 @@ func (p *Page) needsRecovery() (bool, error) {
 	return p.hasAny(PrefixJournals, StatusPrefix(Transient))
 }
 
+// HasJournals reports whether the page has rows of any journal.
+func (p *Page) HasJournals() (bool, error) { return p.hasAny(PrefixJournals) }
+
 // hasAny reports whether the page has a row under any of the prefixes.
 func (p *Page) hasAny(prefixes ...string) (bool, error) {
 	found := false

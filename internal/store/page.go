@@ -504,6 +504,10 @@ func (p *Page) IsTransient(d cas.Digest) (bool, error) {
 // the journal calls it after each commit.
 func (p *Page) Settle() { p.repo.trim.settle() }
 
+// Writable reports whether the page takes changes: its db was opened for
+// writing, and not refused changes (see readOnly).
+func (p *Page) Writable() bool { return p.readOnly == nil && !p.db.Opts().ReadOnly }
+
 // Sync makes every write so far durable.
 func (p *Page) Sync() error {
 	if err := p.check(); err != nil {
