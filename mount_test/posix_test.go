@@ -670,3 +670,49 @@ func TestSetgidDirectories(t *testing.T) {
 		t.Errorf("directory in a setgid directory: group %d mode %o, want 1234 and the setgid bit", st.Gid, st.Mode)
 	}
 }
+
+// Adding, removing or renaming an entry advances its directory's mtime and
+// ctime, as backup tools, find -newer and make expect; the times are kept
+// over a remount.
+func TestDirectoryTimes(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("l", "p")
+	d, other := filepath.Join(pg, "d"), filepath.Join(pg, "other")
+	must(t, os.Mkdir(d, 0o755))
+	must(t, os.Mkdir(other, 0o755))
+	past := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	for i, change := range []struct {
+		what string
+		do   func() error
+		dirs []string
+	}{
+		{"create", func() error { return os.WriteFile(filepath.Join(d, "f"), []byte("x"), 0o644) }, []string{d}},
+		{"mkdir", func() error { return os.Mkdir(filepath.Join(d, "sub"), 0o755) }, []string{d}},
+		{"symlink", func() error { return os.Symlink("f", filepath.Join(d, "ln")) }, []string{d}},
+		{"mkfifo", func() error { return unix.Mkfifo(filepath.Join(d, "fifo"), 0o644) }, []string{d}},
+		{"rename", func() error { return os.Rename(filepath.Join(d, "f"), filepath.Join(other, "f")) }, []string{d, other}},
+		{"unlink", func() error { return os.Remove(filepath.Join(other, "f")) }, []string{other}},
+		{"rmdir", func() error { return os.Remove(filepath.Join(d, "sub")) }, []string{d}},
+	} {
+		for _, dir := range change.dirs {
+			must(t, os.Chtimes(dir, past, past))
+		}
+		before := time.Now().Add(-time.Second) // ctime is the server's clock
+		must(t, change.do())
+		for _, dir := range change.dirs {
+			st := stat(t, dir)
+			if st.Mtim.Sec < before.Unix() || st.Ctim.Sec < before.Unix() {
+				t.Errorf("%d %s: %s has mtime %v ctime %v, want now", i, change.what, dir, time.Unix(st.Mtim.Unix()), time.Unix(st.Ctim.Unix()))
+			}
+		}
+	}
+	want := stat(t, d).Mtim
+	syncDir(t, pg)
+	s.stop()
+	s = mountAt(t, repo, s.mnt)
+	if got := stat(t, d).Mtim; got != want {
+		t.Errorf("mtime after a remount %v, want %v", got, want)
+	}
+}

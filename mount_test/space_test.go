@@ -66,7 +66,6 @@ func fullDisk(t *testing.T, size, ballastSize int) (repo, ballast string, s *ser
 // changes with ENOSPC before that, keep serving, keep what was committed,
 // and take changes again once there is room.
 func TestDiskFull(t *testing.T) {
-	t.Parallel()
 	repo, ballast, s, pg := fullDisk(t, 96<<20, 32<<20)
 	kept := map[string][]byte{}
 	var failed string
@@ -177,7 +176,6 @@ func TestDiskFull(t *testing.T) {
 // again must not commit the file with zeros in their place: the descriptor
 // keeps failing, and the file keeps its last committed content.
 func TestDiskFullMidFile(t *testing.T) {
-	t.Parallel()
 	repo, ballast, s, pg := fullDisk(t, 64<<20, 24<<20)
 	seed := 0
 	block := func() []byte {
@@ -223,7 +221,6 @@ func TestDiskFullMidFile(t *testing.T) {
 // write: it is opened read-only, so its files stay readable, and for
 // changes again once there is room.
 func TestReadOnFullDisk(t *testing.T) {
-	t.Parallel()
 	repo, ballast, s, pg := fullDisk(t, 64<<20, 1<<20)
 	data := content(1, 4<<20)
 	if err := os.WriteFile(filepath.Join(pg, "a"), data, 0o644); err != nil {
@@ -279,7 +276,6 @@ func TestReadOnFullDisk(t *testing.T) {
 // leave the reserve too: a full disk under it would crash the mount at
 // Badger's next write.
 func TestDiskFullRandomWrites(t *testing.T) {
-	t.Parallel()
 	repo, ballast, s, pg := fullDisk(t, 64<<20, 8<<20)
 	name := filepath.Join(pg, "old")
 	defer func() {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/journal"
+	"github.com/ledgerfs/ledgerfs/internal/store"
 )
 
 // isMarker reports whether an entry only keeps an empty directory.
@@ -87,4 +88,61 @@ func (pg *pageRef) queueMarker(key string, e btree.Entry) error {
 			pg.q.markers.Delete(key)
 		}
 	})
+}
+
+// touchOp returns the op that gives the directory at prefix mtime and ctime
+// now, as adding or removing an entry does on a native filesystem; false if
+// it has no marker. A directory without one (the page root, or one that
+// exists by its keys) shows the page's latest change, which this one is.
+func (pg *pageRef) touchOp(prefix string) (journal.Op, bool, error) {
+	if !strings.HasSuffix(prefix, "/") {
+		return journal.Op{}, false, nil
+	}
+	e, ok := pg.queuedMarker(prefix) // before the tree; see listDir
+	if !ok {
+		err := pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+			var err error
+			e, ok, err = t.Get(prefix)
+			ok = ok && e.Meta.IsDir()
+			return err
+		})
+		if err != nil || !ok {
+			return journal.Op{}, false, err
+		}
+	}
+	now := nowNs()
+	e.Meta.MtimeNs, e.Meta.HasMtime, e.Meta.CtimeNs, e.Meta.HasCtime = now, true, now, true
+	return journal.Op{Key: prefix, Entry: e}, true, nil
+}
+
+// touch gives the directory at prefix mtime and ctime now (see touchOp),
+// queued like a chmod of it. A failure is logged: the entry's own change
+// has been made.
+func (pg *pageRef) touch(prefix string) {
+	op, ok, err := pg.touchOp(prefix)
+	if err == nil && ok {
+		if pg.v.queues() {
+			err = pg.queueMarker(op.Key, op.Entry)
+		} else {
+			err = pg.apply(false, op)
+		}
+	}
+	if err != nil {
+		errno("directory times", err)
+	}
+}
+
+// withTouch returns ops with the op that touches the directory at prefix,
+// if it has a marker and ops do not already change it.
+func (pg *pageRef) withTouch(prefix string, ops []journal.Op) ([]journal.Op, error) {
+	for _, op := range ops {
+		if op.Key == prefix {
+			return ops, nil
+		}
+	}
+	op, ok, err := pg.touchOp(prefix)
+	if err != nil || !ok {
+		return ops, err
+	}
+	return append(ops, op), nil
 }

@@ -60,8 +60,16 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	if err != nil {
 		return nil, errno("mkdir", err)
 	}
+	d.touch()
 	ch := d.newDir(ctx, key+"/")
 	return ch, ch.Operations().(*dirNode).attr(key+"/", &out.Attr)
+}
+
+// touch gives d mtime and ctime now: an entry was added or removed.
+func (d *dirNode) touch() {
+	if prefix, _, err := d.prefix(); err == nil {
+		d.pg.touch(prefix)
+	}
 }
 
 // parentMeta returns the metadata of d, for what is created in it.
@@ -119,6 +127,9 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 		ops = append(ops, keep...)
 		return err
 	})
+	if err == nil {
+		ops, err = d.pg.withTouch(prefix, ops)
+	}
 	if err != nil {
 		return errno("rmdir", err)
 	}
@@ -210,9 +221,16 @@ func (d *dirNode) unlink(key, prefix string) syscall.Errno {
 	if d.pg.v.queues() && len(keep) == 0 {
 		// A pending file's close may still be queued: the delete goes
 		// after it even if the tree does not have the key yet.
-		return errno("unlink", d.pg.queueDelete(key))
+		if err := d.pg.queueDelete(key); err != nil {
+			return errno("unlink", err)
+		}
+		d.pg.touch(prefix)
+		return 0
 	}
-	ops := append([]journal.Op{{Key: key, Delete: true}}, keep...)
+	ops, err := d.pg.withTouch(prefix, append([]journal.Op{{Key: key, Delete: true}}, keep...))
+	if err != nil {
+		return errno("unlink", err)
+	}
 	return errno("unlink", d.pg.apply(false, ops...))
 }
 
@@ -246,6 +264,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	if eno != 0 {
 		return nil, nil, 0, eno
 	}
+	d.touch()
 	if eno := f.fillAttrAt(key, &out.Attr); eno != 0 {
 		return nil, nil, 0, eno
 	}
@@ -272,7 +291,15 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 // makeEntry commits a new entry with no content (a symbolic link, a fifo, a
 // socket or a device node) at key and returns its node.
 func (d *dirNode) makeEntry(ctx context.Context, op, key string, m btree.Meta, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if err := d.pg.apply(false, journal.Op{Key: key, Entry: btree.Entry{Value: emptyValue, Meta: m}}); err != nil {
+	ops := []journal.Op{{Key: key, Entry: btree.Entry{Value: emptyValue, Meta: m}}}
+	prefix, _, err := d.prefix()
+	if err == nil {
+		ops, err = d.pg.withTouch(prefix, ops)
+	}
+	if err != nil {
+		return nil, errno(op, err)
+	}
+	if err := d.pg.apply(false, ops...); err != nil {
 		return nil, errno(op, err)
 	}
 	ch := d.newFile(ctx, key, m.Mode)

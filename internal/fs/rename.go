@@ -64,6 +64,10 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 		}
 	}
 
+	dstParent, _, err := nd.prefix()
+	if err != nil {
+		return errno("rename", err)
+	}
 	var ops []journal.Op
 	srcIsDir, dstIsDir := false, false
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
@@ -139,6 +143,12 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 		}
 		return err
 	})
+	// Both directories' mtime and ctime change.
+	for _, dir := range []string{srcParent, dstParent} {
+		if err == nil {
+			ops, err = d.pg.withTouch(dir, ops)
+		}
+	}
 	if err != nil {
 		return errno("rename", err)
 	}
