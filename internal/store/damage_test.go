@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/dgraph-io/badger/v4"
+
 	"github.com/ledgerfs/ledgerfs/internal/cas"
 )
 
@@ -177,4 +179,68 @@ func TestLogDamageTellsCrashFromDamage(t *testing.T) {
 			t.Fatalf("run %d: byte %d of %d flipped: %v, want damage", i, at, len(b), err)
 		}
 	}
+}
+
+// A panic in a page's db, in the goroutine that uses it, breaks that page
+// only: the call and every later use of the page get EIO, other pages keep
+// serving, and the repository closes.
+func TestPanicInPageDBIsIsolated(t *testing.T) {
+	dir, _, _ := closedPage(t)
+	r := openRepo(t, dir, Options{})
+	p, err := r.Acquire("l", "p")
+	must(t, err)
+	err = p.view(func(*badger.Txn) error { panic("damaged block") })
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("a panic in the db: %v, want EIO", err)
+	}
+	if _, err := p.Head(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the broken page's head: %v, want EIO", err)
+	}
+	q, err := r.Acquire("l", "q")
+	must(t, err)
+	if _, err := q.Head(); err != nil {
+		t.Fatalf("the other page: %v", err)
+	}
+	r.Release(q)
+	r.Release(p)
+	must(t, r.Close())
+}
+
+// Bytes changed in a table after the page was opened (and checked) give
+// errors at the reads that meet them, never a panic or a wrong piece.
+func TestTableDamagedAfterOpen(t *testing.T) {
+	dir, pageDir, chunks := closedPage(t)
+	r := openRepo(t, dir, Options{})
+	defer r.Close()
+	p, err := r.Acquire("l", "p")
+	must(t, err)
+	defer r.Release(p)
+	tables, _ := filepath.Glob(filepath.Join(pageDir, "*.sst"))
+	if len(tables) == 0 {
+		t.Fatalf("no table in %s", pageDir)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, name := range tables {
+		fi, err := os.Stat(name)
+		must(t, err)
+		f, err := os.OpenFile(name, os.O_RDWR, 0)
+		must(t, err)
+		for range 8 {
+			_, err = f.WriteAt([]byte("flipped!"), rng.Int64N(fi.Size()/2))
+			must(t, err)
+		}
+		must(t, f.Close())
+	}
+	failed := 0
+	for _, d := range chunks {
+		b, err := p.Get(d, nil)
+		if err != nil {
+			failed++
+			continue
+		}
+		if got := cas.ComputeDigest(cas.KindBlob, false, b); got != d {
+			t.Fatalf("piece %x read with the wrong content", d[:8])
+		}
+	}
+	t.Logf("%d of %d pieces unreadable after the damage", failed, len(chunks))
 }

@@ -36,7 +36,7 @@ type JournalEntry struct {
 // BeginImplicit records implicit journal id's base, so that recovery
 // commits the journal if a crash interrupts it.
 func (p *Page) BeginImplicit(id JournalID, base CommitID) error {
-	return p.db.Update(func(txn *badger.Txn) error {
+	return p.update(func(txn *badger.Txn) error {
 		return txn.Set(ImplicitMetaKey(id), base[:])
 	})
 }
@@ -62,14 +62,14 @@ func setJournalEntries(txn *badger.Txn, id JournalID, es []JournalEntry) error {
 
 // ClearJournal records that journal id clears the page.
 func (p *Page) ClearJournal(id JournalID) error {
-	return p.db.Update(func(txn *badger.Txn) error {
+	return p.update(func(txn *badger.Txn) error {
 		return txn.Set(JournalClearKey(id), nil)
 	})
 }
 
 // JournalCleared reports whether journal id clears the page.
 func (p *Page) JournalCleared(id JournalID) (bool, error) {
-	err := p.db.View(func(txn *badger.Txn) error {
+	err := p.view(func(txn *badger.Txn) error {
 		_, err := txn.Get(JournalClearKey(id))
 		return err
 	})
@@ -81,7 +81,7 @@ func (p *Page) JournalCleared(id JournalID) (bool, error) {
 
 // JournalEntry returns the value of journal id's entry row for key.
 func (p *Page) JournalEntry(id JournalID, key string) (v []byte, found bool, err error) {
-	err = p.db.View(func(txn *badger.Txn) error {
+	err = p.view(func(txn *badger.Txn) error {
 		it, err := txn.Get(JournalEntryKey(id, key))
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
@@ -101,7 +101,7 @@ func (p *Page) JournalEntry(id JournalID, key string) (v []byte, found bool, err
 func (p *Page) JournalEntries(id JournalID, prefix string, fn func(key string, v []byte) error) error {
 	rowPrefix := []byte(JournalEntryPrefix(id) + prefix)
 	skip := len(JournalEntryPrefix(id))
-	return p.db.View(func(txn *badger.Txn) error {
+	return p.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: rowPrefix, PrefetchValues: true, PrefetchSize: 64})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -140,7 +140,7 @@ func (p *Page) DeleteJournalRows(id JournalID, keys []string) error {
 // DropImplicitMeta deletes an implicit journal's metadata row: recovery
 // then leaves the journal's rows for deletion instead of committing them.
 func (p *Page) DropImplicitMeta(id JournalID) error {
-	return p.db.Update(func(txn *badger.Txn) error {
+	return p.update(func(txn *badger.Txn) error {
 		return txn.Delete(ImplicitMetaKey(id))
 	})
 }
@@ -149,7 +149,7 @@ func (p *Page) DropImplicitMeta(id JournalID) error {
 // their bases: those a crash left uncommitted.
 func (p *Page) ImplicitJournals() (map[JournalID]CommitID, error) {
 	out := map[JournalID]CommitID{}
-	err := p.db.View(func(txn *badger.Txn) error {
+	err := p.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(PrefixImplicitMeta)})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -189,7 +189,7 @@ func (p *Page) Land(id JournalID, commits []*Commit, head *Commit) error {
 			return err
 		}
 	}
-	err := p.db.Update(func(txn *badger.Txn) error {
+	err := p.update(func(txn *badger.Txn) error {
 		for _, c := range commits {
 			if err := txn.Set(CommitKey(c.ID), c.Bytes); err != nil {
 				return err
@@ -238,7 +238,7 @@ func (p *Page) HasJournals() (bool, error) { return p.hasAny(PrefixJournals) }
 // hasAny reports whether the page has a row under any of the prefixes.
 func (p *Page) hasAny(prefixes ...string) (bool, error) {
 	found := false
-	err := p.db.View(func(txn *badger.Txn) error {
+	err := p.view(func(txn *badger.Txn) error {
 		for _, prefix := range prefixes {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
 			it.Rewind()
@@ -261,7 +261,7 @@ func (p *Page) DeleteTransient() (int, error) {
 	total := 0
 	for {
 		var ds []cas.Digest
-		err := p.db.View(func(txn *badger.Txn) error {
+		err := p.view(func(txn *badger.Txn) error {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 			defer it.Close()
 			for it.Rewind(); it.Valid() && len(ds) < 2000; it.Next() {
@@ -289,7 +289,7 @@ func (p *Page) DeleteTransient() (int, error) {
 // with the bytes of prefix, in id order; it reads keys only. The first
 // commit has no row and is not among them.
 func (p *Page) CommitIDs(prefix []byte, fn func(CommitID) error) error {
-	return p.db.View(func(txn *badger.Txn) error {
+	return p.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: append([]byte(PrefixCommits), prefix...)})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -311,7 +311,7 @@ func (p *Page) CommitIDs(prefix []byte, fn func(CommitID) error) error {
 func (p *Page) deletePrefix(prefix []byte) error {
 	for {
 		var keys [][]byte
-		err := p.db.View(func(txn *badger.Txn) error {
+		err := p.view(func(txn *badger.Txn) error {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 			defer it.Close()
 			for it.Rewind(); it.Valid() && len(keys) < 5000; it.Next() {

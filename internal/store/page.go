@@ -3,9 +3,11 @@ package store
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -30,6 +32,9 @@ type Page struct {
 	pol    chunker.Pol
 	nodes  *btree.Store
 	closed atomic.Bool
+	// broken is the error of a panic Badger raised in the page's db: the
+	// page gives it from then on (see recoverPanic).
+	broken atomic.Pointer[error]
 
 	// mu serializes changes to the heads (commits, recovery).
 	mu sync.Mutex
@@ -89,7 +94,42 @@ func (p *Page) check() error {
 	if p.closed.Load() {
 		return fmt.Errorf("page %s/%s: %w", p.Ledger, p.Name, ErrClosed)
 	}
+	if err := p.broken.Load(); err != nil {
+		return *err
+	}
 	return nil
+}
+
+// recoverPanic turns a panic of Badger's in the calling goroutine into an
+// error wrapping EIO, and breaks the page: every later use of it gets that
+// error, while other pages keep serving. Badger panics, rather than
+// failing, on some damage it finds only when it reads a table (checkDB
+// reads each at open; the damage may come later). A panic in one of
+// Badger's own goroutines (a compaction) cannot be caught and still ends
+// the process.
+func (p *Page) recoverPanic(err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	e := fmt.Errorf("page %s/%s: its db %s failed (%v); unmount, copy the repository aside and check it: %w", p.Ledger, p.Name, p.Dir(), firstLine(r), syscall.EIO)
+	if p.broken.CompareAndSwap(nil, &e) {
+		slog.Error("page db failed; the page gives EIO until it is opened again", "page", p.Ledger+"/"+p.Name, "db", p.Dir(), "panic", firstLine(r))
+	}
+	*err = e
+}
+
+// view runs fn in a read transaction of the page's db (see recoverPanic).
+func (p *Page) view(fn func(*badger.Txn) error) (err error) {
+	defer p.recoverPanic(&err)
+	return p.db.View(fn)
+}
+
+// update runs fn in a read-write transaction of the page's db (see
+// recoverPanic).
+func (p *Page) update(fn func(*badger.Txn) error) (err error) {
+	defer p.recoverPanic(&err)
+	return p.db.Update(fn)
 }
 
 // Get returns a stored piece (cas.Source).
@@ -104,7 +144,7 @@ func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 		return nil, err
 	}
 	var out []byte
-	err := p.db.View(func(txn *badger.Txn) error {
+	err := p.view(func(txn *badger.Txn) error {
 		it, err := txn.Get(ObjectKey(d))
 		if err != nil {
 			return err
@@ -180,7 +220,8 @@ func (p *Page) NewPieceWriter() *PieceWriter {
 }
 
 // Put implements cas.Sink.
-func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
+func (w *PieceWriter) Put(d cas.Digest, data []byte) (err error) {
+	defer w.p.recoverPanic(&err)
 	if err := w.p.check(); err != nil {
 		return err
 	}
@@ -218,7 +259,7 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) error {
 		}
 		return w.txn.Set(StatusKey(Transient, d), nil)
 	}
-	err := set()
+	err = set()
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		if err = w.commitAsync(); err == nil {
 			err = set()
@@ -350,7 +391,7 @@ func (p *Page) Commit(id CommitID) (*Commit, error) {
 		return nil, err
 	}
 	var c *Commit
-	err := p.db.View(func(txn *badger.Txn) error {
+	err := p.view(func(txn *badger.Txn) error {
 		var err error
 		c, err = readCommit(txn, id)
 		return err
@@ -390,7 +431,7 @@ func (p *Page) Heads() ([]*Commit, error) {
 		return slices.Clone(cached), nil
 	}
 	var heads []*Commit
-	err := p.db.View(func(txn *badger.Txn) error {
+	err := p.view(func(txn *badger.Txn) error {
 		var err error
 		heads, err = readHeads(txn)
 		return err
@@ -490,7 +531,7 @@ func (p *Page) IsTransient(d cas.Digest) (bool, error) {
 	// no order the tables know: each lookup maps a block and the pages the
 	// kernel maps around it, 150 MiB of RSS for 4 GiB before the next trim.
 	p.repo.trim.add(readAround)
-	err := p.db.View(func(txn *badger.Txn) error {
+	err := p.view(func(txn *badger.Txn) error {
 		_, err := txn.Get(StatusKey(Transient, d))
 		return err
 	})
