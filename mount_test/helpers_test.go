@@ -144,6 +144,15 @@ func mount(t testing.TB, repo string, args ...string) *server {
 	return mountAt(t, repo, mnt, args...)
 }
 
+// mountPlain serves repo with the server built without the race detector,
+// for tests whose point is what tools see of much data: a race-built
+// server's CPU time (several times a plain one's) would dominate the suite
+// there. Tests of concurrency use mount.
+func mountPlain(t testing.TB, repo string, args ...string) *server {
+	t.Helper()
+	return mountWith(t, plainBinary, repo, filepath.Join(t.TempDir(), "mnt"), args...)
+}
+
 func mountAt(t testing.TB, repo, mnt string, args ...string) *server {
 	return mountWith(t, binary, repo, mnt, args...)
 }

@@ -45,15 +45,15 @@ func TestConcurrentWriters(t *testing.T) {
 	}
 }
 
-// TestLargeFile writes 512 MiB through the mount (256 MiB with -short, 4 GiB
+// TestLargeFile writes 256 MiB through the mount (128 MiB with -short, 4 GiB
 // with -long), reads it back, and checks the server's memory stays bounded
 // at half the file's size or less.
 func TestLargeFile(t *testing.T) {
 	t.Parallel()
-	size := int64(512 << 20)
+	size := int64(256 << 20)
 	switch {
 	case testing.Short():
-		size = 256 << 20
+		size = 128 << 20
 	case *long:
 		size = 4 << 30
 	}
@@ -121,7 +121,7 @@ func TestLargeFile(t *testing.T) {
 // db transaction.
 func TestRenameLargeDirectory(t *testing.T) {
 	t.Parallel()
-	s := mount(t, t.TempDir())
+	s := mountPlain(t, t.TempDir())
 	pg := s.page("r", "p")
 	src := filepath.Join(pg, "src")
 	must(t, os.Mkdir(src, 0o755))
@@ -147,6 +147,6 @@ func TestRenameLargeDirectory(t *testing.T) {
 	}
 	check()
 	s.stop()
-	s = mountAt(t, s.repo, s.mnt)
+	s = mountWith(t, plainBinary, s.repo, s.mnt)
 	check()
 }

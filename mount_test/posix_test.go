@@ -255,7 +255,7 @@ func TestLookupShowsWhatIsWritten(t *testing.T) {
 
 func TestAppendTruncateAndRandomWrites(t *testing.T) {
 	t.Parallel()
-	s := mount(t, t.TempDir())
+	s := mountPlain(t, t.TempDir())
 	pg := s.page("a", "p")
 	path := filepath.Join(pg, "log")
 	for i := range 5 {

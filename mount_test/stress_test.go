@@ -27,7 +27,7 @@ func TestStressNG(t *testing.T) {
 	if _, err := exec.LookPath("stress-ng"); err != nil {
 		t.Fatalf("stress-ng is needed (.ci/run installs it): %v", err)
 	}
-	s := mount(t, t.TempDir())
+	s := mountPlain(t, t.TempDir())
 	pg := s.page("stress", "p")
 	args := []string{"--temp-path", pg, "--verify", "--timeout", "5s", "--metrics-brief",
 		"--fallocate-bytes", "8M", "--hdd-bytes", "8M", "--readahead-bytes", "8M", "--iomix-bytes", "8M",

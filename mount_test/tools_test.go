@@ -123,14 +123,14 @@ func TestCopyGoSourceTree(t *testing.T) {
 	if *long {
 		src = filepath.Join(runtime.GOROOT(), "src")
 	}
-	s := mount(t, t.TempDir())
+	s := mountPlain(t, t.TempDir())
 	pg := s.page("go", "src")
 	start := time.Now()
 	run(t, "/", "cp", "-a", src, pg+"/")
 	t.Logf("cp -a %s: %v", src, time.Since(start))
 	run(t, "/", "diff", "-r", "--no-dereference", src, filepath.Join(pg, filepath.Base(src)))
 	s.stop()
-	s = mountAt(t, s.repo, s.mnt)
+	s = mountWith(t, plainBinary, s.repo, s.mnt)
 	run(t, "/", "diff", "-r", "--no-dereference", src, filepath.Join(pg, filepath.Base(src)))
 	s.stop()
 	verifySchema(t, s.repo)
@@ -139,7 +139,7 @@ func TestCopyGoSourceTree(t *testing.T) {
 func TestTarRoundTrip(t *testing.T) {
 	t.Parallel()
 	src := filepath.Join(runtime.GOROOT(), "src", "encoding")
-	s := mount(t, t.TempDir())
+	s := mountPlain(t, t.TempDir())
 	pg := s.page("t", "p")
 	tarball := filepath.Join(t.TempDir(), "a.tar")
 	run(t, src, "tar", "cf", tarball, ".")
@@ -166,7 +166,7 @@ func TestGit(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatal("git is needed:", err)
 	}
-	s := mount(t, t.TempDir())
+	s := mountPlain(t, t.TempDir())
 	pg := s.page("code", "repo")
 	env := []string{"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@e", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@e"}
 	git := func(args ...string) string {
