@@ -14,7 +14,12 @@ import (
 )
 
 func main() {
-	if err := newRoot().Execute(); err != nil {
+	root := newRoot()
+	if args, ok := helperArgs(os.Args); ok {
+		root.SetArgs(args)
+	}
+	if err := root.Execute(); err != nil {
+		reportFailure(err)
 		fmt.Fprintln(os.Stderr, "ledgerfs:", err)
 		if errors.Is(err, store.ErrLocked) {
 			os.Exit(3)
@@ -42,6 +47,6 @@ is a commit, and contents are deduplicated chunks.`,
 		},
 	}
 	root.PersistentFlags().BoolVar(&debug, "debug", false, "log debug messages (with mount: every FUSE request)")
-	root.AddCommand(newMount(), newLog(), newCat(), newBench(), newGuard())
+	root.AddCommand(newMount(), newUmount(), newLog(), newCat(), newBench(), newGuard())
 	return root
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/coreos/go-systemd/v22/daemon"
 	"log/slog"
 	"math"
 	"net/http"
@@ -55,6 +56,9 @@ func newMount() *cobra.Command {
 		reserve    string
 		showUID    int64
 		showGID    int64
+		daemonMode bool
+		logFile    string
+		options    []string
 	)
 	cmd := &cobra.Command{
 		Use:   "mount [flags] [REPO] MOUNTPOINT",
@@ -71,6 +75,13 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			repoDir, mnt := defaultRepo(), args[0]
 			if len(args) == 2 {
 				repoDir, mnt = args[0], args[1]
+			}
+			kernelOpts, err := applyOptions(cmd.Flags(), options)
+			if err != nil {
+				return err
+			}
+			if daemonMode && !background() {
+				return daemonize(logFile)
 			}
 			debugLog, _ := cmd.Flags().GetBool("debug") // registered below: no error
 			if gcPercent <= 0 {
@@ -118,12 +129,15 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther, nonEmpty: nonEmpty,
 				debug: debugLog, idlePages: idlePages, cache: time.Duration(cacheSecs * float64(time.Second)),
 				gcInterval: gcInterval, nodeCache: nodeCache << 20, closeTimeout: closeWait,
-				reserve: reserveBytes, showUID: showUID, showGID: showGID,
+				reserve: reserveBytes, showUID: showUID, showGID: showGID, kernelOpts: kernelOpts,
 			})
 		},
 	}
 	f := cmd.Flags()
 	f.BoolVarP(&readOnly, "read-only", "r", false, "mount read-only")
+	f.BoolVarP(&daemonMode, "daemon", "d", false, "serve in the background: return once the mount serves (exit 0) or failed (exit 1, with the reason), logging to --log-file")
+	f.StringVar(&logFile, "log-file", defaultLogFile(), "where the background server (-d) logs")
+	f.StringSliceVarP(&options, "option", "o", nil, "mount options as mount(8) passes them: any flag of this command with _ for - (cache_timeout=2, allow_other, ro, uid=1000), and rw, ro, dev, suid; _netdev, defaults, noauto, nofail, x-systemd.* and the like are for mount(8) and systemd and are ignored")
 	f.BoolVar(&nonEmpty, "allow-non-empty", false, "mount over a directory that holds files, hiding them while mounted")
 	f.BoolVar(&allowOther, "allow-other", false, "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root); the kernel checks every access against the files' owners and modes")
 	f.Int64Var(&showUID, "uid", -1, "show every file as owned by this user id, whatever owner it stores (a single-user mount of files other users own)")
@@ -150,7 +164,8 @@ type serveConfig struct {
 	cache, gcInterval    time.Duration
 	closeTimeout         time.Duration
 	reserve              uint64
-	showUID, showGID     int64 // -1: the stored owner
+	showUID, showGID     int64    // -1: the stored owner
+	kernelOpts           []string // mount options for the kernel (dev, suid)
 }
 
 func serve(c serveConfig) error {
@@ -242,6 +257,7 @@ func serve(c serveConfig) error {
 	if c.readOnly {
 		opts.MountOptions.Options = append(opts.MountOptions.Options, "ro")
 	}
+	opts.MountOptions.Options = append(opts.MountOptions.Options, c.kernelOpts...)
 	server, err := mountFS(mnt, fsys.Root(), opts)
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", mnt, err)
@@ -251,6 +267,7 @@ func serve(c serveConfig) error {
 		slog.Info("kernel read-ahead left at its default", "err", err)
 	}
 	slog.Info("serving", "repo", c.repo, "mountpoint", mnt)
+	reportReady()
 
 	// A signal unmounts; an unmount from outside (umount, fusermount3 -u)
 	// ends the serving, and then there is nothing left to unmount.
@@ -271,6 +288,7 @@ func serve(c serveConfig) error {
 		}()
 	}
 	server.Wait()
+	notifySystemd(daemon.SdNotifyStopping)
 	close(served)
 	slog.Info("unmounted", "mountpoint", mnt)
 	fsys.Close()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/coreos/go-systemd/v22/daemon"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -27,6 +28,7 @@ func unmountOnSignal(server *fuse.Server, mnt string, signalled, served <-chan s
 		return
 	case <-signalled:
 	}
+	notifySystemd(daemon.SdNotifyStopping)
 	again := make(chan os.Signal, 1)
 	signal.Notify(again, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(again)

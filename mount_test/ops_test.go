@@ -1,0 +1,158 @@
+package mount_test
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// daemonCleanup unmounts mnt at the end of a test whose server runs in the
+// background, out of the servers the helpers track.
+func daemonCleanup(t *testing.T, mnt string) {
+	t.Cleanup(func() {
+		if mounted(mnt) {
+			exec.Command(plainBinary, "umount", mnt).Run()
+		}
+		if mounted(mnt) {
+			abort(mnt)
+		}
+	})
+}
+
+// mount(8) mounts an fstab line of type ledgerfs through /sbin/mount.ledgerfs,
+// a link to the binary, with options in -o form; the command returns once
+// the mount serves; ledgerfs umount returns once the server has committed
+// and exited.
+func TestFstabMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mount(8) with a helper in /sbin needs root")
+	}
+	const helper = "/sbin/mount.ledgerfs"
+	if old, err := os.Readlink(helper); err == nil {
+		t.Cleanup(func() { os.Remove(helper); os.Symlink(old, helper) })
+	} else if _, err := os.Lstat(helper); err == nil {
+		t.Fatalf("%s exists and is no link: the test would replace it", helper)
+	} else {
+		t.Cleanup(func() { os.Remove(helper) })
+	}
+	os.Remove(helper)
+	must(t, os.Symlink(plainBinary, helper))
+
+	dir := t.TempDir()
+	repo, mnt, logFile := filepath.Join(dir, "repo"), filepath.Join(dir, "mnt"), filepath.Join(dir, "log")
+	must(t, os.Mkdir(mnt, 0o755))
+	daemonCleanup(t, mnt)
+	fstab := filepath.Join(dir, "fstab")
+	line := repo + " " + mnt + " ledgerfs rw,allow_other,cache_timeout=0.5,uid=4242,_netdev,nofail,x-systemd.automount,log_file=" + logFile + " 0 0\n"
+	must(t, os.WriteFile(fstab, []byte(line), 0o644))
+	if out, err := exec.Command("mount", "-T", fstab, mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount -T %s: %v\n%s", fstab, err, out)
+	}
+	if !mounted(mnt) {
+		t.Fatal("mount returned before the mount served")
+	}
+	opts := run(t, "/", "findmnt", "-n", "-o", "FSTYPE,OPTIONS", mnt)
+	if !strings.HasPrefix(opts, "fuse.ledgerfs ") || !strings.Contains(opts, "allow_other") || !strings.Contains(opts, "default_permissions") {
+		t.Errorf("findmnt: %s", opts)
+	}
+	pg := filepath.Join(mnt, "l", "p")
+	must(t, os.MkdirAll(pg, 0o755))
+	must(t, os.WriteFile(filepath.Join(pg, "f"), []byte("through fstab"), 0o644))
+	if st := stat(t, filepath.Join(pg, "f")); st.Uid != 4242 {
+		t.Errorf("uid=4242: the file shows uid %d", st.Uid)
+	}
+	if out, err := exec.Command(plainBinary, "umount", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("ledgerfs umount: %v\n%s", err, out)
+	}
+	if mounted(mnt) {
+		t.Fatal("still mounted after ledgerfs umount")
+	}
+	// The server has exited: the repository is free for the command line.
+	if got := run(t, "/", plainBinary, "cat", repo, "l", "p", "f"); got != "through fstab" {
+		t.Errorf("ledgerfs cat after umount: %q", got)
+	}
+	if b, _ := os.ReadFile(logFile); !strings.Contains(string(b), "msg=serving") || !strings.Contains(string(b), "msg=unmounted") {
+		t.Errorf("log file:\n%s", b)
+	}
+
+	// A mistyped option fails the mount, with the reason.
+	must(t, os.WriteFile(fstab, []byte(strings.Replace(line, "cache_timeout", "cache_timeuot", 1)), 0o644))
+	out, err := exec.Command("mount", "-T", fstab, mnt).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `unknown mount option "cache_timeuot=0.5"`) {
+		t.Errorf("mount with a mistyped option: %v\n%s", err, out)
+	}
+	if mounted(mnt) {
+		t.Error("mounted despite the mistyped option")
+	}
+}
+
+// mount -d returns non-zero with the reason when the server cannot serve.
+func TestDaemonModeFailure(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "mnt")
+	must(t, os.MkdirAll(mnt, 0o755))
+	must(t, os.WriteFile(filepath.Join(mnt, "x"), nil, 0o644))
+	logFile := filepath.Join(dir, "log")
+	out, err := exec.Command(plainBinary, "mount", "-d", "--log-file", logFile, filepath.Join(dir, "repo"), mnt).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "is not empty") || !strings.Contains(string(out), logFile) {
+		t.Fatalf("mount -d over a non-empty directory: %v\n%s", err, out)
+	}
+	if mounted(mnt) {
+		detach(mnt)
+		t.Fatal("mounted")
+	}
+}
+
+// Under systemd (Type=notify) the server sends READY=1 once the mount
+// serves and STOPPING=1 when it begins to stop.
+func TestSystemdNotify(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	must(t, err)
+	defer conn.Close()
+	mnt := filepath.Join(dir, "mnt")
+	cmd := exec.Command(plainBinary, "mount", filepath.Join(dir, "repo"), mnt)
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
+	var log output
+	cmd.Stdout, cmd.Stderr = &log, &log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	must(t, cmd.Start())
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if mounted(mnt) {
+			detach(mnt)
+		}
+	}()
+	next := func() string {
+		t.Helper()
+		buf := make([]byte, 256)
+		conn.SetReadDeadline(time.Now().Add(time.Minute)) // a server that never notifies
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatalf("no notification: %v\n%s", err, log.String())
+		}
+		return string(buf[:n])
+	}
+	if got := next(); got != "READY=1" {
+		t.Fatalf("first notification %q, want READY=1", got)
+	}
+	if !mounted(mnt) {
+		t.Fatal("READY=1 before the mount served")
+	}
+	must(t, cmd.Process.Signal(syscall.SIGTERM))
+	if got := next(); got != "STOPPING=1" {
+		t.Fatalf("notification after SIGTERM %q, want STOPPING=1", got)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("server exited with %v\n%s", err, log.String())
+	}
+}
