@@ -1,10 +1,14 @@
 package mount_test
 
 import (
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -154,5 +158,76 @@ func TestSystemdNotify(t *testing.T) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("server exited with %v\n%s", err, log.String())
+	}
+}
+
+// scrape reads the metrics at url as name{labels} -> value.
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	must(t, err)
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// --metrics serves Prometheus metrics that follow a workload: FUSE
+// operations, bytes, commits, deduplication and the open pages' dbs.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	s := mountPlain(t, t.TempDir(), "--metrics", "127.0.0.1:0")
+	s.log.await(t, `msg="metrics listening"`)
+	_, addr, _ := strings.Cut(s.log.String(), `msg="metrics listening" addr=`)
+	addr, _, _ = strings.Cut(addr, "\n")
+	url := "http://" + addr + "/metrics"
+	before := scrape(t, url)
+	pg := s.page("m", "p")
+	data := content(7, 1<<20)
+	for i := range 5 {
+		must(t, os.WriteFile(filepath.Join(pg, fmt.Sprint("f", i)), data, 0o644)) // the same content: deduplicated
+	}
+	for i := range 5 {
+		b, err := os.ReadFile(filepath.Join(pg, fmt.Sprint("f", i)))
+		must(t, err)
+		if len(b) != len(data) {
+			t.Fatalf("read %d bytes", len(b))
+		}
+	}
+	syncDir(t, pg)
+	after := scrape(t, url)
+	grew := func(name string, by float64) {
+		t.Helper()
+		if d := after[name] - before[name]; d < by {
+			t.Errorf("%s grew by %v, want at least %v", name, d, by)
+		}
+	}
+	grew(`ledgerfs_fuse_op_duration_seconds_count{op="write"}`, 5)
+	grew(`ledgerfs_fuse_op_duration_seconds_count{op="create"}`, 5)
+	grew(`ledgerfs_fuse_op_duration_seconds_count{op="fsyncdir"}`, 1)
+	grew(`ledgerfs_written_bytes_total`, 5<<20)
+	grew(`ledgerfs_commit_changes_count{kind="queued"}`, 1)
+	grew(`ledgerfs_commit_changes_sum{kind="queued"}`, 5)
+	grew(`ledgerfs_piece_bytes_written_total{result="stored"}`, 1<<20)
+	grew(`ledgerfs_piece_bytes_written_total{result="deduplicated"}`, 4<<20)
+	if after[`ledgerfs_open_pages`] < 1 || after[`ledgerfs_page_db_bytes{ledger="m",page="p",part="vlog"}`] < 1<<20 {
+		t.Errorf("open pages %v, page m/p's value log %v bytes", after[`ledgerfs_open_pages`], after[`ledgerfs_page_db_bytes{ledger="m",page="p",part="vlog"}`])
+	}
+	if after[`ledgerfs_read_bytes_total`] < 1 {
+		t.Errorf("no bytes read: %v (the kernel may have served reads from its cache, but not all)", after[`ledgerfs_read_bytes_total`])
 	}
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/coreos/go-systemd/v22/daemon"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	_ "net/http/pprof"
 	"os"
@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/dustin/go-humanize"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/internal/fs"
 	"github.com/ledgerfs/ledgerfs/internal/journal"
+	"github.com/ledgerfs/ledgerfs/internal/metrics"
 	"github.com/ledgerfs/ledgerfs/internal/store"
 )
 
@@ -59,6 +61,7 @@ func newMount() *cobra.Command {
 		daemonMode bool
 		logFile    string
 		options    []string
+		metricsAt  string
 	)
 	cmd := &cobra.Command{
 		Use:   "mount [flags] [REPO] MOUNTPOINT",
@@ -129,7 +132,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther, nonEmpty: nonEmpty,
 				debug: debugLog, idlePages: idlePages, cache: time.Duration(cacheSecs * float64(time.Second)),
 				gcInterval: gcInterval, nodeCache: nodeCache << 20, closeTimeout: closeWait,
-				reserve: reserveBytes, showUID: showUID, showGID: showGID, kernelOpts: kernelOpts,
+				reserve: reserveBytes, showUID: showUID, showGID: showGID, kernelOpts: kernelOpts, metricsAddr: metricsAt,
 			})
 		},
 	}
@@ -147,6 +150,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.Int64Var(&memLimit, "memory-limit", 256, "soft limit of the server's Go heap in MiB (0: none; GOMEMLIMIT overrides)")
 	f.IntVar(&gcPercent, "gc-percent", 50, "garbage the server's Go heap may add before a collection, in percent of what is live (Go's default is 100; GOGC overrides)")
 	f.Int64Var(&nodeCache, "node-cache", 16, "MiB of decoded tree nodes kept in memory; more makes long history listings faster")
+	f.StringVar(&metricsAt, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. localhost:9567 (FUSE operations, bytes, commits, deduplication, page dbs)")
 	f.StringVar(&pprofAddr, "pprof", "", "serve Go profiles (net/http/pprof) on this address, e.g. localhost:6060")
 	f.DurationVar(&gcInterval, "gc-interval", 10*time.Minute, "how often to reclaim value-log space of open pages")
 	f.StringVar(&reserve, "reserve", "", fmt.Sprintf("free space to keep on the repository's filesystem, at least %s (default 5 %% of the filesystem, at most %s); changes fail with ENOSPC (\"no space left on device\") rather than fill it, since the database cannot survive a full disk", humanize.IBytes(store.MinReserve), humanize.IBytes(store.MaxDefaultReserve)))
@@ -166,6 +170,7 @@ type serveConfig struct {
 	reserve              uint64
 	showUID, showGID     int64    // -1: the stored owner
 	kernelOpts           []string // mount options for the kernel (dev, suid)
+	metricsAddr          string
 }
 
 func serve(c serveConfig) error {
@@ -258,7 +263,22 @@ func serve(c serveConfig) error {
 		opts.MountOptions.Options = append(opts.MountOptions.Options, "ro")
 	}
 	opts.MountOptions.Options = append(opts.MountOptions.Options, c.kernelOpts...)
-	server, err := mountFS(mnt, fsys.Root(), opts)
+	raw := gofs.NewNodeFS(fsys.Root(), opts)
+	if c.metricsAddr != "" {
+		m := metrics.New(repo)
+		journal.CommitObserver = m.ObserveCommit
+		raw = m.Wrap(raw)
+		l, err := net.Listen("tcp", c.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics: %w", err)
+		}
+		defer l.Close()
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", m.Handler())
+		go http.Serve(l, mux)
+		slog.Info("metrics listening", "addr", l.Addr().String())
+	}
+	server, err := mountFS(mnt, raw, &opts.MountOptions)
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", mnt, err)
 	}
@@ -295,7 +315,7 @@ func serve(c serveConfig) error {
 	return repo.Close()
 }
 
-// mountFS mounts root at mnt and serves it. It is go-fuse's fs.Mount
+// mountFS mounts raw at mnt and serves it. It is go-fuse's fs.Mount
 // without WaitMount, whose poll hack opens a file on the new mount from
 // this process: a kill -9 that lands while that request is being served
 // leaves a process that can neither finish exiting (its thread waits,
@@ -303,8 +323,8 @@ func serve(c serveConfig) error {
 // process that touches the mount hangs with it. The server never touches
 // its own mount: on Linux the mount exists once NewServer returns, and the
 // kernel stops sending POLL after the first ENOSYS, which go-fuse answers.
-func mountFS(mnt string, root gofs.InodeEmbedder, opts *gofs.Options) (*fuse.Server, error) {
-	server, err := fuse.NewServer(gofs.NewNodeFS(root, opts), mnt, &opts.MountOptions)
+func mountFS(mnt string, raw fuse.RawFileSystem, opts *fuse.MountOptions) (*fuse.Server, error) {
+	server, err := fuse.NewServer(raw, mnt, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/coreos/go-systemd/v22/daemon"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 

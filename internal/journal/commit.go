@@ -44,9 +44,18 @@ func (j *Journal) Commit() (*store.Commit, error) {
 	c, err := j.commitLocked()
 	if err == nil {
 		j.done = true
+		if CommitObserver != nil && j.ops != nil {
+			CommitObserver(j.ID.Explicit(), len(j.ops))
+		}
 	}
 	return c, err
 }
+
+// CommitObserver, when set before the first commit, is told of every
+// commit of a journal this process filled: whether a transaction's
+// (explicit) or of queued changes, and how many keys it changed. A mount
+// reports them as metrics. Recovery's commits are not told.
+var CommitObserver func(explicit bool, changes int)
 
 func (j *Journal) commitLocked() (*store.Commit, error) {
 	p := j.p

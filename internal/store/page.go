@@ -244,6 +244,8 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) (err error) {
 				return fmt.Errorf("store: look up piece status %s: %w", d, err)
 			}
 		}
+		w.p.repo.counters.piecesDedup.Add(1)
+		w.p.repo.counters.bytesDedup.Add(uint64(len(data)))
 		return nil
 	case !errors.Is(err, badger.ErrKeyNotFound):
 		return fmt.Errorf("store: look up piece %s: %w", d, err)
@@ -264,6 +266,10 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) (err error) {
 		if err = w.commitAsync(); err == nil {
 			err = set()
 		}
+	}
+	if err == nil {
+		w.p.repo.counters.piecesStored.Add(1)
+		w.p.repo.counters.bytesStored.Add(uint64(len(data)))
 	}
 	if err != nil {
 		w.landed(len(data))

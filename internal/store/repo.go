@@ -113,12 +113,13 @@ type Repository struct {
 	stopTrim chan struct{}
 	space    *space // nil when read-only
 
-	mu      sync.Mutex
-	open    map[string]*Page // by ledger + "/" + page
-	idle    *simplelru.LRU[string, *Page]
-	evicted []*Page                  // dropped from idle, to close after unlocking
-	closing map[string]chan struct{} // pages being closed; reopen waits
-	closed  bool
+	mu       sync.Mutex
+	open     map[string]*Page // by ledger + "/" + page
+	counters counters
+	idle     *simplelru.LRU[string, *Page]
+	evicted  []*Page                  // dropped from idle, to close after unlocking
+	closing  map[string]chan struct{} // pages being closed; reopen waits
+	closed   bool
 }
 
 // Open opens or creates the repository in dir.

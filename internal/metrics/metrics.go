@@ -1,0 +1,113 @@
+// Package metrics reports what a mount does as Prometheus metrics: the
+// kernel's requests (every FUSE operation, timed), bytes read and written
+// through the mount, commits and their sizes, and the repository's figures
+// (pieces stored and deduplicated, open pages and the size of their dbs).
+//
+// Layer: beside fs, above store and journal; the command line serves it.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// Metrics are a mount's metrics, in a registry of their own.
+type Metrics struct {
+	reg          *prometheus.Registry
+	ops          *prometheus.HistogramVec
+	bytesRead    prometheus.Counter
+	bytesWritten prometheus.Counter
+	commitSize   *prometheus.HistogramVec
+}
+
+// New returns the metrics of a mount of repo.
+func New(repo *store.Repository) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		ops: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ledgerfs_fuse_op_duration_seconds",
+			Help:    "Time to serve a FUSE request, by operation.",
+			Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10), // 10 µs to 2.6 s
+		}, []string{"op"}),
+		bytesRead: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ledgerfs_read_bytes_total", Help: "Bytes read through the mount.",
+		}),
+		bytesWritten: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ledgerfs_written_bytes_total", Help: "Bytes written through the mount.",
+		}),
+		commitSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ledgerfs_commit_changes",
+			Help:    "Keys changed by a commit: a group commit of queued changes (closes, unlinks, mkdirs) or a transaction's.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 7), // 1 to 4096
+		}, []string{"kind"}),
+	}
+	m.reg.MustRegister(m.ops, m.bytesRead, m.bytesWritten, m.commitSize,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		repoCollector{repo})
+	return m
+}
+
+// Wrap returns raw with every request timed.
+func (m *Metrics) Wrap(raw fuse.RawFileSystem) fuse.RawFileSystem { return &timedFS{raw, m} }
+
+// ObserveCommit records a commit of changes keys (see
+// journal.CommitObserver).
+func (m *Metrics) ObserveCommit(explicit bool, changes int) {
+	kind := "queued"
+	if explicit {
+		kind = "transaction"
+	}
+	m.commitSize.WithLabelValues(kind).Observe(float64(changes))
+}
+
+// Handler serves the metrics in Prometheus's text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+func (m *Metrics) observe(op string, start time.Time) {
+	m.ops.WithLabelValues(op).Observe(time.Since(start).Seconds())
+}
+
+// timedFS times every request it passes on (rawfs.go).
+type timedFS struct {
+	fuse.RawFileSystem
+	m *Metrics
+}
+
+// repoCollector reads the repository's figures at each scrape.
+type repoCollector struct{ repo *store.Repository }
+
+var (
+	piecesDesc   = prometheus.NewDesc("ledgerfs_pieces_written_total", "Pieces (chunks, index pieces, tree nodes) written, by whether they were new or already stored.", []string{"result"}, nil)
+	bytesDesc    = prometheus.NewDesc("ledgerfs_piece_bytes_written_total", "Bytes of pieces written, by whether they were new (stored) or already stored (deduplicated).", []string{"result"}, nil)
+	openDesc     = prometheus.NewDesc("ledgerfs_open_pages", "Page dbs open.", nil, nil)
+	pageSizeDesc = prometheus.NewDesc("ledgerfs_page_db_bytes", "Size on disk of an open page's db, by part (lsm: tables; vlog: value log).", []string{"ledger", "page", "part"}, nil)
+)
+
+func (c repoCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- piecesDesc
+	ch <- bytesDesc
+	ch <- openDesc
+	ch <- pageSizeDesc
+}
+
+func (c repoCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.repo.Stats()
+	ch <- prometheus.MustNewConstMetric(piecesDesc, prometheus.CounterValue, float64(s.PiecesStored), "stored")
+	ch <- prometheus.MustNewConstMetric(piecesDesc, prometheus.CounterValue, float64(s.PiecesDeduplicated), "deduplicated")
+	ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(s.BytesStored), "stored")
+	ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(s.BytesDeduplicated), "deduplicated")
+	ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(c.repo.OpenPages()))
+	for _, p := range c.repo.OpenPageSizes() {
+		ch <- prometheus.MustNewConstMetric(pageSizeDesc, prometheus.GaugeValue, float64(p.LSM), p.Ledger, p.Page, "lsm")
+		ch <- prometheus.MustNewConstMetric(pageSizeDesc, prometheus.GaugeValue, float64(p.ValueLog), p.Ledger, p.Page, "vlog")
+	}
+}
