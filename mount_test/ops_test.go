@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -229,5 +230,35 @@ func TestMetrics(t *testing.T) {
 	}
 	if after[`ledgerfs_read_bytes_total`] < 1 {
 		t.Errorf("no bytes read: %v (the kernel may have served reads from its cache, but not all)", after[`ledgerfs_read_bytes_total`])
+	}
+}
+
+// The mount's root has a hidden, read-only .stats file with the metrics as
+// text, which ledgerfs stats shows as a line per interval.
+func TestStatsFile(t *testing.T) {
+	t.Parallel()
+	s := mountPlain(t, t.TempDir())
+	pg := s.page("m", "p")
+	must(t, os.WriteFile(filepath.Join(pg, "f"), content(1, 100000), 0o644))
+	syncDir(t, pg)
+	stats := filepath.Join(s.mnt, ".stats")
+	b, err := os.ReadFile(stats)
+	must(t, err)
+	if !strings.Contains(string(b), "ledgerfs_written_bytes_total 100000") {
+		t.Errorf(".stats has no 100000 bytes written:\n%s", b)
+	}
+	if slices.Contains(ls(t, s.mnt), ".stats") {
+		t.Error(".stats is listed")
+	}
+	if err := os.WriteFile(stats, nil, 0o644); err == nil {
+		t.Error(".stats was written")
+	}
+	if err := os.Mkdir(filepath.Join(s.mnt, ".stats2"), 0o755); err != nil {
+		t.Errorf("a ledger named .stats2: %v", err)
+	}
+	out := run(t, "/", plainBinary, "stats", "--interval", "100ms", "--count", "3", s.mnt)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[0], "ops/s") {
+		t.Errorf("ledgerfs stats printed:\n%s", out)
 	}
 }

@@ -228,6 +228,9 @@ func serve(c serveConfig) error {
 		id := uint32(c.showGID)
 		fo.ShowGID = &id
 	}
+	m := metrics.New(repo)
+	journal.CommitObserver = m.ObserveCommit
+	fo.Stats = m.Text
 	fsys, err := fs.New(repo, fo)
 	if err != nil {
 		return err
@@ -263,11 +266,8 @@ func serve(c serveConfig) error {
 		opts.MountOptions.Options = append(opts.MountOptions.Options, "ro")
 	}
 	opts.MountOptions.Options = append(opts.MountOptions.Options, c.kernelOpts...)
-	raw := gofs.NewNodeFS(fsys.Root(), opts)
+	raw := m.Wrap(gofs.NewNodeFS(fsys.Root(), opts))
 	if c.metricsAddr != "" {
-		m := metrics.New(repo)
-		journal.CommitObserver = m.ObserveCommit
-		raw = m.Wrap(raw)
 		l, err := net.Listen("tcp", c.metricsAddr)
 		if err != nil {
 			return fmt.Errorf("--metrics: %w", err)

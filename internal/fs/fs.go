@@ -79,6 +79,8 @@ type Options struct {
 	ShowUID, ShowGID *uint32
 	// TmpDir holds spool files of files being edited at random offsets.
 	TmpDir string
+	// Stats, if set, gives the text of the .stats file at the root.
+	Stats func() []byte
 }
 
 // FS is the filesystem over one repository.

@@ -6,6 +6,7 @@ import "github.com/ledgerfs/ledgerfs/internal/store"
 // object the kernel may hold, the same at every lookup, so that a node keeps
 // its number while the kernel knows it. They are built here only:
 //
+//	S\0                                     the .stats file
 //	L\0{ledger}                             a ledger
 //	P\0{ledger}\0{page}                     a page's root
 //	P\0{ledger}\0{page}\0{view}{kind}{key}  a node of one view of a page
@@ -14,6 +15,9 @@ import "github.com/ledgerfs/ledgerfs/internal/store"
 // T{journal}\0 for a transaction; kind is 'f' for a file (key: its key), 'd'
 // for a directory (key: its prefix) and 'L' for a node under .ledger (key:
 // its path there). A rename moves every id under the renamed prefix.
+
+// statsID is the inode id of the .stats file.
+const statsID = "S\x00"
 
 // ledgerID is the inode id of a ledger.
 func ledgerID(name string) string { return "L\x00" + name }

@@ -7,6 +7,8 @@
 package metrics
 
 import (
+	"bytes"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/ledgerfs/ledgerfs/internal/store"
 )
@@ -65,6 +68,23 @@ func (m *Metrics) ObserveCommit(explicit bool, changes int) {
 		kind = "transaction"
 	}
 	m.commitSize.WithLabelValues(kind).Observe(float64(changes))
+}
+
+// Text returns the metrics in Prometheus's text format, for the .stats
+// file.
+func (m *Metrics) Text() []byte {
+	var b bytes.Buffer
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		fmt.Fprintf(&b, "# some metrics are missing: %v\n", err)
+	}
+	enc := expfmt.NewEncoder(&b, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			fmt.Fprintf(&b, "# %s: %v\n", mf.GetName(), err)
+		}
+	}
+	return b.Bytes()
 }
 
 // Handler serves the metrics in Prometheus's text format.

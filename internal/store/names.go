@@ -28,6 +28,10 @@ var ErrBadName = errors.New("invalid name")
 // and status; no ledger or page may take it.
 const ReservedName = ".ledger"
 
+// StatsName is the name at a mount's root of its statistics, which no
+// ledger may take.
+const StatsName = ".stats"
+
 // CheckName checks that a ledger or page name is usable as one directory
 // name.
 func CheckName(name string) error {
@@ -50,6 +54,9 @@ func CheckName(name string) error {
 func checkLedgerName(name string) error {
 	if err := CheckName(name); err != nil {
 		return err
+	}
+	if name == StatsName {
+		return fmt.Errorf("%w: %q is reserved for the mount's statistics", ErrBadName, name)
 	}
 	if n := len(ledgerFolder(name)); n > 255 {
 		return fmt.Errorf("%w: a ledger name of %d bytes is stored as a folder name of %d bytes; the limit is 189 bytes: %w", ErrBadName, len(name), n, syscall.ENAMETOOLONG)
