@@ -547,6 +547,18 @@ func (p *Page) IsTransient(d cas.Digest) (bool, error) {
 	return err == nil, err
 }
 
+// Has reports whether the piece d is stored, reading its key only.
+func (p *Page) Has(d cas.Digest) (bool, error) {
+	err := p.view(func(txn *badger.Txn) error {
+		_, err := txn.Get(ObjectKey(d))
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // Settle returns value-log pages touched by recent work to the page cache;
 // the journal calls it after each commit.
 func (p *Page) Settle() { p.repo.trim.settle() }

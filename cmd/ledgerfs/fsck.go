@@ -1,0 +1,134 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ledgerfs/ledgerfs/internal/check"
+	"github.com/ledgerfs/ledgerfs/internal/journal"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// errFsck is fsck's error when it found problems: they are printed, and the
+// exit status says the rest.
+var errFsck = errors.New("problems found")
+
+func newFsck() *cobra.Command {
+	var repair bool
+	cmd := &cobra.Command{
+		Use:   "fsck REPO [LEDGER [PAGE]]",
+		Short: "Check a repository that is not mounted: every row, object and reference",
+		Long: `Fsck reads every page of the repository (or of one ledger, or one page)
+as no mount does: every row against the documented schema and every object
+against its digest; every commit the heads reach and their parents; every
+tree node and every piece of every value those commits name; and the status
+rows. It prints a line per page and exits 1 if any page has a problem.
+
+Journals not committed and transient pieces are what a crash leaves and the
+next mount settles; fsck lists them, and --repair settles them as a mount
+would (commits the journals of accepted changes, drops transactions that
+never committed, keeps the transient pieces a commit reaches and deletes the
+rest). Damage — a piece missing or not matching its digest, a broken tree —
+is reported, never repaired: copy the repository aside first.`,
+		Example: "  ledgerfs fsck ~/.ledgerfs\n  ledgerfs fsck --repair ~/.ledgerfs notes inbox",
+		Args:    cobra.RangeArgs(1, 3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return fsck(cmd.OutOrStdout(), args[0], args[1:], repair)
+		},
+	}
+	cmd.Flags().BoolVar(&repair, "repair", false, "settle what a crash left (journals, transient pieces), as a mount would")
+	return cmd
+}
+
+func fsck(w io.Writer, repoDir string, only []string, repair bool) error {
+	if _, err := os.Stat(repoDir); err != nil {
+		return fmt.Errorf("repository: %w", err)
+	}
+	opts := store.Options{ReadOnly: !repair}
+	if repair {
+		opts.OnOpen, opts.OnClose = journal.Recover, journal.Close
+	}
+	repo, err := store.Open(repoDir, opts)
+	if errors.Is(err, store.ErrLocked) {
+		if at := mountOf(repoDir); at != "" {
+			return fmt.Errorf("repository %s is mounted at %s: unmount it first (ledgerfs umount %s) (%w)", repoDir, at, at, store.ErrLocked)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	ledgers := only[:min(len(only), 1)]
+	if len(ledgers) == 0 {
+		if ledgers, err = repo.Ledgers(); err != nil {
+			return err
+		}
+	}
+	bad := 0
+	for _, l := range ledgers {
+		pages := only[min(len(only), 1):]
+		if len(pages) == 0 {
+			if pages, err = repo.Pages(l); err != nil {
+				return fmt.Errorf("ledger %s: %w", l, err)
+			}
+		}
+		for _, pg := range pages {
+			if !fsckPage(w, repo, l, pg) {
+				bad++
+			}
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("%s with problems: %w", count(bad, "page"), errFsck)
+	}
+	return nil
+}
+
+// fsckPage checks one page and prints what it found; it reports whether
+// the page is sound.
+func fsckPage(w io.Writer, repo *store.Repository, ledger, page string) bool {
+	name := ledger + "/" + page
+	p, err := repo.Acquire(ledger, page)
+	if err != nil {
+		fmt.Fprintf(w, "%s: cannot be opened: %v\n", name, err)
+		return false
+	}
+	defer repo.Release(p)
+	r, err := check.Page(p, func(key string, v []byte) error {
+		_, err := journal.DecodeOp(key, v)
+		return err
+	})
+	if err != nil {
+		fmt.Fprintf(w, "%s: check failed: %v\n", name, err)
+		return false
+	}
+	if r.OK() {
+		fmt.Fprintf(w, "%s: ok (%d commits, %d tree nodes, %d values, %d pieces)\n", name, r.Commits, r.Nodes, r.Values, r.Pieces)
+		return true
+	}
+	fmt.Fprintf(w, "%s: %s, %s left by a crash (%d commits, %d tree nodes, %d values, %d pieces read)\n",
+		name, count(len(r.Problems), "problem"), count(len(r.Leftovers), "kind of leftover"), r.Commits, r.Nodes, r.Values, r.Pieces)
+	for _, s := range r.Problems {
+		fmt.Fprintf(w, "  problem: %s\n", s)
+	}
+	for _, s := range r.Leftovers {
+		fmt.Fprintf(w, "  left by a crash: %s\n", s)
+	}
+	return false
+}
+
+// count is n thing, or n things.
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	if strings.HasSuffix(thing, " of leftover") {
+		return fmt.Sprintf("%d kinds of leftover", n)
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}

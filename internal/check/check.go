@@ -1,0 +1,177 @@
+// Package check examines a page as fsck does: every row against the
+// documented schema and every object against its digest, then every commit
+// the heads reach, every tree node of their trees and every piece of every
+// value those trees name, and the rows of journals and pieces that only a
+// crash leaves.
+//
+// Layer: above store, btree and cas; the command line runs it.
+package check
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// maxProblems bounds a page's report: a missing subtree would otherwise
+// list every piece under it.
+const maxProblems = 50
+
+// Report is what Page found in one page.
+type Report struct {
+	Problems []string
+	// Leftovers are what a crash leaves and recovery (or --repair)
+	// settles: journals not committed, transient pieces.
+	Leftovers []string
+	Commits   int
+	Nodes     int
+	Values    int
+	Pieces    int
+}
+
+// OK reports whether the page has no problem and nothing left over.
+func (r *Report) OK() bool { return len(r.Problems) == 0 && len(r.Leftovers) == 0 }
+
+func (r *Report) problem(format string, args ...any) bool {
+	if len(r.Problems) < maxProblems {
+		r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+	} else if len(r.Problems) == maxProblems {
+		r.Problems = append(r.Problems, "(more problems not listed)")
+	}
+	return len(r.Problems) <= maxProblems
+}
+
+// Page checks p. decodeOp parses journal entry rows (journal.DecodeOp).
+func Page(p *store.Page, decodeOp func(key string, v []byte) error) (*Report, error) {
+	r := &Report{}
+	counts, err := p.VerifyRows(decodeOp)
+	if err != nil {
+		r.problem("%v", err)
+	}
+	objects := counts[store.PrefixObjects]
+	statuses := counts[store.StatusPrefix(store.Local)] + counts[store.StatusPrefix(store.Transient)] + counts[store.StatusPrefix(store.Synced)]
+	if err == nil && objects != statuses {
+		r.problem("%d objects but %d status rows: every object has exactly one", objects, statuses)
+	}
+	implicit, err := p.ImplicitJournals()
+	if err != nil {
+		return nil, err
+	}
+	if len(implicit) > 0 {
+		r.Leftovers = append(r.Leftovers, fmt.Sprintf("%d journals of changes not committed (left by a crash; a mount or --repair commits them)", len(implicit)))
+	} else if n := counts["journals/{id}/entry/"]; n > 0 {
+		r.Leftovers = append(r.Leftovers, fmt.Sprintf("%d journal rows of transactions never committed or already landed (a mount or --repair deletes them)", n))
+	}
+	if n := counts[store.StatusPrefix(store.Transient)]; n > 0 {
+		r.Leftovers = append(r.Leftovers, fmt.Sprintf("%d transient pieces (a crash's or an unfinished write's; a mount or --repair keeps those a commit reaches and deletes the rest)", n))
+	}
+	heads, err := p.Heads()
+	if err != nil {
+		r.problem("heads: %v", err)
+		return r, nil
+	}
+	w := walker{p: p, r: r, nodes: map[cas.Digest]bool{}, pieces: map[cas.Digest]bool{}}
+	w.commits(heads)
+	return r, nil
+}
+
+type walker struct {
+	p      *store.Page
+	r      *Report
+	nodes  map[cas.Digest]bool
+	pieces map[cas.Digest]bool
+}
+
+// commits walks history from the heads: every commit, parents included.
+func (w *walker) commits(heads []*store.Commit) {
+	seen := map[store.CommitID]bool{}
+	queue := heads
+	for len(queue) > 0 {
+		c := queue[0]
+		queue = queue[1:]
+		if seen[c.ID] {
+			continue
+		}
+		seen[c.ID] = true
+		w.r.Commits++
+		if c.Root != btree.EmptyRoot && !w.node(c.Root, c.ID) {
+			return
+		}
+		for _, id := range c.Parents {
+			if seen[id] {
+				continue
+			}
+			parent, err := w.p.Commit(id)
+			if err != nil {
+				if !w.r.problem("commit %s: parent %s: %v", c.ID, id, err) {
+					return
+				}
+				continue
+			}
+			queue = append(queue, parent)
+		}
+	}
+}
+
+// node walks a tree node once: its children and its entries' values. It
+// returns false once the report is full.
+func (w *walker) node(id cas.ObjectIdentifier, c store.CommitID) bool {
+	if id.Digest.IsInline() || w.nodes[id.Digest] {
+		return true
+	}
+	w.nodes[id.Digest] = true
+	w.r.Nodes++
+	children, values, err := w.p.Nodes().Refs(id)
+	if err != nil {
+		return w.r.problem("commit %s: tree node %s: %v", c, short(id.Digest), err)
+	}
+	for _, v := range values {
+		if !w.value(v, c) {
+			return false
+		}
+	}
+	for _, ch := range children {
+		if !w.node(ch, c) {
+			return false
+		}
+	}
+	return true
+}
+
+// value checks that every piece of a value is stored; the row check has
+// matched each stored piece with its digest.
+func (w *walker) value(id cas.ObjectIdentifier, c store.CommitID) bool {
+	if w.pieces[id.Digest] {
+		return true
+	}
+	w.r.Values++
+	ok := true
+	err := cas.Walk(w.p, id, func(d cas.Digest) (bool, error) {
+		if d.IsInline() || w.pieces[d] {
+			return false, nil
+		}
+		w.pieces[d] = true
+		w.r.Pieces++
+		has, err := w.p.Has(d)
+		if err != nil {
+			return false, err
+		}
+		if !has {
+			ok = w.r.problem("commit %s: piece %s of value %s is missing", c, short(d), short(id.Digest))
+			return false, nil
+		}
+		return d.IsIndex(), nil
+	}, nil)
+	if err != nil {
+		return w.r.problem("commit %s: value %s: %v", c, short(id.Digest), err)
+	}
+	return ok
+}
+
+func short(d cas.Digest) string {
+	s := fmt.Sprintf("%x", []byte(d))
+	return strings.TrimSpace(s[:min(len(s), 16)])
+}
