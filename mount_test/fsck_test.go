@@ -97,8 +97,12 @@ func fsck(t *testing.T, args ...string) (string, int) {
 func TestFsck(t *testing.T) {
 	t.Parallel()
 	repo := fsckRepo(t)
-	if out, code := fsck(t, repo); code != 0 || strings.Count(out, ": ok (") != 2 {
-		t.Fatalf("fsck of a sound repository: exit %d\n%s", code, out)
+	if out, code := fsck(t, repo); code != 0 || strings.Count(out, ": ok (") != 2 || strings.Contains(out, "\r") {
+		t.Fatalf("fsck of a sound repository, output not a terminal (no progress bar): exit %d\n%q", code, out)
+	}
+	// On a terminal (script gives it one) a progress bar is drawn too.
+	if out := run(t, "/", "script", "-qec", plainBinary+" fsck "+repo, "/dev/null"); !strings.Contains(out, "checking l/") || !strings.Contains(out, "\r") {
+		t.Errorf("fsck on a terminal drew no progress bar:\n%q", out)
 	}
 	for _, c := range []struct {
 		name string

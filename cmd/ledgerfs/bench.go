@@ -31,8 +31,9 @@ ledgerfs page or any other directory, and removes it afterwards:
 
 File contents are random, so nothing deduplicates. As root the kernel's
 caches are dropped between phases (reads are cold); otherwise they are not,
-and the table says so. A progress line is written to standard error while
-it runs, and a table (or JSON) to standard output at the end.`,
+and the table says so. While it runs, a progress bar is drawn on standard
+error when that is a terminal; a table (or JSON) goes to standard output at
+the end.`,
 		Example: `  ledgerfs bench /mnt/l/bench/page
   ledgerfs bench --big-file-size 4G --json /tmp`,
 		Args: cobra.ExactArgs(1),
@@ -49,7 +50,7 @@ it runs, and a table (or JSON) to standard output at the end.`,
 			if fi, err := os.Stat(args[0]); err != nil || !fi.IsDir() {
 				return fmt.Errorf("%s is not a directory", args[0])
 			}
-			progress := newProgress(os.Stderr)
+			var progress phases
 			o.Progress = progress.update
 			rep, err := bench.Run(cmd.Context(), args[0], o)
 			progress.done()
@@ -79,40 +80,6 @@ it runs, and a table (or JSON) to standard output at the end.`,
 	f.BoolVar(&noDrop, "no-drop-caches", false, "do not drop the kernel's caches between phases")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
-}
-
-// progress rewrites one line on a terminal, and prints a line per phase
-// otherwise.
-type progress struct {
-	f     *os.File
-	tty   bool
-	phase string
-	last  time.Time
-}
-
-func newProgress(f *os.File) *progress {
-	fi, err := f.Stat()
-	return &progress{f: f, tty: err == nil && fi.Mode()&os.ModeCharDevice != 0}
-}
-
-func (p *progress) update(phase string, done, total int) {
-	if !p.tty {
-		if phase != p.phase {
-			fmt.Fprintf(p.f, "%s...\n", phase)
-			p.phase = phase
-		}
-		return
-	}
-	if now := time.Now(); done == total || now.Sub(p.last) > 100*time.Millisecond {
-		p.last = now
-		fmt.Fprintf(p.f, "\r\033[K%s: %d/%d (%d%%)", phase, done, total, done*100/max(total, 1))
-	}
-}
-
-func (p *progress) done() {
-	if p.tty {
-		fmt.Fprint(p.f, "\r\033[K")
-	}
 }
 
 // parseSize reads a size flag: 512M and 1G are binary units, as for dd and

@@ -69,7 +69,7 @@ func fsck(w io.Writer, repoDir string, only []string, repair bool) error {
 			return err
 		}
 	}
-	bad := 0
+	var names [][2]string
 	for _, l := range ledgers {
 		pages := only[min(len(only), 1):]
 		if len(pages) == 0 {
@@ -78,11 +78,21 @@ func fsck(w io.Writer, repoDir string, only []string, repair bool) error {
 			}
 		}
 		for _, pg := range pages {
-			if !fsckPage(w, repo, l, pg) {
-				bad++
-			}
+			names = append(names, [2]string{l, pg})
 		}
 	}
+	bar := newBar(int64(len(names)), "checking pages")
+	bad := 0
+	for _, n := range names {
+		bar.Describe("checking " + n[0] + "/" + n[1])
+		// The bar is cleared and redrawn around each page's lines.
+		bar.Clear()
+		if !fsckPage(w, repo, n[0], n[1]) {
+			bad++
+		}
+		bar.Add(1)
+	}
+	bar.Finish()
 	if bad > 0 {
 		return fmt.Errorf("%s with problems: %w", count(bad, "page"), errFsck)
 	}

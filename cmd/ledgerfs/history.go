@@ -2,13 +2,16 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/ledgerfs/ledgerfs/internal/history"
 	"github.com/ledgerfs/ledgerfs/internal/journal"
@@ -33,7 +36,18 @@ history under the mount's LEDGER/PAGE/.ledger/ instead.`,
 		Args: cobra.RangeArgs(3, 4),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withPage(args[0], args[1], args[2], func(p *store.Page) error {
-				w := bufio.NewWriter(cmd.OutOrStdout())
+				var out io.Writer = cmd.OutOrStdout()
+				if len(args) == 3 && !term.IsTerminal(int(os.Stdout.Fd())) {
+					// Lines a terminal shows as they come are their own
+					// progress; written to a file or a pipe, a bar is.
+					bar, err := commitBar(p)
+					if err != nil {
+						return err
+					}
+					defer bar.Finish()
+					out = io.MultiWriter(out, lineCounter{bar})
+				}
+				w := bufio.NewWriter(out)
 				if err := writeHistory(w, p, args[3:]); err != nil {
 					return err
 				}
@@ -161,4 +175,19 @@ func withPage(repoDir, ledger, page string, fn func(p *store.Page) error) error 
 	}
 	defer repo.Release(p)
 	return fn(p)
+}
+
+// commitBar is a bar over the page's commits.
+func commitBar(p *store.Page) (*progressbar.ProgressBar, error) {
+	n := int64(1) // the first, empty commit has no row
+	err := p.CommitIDs(nil, func(store.CommitID) error { n++; return nil })
+	return newBar(n, "reading commits"), err
+}
+
+// lineCounter advances a bar by the lines written through it.
+type lineCounter struct{ bar *progressbar.ProgressBar }
+
+func (l lineCounter) Write(b []byte) (int, error) {
+	l.bar.Add(bytes.Count(b, []byte("\n")))
+	return len(b), nil
 }

@@ -27,7 +27,8 @@ otherwise) and waits until the server serving it has committed what is
 pending and exited, so that the repository can be used at once: by another
 mount, ledgerfs log or a backup. A mount still in use is left mounted, and
 the processes using it are named.`,
-		Args: cobra.ExactArgs(1),
+		Example: "  ledgerfs umount /mnt/l",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return umount(args[0], timeout)
 		},
