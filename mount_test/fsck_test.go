@@ -116,7 +116,7 @@ func TestFsck(t *testing.T) {
 		{"missing tree node", func(db *badger.DB) {
 			k := objectKeys(t, db, cas.Digest.IsTreeNode)[0]
 			must(t, db.Update(func(txn *badger.Txn) error { return txn.Delete(k) }))
-		}, "objects but"},
+		}, "tree node"},
 		{"stray journal", func(db *badger.DB) {
 			must(t, db.Update(func(txn *badger.Txn) error {
 				return txn.Set([]byte("journals/E0123456789abcdef/entry/stray"), []byte("D"))
@@ -131,6 +131,24 @@ func TestFsck(t *testing.T) {
 			}
 		})
 	}
+	t.Run("repair status rows", func(t *testing.T) {
+		cp := editPage(t, repo, func(db *badger.DB) {
+			k := objectKeys(t, db, func(cas.Digest) bool { return true })[0]
+			d := cas.Digest(k[len(store.PrefixObjects):])
+			must(t, db.Update(func(txn *badger.Txn) error {
+				if err := txn.Delete(store.StatusKey(store.Local, d)); err != nil {
+					return err
+				}
+				return txn.Set(store.StatusKey(store.Local, cas.ComputeDigest(cas.KindBlob, false, []byte("never stored, but more than an inline digest holds"))), nil)
+			}))
+		})
+		if out, code := fsck(t, cp, "l", "p"); code != 1 || !strings.Contains(out, "no status row") || !strings.Contains(out, "not stored") {
+			t.Errorf("fsck of wrong status rows: exit %d\n%s", code, out)
+		}
+		if out, code := fsck(t, "--repair", cp, "l", "p"); code != 0 || !strings.Contains(out, "repaired 2 status rows") {
+			t.Errorf("fsck --repair of wrong status rows: exit %d\n%s", code, out)
+		}
+	})
 	t.Run("repair", func(t *testing.T) {
 		cp := editPage(t, repo, func(db *badger.DB) {
 			must(t, db.Update(func(txn *badger.Txn) error {

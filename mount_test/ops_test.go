@@ -228,6 +228,9 @@ func TestMetrics(t *testing.T) {
 	if after[`ledgerfs_open_pages`] < 1 || after[`ledgerfs_page_db_bytes{ledger="m",page="p",part="vlog"}`] < 1<<20 {
 		t.Errorf("open pages %v, page m/p's value log %v bytes", after[`ledgerfs_open_pages`], after[`ledgerfs_page_db_bytes{ledger="m",page="p",part="vlog"}`])
 	}
+	if after[`ledgerfs_cache_lookups_total{cache="node",result="hit"}`]+after[`ledgerfs_cache_lookups_total{cache="node",result="miss"}`] < 1 {
+		t.Error("no lookups in the node cache")
+	}
 	if after[`ledgerfs_read_bytes_total`] < 1 {
 		t.Errorf("no bytes read: %v (the kernel may have served reads from its cache, but not all)", after[`ledgerfs_read_bytes_total`])
 	}

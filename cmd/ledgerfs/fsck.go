@@ -33,8 +33,10 @@ Journals not committed and transient pieces are what a crash leaves and the
 next mount settles; fsck lists them, and --repair settles them as a mount
 would (commits the journals of accepted changes, drops transactions that
 never committed, keeps the transient pieces a commit reaches and deletes the
-rest). Damage — a piece missing or not matching its digest, a broken tree —
-is reported, never repaired: copy the repository aside first.`,
+rest), and fixes status rows that disagree with the objects (deletes rows
+of objects not stored and extra rows, makes an object without one local).
+Damage — a piece missing or not matching its digest, a broken tree — is
+reported, never repaired: copy the repository aside first.`,
 		Example: "  ledgerfs fsck ~/.ledgerfs\n  ledgerfs fsck --repair ~/.ledgerfs notes inbox",
 		Args:    cobra.RangeArgs(1, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -87,7 +89,7 @@ func fsck(w io.Writer, repoDir string, only []string, repair bool) error {
 		bar.Describe("checking " + n[0] + "/" + n[1])
 		// The bar is cleared and redrawn around each page's lines.
 		bar.Clear()
-		if !fsckPage(w, repo, n[0], n[1]) {
+		if !fsckPage(w, repo, n[0], n[1], repair) {
 			bad++
 		}
 		bar.Add(1)
@@ -101,7 +103,7 @@ func fsck(w io.Writer, repoDir string, only []string, repair bool) error {
 
 // fsckPage checks one page and prints what it found; it reports whether
 // the page is sound.
-func fsckPage(w io.Writer, repo *store.Repository, ledger, page string) bool {
+func fsckPage(w io.Writer, repo *store.Repository, ledger, page string, repair bool) bool {
 	name := ledger + "/" + page
 	p, err := repo.Acquire(ledger, page)
 	if err != nil {
@@ -109,10 +111,19 @@ func fsckPage(w io.Writer, repo *store.Repository, ledger, page string) bool {
 		return false
 	}
 	defer repo.Release(p)
-	r, err := check.Page(p, func(key string, v []byte) error {
+	decodeOp := func(key string, v []byte) error {
 		_, err := journal.DecodeOp(key, v)
 		return err
-	})
+	}
+	r, err := check.Page(p, decodeOp)
+	if err == nil && repair && r.Status.Count() > 0 {
+		// The only fault fsck repairs itself; recovery at the open has
+		// settled journals and transient pieces.
+		if err = p.RepairStatus(r.Status); err == nil {
+			fmt.Fprintf(w, "%s: repaired %d status rows\n", name, r.Status.Count())
+			r, err = check.Page(p, decodeOp)
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(w, "%s: check failed: %v\n", name, err)
 		return false

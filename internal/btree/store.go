@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/restic/chunker"
@@ -27,7 +28,8 @@ type Pieces interface {
 // level was just read) would be decoded again. A small ring of the nodes
 // decoded last covers that.
 type NodeCache struct {
-	c *ristretto.Cache[string, *node]
+	c            *ristretto.Cache[string, *node]
+	hits, misses atomic.Uint64
 
 	mu     sync.Mutex
 	recent [32]recentNode
@@ -41,17 +43,24 @@ type recentNode struct {
 
 func (nc *NodeCache) get(key string) (*node, bool) {
 	if n, ok := nc.c.Get(key); ok {
+		nc.hits.Add(1)
 		return n, true
 	}
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	for _, r := range nc.recent {
 		if r.n != nil && r.key == key {
+			nc.hits.Add(1)
 			return r.n, true
 		}
 	}
+	nc.misses.Add(1)
 	return nil, false
 }
+
+// Stats returns how many lookups found their node decoded, and how many
+// did not.
+func (nc *NodeCache) Stats() (hits, misses uint64) { return nc.hits.Load(), nc.misses.Load() }
 
 func (nc *NodeCache) set(key string, n *node) {
 	nc.c.Set(key, n, n.size())

@@ -2,6 +2,7 @@ package cas
 
 import (
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/dgraph-io/ristretto/v2"
@@ -15,7 +16,8 @@ import (
 // without this fetched, verified and decoded most of them again: two of
 // the three pieces a 4 KiB random read fetched were index pieces.
 type IndexCache struct {
-	c *ristretto.Cache[string, cached]
+	c            *ristretto.Cache[string, cached]
+	hits, misses atomic.Uint64
 }
 
 // NewIndexCache returns a cache that holds about maxBytes of decoded index
@@ -39,8 +41,18 @@ func (ic *IndexCache) get(d Digest) (cached, bool) {
 	if ic == nil {
 		return cached{}, false
 	}
-	return ic.c.Get(string(d))
+	c, ok := ic.c.Get(string(d))
+	if ok {
+		ic.hits.Add(1)
+	} else {
+		ic.misses.Add(1)
+	}
+	return c, ok
 }
+
+// Stats returns how many lookups found their index piece, and how many
+// did not.
+func (ic *IndexCache) Stats() (hits, misses uint64) { return ic.hits.Load(), ic.misses.Load() }
 
 // set offers an index piece to the cache. Ristretto applies sets
 // asynchronously and may decline one when full.

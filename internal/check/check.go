@@ -26,10 +26,12 @@ type Report struct {
 	// Leftovers are what a crash leaves and recovery (or --repair)
 	// settles: journals not committed, transient pieces.
 	Leftovers []string
-	Commits   int
-	Nodes     int
-	Values    int
-	Pieces    int
+	// Status is what disagrees between objects and status rows.
+	Status  *store.StatusFaults
+	Commits int
+	Nodes   int
+	Values  int
+	Pieces  int
 }
 
 // OK reports whether the page has no problem and nothing left over.
@@ -51,10 +53,17 @@ func Page(p *store.Page, decodeOp func(key string, v []byte) error) (*Report, er
 	if err != nil {
 		r.problem("%v", err)
 	}
-	objects := counts[store.PrefixObjects]
-	statuses := counts[store.StatusPrefix(store.Local)] + counts[store.StatusPrefix(store.Transient)] + counts[store.StatusPrefix(store.Synced)]
-	if err == nil && objects != statuses {
-		r.problem("%d objects but %d status rows: every object has exactly one", objects, statuses)
+	if r.Status, err = p.CheckStatus(); err != nil {
+		return nil, err
+	}
+	if n := len(r.Status.Missing); n > 0 {
+		r.problem("%d objects have no status row (--repair makes them local)", n)
+	}
+	if n := len(r.Status.Orphans); n > 0 {
+		r.problem("%d status rows name objects that are not stored (--repair deletes them)", n)
+	}
+	if n := len(r.Status.Doubled); n > 0 {
+		r.problem("%d objects have more than one status row (--repair keeps the most advanced)", n)
 	}
 	implicit, err := p.ImplicitJournals()
 	if err != nil {

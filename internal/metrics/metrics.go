@@ -109,6 +109,7 @@ var (
 	piecesDesc   = prometheus.NewDesc("ledgerfs_pieces_written_total", "Pieces (chunks, index pieces, tree nodes) written, by whether they were new or already stored.", []string{"result"}, nil)
 	bytesDesc    = prometheus.NewDesc("ledgerfs_piece_bytes_written_total", "Bytes of pieces written, by whether they were new (stored) or already stored (deduplicated).", []string{"result"}, nil)
 	openDesc     = prometheus.NewDesc("ledgerfs_open_pages", "Page dbs open.", nil, nil)
+	cacheDesc    = prometheus.NewDesc("ledgerfs_cache_lookups_total", "Lookups in the caches of decoded tree nodes (node) and value index pieces (index), by whether they found what they looked for.", []string{"cache", "result"}, nil)
 	pageSizeDesc = prometheus.NewDesc("ledgerfs_page_db_bytes", "Size on disk of an open page's db, by part (lsm: tables; vlog: value log).", []string{"ledger", "page", "part"}, nil)
 )
 
@@ -116,6 +117,7 @@ func (c repoCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- piecesDesc
 	ch <- bytesDesc
 	ch <- openDesc
+	ch <- cacheDesc
 	ch <- pageSizeDesc
 }
 
@@ -126,6 +128,13 @@ func (c repoCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(s.BytesStored), "stored")
 	ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(s.BytesDeduplicated), "deduplicated")
 	ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(c.repo.OpenPages()))
+	cs := c.repo.CacheStats()
+	for _, v := range []struct {
+		cache, result string
+		n             uint64
+	}{{"node", "hit", cs.NodeHits}, {"node", "miss", cs.NodeMisses}, {"index", "hit", cs.IndexHits}, {"index", "miss", cs.IndexMisses}} {
+		ch <- prometheus.MustNewConstMetric(cacheDesc, prometheus.CounterValue, float64(v.n), v.cache, v.result)
+	}
 	for _, p := range c.repo.OpenPageSizes() {
 		ch <- prometheus.MustNewConstMetric(pageSizeDesc, prometheus.GaugeValue, float64(p.LSM), p.Ledger, p.Page, "lsm")
 		ch <- prometheus.MustNewConstMetric(pageSizeDesc, prometheus.GaugeValue, float64(p.ValueLog), p.Ledger, p.Page, "vlog")

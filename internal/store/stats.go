@@ -20,6 +20,20 @@ type counters struct {
 	piecesStored, bytesStored, piecesDedup, bytesDedup atomic.Uint64
 }
 
+// CacheStats are the hits and misses of the repository's caches of decoded
+// tree nodes and value index pieces.
+type CacheStats struct {
+	NodeHits, NodeMisses, IndexHits, IndexMisses uint64
+}
+
+// CacheStats returns the caches' counts so far.
+func (r *Repository) CacheStats() CacheStats {
+	var c CacheStats
+	c.NodeHits, c.NodeMisses = r.nodes.Stats()
+	c.IndexHits, c.IndexMisses = r.indexes.Stats()
+	return c
+}
+
 // Stats returns the repository's counts so far.
 func (r *Repository) Stats() Stats {
 	c := &r.counters
