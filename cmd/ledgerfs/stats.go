@@ -1,16 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/dustin/go-humanize"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/spf13/cobra"
 
 	"github.com/ledgerfs/ledgerfs/internal/store"
@@ -69,63 +71,80 @@ func showStats(w io.Writer, path string, interval time.Duration, count int) erro
 	return nil
 }
 
-// metricsText maps each sample of Prometheus's text format, name{labels},
-// to its value.
-type metricsText map[string]float64
+// metricsText is the mount's metrics, by name.
+type metricsText map[string]*dto.MetricFamily
 
 func readStats(path string) (metricsText, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read the mount's statistics (is it a ledgerfs mount?): %w", err)
 	}
-	m := metricsText{}
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		if len(line) == 0 || line[0] == '#' {
-			continue
-		}
-		i := bytes.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		if v, err := strconv.ParseFloat(string(line[i+1:]), 64); err == nil {
-			m[string(line[:i])] = v
-		}
+	defer f.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	m, err := p.TextToMetricFamilies(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return m, nil
 }
 
-// sum adds the samples of name, whatever their labels; with a label
-// filter ("op=\"read\""), only those that have it.
-func (m metricsText) sum(name, label string) float64 {
+// sum adds the samples of name — counters, gauges, and a histogram's
+// count (name_count) or sum (name_sum) — whose labels include every pair
+// of want.
+func (m metricsText) sum(name string, want ...string) float64 {
+	base, part := name, ""
+	for _, suffix := range []string{"_count", "_sum"} {
+		if mf, ok := m[strings.TrimSuffix(name, suffix)]; ok && mf.GetType() == dto.MetricType_HISTOGRAM && strings.HasSuffix(name, suffix) {
+			base, part = strings.TrimSuffix(name, suffix), suffix
+		}
+	}
+	mf, ok := m[base]
+	if !ok {
+		return 0
+	}
 	var s float64
-	for k, v := range m {
-		base, labels, _ := strings.Cut(k, "{")
-		if base == name && strings.Contains(labels, label) {
-			s += v
+metrics:
+	for _, x := range mf.GetMetric() {
+		for i := 0; i+1 < len(want); i += 2 {
+			if !slices.ContainsFunc(x.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == want[i] && l.GetValue() == want[i+1] }) {
+				continue metrics
+			}
+		}
+		switch {
+		case part == "_count":
+			s += float64(x.GetHistogram().GetSampleCount())
+		case part == "_sum":
+			s += x.GetHistogram().GetSampleSum()
+		case x.Counter != nil:
+			s += x.GetCounter().GetValue()
+		case x.Gauge != nil:
+			s += x.GetGauge().GetValue()
 		}
 	}
 	return s
 }
 
 func statsLine(prev, cur metricsText, secs float64) string {
-	rate := func(name, label string) float64 { return (cur.sum(name, label) - prev.sum(name, label)) / secs }
-	delta := func(name, label string) float64 { return cur.sum(name, label) - prev.sum(name, label) }
-	ops := delta("ledgerfs_fuse_op_duration_seconds_count", "")
+	delta := func(name string, labels ...string) float64 {
+		return cur.sum(name, labels...) - prev.sum(name, labels...)
+	}
+	rate := func(name string, labels ...string) float64 { return delta(name, labels...) / secs }
+	ops := delta("ledgerfs_fuse_op_duration_seconds_count")
 	lat := 0.0
 	if ops > 0 {
-		lat = delta("ledgerfs_fuse_op_duration_seconds_sum", "") / ops * 1000
+		lat = delta("ledgerfs_fuse_op_duration_seconds_sum") / ops * 1000
 	}
-	commits := delta("ledgerfs_commit_changes_count", "")
+	commits := delta("ledgerfs_commit_changes_count")
 	perCommit := 0.0
 	if commits > 0 {
-		perCommit = delta("ledgerfs_commit_changes_sum", "") / commits
+		perCommit = delta("ledgerfs_commit_changes_sum") / commits
 	}
 	bytesPerSec := func(v float64) string { return humanize.IBytes(uint64(max(v, 0))) }
 	return fmt.Sprintf("%8s %7.0f %7.2f %7s %8s %10.1f %11.1f %9s %8s %6.0f %8s",
 		time.Now().Format("15:04:05"), ops/secs, lat,
-		bytesPerSec(rate("ledgerfs_read_bytes_total", "")), bytesPerSec(rate("ledgerfs_written_bytes_total", "")),
+		bytesPerSec(rate("ledgerfs_read_bytes_total")), bytesPerSec(rate("ledgerfs_written_bytes_total")),
 		commits/secs, perCommit,
-		bytesPerSec(rate("ledgerfs_piece_bytes_written_total", `result="stored"`)),
-		bytesPerSec(rate("ledgerfs_piece_bytes_written_total", `result="deduplicated"`)),
-		cur.sum("ledgerfs_open_pages", ""), bytesPerSec(cur.sum("ledgerfs_page_db_bytes", "")))
+		bytesPerSec(rate("ledgerfs_piece_bytes_written_total", "result", "stored")),
+		bytesPerSec(rate("ledgerfs_piece_bytes_written_total", "result", "deduplicated")),
+		cur.sum("ledgerfs_open_pages"), bytesPerSec(cur.sum("ledgerfs_page_db_bytes")))
 }
