@@ -19,12 +19,8 @@ func setFormat1(t *testing.T, r *Repository) {
 func TestFormat1WithPagesIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	r := openRepo(t, dir, Options{})
-	if err := r.CreateLedger("l"); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.CreatePage("l", "p"); err != nil {
-		t.Fatal(err)
-	}
+	must(t, r.CreateLedger("l"))
+	must(t, r.CreatePage("l", "p"))
 	setFormat1(t, r)
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
@@ -44,17 +40,13 @@ func TestFormat1WithPagesIsRefused(t *testing.T) {
 func TestFormat1WithoutPagesIsUpgraded(t *testing.T) {
 	dir := t.TempDir()
 	r := openRepo(t, dir, Options{})
-	if err := r.CreateLedger("l"); err != nil {
-		t.Fatal(err)
-	}
+	must(t, r.CreateLedger("l"))
 	setFormat1(t, r)
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
 	r = openRepo(t, dir, Options{})
-	if err := r.CreatePage("l", "p"); err != nil {
-		t.Fatal(err)
-	}
+	must(t, r.CreatePage("l", "p"))
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
