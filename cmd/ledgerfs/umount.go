@@ -50,7 +50,7 @@ func umount(mnt string, timeout time.Duration) error {
 		return fmt.Errorf("%s is not a ledgerfs mount", mnt)
 	}
 	repo := strings.TrimPrefix(ms[len(ms)-1].Source, "ledgerfs:")
-	pid, err := lockHolder(filepath.Join(repo, "page_usage_db", "LOCK"))
+	pid, err := lockHolder(filepath.Join(repo, "page_usage_db"))
 	if err != nil {
 		return fmt.Errorf("find the server of %s: %w", mnt, err)
 	}
@@ -66,7 +66,7 @@ func umount(mnt string, timeout time.Duration) error {
 		return fmt.Errorf("unmount %s: %w", mnt, err)
 	}
 	if pid == 0 {
-		return nil // a server of another kind of lock: nothing to wait for
+		return nil // the server has exited already
 	}
 	for deadline := time.Now().Add(timeout); syscall.Kill(pid, 0) == nil; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -76,8 +76,8 @@ func umount(mnt string, timeout time.Duration) error {
 	return nil
 }
 
-// lockHolder returns the process that holds the flock on path (Badger's
-// directory lock of the repository db), from /proc/locks; 0 if none does.
+// lockHolder returns the process that holds the flock on path (Badger
+// locks a db's directory), from /proc/locks; 0 if none does.
 func lockHolder(path string) (int, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
