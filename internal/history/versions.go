@@ -24,7 +24,8 @@ func (v Version) Name() string {
 
 // Versions returns the versions of key, oldest first: an entry is a new
 // version in every commit that sets it differently from all the commit's
-// parents (so a merge that only carries a change over adds none). A
+// parents (so a merge that only carries a change over adds none), its access
+// time aside. A
 // deletion ends a version without making one. Each commit is compared with
 // its parents along the key's path only (btree.Store.KeyChanged).
 func Versions(p *store.Page, key string) ([]Version, error) {
@@ -62,6 +63,17 @@ func changedFromParents(p *store.Page, c *store.Commit, parents []*store.Commit,
 		if err != nil || !ok || !changed {
 			return e, ok, false, err
 		}
+		// A read's new access time is no new version.
+		if pe, found, err := p.Tree(pc).Get(key); err != nil {
+			return e, ok, false, err
+		} else if found && withoutAtime(pe) == withoutAtime(e) {
+			return e, ok, false, nil
+		}
 	}
 	return e, ok, true, nil
+}
+
+func withoutAtime(e btree.Entry) btree.Entry {
+	e.Meta.AtimeNs, e.Meta.HasAtime = 0, false
+	return e
 }

@@ -82,7 +82,7 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 	}
 	var values []cas.ObjectIdentifier
 	err = j.Ops("", func(op Op) error {
-		if !op.Delete {
+		if !op.Delete && !op.Atime {
 			values = append(values, op.Entry.Value)
 		}
 		return op.ApplyTo(tree)

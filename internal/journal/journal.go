@@ -41,18 +41,32 @@ type Journal struct {
 	at int64
 }
 
-// Op is one change: a put of Entry, or a delete when Delete is set.
+// Op is one change: a put of Entry, a delete when Delete is set, or with
+// Atime set an access time.
 type Op struct {
 	Key    string
 	Entry  btree.Entry // Entry.Key is ignored; Key is used
 	Delete bool
+	// Atime sets only the access time (Entry.Meta.AtimeNs) of the entry
+	// the key holds when the journal commits, if it holds one: a read's
+	// update must not bring back content or metadata that a change queued
+	// or landed meanwhile replaced.
+	Atime bool
 }
 
 // ApplyTo makes the change in tree t.
 func (op Op) ApplyTo(t *btree.Tree) error {
-	if op.Delete {
+	switch {
+	case op.Delete:
 		_, err := t.Delete(op.Key)
 		return err
+	case op.Atime:
+		e, ok, err := t.Get(op.Key)
+		if err != nil || !ok {
+			return err
+		}
+		e.Meta.AtimeNs, e.Meta.HasAtime = op.Entry.Meta.AtimeNs, true
+		return t.Put(e)
 	}
 	e := op.Entry
 	e.Key = op.Key
@@ -117,10 +131,12 @@ func Begin(p *store.Page, explicit bool) (*Journal, error) {
 }
 
 // Entry-row values: "A" + priority + object identifier [+ metadata] for a
-// put, "D" for a delete.
+// put, "D" for a delete, "T" + 8-byte little-endian Unix ns for an access
+// time.
 const (
 	rowPut    = 'A'
 	rowDelete = 'D'
+	rowAtime  = 'T'
 	prioEager = 'E'
 	prioLazy  = 'L'
 )
@@ -129,8 +145,11 @@ const (
 // identifier is a size-prefixed ObjectIdentifierStorage; the entry's file
 // metadata follows as a size-prefixed EntryMetaStorage.
 func EncodeOp(op Op) []byte {
-	if op.Delete {
+	switch {
+	case op.Delete:
 		return []byte{rowDelete}
+	case op.Atime:
+		return binary.LittleEndian.AppendUint64([]byte{rowAtime}, uint64(op.Entry.Meta.AtimeNs))
 	}
 	prio := byte(prioEager)
 	if op.Entry.Priority == btree.Lazy {
@@ -147,6 +166,10 @@ func DecodeOp(key string, v []byte) (Op, error) {
 	switch {
 	case len(v) == 1 && v[0] == rowDelete:
 		op.Delete = true
+		return op, nil
+	case len(v) == 9 && v[0] == rowAtime:
+		op.Atime = true
+		op.Entry.Meta.AtimeNs, op.Entry.Meta.HasAtime = int64(binary.LittleEndian.Uint64(v[1:])), true
 		return op, nil
 	case len(v) < 2 || v[0] != rowPut || (v[1] != prioEager && v[1] != prioLazy):
 		return op, fmt.Errorf("journal: malformed entry row value %q", v[:min(len(v), 8)])
@@ -191,6 +214,7 @@ func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 			return fmt.Errorf("journal: %d-byte key: %w", len(op.Key), btree.ErrKeyTooLong)
 		}
 	}
+	ops = j.mergeAtimes(ops)
 	es := make([]store.JournalEntry, len(ops))
 	for i, op := range ops {
 		es[i] = store.JournalEntry{Key: op.Key, Value: EncodeOp(op)}
@@ -205,6 +229,27 @@ func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 		}
 	}
 	return err
+}
+
+// mergeAtimes folds access times into the changes of their keys already in
+// the journal: into a put (its row carries the time), not after a delete.
+// A put that comes after an access time replaces it.
+func (j *Journal) mergeAtimes(ops []Op) []Op {
+	if j.ops == nil || !slices.ContainsFunc(ops, func(op Op) bool { return op.Atime }) {
+		return ops
+	}
+	out := make([]Op, 0, len(ops))
+	for _, op := range ops {
+		prev, ok := j.ops[op.Key]
+		switch {
+		case !op.Atime || !ok || prev.Atime:
+			out = append(out, op)
+		case !prev.Delete:
+			prev.Entry.Meta.AtimeNs, prev.Entry.Meta.HasAtime = op.Entry.Meta.AtimeNs, true
+			out = append(out, prev)
+		}
+	}
+	return out
 }
 
 // deleteOwnRows deletes the journal's rows.

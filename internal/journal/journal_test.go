@@ -587,6 +587,7 @@ func must[T any](v T, err error) T {
 
 func FuzzDecodeOp(f *testing.F) {
 	f.Add([]byte("D"))
+	f.Add(EncodeOp(atimeOp("k", -1)))
 	f.Add(EncodeOp(Op{Key: "k", Entry: btree.Entry{Value: cas.ObjectIdentifier{Digest: cas.ComputeDigest(cas.KindBlob, false, []byte("v"))}, Meta: btree.Meta{Size: 1, Mode: 0o100644, Symlink: "t"}}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		op, err := DecodeOp("k", b)
@@ -785,5 +786,102 @@ func TestCloseCollectsUntakenPieces(t *testing.T) {
 	}
 	if got := e.state()["kept"]; got != strings.Repeat("kept ", 100000) {
 		t.Fatalf("kept value reads %d bytes", len(got))
+	}
+}
+
+func atimeOp(key string, ns int64) Op {
+	op := Op{Key: key, Atime: true}
+	op.Entry.Meta.AtimeNs, op.Entry.Meta.HasAtime = ns, true
+	return op
+}
+
+// headEntry reads key's entry at the page's head.
+func (e *env) headEntry(key string) (btree.Entry, bool) {
+	head, err := e.p.Head()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	en, ok, err := e.p.Tree(head).Get(key)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return en, ok
+}
+
+// An access time sets the atime of whatever entry its key holds when the
+// journal commits: it never brings back content, not after a put in the
+// same journal, a delete, or a transaction that landed first.
+func TestAtimeOps(t *testing.T) {
+	e := newEnv(t)
+	c := CommitterFor(e.p)
+	if err := c.Apply(false, e.put("b", "b1"), e.put("d", "d1"), e.put("k", "k1"), e.put("late", "l1")); err != nil {
+		t.Fatal(err)
+	}
+	if op, err := DecodeOp("k", EncodeOp(atimeOp("k", 42))); err != nil || op != atimeOp("k", 42) {
+		t.Fatalf("round trip: %+v, %v", op, err)
+	}
+	j, err := Begin(e.p, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn, err := Begin(e.p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(j.Apply(e.put("a", "a1")))
+	must(j.Apply(atimeOp("a", 1)))            // folded into the put
+	must(j.Apply(atimeOp("b", 2)))            // on the head's entry
+	must(j.Apply(atimeOp("c", 3)))            // no such key: nothing
+	must(j.Apply(Op{Key: "d", Delete: true})) //
+	must(j.Apply(atimeOp("d", 4)))            // after a delete: nothing
+	must(j.Apply(atimeOp("late", 5)))         //
+	must(j.Apply(e.put("late", "l2")))        // a put after it wins
+	must(j.Apply(atimeOp("k", 6)))            // the transaction lands first
+	must(txn.Apply(e.put("k", "k2")))
+	if _, err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a": "a1", "b": "b1", "k": "k2", "late": "l2"}
+	if got := e.state(); !maps.Equal(got, want) {
+		t.Fatalf("state %v, want %v", got, want)
+	}
+	for key, at := range map[string]int64{"a": 1, "b": 2, "k": 6} {
+		if en, _ := e.headEntry(key); !en.Meta.HasAtime || en.Meta.AtimeNs != at {
+			t.Errorf("%s: atime %v %d, want %d", key, en.Meta.HasAtime, en.Meta.AtimeNs, at)
+		}
+	}
+	if en, _ := e.headEntry("late"); en.Meta.HasAtime {
+		t.Errorf("late: atime %d kept over a later put", en.Meta.AtimeNs)
+	}
+	if _, ok := e.headEntry("c"); ok {
+		t.Error("an access time made entry c")
+	}
+}
+
+// Recovery commits an access time a crash left in an implicit journal.
+func TestRecoveredAtime(t *testing.T) {
+	e := newEnv(t)
+	if err := CommitterFor(e.p).Apply(false, e.put("f", "content")); err != nil {
+		t.Fatal(err)
+	}
+	j, err := Begin(e.p, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Apply(atimeOp("f", 77)); err != nil {
+		t.Fatal(err)
+	}
+	e.reopen() // as a crash leaves it: the journal's rows, no commit
+	if en, _ := e.headEntry("f"); en.Meta.AtimeNs != 77 || e.state()["f"] != "content" {
+		t.Fatalf("after recovery: atime %d, state %v", en.Meta.AtimeNs, e.state())
 	}
 }
