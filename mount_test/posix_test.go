@@ -716,3 +716,64 @@ func TestDirectoryTimes(t *testing.T) {
 		t.Errorf("mtime after a remount %v, want %v", got, want)
 	}
 }
+
+// Reads advance the access time as Linux's relatime does: the first read
+// after a change, then at most once a day. The new time shows at once (with
+// no attribute caching: the kernel serves a read of cached pages and a stat
+// from its caches), survives a remount, makes no new version, and a read
+// that is not due makes no commit. Reading history changes nothing.
+func TestRelatime(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo, "--cache-timeout", "0")
+	pg := s.page("l", "p")
+	f := filepath.Join(pg, "f")
+	must(t, os.WriteFile(f, []byte("content"), 0o644))
+	syncDir(t, pg)
+	written := stat(t, f)
+	if written.Atim != written.Mtim {
+		t.Fatalf("a new file's atime %v, want its mtime %v", written.Atim, written.Mtim)
+	}
+	read := func() {
+		t.Helper()
+		if b, err := os.ReadFile(f); err != nil || string(b) != "content" {
+			t.Fatalf("read: %q %v", b, err)
+		}
+	}
+	read()
+	first := stat(t, f)
+	if !timeAfter(first.Atim, first.Mtim) {
+		t.Fatalf("after the first read: atime %v, mtime %v: want a later atime", first.Atim, first.Mtim)
+	}
+	syncDir(t, pg)
+	meta := filepath.Join(pg, ".ledger")
+	commits := commitCount(t, meta)
+	read() // not due: the atime is after the mtime and fresh
+	syncDir(t, pg)
+	if n := commitCount(t, meta); n != commits {
+		t.Errorf("a read that was not due made %d commits", n-commits)
+	}
+	if st := stat(t, f); st.Atim != first.Atim {
+		t.Errorf("atime moved from %v to %v on a read that was not due", first.Atim, st.Atim)
+	}
+	if vs := ls(t, filepath.Join(meta, "versions", "f")); len(vs) != 1 {
+		t.Errorf("versions of f: %v, want one: an access time is no new version", vs)
+	}
+	if b, err := os.ReadFile(filepath.Join(meta, "latest", "f")); err != nil || string(b) != "content" {
+		t.Fatalf("f in .ledger/latest: %q %v", b, err)
+	}
+	// An atime set before the mtime (touch -a) is due again.
+	old := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	must(t, unix.UtimesNano(f, []unix.Timespec{unix.NsecToTimespec(old.UnixNano()), {Nsec: unix.UTIME_OMIT}}))
+	read()
+	if st := stat(t, f); st.Atim.Sec <= old.Unix() {
+		t.Errorf("a read after touch -a to 2001 left atime at %v", st.Atim)
+	}
+	want := stat(t, f).Atim
+	syncDir(t, pg)
+	s.stop()
+	s = mountAt(t, repo, s.mnt, "--cache-timeout", "0")
+	if st := stat(t, f); st.Atim != want {
+		t.Errorf("atime after a remount %v, want %v", st.Atim, want)
+	}
+}

@@ -111,3 +111,23 @@ func created(ctx context.Context, mode uint32, parent btree.Meta, defaults *FS) 
 	}
 	return m
 }
+
+// relatimeDue reports whether a read at now advances the access time of an
+// entry with metadata m (shown with time ts if it has no mtime), by the
+// kernel's relatime rule: the access time is not after the modification or
+// change time, or is a day old. Each advance is a commit, so a file read
+// again and again costs one a day.
+func relatimeDue(m btree.Meta, ts, now int64) bool {
+	mtime := ts
+	if m.HasMtime {
+		mtime = m.MtimeNs
+	}
+	atime, ctime := mtime, mtime
+	if m.HasAtime {
+		atime = m.AtimeNs
+	}
+	if m.HasCtime {
+		ctime = max(ctime, m.CtimeNs)
+	}
+	return atime <= mtime || atime <= ctime || now-atime >= int64(24*time.Hour)
+}

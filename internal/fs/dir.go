@@ -267,6 +267,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 				return ch, f.fillAttrAt(key, &out.Attr)
 			}
 		}
+		entry.Meta = d.pg.withQueuedAtime(key, entry.Meta)
 		ch := d.newFile(ctx, key, entry.Meta.FileMode())
 		f := ch.Operations().(*fileNode)
 		f.shown(entry.Meta, headTs)

@@ -194,6 +194,7 @@ func (f *fileNode) fillAttrAt(key string, a *fuse.Attr) syscall.Errno {
 		f.mu.Unlock()
 		return errno("getattr", err)
 	}
+	e.Meta = f.pg.withQueuedAtime(key, e.Meta)
 	f.meta, f.metaTs = e.Meta, ts
 	f.mu.Unlock()
 	fileAttr(f.pg.fs, a, f.StableAttr().Ino, e.Meta, ts)
@@ -224,6 +225,25 @@ func (f *fileNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 		return nil, syscall.EINVAL
 	}
 	return []byte(e.Meta.Symlink), 0
+}
+
+// advanceAtime gives a regular file opened for reading in the live page a
+// new access time, when relatime's rule says so (see noteAtime). Called
+// with f.mu held.
+func (f *fileNode) advanceAtime(m btree.Meta, ts int64) {
+	if !f.pg.v.queues() || f.pg.readOnly() || f.fixed || m.FileMode()&syscall.S_IFMT != syscall.S_IFREG {
+		return
+	}
+	key, ok := f.key()
+	if !ok {
+		return
+	}
+	now := nowNs()
+	if !relatimeDue(f.pg.withQueuedAtime(key, m), ts, now) {
+		return
+	}
+	f.pg.noteAtime(key, now)
+	f.meta.AtimeNs, f.meta.HasAtime = now, true
 }
 
 // beginChange loads the content for writing, if it is not loaded. Called
@@ -432,6 +452,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		return nil, 0, syscall.ELOOP
 	}
 	f.meta, f.metaTs = e.Meta, ts
+	f.advanceAtime(e.Meta, ts)
 	p, err := f.pg.acquire()
 	if err != nil {
 		return nil, 0, errno("open", err)

@@ -127,6 +127,10 @@ func (f *FS) Close() {
 	f.mu.Unlock()
 	for _, p := range pages {
 		p.rollbackAll()
+		if err := p.flushAtimes(); err != nil {
+			l, n := p.names()
+			slog.Warn("access times not kept", "page", l+"/"+n, "err", err)
+		}
 		if err := p.settle(); err != nil {
 			l, n := p.names()
 			slog.Error("queued commit failed at unmount; recovery commits it at the next start", "page", l+"/"+n, "err", err)

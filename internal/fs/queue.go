@@ -1,8 +1,10 @@
 package fs
 
 import (
+	"slices"
 	"sync"
 
+	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/journal"
 	"github.com/ledgerfs/ledgerfs/internal/store"
 )
@@ -28,6 +30,9 @@ type queuedChanges struct {
 	// whole set per unlink was a third of what rm -rf of a large directory
 	// allocated.
 	gone keyMap[uint64]
+	// atimes are access times whose commit is queued (see
+	// journal.Op.Atime), by key, with the change's number.
+	atimes keyMap[queuedAtime]
 	// seq numbers queued changes, so that a change landing does not clear
 	// what a later change of the same key shows.
 	seq uint64
@@ -48,6 +53,93 @@ func (pg *pageRef) queueDelete(key string) error {
 			pg.q.gone.Delete(key)
 		}
 	})
+}
+
+type queuedAtime struct {
+	ns int64
+	// sent is set once the time rides in a queued change: it shows until
+	// that change lands, and a newer time replaces it.
+	sent bool
+}
+
+// noteAtime records a read's new access time of the file at key. It is not
+// a change of its own: every one would be a commit, moving the page's time
+// under readers (tar fails a directory whose time moves while it reads
+// it). It rides with the page's next queued change (see queueWith), or is
+// committed at unmount; a crash loses it, and the next read makes it
+// again.
+func (pg *pageRef) noteAtime(key string, ns int64) {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	pg.q.atimes.Set(key, queuedAtime{ns: ns})
+}
+
+// takeAtimes returns the access times not sent yet as ops (journal.Op.Atime),
+// but none for the keys of ops, whose changes they would overwrite in the
+// journal's rows; and the function that drops what landed. Called with
+// pg.mu held.
+func (pg *pageRef) takeAtimes(ops []journal.Op) ([]journal.Op, func()) {
+	var out []journal.Op
+	pg.q.atimes.Under("", func(key string, a queuedAtime) bool {
+		if a.sent || slices.ContainsFunc(ops, func(op journal.Op) bool { return op.Key == key }) {
+			return true
+		}
+		op := journal.Op{Key: key, Atime: true}
+		op.Entry.Meta.AtimeNs, op.Entry.Meta.HasAtime = a.ns, true
+		out = append(out, op)
+		return true
+	})
+	for _, op := range out {
+		pg.q.atimes.Set(op.Key, queuedAtime{ns: op.Entry.Meta.AtimeNs, sent: true})
+	}
+	return out, func() {
+		pg.mu.Lock()
+		defer pg.mu.Unlock()
+		for _, op := range out {
+			if a, ok := pg.q.atimes.Get(op.Key); ok && a.sent && a.ns == op.Entry.Meta.AtimeNs {
+				pg.q.atimes.Delete(op.Key)
+			}
+		}
+	}
+}
+
+// forgetAtimes drops the access times waiting for the keys starting with
+// prefix: a rename moves or replaces their files.
+func (pg *pageRef) forgetAtimes(prefix string) {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	var keys []string
+	pg.q.atimes.Under(prefix, func(k string, _ queuedAtime) bool {
+		keys = append(keys, k)
+		return true
+	})
+	for _, k := range keys {
+		pg.q.atimes.Delete(k)
+	}
+}
+
+// flushAtimes commits the access times that wait for a change to ride
+// with: at unmount.
+func (pg *pageRef) flushAtimes() error {
+	pg.mu.Lock()
+	pending := pg.q.atimes.Len() > 0
+	pg.mu.Unlock()
+	if !pending {
+		return nil
+	}
+	return pg.queue(func(error) {})
+}
+
+// withQueuedAtime returns m, the metadata of the entry at key, with the
+// access time queued for it, if any and later.
+func (pg *pageRef) withQueuedAtime(key string, m btree.Meta) btree.Meta {
+	pg.mu.Lock()
+	a, ok := pg.q.atimes.Get(key)
+	pg.mu.Unlock()
+	if ok && (!m.HasAtime || a.ns > m.AtimeNs) {
+		m.AtimeNs, m.HasAtime = a.ns, true
+	}
+	return m
 }
 
 // queueShown queues op, which shows until it lands: show records it and
@@ -91,8 +183,12 @@ func (pg *pageRef) queueWith(w *store.ValueWriter, done func(error), ops ...jour
 	defer pg.release(p)
 	pg.mu.Lock()
 	pg.q.inflight++
+	atimes, sent := pg.takeAtimes(ops)
 	pg.mu.Unlock()
+	// First in the rows, so that nothing of this change comes after them.
+	ops = append(atimes, ops...)
 	landed := func() {
+		sent()
 		pg.mu.Lock()
 		pg.q.inflight--
 		pg.mu.Unlock()
@@ -200,6 +296,7 @@ func (pg *pageRef) dropPending(key string) {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
 	pg.q.files.Delete(key)
+	pg.q.atimes.Delete(key) // the file is gone: its read time with it
 	pg.cond().Broadcast()
 }
 

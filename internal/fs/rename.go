@@ -173,6 +173,8 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 		return errno("rename", err)
 	}
 	removedDir(false)
+	d.pg.forgetAtimes(src)
+	d.pg.forgetAtimes(dst)
 	inos := &d.pg.fs.inos
 	if srcIsDir {
 		inos.move(d.pg.id('d', src+"/"), d.pg.id('d', dst+"/"), true)
