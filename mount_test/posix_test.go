@@ -770,10 +770,28 @@ func TestRelatime(t *testing.T) {
 		t.Errorf("a read after touch -a to 2001 left atime at %v", st.Atim)
 	}
 	want := stat(t, f).Atim
+	// More files read than one queued change holds: unmount commits them
+	// all.
+	many := filepath.Join(pg, "many")
+	must(t, os.Mkdir(many, 0o755))
+	for i := range 300 {
+		must(t, os.WriteFile(filepath.Join(many, fmt.Sprint(i)), []byte("x"), 0o644))
+	}
+	syncDir(t, pg)
+	for i := range 300 {
+		if _, err := os.ReadFile(filepath.Join(many, fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
 	syncDir(t, pg)
 	s.stop()
 	s = mountAt(t, repo, s.mnt, "--cache-timeout", "0")
 	if st := stat(t, f); st.Atim != want {
 		t.Errorf("atime after a remount %v, want %v", st.Atim, want)
+	}
+	for i := range 300 {
+		if st := stat(t, filepath.Join(many, fmt.Sprint(i))); !timeAfter(st.Atim, st.Mtim) {
+			t.Fatalf("many/%d after a remount: atime %v not after its mtime %v", i, st.Atim, st.Mtim)
+		}
 	}
 }

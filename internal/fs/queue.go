@@ -80,7 +80,11 @@ func (pg *pageRef) noteAtime(key string, ns int64) {
 // pg.mu held.
 func (pg *pageRef) takeAtimes(ops []journal.Op) ([]journal.Op, func()) {
 	var out []journal.Op
+	room := journal.MaxQueued - len(ops) // they must go through the implicit journal
 	pg.q.atimes.Under("", func(key string, a queuedAtime) bool {
+		if len(out) >= room {
+			return false
+		}
 		if a.sent || slices.ContainsFunc(ops, func(op journal.Op) bool { return op.Key == key }) {
 			return true
 		}
@@ -119,15 +123,19 @@ func (pg *pageRef) forgetAtimes(prefix string) {
 }
 
 // flushAtimes commits the access times that wait for a change to ride
-// with: at unmount.
+// with: at unmount, as many queued changes as they fill.
 func (pg *pageRef) flushAtimes() error {
-	pg.mu.Lock()
-	pending := pg.q.atimes.Len() > 0
-	pg.mu.Unlock()
-	if !pending {
-		return nil
+	for {
+		pg.mu.Lock()
+		pending := !pg.q.atimes.Under("", func(_ string, a queuedAtime) bool { return a.sent })
+		pg.mu.Unlock()
+		if !pending {
+			return nil
+		}
+		if err := pg.queue(func(error) {}); err != nil {
+			return err
+		}
 	}
-	return pg.queue(func(error) {})
 }
 
 // withQueuedAtime returns m, the metadata of the entry at key, with the

@@ -89,8 +89,14 @@ func collectAtClose(p *store.Page) error {
 
 // maxImplicitOps is the largest group of changes that goes through the
 // implicit journal: its rows must land in one db transaction, or a crash
-// could leave part of the group for recovery to commit.
-const maxImplicitOps = 256
+// could leave part of the group for recovery to commit. A larger group is
+// applied as a transaction, on the head it began from.
+const maxImplicitOps = MaxQueued
+
+// MaxQueued is the most changes one call may queue and still go through
+// the implicit journal. Access times (Op.Atime) must: applied in a larger
+// group, on a transaction's base, a concurrent change could be overwritten.
+const MaxQueued = 256
 
 // A queued batch is committed once it holds batchOps changes, once
 // batchDelay has passed since its first change or batchQuiet since its
