@@ -71,8 +71,17 @@ type queuedAtime struct {
 func (pg *pageRef) noteAtime(key string, ns int64) {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
+	if _, ok := pg.q.atimes.Get(key); !ok && pg.q.atimes.Len() >= maxWaitingAtimes {
+		return
+	}
 	pg.q.atimes.Set(key, queuedAtime{ns: ns})
 }
+
+// maxWaitingAtimes bounds the access times a page keeps waiting (about
+// 100 bytes each): reads of more files between two changes leave the
+// others' times as they were, rather than grow the server's memory or
+// commit under the readers.
+const maxWaitingAtimes = 1 << 16
 
 // takeAtimes returns the access times not sent yet as ops (journal.Op.Atime),
 // but none for the keys of ops, whose changes they would overwrite in the
