@@ -237,9 +237,11 @@ func TestHistoryViews(t *testing.T) {
 	must(t, err)
 	s.stop()
 
-	// Without the mount, the command line shows the same history.
-	if out := run(t, repo, plainBinary, "log", repo, "h", "p"); out != string(logText) {
-		t.Fatalf("ledgerfs log differs from .ledger/log:\n%s\n---\n%s", out, logText)
+	// Without the mount, the command line shows the same history, with
+	// the commit of access times the unmount made if reads left some.
+	logOut := run(t, repo, plainBinary, "log", repo, "h", "p")
+	if first, rest, _ := strings.Cut(logOut, "\n"); logOut != string(logText) && (rest != string(logText) || !strings.Contains(first, strings.Fields(string(logText))[0])) {
+		t.Fatalf("ledgerfs log is not .ledger/log and the unmount's commit of access times:\n%s\n---\n%s", logOut, logText)
 	}
 	versions := run(t, repo, plainBinary, "log", repo, "h", "p", "a")
 	if vl := strings.Split(strings.TrimSpace(versions), "\n"); len(vl) != 4 || !strings.HasPrefix(vl[0], names[0]+" ") {
