@@ -13,9 +13,7 @@ import (
 // attrOwner shows the mount's owner, for what stores none.
 func (f *FS) attrOwner(a *fuse.Attr) { f.showMeta(a, btree.Meta{}, 0) }
 
-// showMeta fills a's owner and times from m: its own mtime, or ts when it
-// has none; atime and ctime default to the mtime, and ctime is never before
-// it, as a write advances both.
+// showMeta fills a's owner and times (see shownTimes) from m.
 func (f *FS) showMeta(a *fuse.Attr, m btree.Meta, ts int64) {
 	a.Uid, a.Gid = f.opts.UID, f.opts.GID
 	if m.HasOwner {
@@ -27,19 +25,27 @@ func (f *FS) showMeta(a *fuse.Attr, m btree.Meta, ts int64) {
 	if f.opts.ShowGID != nil {
 		a.Gid = *f.opts.ShowGID
 	}
-	mtime := ts
+	atime, mtime, ctime := shownTimes(m, ts)
+	at, mt, ct := time.Unix(0, atime), time.Unix(0, mtime), time.Unix(0, ctime)
+	a.SetTimes(&at, &mt, &ct)
+}
+
+// shownTimes returns the times an entry with metadata m shows: its own
+// mtime, or ts when it has none; atime and ctime default to the mtime, and
+// ctime is never before it, as a write advances both.
+func shownTimes(m btree.Meta, ts int64) (atime, mtime, ctime int64) {
+	mtime = ts
 	if m.HasMtime {
 		mtime = m.MtimeNs
 	}
-	atime, ctime := mtime, mtime
+	atime, ctime = mtime, mtime
 	if m.HasAtime {
 		atime = m.AtimeNs
 	}
-	if m.HasCtime && m.CtimeNs > ctime {
-		ctime = m.CtimeNs
+	if m.HasCtime {
+		ctime = max(ctime, m.CtimeNs)
 	}
-	at, mt, ct := time.Unix(0, atime), time.Unix(0, mtime), time.Unix(0, ctime)
-	a.SetTimes(&at, &mt, &ct)
+	return atime, mtime, ctime
 }
 
 // setTime shows ns as every time of a, for what has one time: .ledger's
@@ -115,19 +121,8 @@ func created(ctx context.Context, mode uint32, parent btree.Meta, defaults *FS) 
 // relatimeDue reports whether a read at now advances the access time of an
 // entry with metadata m (shown with time ts if it has no mtime), by the
 // kernel's relatime rule: the access time is not after the modification or
-// change time, or is a day old. Each advance is a commit, so a file read
-// again and again costs one a day.
+// change time, or is a day old.
 func relatimeDue(m btree.Meta, ts, now int64) bool {
-	mtime := ts
-	if m.HasMtime {
-		mtime = m.MtimeNs
-	}
-	atime, ctime := mtime, mtime
-	if m.HasAtime {
-		atime = m.AtimeNs
-	}
-	if m.HasCtime {
-		ctime = max(ctime, m.CtimeNs)
-	}
+	atime, mtime, ctime := shownTimes(m, ts)
 	return atime <= mtime || atime <= ctime || now-atime >= int64(24*time.Hour)
 }
