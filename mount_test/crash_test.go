@@ -261,3 +261,42 @@ func TestDamagedPagesAreIsolated(t *testing.T) {
 		t.Fatalf("damaged value log after the mount: %v; was %d bytes", err, fi.Size())
 	}
 }
+
+// A child that inherited a descriptor being written closes it at exec
+// (any program that forks while writing does this); that close is not the
+// writer's and commits nothing. Before, it committed the file as it was
+// then, empty after open(O_TRUNC), and a crash before the writer's own
+// close left the file empty: the kill loop saw it.
+func TestInheritedCloseCommitsNothing(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("l", "p")
+	old := content(1, 100_000)
+	name := filepath.Join(pg, "f")
+	must(t, os.WriteFile(name, old, 0o644))
+	syncDir(t, pg)
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_TRUNC, 0)
+	must(t, err)
+	defer f.Close()
+	// The child gets a copy of f at fork and closes it at exec.
+	if out, err := exec.Command("true").CombinedOutput(); err != nil {
+		t.Fatalf("true: %v %s", err, out)
+	}
+	if _, err := f.Write([]byte("half")); err != nil {
+		t.Fatal(err)
+	}
+	syncDir(t, pg) // what the child's close queued has landed
+	s.kill()
+	s = mount(t, repo)
+	got, err := os.ReadFile(filepath.Join(s.mnt, "l", "p", "f"))
+	must(t, err)
+	if !bytes.Equal(got, old) {
+		t.Fatalf("after a child's close and a kill the file is %d bytes, want its %d bytes before the writer's close", len(got), len(old))
+	}
+	vs := ls(t, filepath.Join(s.mnt, "l", "p", ".ledger", "versions", "f"))
+	if len(vs) != 1 {
+		t.Fatalf("versions %v: the child's close made one", vs)
+	}
+	s.stop()
+}

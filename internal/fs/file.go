@@ -291,7 +291,7 @@ func (f *fileNode) endChange() {
 
 // create starts a new, empty file at key: it is visible at once, and
 // committed when closed.
-func (f *fileNode) create(key string, m btree.Meta) (gofs.FileHandle, syscall.Errno) {
+func (f *fileNode) create(ctx context.Context, key string, m btree.Meta) (gofs.FileHandle, syscall.Errno) {
 	p, err := f.pg.acquire()
 	if err != nil {
 		return nil, errno("create", err)
@@ -306,7 +306,7 @@ func (f *fileNode) create(key string, m btree.Meta) (gofs.FileHandle, syscall.Er
 	f.pg.opens++
 	f.pg.q.files.Set(key, f)
 	f.pg.mu.Unlock()
-	return &handle{f: f, write: true}, 0
+	return &handle{f: f, write: true, opener: callerPid(ctx)}, 0
 }
 
 func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -420,7 +420,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 			}
 			f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
 		}
-		return &handle{f: f, write: true}, 0, 0
+		return &handle{f: f, write: true, opener: callerPid(ctx)}, 0, 0
 	}
 	if f.c != nil {
 		// Being written, or closed with its commit queued: read through the

@@ -21,11 +21,14 @@ import (
 type handle struct {
 	f     *fileNode
 	write bool
-	p     *store.Page // read-only: the page held open
-	r     *cas.Reader
-	id    cas.ObjectIdentifier
-	size  int64
-	seen  int // f.committed when r was opened
+	// opener is the thread that opened a writing handle: only its
+	// process's closes commit (see Flush).
+	opener uint32
+	p      *store.Page // read-only: the page held open
+	r      *cas.Reader
+	id     cas.ObjectIdentifier
+	size   int64
+	seen   int // f.committed when r was opened
 }
 
 // current points a read-only handle at the file's content as another
@@ -126,6 +129,13 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 // kernel sends the release asynchronously and may forget the inode first,
 // so a file left for the release to commit is missing from the page for a
 // while after close returned.
+//
+// A close by another process, which inherited the descriptor, commits
+// nothing: a multithreaded program that forks while writing (any Go
+// program running a command) has its child close every descriptor at
+// exec, and committing then would make a version of a half-written file
+// (after open(O_TRUNC), an empty one), which a crash could leave as the
+// file. The opener's close, or else the last one (the release), commits.
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	if !h.write {
 		return 0
@@ -135,6 +145,9 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	defer f.mu.Unlock()
 	if k, ok := f.key(); ok {
 		f.placed = k
+	}
+	if !sameProcess(h.opener, callerPid(ctx)) {
+		return 0
 	}
 	return f.commitLocked(commitQueue)
 }

@@ -260,7 +260,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	}
 	ch := d.newFile(ctx, key, syscall.S_IFREG)
 	f := ch.Operations().(*fileNode)
-	h, eno := f.create(key, created(ctx, syscall.S_IFREG|mode&0o7777, parent, d.pg.fs))
+	h, eno := f.create(ctx, key, created(ctx, syscall.S_IFREG|mode&0o7777, parent, d.pg.fs))
 	if eno != 0 {
 		return nil, nil, 0, eno
 	}
