@@ -32,6 +32,10 @@ const ReservedName = ".ledger"
 // ledger may take.
 const StatsName = ".stats"
 
+// CollectName is the name at a mount's root of the file that starts and
+// shows collections, which no ledger may take.
+const CollectName = ".collect"
+
 // CheckName checks that a ledger or page name is usable as one directory
 // name.
 func CheckName(name string) error {
@@ -55,8 +59,8 @@ func checkLedgerName(name string) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
-	if name == StatsName {
-		return fmt.Errorf("%w: %q is reserved for the mount's statistics", ErrBadName, name)
+	if name == StatsName || name == CollectName {
+		return fmt.Errorf("%w: %q is reserved for the mount's statistics and collections", ErrBadName, name)
 	}
 	if n := len(ledgerFolder(name)); n > 255 {
 		return fmt.Errorf("%w: a ledger name of %d bytes is stored as a folder name of %d bytes; the limit is 189 bytes: %w", ErrBadName, len(name), n, syscall.ENAMETOOLONG)

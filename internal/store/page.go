@@ -46,6 +46,12 @@ type Page struct {
 
 	repo *Repository
 	refs int // guarded by repo.mu
+	// exclusive is set (guarded by repo.mu) while a collection holds the
+	// page alone (AcquireIdle); done is closed when it ends. yield asks it
+	// to end soon: someone else wants the page.
+	exclusive bool
+	done      chan struct{}
+	yield     atomic.Bool
 	// readOnly is why the db was opened read-only: the repository's
 	// filesystem was nearly full (see space), or the db is damaged (see
 	// checkDB). Every change gets it; a page opened for want of space is
@@ -412,7 +418,7 @@ func readCommit(txn *badger.Txn, id CommitID) (*Commit, error) {
 	}
 	it, err := txn.Get(CommitKey(id))
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, fmt.Errorf("store: commit %s not found", id)
+		return nil, fmt.Errorf("store: commit %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return nil, err
@@ -578,12 +584,13 @@ func (p *Page) Sync() error {
 	return p.db.Sync()
 }
 
-// RunGC reclaims value log space; it runs until no file is worth rewriting.
+// RunGC reclaims value log space; it runs until no file is worth
+// rewriting, or someone waits for a page held with AcquireIdle.
 func (p *Page) RunGC(ratio float64) {
 	if p.readOnly != nil {
 		return
 	}
-	for p.check() == nil && p.db.RunValueLogGC(ratio) == nil {
+	for !p.Yielding() && p.check() == nil && p.db.RunValueLogGC(ratio) == nil {
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -119,7 +120,9 @@ type Repository struct {
 	idle     *simplelru.LRU[string, *Page]
 	evicted  []*Page                  // dropped from idle, to close after unlocking
 	closing  map[string]chan struct{} // pages being closed; reopen waits
-	closed   bool
+	// reclaiming asks a Reclaim of a page to end: someone waits for it.
+	reclaiming map[string]*atomic.Bool
+	closed     bool
 }
 
 // Open opens or creates the repository in dir.
@@ -166,7 +169,7 @@ func Open(dir string, opts Options) (*Repository, error) {
 			return nil, fmt.Errorf("create repository: %w", err)
 		}
 	}
-	r := &Repository{dir: dir, opts: opts, db: db, open: map[string]*Page{}, closing: map[string]chan struct{}{}, created: created}
+	r := &Repository{dir: dir, opts: opts, db: db, open: map[string]*Page{}, closing: map[string]chan struct{}{}, reclaiming: map[string]*atomic.Bool{}, created: created}
 	if !opts.ReadOnly {
 		if opts.Reserve == 0 {
 			if opts.Reserve, err = defaultReserve(dir); err != nil {
@@ -463,7 +466,12 @@ func (r *Repository) DeleteLedger(ledger string) error {
 	if err := os.RemoveAll(filepath.Join(r.dir, SerializationVersion, "ledgers", ledgerFolder(ledger))); err != nil {
 		return err
 	}
-	return r.db.Update(func(txn *badger.Txn) error { return txn.Delete([]byte(prefixLedgers + ledger)) })
+	return r.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Delete(retentionKey(ledger, "")); err != nil {
+			return err
+		}
+		return txn.Delete([]byte(prefixLedgers + ledger))
+	})
 }
 
 // CreatePage creates an empty page in a ledger.
@@ -535,6 +543,9 @@ func (r *Repository) dropPageRows(ledger, page string) error {
 		if err := txn.Delete(pageKey(ledger, page)); err != nil {
 			return err
 		}
+		if err := movePageRows(txn, ledger, page, "", ""); err != nil {
+			return err
+		}
 		return txn.Delete(openedKey(ledger, PageIDFor(page)))
 	})
 }
@@ -567,6 +578,9 @@ func (r *Repository) RenamePage(ledger, from, to string) error {
 			return err
 		}
 		if err := txn.Delete(openedKey(ledger, PageIDFor(from))); err != nil {
+			return err
+		}
+		if err := movePageRows(txn, ledger, from, ledger, to); err != nil {
 			return err
 		}
 		if err := txn.Set(pageKey(ledger, to), nid[:]); err != nil {
@@ -611,12 +625,18 @@ func (r *Repository) RenameLedger(from, to string) error {
 		if err := txn.Set([]byte(prefixLedgers+to), nil); err != nil {
 			return err
 		}
+		if err := moveRow(txn, retentionKey(from, ""), retentionKey(to, "")); err != nil {
+			return err
+		}
 		for _, p := range pages {
 			id := PageIDFor(p)
 			for _, k := range [][]byte{pageKey(from, p), openedKey(from, id)} {
 				if err := txn.Delete(k); err != nil {
 					return err
 				}
+			}
+			if err := movePageRows(txn, from, p, to, p); err != nil {
+				return err
 			}
 			if err := txn.Set(pageKey(to, p), id[:]); err != nil {
 				return err
@@ -640,6 +660,10 @@ func (r *Repository) Acquire(ledger, page string) (*Page, error) {
 			return nil, errors.New("store: repository is closed")
 		}
 		if p, ok := r.open[key]; ok {
+			if p.exclusive {
+				r.waitExclusive(p)
+				continue
+			}
 			if p.readOnly != nil && !p.damaged && p.refs == 0 && r.space.claim(0, forOpen) == nil {
 				// Opened read-only for want of space, idle, and there
 				// is room again: reopen it for changes.
@@ -658,7 +682,11 @@ func (r *Repository) Acquire(ledger, page string) (*Page, error) {
 		if !ok {
 			break
 		}
-		// Its db is still being closed: Badger allows one owner at a time.
+		// Its db is still being closed, or reclaimed: Badger allows one
+		// owner at a time.
+		if y := r.reclaiming[key]; y != nil {
+			y.Store(true)
+		}
 		r.mu.Unlock()
 		<-ch
 		r.mu.Lock()
@@ -854,9 +882,13 @@ func (r *Repository) evict(ledger, page string) error {
 	key := ledger + "/" + page
 	r.mu.Lock()
 	p, ok := r.open[key]
+	for ok && p.exclusive {
+		r.waitExclusive(p)
+		p, ok = r.open[key]
+	}
 	if ok && p.refs > 0 {
 		r.mu.Unlock()
-		return fmt.Errorf("page %s/%s is in use", ledger, page)
+		return fmt.Errorf("page %s/%s: %w", ledger, page, ErrBusy)
 	}
 	if ok {
 		r.idle.Remove(key)

@@ -1,0 +1,219 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+)
+
+// Rows a collection reads and deletes (package gc decides what).
+
+// UnsyncedCommits calls fn with the id of every commit with an
+// unsynced/commits/ row.
+func (p *Page) UnsyncedCommits(fn func(CommitID) error) error {
+	return p.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(PrefixUnsyncedCommits)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().Key()[len(PrefixUnsyncedCommits):]
+			var id CommitID
+			if len(k) != len(id) {
+				return fmt.Errorf("store: malformed unsynced row %q", it.Item().Key())
+			}
+			copy(id[:], k)
+			if err := fn(id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// DeleteCommits deletes commits' rows (commits/ and unsynced/commits/).
+// Heads must not be among them; the caller holds Lock.
+func (p *Page) DeleteCommits(ids []CommitID) error {
+	if err := p.check(); err != nil {
+		return err
+	}
+	if !p.Writable() {
+		return fmt.Errorf("store: page %s/%s is read-only: %w", p.Ledger, p.Name, syscall.EROFS)
+	}
+	err := p.recovering(func() error {
+		return batched(p.db, len(ids), func(txn *badger.Txn, i int) error {
+			if err := txn.Delete(CommitKey(ids[i])); err != nil {
+				return err
+			}
+			return txn.Delete(UnsyncedCommitKey(ids[i]))
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("store: delete commits: %w", err)
+	}
+	return nil
+}
+
+// Pieces calls fn with every piece of status s and the size of its row's
+// value, in digest order, reading keys only.
+func (p *Page) Pieces(s PieceStatus, fn func(d cas.Digest, size int64) error) error {
+	prefix := []byte(StatusPrefix(s))
+	return p.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			d := cas.Digest(it.Item().Key()[len(prefix):])
+			var size int64
+			if o, err := txn.Get(ObjectKey(d)); err == nil {
+				size = o.ValueSize()
+			}
+			if err := fn(d, size); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// DeletePieces deletes pieces with every status row they have. Only a
+// collection that has made sure nothing reaches them calls it.
+func (p *Page) DeletePieces(ds []cas.Digest) error {
+	if err := p.check(); err != nil {
+		return err
+	}
+	if !p.Writable() {
+		return fmt.Errorf("store: page %s/%s is read-only: %w", p.Ledger, p.Name, syscall.EROFS)
+	}
+	err := p.recovering(func() error {
+		return batched(p.db, len(ds), func(txn *badger.Txn, i int) error {
+			for _, s := range Statuses {
+				if err := txn.Delete(StatusKey(s, ds[i])); err != nil {
+					return err
+				}
+			}
+			return txn.Delete(ObjectKey(ds[i]))
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("store: delete pieces: %w", err)
+	}
+	return nil
+}
+
+// recovering runs fn, turning a panic of Badger into the page's error
+// (see recoverPanic).
+func (p *Page) recovering(fn func() error) (err error) {
+	defer p.recoverPanic(&err)
+	return fn()
+}
+
+// ErrBusy is the error of AcquireIdle on a page someone uses.
+var ErrBusy = errors.New("store: page is in use")
+
+// AcquireIdle takes a page that nobody uses, for the caller alone (a
+// collection): until ReleaseIdle, Acquire and evict wait, and ask the
+// holder to end soon (Yielding). A page in use gives ErrBusy.
+func (r *Repository) AcquireIdle(ledger, page string) (*Page, error) {
+	p, err := r.Acquire(ledger, page)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if p.refs > 1 {
+		r.mu.Unlock()
+		r.Release(p)
+		return nil, fmt.Errorf("page %s/%s: %w", ledger, page, ErrBusy)
+	}
+	p.exclusive, p.done = true, make(chan struct{})
+	p.yield.Store(false)
+	r.mu.Unlock()
+	return p, nil
+}
+
+// ReleaseIdle gives back a page taken with AcquireIdle.
+func (r *Repository) ReleaseIdle(p *Page) {
+	r.mu.Lock()
+	p.exclusive = false
+	close(p.done)
+	r.mu.Unlock()
+	r.Release(p)
+}
+
+// Yielding reports whether someone waits for a page held with AcquireIdle.
+func (p *Page) Yielding() bool { return p.yield.Load() }
+
+// waitExclusive waits, r.mu held (and held again on return), until p's
+// exclusive holder releases it, asking it to hurry.
+func (r *Repository) waitExclusive(p *Page) {
+	p.yield.Store(true)
+	done := p.done
+	r.mu.Unlock()
+	<-done
+	r.mu.Lock()
+}
+
+// Reclaim gives the disk back the space of deleted rows of an idle page.
+// Badger frees a deleted row's space only when a compaction reaches the
+// lowest level holding it (which a page left idle never gets) and then a
+// value log mostly unused is rewritten. Reclaim closes the page's db (its
+// memtables become tables; a reopened db writes a new value log, so every
+// older one can be rewritten), opens it with a level 0 of one table, so
+// that compacting into one level runs whatever the tables hold, and
+// rewrites or removes the value logs that are mostly unused. Anyone who
+// wants the page meanwhile waits until the log being rewritten is done.
+func (r *Repository) Reclaim(ledger, page string) error {
+	if r.opts.ReadOnly {
+		return nil
+	}
+	if err := r.evict(ledger, page); err != nil {
+		return err
+	}
+	key := ledger + "/" + page
+	r.mu.Lock()
+	if _, open := r.open[key]; open || r.closing[key] != nil {
+		r.mu.Unlock()
+		return fmt.Errorf("page %s/%s: %w", ledger, page, ErrBusy)
+	}
+	done := make(chan struct{})
+	yield := new(atomic.Bool)
+	r.closing[key], r.reclaiming[key] = done, yield
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.closing, key)
+		delete(r.reclaiming, key)
+		close(done)
+		r.mu.Unlock()
+	}()
+	dir := r.pageDir(ledger, PageIDFor(page))
+	if err := checkDB(dir, true); err != nil {
+		// Opened for changes, Badger would cut a damaged log.
+		return fmt.Errorf("store: reclaim %s/%s: %w", ledger, page, err)
+	}
+	o := badgerOptions(dir, false).WithNumLevelZeroTables(1)
+	db, err := openBadger(o)
+	if err != nil {
+		return fmt.Errorf("store: reclaim %s/%s: %w", ledger, page, err)
+	}
+	err = func() (err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				err = fmt.Errorf("store: reclaim %s/%s: the db failed (%v): %w", ledger, page, firstLine(v), syscall.EIO)
+			}
+		}()
+		if err := db.Flatten(1); err != nil {
+			return fmt.Errorf("store: compact %s/%s: %w", ledger, page, err)
+		}
+		for !yield.Load() && db.RunValueLogGC(reclaimRatio) == nil {
+		}
+		return nil
+	}()
+	return errors.Join(err, r.closeBadger(db))
+}
+
+// reclaimRatio is the share of a value log that must be unused for Reclaim
+// to rewrite it: a log half unused costs half its size to rewrite.
+const reclaimRatio = 0.5

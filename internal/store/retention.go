@@ -1,0 +1,179 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Rows of the repository db for collection: the retention policies, as
+// text (package retention reads them), and when each page was last
+// collected.
+const (
+	prefixRetention = "retention/"
+	keyRetention    = "repository/retention"
+	prefixCollected = "collected/"
+)
+
+// retentionKey is the row of a policy's scope: the repository (ledger
+// empty), a ledger (page empty) or a page. Ledger and page names hold no
+// '/', so the scopes never collide.
+func retentionKey(ledger, page string) []byte {
+	if ledger == "" {
+		return []byte(keyRetention)
+	}
+	return []byte(prefixRetention + ledger + "/" + page)
+}
+
+func collectedKey(ledger string, id PageID) []byte {
+	return append([]byte(prefixCollected+ledger), id[:]...)
+}
+
+// Scope names where a policy was set.
+type Scope int
+
+const (
+	ScopeNone Scope = iota // no policy set: the default applies
+	ScopeRepository
+	ScopeLedger
+	ScopePage
+)
+
+func (s Scope) String() string {
+	return [...]string{"default", "repository", "ledger", "page"}[s]
+}
+
+// Retention returns the policy text that applies to a page (or a ledger,
+// page empty, or the repository, both empty): the most specific one set,
+// and where it was set; ScopeNone with no text when none is.
+func (r *Repository) Retention(ledger, page string) (string, Scope, error) {
+	type try struct {
+		key   []byte
+		scope Scope
+	}
+	var tries []try
+	if page != "" {
+		tries = append(tries, try{retentionKey(ledger, page), ScopePage})
+	}
+	if ledger != "" {
+		tries = append(tries, try{retentionKey(ledger, ""), ScopeLedger})
+	}
+	tries = append(tries, try{retentionKey("", ""), ScopeRepository})
+	var text string
+	scope := ScopeNone
+	err := r.db.View(func(txn *badger.Txn) error {
+		for _, t := range tries {
+			it, err := txn.Get(t.key)
+			if errors.Is(err, badger.ErrKeyNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			v, err := it.ValueCopy(nil)
+			text, scope = string(v), t.scope
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return "", ScopeNone, fmt.Errorf("store: read retention: %w", err)
+	}
+	return text, scope, nil
+}
+
+// SetRetention sets the policy text of a scope (see Retention), or removes
+// it when text is empty: the next wider scope's then applies.
+func (r *Repository) SetRetention(ledger, page, text string) error {
+	if ledger != "" {
+		if ok, err := r.HasLedger(ledger); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("ledger %q: %w", ledger, ErrNotFound)
+		}
+	}
+	if page != "" {
+		if ok, err := r.HasPage(ledger, page); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("page %s/%s: %w", ledger, page, ErrNotFound)
+		}
+	}
+	key := retentionKey(ledger, page)
+	return r.db.Update(func(txn *badger.Txn) error {
+		if text == "" {
+			return txn.Delete(key)
+		}
+		return txn.Set(key, []byte(text))
+	})
+}
+
+// Collected returns when the page was last collected; zero if never.
+func (r *Repository) Collected(ledger, page string) (time.Time, error) {
+	var t time.Time
+	err := r.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(collectedKey(ledger, PageIDFor(page)))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return it.Value(func(v []byte) error {
+			ns, err := DecodeUint64(v)
+			t = time.Unix(0, int64(ns))
+			return err
+		})
+	})
+	return t, err
+}
+
+// SetCollected records that the page was collected at t.
+func (r *Repository) SetCollected(ledger, page string, t time.Time) error {
+	return r.db.Update(func(txn *badger.Txn) error {
+		return txn.Set(collectedKey(ledger, PageIDFor(page)), EncodeUint64(uint64(t.UnixNano())))
+	})
+}
+
+// movePageRows moves the rows that name a page (its policy, its
+// collection time) to another name, or drops them when toPage is empty.
+// Called in the transaction that renames or deletes the page.
+func movePageRows(txn *badger.Txn, ledger, page, toLedger, toPage string) error {
+	from := [][]byte{retentionKey(ledger, page), collectedKey(ledger, PageIDFor(page))}
+	if toPage == "" {
+		for _, k := range from {
+			if err := txn.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	to := [][]byte{retentionKey(toLedger, toPage), collectedKey(toLedger, PageIDFor(toPage))}
+	for i := range from {
+		if err := moveRow(txn, from[i], to[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// moveRow moves a row to another key, if it exists.
+func moveRow(txn *badger.Txn, from, to []byte) error {
+	it, err := txn.Get(from)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	v, err := it.ValueCopy(nil)
+	if err != nil {
+		return err
+	}
+	if err := txn.Delete(from); err != nil {
+		return err
+	}
+	return txn.Set(to, v)
+}
