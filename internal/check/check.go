@@ -8,6 +8,7 @@
 package check
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -29,9 +30,12 @@ type Report struct {
 	// Status is what disagrees between objects and status rows.
 	Status  *store.StatusFaults
 	Commits int
-	Nodes   int
-	Values  int
-	Pieces  int
+	// Pruned counts parents a collection removed: history before the
+	// commits that name them is gone, as the retention policy says.
+	Pruned int
+	Nodes  int
+	Values int
+	Pieces int
 }
 
 // OK reports whether the page has no problem and nothing left over.
@@ -82,8 +86,25 @@ func Page(p *store.Page, decodeOp func(key string, v []byte) error) (*Report, er
 		r.problem("heads: %v", err)
 		return r, nil
 	}
-	w := walker{p: p, r: r, nodes: map[cas.Digest]bool{}, pieces: map[cas.Digest]bool{}}
+	w := walker{p: p, r: r, nodes: map[cas.Digest]bool{}, pieces: map[cas.Digest]bool{}, seen: map[store.CommitID]bool{}}
 	w.commits(heads)
+	// Commits a collection kept after pruning their children's parents
+	// are reached by no parent link.
+	err = p.CommitIDs(nil, func(id store.CommitID) error {
+		if w.seen[id] {
+			return nil
+		}
+		c, err := p.Commit(id)
+		if err != nil {
+			r.problem("commit %s: %v", id, err)
+			return nil
+		}
+		w.commits([]*store.Commit{c})
+		return nil
+	})
+	if err != nil {
+		r.problem("commits: %v", err)
+	}
 	return r, nil
 }
 
@@ -92,11 +113,12 @@ type walker struct {
 	r      *Report
 	nodes  map[cas.Digest]bool
 	pieces map[cas.Digest]bool
+	seen   map[store.CommitID]bool
 }
 
 // commits walks history from the heads: every commit, parents included.
 func (w *walker) commits(heads []*store.Commit) {
-	seen := map[store.CommitID]bool{}
+	seen := w.seen
 	queue := heads
 	for len(queue) > 0 {
 		c := queue[0]
@@ -114,6 +136,10 @@ func (w *walker) commits(heads []*store.Commit) {
 				continue
 			}
 			parent, err := w.p.Commit(id)
+			if errors.Is(err, store.ErrNotFound) {
+				w.r.Pruned++ // a collection pruned it: history starts later
+				continue
+			}
 			if err != nil {
 				if !w.r.problem("commit %s: parent %s: %v", c.ID, id, err) {
 					return

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,6 +57,13 @@ var ErrStop = errors.New("stop")
 // first, ending with the first commit, with the commit's parents (read once
 // for the walk; the slice is valid only during fn). Memory grows with the
 // number of commits seen (their ids), not with their trees.
+//
+// A collection may have pruned commits (see package gc): a kept commit's
+// parents may be gone, and older kept commits are then reached by no parent
+// link. Once the walk meets a pruned parent it also visits every stored
+// commit, and a commit whose parents are all pruned gets, in their place,
+// the next older stored commit (Truncated reports which): its changes are
+// those since the previous commit history kept.
 func Walk(p *store.Page, fn func(c *store.Commit, parents []*store.Commit) error) error {
 	heads, err := p.Heads()
 	if err != nil {
@@ -64,30 +72,55 @@ func Walk(p *store.Page, fn func(c *store.Commit, parents []*store.Commit) error
 	seen := map[store.CommitID]bool{}
 	queued := map[store.CommitID]*store.Commit{} // read, not yet visited
 	h := &commitHeap{}
-	for _, c := range heads {
+	push := func(c *store.Commit) {
 		if !seen[c.ID] {
 			seen[c.ID] = true
+			queued[c.ID] = c
 			heap.Push(h, c)
 		}
 	}
+	for _, c := range heads {
+		push(c)
+	}
+	loadedAll := false
 	var parents []*store.Commit
 	for h.Len() > 0 {
 		c := heap.Pop(h).(*store.Commit)
 		delete(queued, c.ID)
 		parents = parents[:0]
+		pruned := 0
 		for _, id := range c.Parents {
 			pc, ok := queued[id]
 			if !ok {
-				if pc, err = p.Commit(id); err != nil {
+				if pc, err = p.Commit(id); errors.Is(err, store.ErrNotFound) {
+					pruned++
+					continue
+				} else if err != nil {
 					return fmt.Errorf("history: parent of %s: %w", c.ID, err)
 				}
 			}
 			parents = append(parents, pc)
-			if !seen[id] {
-				seen[id] = true
-				queued[id] = pc
-				heap.Push(h, pc)
+			push(pc)
+		}
+		if pruned > 0 && !loadedAll {
+			loadedAll = true
+			err := p.CommitIDs(nil, func(id store.CommitID) error {
+				if seen[id] {
+					return nil
+				}
+				sc, err := p.Commit(id)
+				if err == nil && !newer(sc, c) {
+					push(sc)
+				}
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("history: commits after %s: %w", c.ID, err)
 			}
+			push(store.FirstCommit())
+		}
+		if pruned > 0 && len(parents) == 0 && h.Len() > 0 {
+			parents = append(parents, (*h)[0]) // the next older commit kept
 		}
 		if err := fn(c, parents); err != nil {
 			if errors.Is(err, ErrStop) {
@@ -97,6 +130,20 @@ func Walk(p *store.Page, fn func(c *store.Commit, parents []*store.Commit) error
 		}
 	}
 	return nil
+}
+
+// Truncated reports whether history before c was pruned: a parent of c is
+// no longer stored, so the parents Walk gave c are not its own.
+func Truncated(c *store.Commit, parents []*store.Commit) bool {
+	if len(parents) != len(c.Parents) {
+		return true
+	}
+	for i, pc := range parents {
+		if pc.ID != c.Parents[i] {
+			return true
+		}
+	}
+	return false
 }
 
 // AsOf returns the commit that was the page's head at t: the newest commit
@@ -256,7 +303,9 @@ const TimeFormat = "2006-01-02T15:04:05.000000000Z07:00"
 func FormatTime(ns int64) string { return time.Unix(0, ns).UTC().Format(TimeFormat) }
 
 // WriteLog writes one line per commit, newest first: id, generation, time,
-// parents (comma-separated, "-" for none) and the number of keys changed.
+// parents (comma-separated, "-" for none; a parent a collection pruned is
+// written "pruned:" and its id, and the count is then of the keys changed
+// since the next older commit kept) and the number of keys changed.
 func WriteLog(w io.Writer, p *store.Page) error {
 	var line []byte
 	return Walk(p, func(c *store.Commit, parents []*store.Commit) error {
@@ -264,13 +313,13 @@ func WriteLog(w io.Writer, p *store.Page) error {
 		if err != nil {
 			return err
 		}
-		line = appendLogLine(line[:0], c, n)
+		line = appendLogLine(line[:0], c, parents, n)
 		_, err = w.Write(line)
 		return err
 	})
 }
 
-func appendLogLine(b []byte, c *store.Commit, changed int) []byte {
+func appendLogLine(b []byte, c *store.Commit, parents []*store.Commit, changed int) []byte {
 	b = hex.AppendEncode(b, c.ID[:])
 	b = append(b, ' ')
 	b = strconv.AppendUint(b, c.Generation, 10)
@@ -283,6 +332,9 @@ func appendLogLine(b []byte, c *store.Commit, changed int) []byte {
 	for i, id := range c.Parents {
 		if i > 0 {
 			b = append(b, ',')
+		}
+		if !slices.ContainsFunc(parents, func(pc *store.Commit) bool { return pc.ID == id }) {
+			b = append(b, "pruned:"...)
 		}
 		b = hex.AppendEncode(b, id[:])
 	}

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -143,6 +144,9 @@ func landedLast(p *store.Page, heads []*store.Commit) ([]*store.Commit, error) {
 		}
 		for _, id := range h.Parents {
 			c, err := p.Commit(id)
+			if errors.Is(err, store.ErrNotFound) {
+				continue // pruned by a collection, after its landing ended
+			}
 			if err != nil {
 				return nil, fmt.Errorf("parent %s of merge %s: %w", id, h.ID, err)
 			}
