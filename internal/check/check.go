@@ -34,8 +34,12 @@ type Report struct {
 	// commits that name them is gone, as the retention policy says.
 	Pruned int
 	Nodes  int
-	Values int
-	Pieces int
+	// Unreached counts stored pieces no stored commit reaches: what a
+	// collection stopped or killed before its end left; the next one
+	// deletes them.
+	Unreached int
+	Values    int
+	Pieces    int
 }
 
 // OK reports whether the page has no problem and nothing left over.
@@ -104,6 +108,17 @@ func Page(p *store.Page, decodeOp func(key string, v []byte) error) (*Report, er
 	})
 	if err != nil {
 		r.problem("commits: %v", err)
+	}
+	for _, s := range []store.PieceStatus{store.Local, store.Synced} {
+		err := p.Pieces(s, func(d cas.Digest, _ int64) error {
+			if !w.nodes[d] && !w.pieces[d] {
+				r.Unreached++
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }

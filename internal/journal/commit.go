@@ -57,6 +57,12 @@ func (j *Journal) Commit() (*store.Commit, error) {
 // reports them as metrics. Recovery's commits are not told.
 var CommitObserver func(explicit bool, changes int)
 
+// RemovedObserver, when set before the first commit, is told of every
+// commit that deleted or replaced content: how many bytes of values its
+// page's head no longer holds (history may). A mount collects a page once
+// enough was removed.
+var RemovedObserver func(ledger, page string, bytes uint64)
+
 func (j *Journal) commitLocked() (*store.Commit, error) {
 	p := j.p
 	heads, err := p.Heads()
@@ -81,9 +87,19 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 		tree.Clear()
 	}
 	var values []cas.ObjectIdentifier
+	var removed uint64
 	err = j.Ops("", func(op Op) error {
 		if !op.Delete && !op.Atime {
 			values = append(values, op.Entry.Value)
+		}
+		if RemovedObserver != nil && !op.Atime {
+			old, found, err := tree.Get(op.Key)
+			if err != nil {
+				return err
+			}
+			if found && (op.Delete || old.Value != op.Entry.Value) {
+				removed += old.Meta.Size
+			}
 		}
 		return op.ApplyTo(tree)
 	})
@@ -134,6 +150,9 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 	}
 	if newHead != nil {
 		tree.Forget()
+	}
+	if removed > 0 {
+		RemovedObserver(p.Ledger, p.Name, removed)
 	}
 	if err := step("committed"); err != nil {
 		return nil, err

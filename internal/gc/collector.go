@@ -1,0 +1,296 @@
+package gc
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dustin/go-humanize"
+
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// Collector collects a mounted repository's pages in the background: every
+// Every, each page changed since its last collection, and soon after a
+// page's changes removed After bytes (deleted or replaced content). A page
+// is collected only while nobody uses it (no open file, queued change or
+// open transaction: Busy), and the collection stops as soon as anyone
+// wants the page, to go on later: writers never wait for it. Every 0
+// collects only what Removed and Request make due.
+type Collector struct {
+	Repo *store.Repository
+	// Busy reports whether the mount uses a page beyond what the store
+	// sees: queued changes, open transactions.
+	Busy         func(ledger, page string) bool
+	Every        time.Duration
+	After        uint64
+	KeepUnsynced bool
+
+	running sync.Mutex // held by the one collection running
+	mu      sync.Mutex
+	removed map[[2]string]uint64
+	due     map[[2]string]bool // collect soon
+	last    map[[2]string]string
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+// retry is how often pages due but busy are tried again.
+const retry = 5 * time.Second
+
+func (c *Collector) init() {
+	c.once.Do(func() {
+		c.removed = map[[2]string]uint64{}
+		c.due = map[[2]string]bool{}
+		c.last = map[[2]string]string{}
+		c.wake = make(chan struct{}, 1)
+		c.stop = make(chan struct{})
+		c.done = make(chan struct{})
+	})
+}
+
+// Removed counts content a page's change removed from its head.
+func (c *Collector) Removed(ledger, page string, n uint64) {
+	c.init()
+	k := [2]string{ledger, page}
+	c.mu.Lock()
+	c.removed[k] += n
+	trigger := c.After > 0 && c.removed[k] >= c.After && !c.due[k]
+	if trigger {
+		c.due[k] = true
+	}
+	c.mu.Unlock()
+	if trigger {
+		c.poke()
+	}
+}
+
+// Now collects a page (or, ledger empty, every page) at once and returns
+// when done: store.ErrBusy if it is in use (its collection stays due).
+func (c *Collector) Now(ledger, page string) error {
+	c.init()
+	names, err := c.named(ledger, page)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, k := range names {
+		c.mu.Lock()
+		c.due[k] = true
+		c.mu.Unlock()
+		if err := c.collect(k); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// named lists the page, or every page.
+func (c *Collector) named(ledger, page string) ([][2]string, error) {
+	if ledger == "" {
+		return c.pages()
+	}
+	if ok, err := c.Repo.HasPage(ledger, page); err != nil {
+		return nil, err
+	} else if !ok {
+		return nil, fmt.Errorf("page %s/%s: %w", ledger, page, store.ErrNotFound)
+	}
+	return [][2]string{{ledger, page}}, nil
+}
+
+// Request makes a page (or, ledger empty, every page) due now.
+func (c *Collector) Request(ledger, page string) error {
+	c.init()
+	names, err := c.named(ledger, page)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	for _, k := range names {
+		c.due[k] = true
+	}
+	c.mu.Unlock()
+	c.poke()
+	return nil
+}
+
+func (c *Collector) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run collects until Close.
+func (c *Collector) Run() {
+	c.init()
+	defer close(c.done)
+	var tick <-chan time.Time // none when Every is 0
+	if c.Every > 0 {
+		every := time.NewTicker(c.Every)
+		defer every.Stop()
+		tick = every.C
+	}
+	again := time.NewTicker(retry)
+	defer again.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-tick:
+			c.scheduled()
+		case <-again.C:
+		case <-c.wake:
+		}
+		c.collectDue()
+	}
+}
+
+// Close stops Run, interrupting a collection, and waits for it.
+func (c *Collector) Close() {
+	c.init()
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
+	}
+	<-c.done
+}
+
+func (c *Collector) stopped() bool {
+	select {
+	case <-c.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// scheduled makes due every page changed since its last collection: closed
+// after it, or open now.
+func (c *Collector) scheduled() {
+	names, err := c.pages()
+	if err != nil {
+		slog.Warn("collection: list pages", "err", err)
+		return
+	}
+	usage, err := c.Repo.Usage()
+	if err != nil {
+		slog.Warn("collection: read page usage", "err", err)
+		return
+	}
+	closed := map[[2]string]time.Time{}
+	byID := map[string]time.Time{}
+	for _, u := range usage {
+		byID[u.Ledger+"\x00"+string(u.ID[:])] = u.Closed
+	}
+	for _, k := range names {
+		id := store.PageIDFor(k[1])
+		closed[k] = byID[k[0]+"\x00"+string(id[:])]
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range names {
+		at, err := c.Repo.Collected(k[0], k[1])
+		if err != nil {
+			continue
+		}
+		if cl := closed[k]; cl.IsZero() || cl.After(at) {
+			c.due[k] = true
+		}
+	}
+}
+
+func (c *Collector) pages() ([][2]string, error) {
+	ledgers, err := c.Repo.Ledgers()
+	if err != nil {
+		return nil, err
+	}
+	var out [][2]string
+	for _, l := range ledgers {
+		ps, err := c.Repo.Pages(l)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range ps {
+			out = append(out, [2]string{l, p})
+		}
+	}
+	return out, nil
+}
+
+// collectDue collects the due pages that are idle; the others stay due.
+func (c *Collector) collectDue() {
+	c.mu.Lock()
+	var due [][2]string
+	for k := range c.due {
+		due = append(due, k)
+	}
+	c.mu.Unlock()
+	slices.SortFunc(due, func(a, b [2]string) int { return strings.Compare(a[0]+"/"+a[1], b[0]+"/"+b[1]) })
+	for _, k := range due {
+		if c.stopped() {
+			return
+		}
+		c.collect(k)
+	}
+}
+
+// collect collects a due page if it is idle, and records what it did; one
+// collection runs at a time. A page in use stays due (store.ErrBusy).
+func (c *Collector) collect(k [2]string) error {
+	c.running.Lock()
+	defer c.running.Unlock()
+	if c.Busy != nil && c.Busy(k[0], k[1]) {
+		return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy)
+	}
+	r, err := CollectPage(c.Repo, k[0], k[1], PageOptions{KeepUnsynced: c.KeepUnsynced, Stop: c.stopped})
+	switch {
+	case errors.Is(err, store.ErrBusy) || errors.Is(err, ErrJournals):
+		return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy) // later
+	case err == nil && r.Stopped:
+		return fmt.Errorf("page %s/%s: collection stopped: %w", k[0], k[1], store.ErrBusy)
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		slog.Warn("collection failed", "page", k[0]+"/"+k[1], "err", err)
+	default:
+		slog.Info("collected", "page", k[0]+"/"+k[1], "pruned", r.Pruned, "commits", r.Commits, "deleted", r.Deleted, "bytes", r.Freed, "took", r.Took)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.due, k)
+	c.removed[k] = 0
+	if err != nil {
+		c.last[k] = fmt.Sprintf("%s failed: %v", time.Now().UTC().Format(time.RFC3339), err)
+	} else {
+		c.last[k] = fmt.Sprintf("%s pruned %d of %d commits, deleted %d of %d pieces (%s of %s) in %s",
+			time.Now().UTC().Format(time.RFC3339), r.Pruned, r.Commits, r.Deleted, r.Objects,
+			humanize.IBytes(uint64(r.Freed)), humanize.IBytes(uint64(r.Bytes)), r.Took.Round(time.Millisecond))
+	}
+	return err
+}
+
+// Status is the text of the mount's .collect file: each page's last
+// collection, and the pages due.
+func (c *Collector) Status() []byte {
+	c.init()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var b strings.Builder
+	keys := slices.Collect(maps.Keys(c.last))
+	slices.SortFunc(keys, func(a, b [2]string) int { return strings.Compare(a[0]+"/"+a[1], b[0]+"/"+b[1]) })
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s/%s: %s\n", k[0], k[1], c.last[k])
+	}
+	for k := range c.due {
+		fmt.Fprintf(&b, "%s/%s: due\n", k[0], k[1])
+	}
+	return []byte(b.String())
+}

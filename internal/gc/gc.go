@@ -1,0 +1,292 @@
+// Package gc collects a page: it prunes the commits its retention policy
+// does not keep and deletes the pieces (tree nodes, index pieces, chunks)
+// that no kept commit reaches, then has the store give the space back.
+//
+// A collection needs the page alone (store.Repository.AcquireIdle, or an
+// unmounted repository): a writer could otherwise reuse a piece it is
+// deleting, since a close that finds its chunk stored does not write it
+// again. It stops early, with what it did so far, when asked (Options.Stop):
+// everything it deleted is unreachable at every step, so a stop or a crash
+// leaves a valid page, and the next collection deletes what is left.
+//
+// Layer: above store, journal and retention; the mount and the command
+// line run it.
+package gc
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/internal/retention"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// Options steer one collection.
+type Options struct {
+	Policy retention.Policy
+	// DryRun counts what a collection would prune and delete, and changes
+	// nothing.
+	DryRun bool
+	// KeepUnsynced keeps every commit not yet synced (unsynced/commits/
+	// rows): set when the repository syncs, so that no commit is lost
+	// before the cloud has it. Without sync every commit has the row, and
+	// keeping them would keep everything.
+	KeepUnsynced bool
+	// Stop, polled between steps, ends the collection early.
+	Stop func() bool
+	// Progress, if set, is told each phase's progress.
+	Progress func(phase string, done, total int64)
+}
+
+// Result says what a collection did (or, dry, would do).
+type Result struct {
+	Commits int // commits stored before
+	Pruned  int // commits removed
+	Objects int // pieces stored before
+	Deleted int // pieces removed
+	Bytes   int64
+	Freed   int64 // bytes of the pieces removed
+	Stopped bool  // ended early by Options.Stop
+	Took    time.Duration
+}
+
+// ErrJournals is the error of collecting a page with journals: changes
+// not committed yet, or an open transaction, whose pieces only their
+// journal knows.
+var ErrJournals = errors.New("gc: the page has changes not committed yet")
+
+// batch is how many rows one db transaction of a collection deletes.
+const batch = 2000
+
+// Collect collects page p, which the caller holds alone.
+func Collect(p *store.Page, o Options) (Result, error) {
+	start := time.Now()
+	var r Result
+	stop := func() bool {
+		if o.Stop != nil && o.Stop() {
+			r.Stopped = true
+		}
+		return r.Stopped
+	}
+	progress := func(phase string, done, total int64) {
+		if o.Progress != nil {
+			o.Progress(phase, done, total)
+		}
+	}
+	p.Lock()
+	defer p.Unlock()
+	if has, err := p.HasJournals(); err != nil {
+		return r, err
+	} else if has {
+		return r, ErrJournals
+	}
+
+	kept, err := prune(p, o, &r, progress)
+	if err != nil || stop() {
+		r.Took = time.Since(start)
+		return r, err
+	}
+
+	reach := newMarker(p, stop)
+	for i, c := range kept {
+		progress("mark", int64(i), int64(len(kept)))
+		if err := reach.commit(c); err != nil {
+			return r, err
+		}
+		if r.Stopped {
+			r.Took = time.Since(start)
+			return r, nil
+		}
+	}
+	step(p, "marked what kept commits reach")
+	err = sweep(p, o, reach.seen, &r, stop, progress)
+	r.Took = time.Since(start)
+	return r, err
+}
+
+// prune decides which commits to keep and, unless dry, deletes the others.
+// It returns the kept commits.
+func prune(p *store.Page, o Options, r *Result, progress func(string, int64, int64)) ([]*store.Commit, error) {
+	var all []*store.Commit
+	err := p.CommitIDs(nil, func(id store.CommitID) error {
+		c, err := p.Commit(id)
+		all = append(all, c)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gc: read commits: %w", err)
+	}
+	r.Commits = len(all)
+	must := map[store.CommitID]bool{}
+	heads, err := p.Heads()
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range heads {
+		must[h.ID] = true
+	}
+	if o.KeepUnsynced {
+		if err := p.UnsyncedCommits(func(id store.CommitID) error { must[id] = true; return nil }); err != nil {
+			return nil, err
+		}
+	}
+	byTime := make([]retention.Commit, len(all))
+	index := map[store.CommitID]*store.Commit{}
+	for i, c := range all {
+		byTime[i] = retention.Commit{ID: c.ID, Time: time.Unix(0, c.Timestamp)}
+		index[c.ID] = c
+	}
+	retention.Sort(byTime)
+	keep := o.Policy.Keep(byTime)
+	var kept []*store.Commit
+	var pruned []store.CommitID
+	for i, c := range byTime {
+		if keep[i] || must[c.ID] {
+			kept = append(kept, index[c.ID])
+		} else {
+			pruned = append(pruned, c.ID)
+		}
+	}
+	// A head with no row of its own is the first commit: an empty tree.
+	for _, h := range heads {
+		if h.ID == store.FirstCommitID {
+			kept = append(kept, h)
+		}
+	}
+	r.Pruned = len(pruned)
+	if o.DryRun {
+		return kept, nil
+	}
+	for i := 0; i < len(pruned); i += batch {
+		progress("prune", int64(i), int64(len(pruned)))
+		if err := p.DeleteCommits(pruned[i:min(i+batch, len(pruned))]); err != nil {
+			return nil, err
+		}
+		step(p, "pruned a batch of commits")
+	}
+	return kept, nil
+}
+
+// marker finds the pieces kept commits reach: each tree node once, each
+// value's pieces once.
+type marker struct {
+	p    *store.Page
+	seen map[cas.Digest]struct{}
+	stop func() bool
+	n    int
+}
+
+func newMarker(p *store.Page, stop func() bool) *marker {
+	return &marker{p: p, seen: map[cas.Digest]struct{}{}, stop: stop}
+}
+
+func (m *marker) commit(c *store.Commit) error {
+	if c.Root == btree.EmptyRoot {
+		return nil
+	}
+	if err := m.node(c.Root); err != nil {
+		return fmt.Errorf("gc: walk commit %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// add records d and reports whether it was new.
+func (m *marker) add(d cas.Digest) bool {
+	if d.IsInline() {
+		return false
+	}
+	if _, ok := m.seen[d]; ok {
+		return false
+	}
+	m.seen[d] = struct{}{}
+	return true
+}
+
+func (m *marker) node(id cas.ObjectIdentifier) error {
+	if !m.add(id.Digest) {
+		return nil
+	}
+	if m.n++; m.n%1024 == 0 && m.stop() {
+		return nil
+	}
+	children, values, err := m.p.Nodes().Refs(id)
+	if err != nil {
+		return err
+	}
+	for _, v := range values {
+		err := cas.Walk(m.p, v, func(d cas.Digest) (bool, error) { return m.add(d), nil }, nil)
+		if err != nil {
+			return fmt.Errorf("value %s: %w", v.Digest, err)
+		}
+	}
+	for _, c := range children {
+		if err := m.node(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sweep deletes the pieces the marker did not reach. Transient ones too:
+// with the page held alone and no journal, they are values of closes that
+// a later close of the same file replaced before they committed, which
+// only a page's recovery deleted until now.
+func sweep(p *store.Page, o Options, reached map[cas.Digest]struct{}, r *Result, stop func() bool, progress func(string, int64, int64)) error {
+	for _, s := range store.Statuses {
+		var garbage []cas.Digest
+		var garbageBytes int64
+		flush := func() error {
+			if len(garbage) > 0 && !o.DryRun {
+				if err := p.DeletePieces(garbage); err != nil {
+					return err
+				}
+				step(p, "deleted a batch of pieces")
+			}
+			r.Deleted += len(garbage)
+			r.Freed += garbageBytes
+			garbage, garbageBytes = garbage[:0], 0
+			return nil
+		}
+		// Rows are deleted in their own transactions while the read goes
+		// on: the read sees the db as it began.
+		err := p.Pieces(s, func(d cas.Digest, size int64) error {
+			r.Objects++
+			r.Bytes += size
+			if _, ok := reached[d]; ok {
+				return nil
+			}
+			garbage = append(garbage, d)
+			garbageBytes += size
+			if len(garbage) < batch {
+				return nil
+			}
+			progress("sweep", int64(r.Objects), 0)
+			if stop() {
+				return errStopped
+			}
+			return flush()
+		})
+		if errors.Is(err, errStopped) {
+			return nil
+		}
+		if err == nil {
+			err = flush()
+		}
+		if err != nil {
+			return fmt.Errorf("gc: sweep %s pieces: %w", s, err)
+		}
+	}
+	return nil
+}
+
+var errStopped = errors.New("stopped")
+
+// step logs a step of a collection at debug level: the crash tests kill a
+// collection at these lines.
+func step(p *store.Page, what string) {
+	slog.Debug("collection step", "page", p.Ledger+"/"+p.Name, "step", what)
+}

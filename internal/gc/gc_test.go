@@ -1,0 +1,220 @@
+package gc_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/internal/check"
+	"github.com/ledgerfs/ledgerfs/internal/gc"
+	"github.com/ledgerfs/ledgerfs/internal/journal"
+	"github.com/ledgerfs/ledgerfs/internal/retention"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+func openPage(t testing.TB) (*store.Repository, *store.Page) {
+	t.Helper()
+	repo, err := store.Open(t.TempDir(), store.Options{OnOpen: journal.Recover, OnClose: journal.Close})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { repo.Close() })
+	if err := repo.CreateLedger("l"); err != nil {
+		t.Fatal(err)
+	}
+	if err := repo.CreatePage("l", "p"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := repo.AcquireIdle("l", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { repo.ReleaseIdle(p) })
+	return repo, p
+}
+
+// content is a value: one of a few sizes (inline, one chunk, an index of
+// chunks) built from a seed, so that values share chunks.
+func content(seed, size int) []byte {
+	b := make([]byte, size)
+	x := uint64(seed)*0x9e3779b97f4a7c15 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[i] = byte(x)
+	}
+	return b
+}
+
+func put(t *rapid.T, p *store.Page, key string, data []byte) journal.Op {
+	w := p.NewValueWriter()
+	if _, err := w.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	id, size, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return journal.Op{Key: key, Entry: btree.Entry{Value: id, Meta: btree.Meta{Size: size}}}
+}
+
+// snapshot reads every entry of commit c with its content.
+func snapshot(p *store.Page, c *store.Commit) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	it := p.Tree(c).Seek("")
+	for it.Next() {
+		e := it.Entry()
+		r, err := p.OpenValue(e.Value)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", e.Key, err)
+		}
+		b, err := io.ReadAll(io.NewSectionReader(r, 0, int64(e.Meta.Size)))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", e.Key, err)
+		}
+		out[e.Key] = b
+	}
+	return out, it.Err()
+}
+
+// TestCollectRandomHistories builds random histories (puts of values that
+// share chunks, deletes, transactions that merge) and collects them with
+// random policies: every kept commit reads back as it was, the heads are
+// kept, and afterwards every stored object is reached from a kept commit
+// (fsck's walker, not the collector's, counts them).
+func TestCollectRandomHistories(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		_, p := openPage(t)
+		keys := []string{"a", "b", "c/d", "c/e", "f"}
+		sizes := []int{10, 5000, 70_000, 300_000}
+		steps := rapid.IntRange(1, 12).Draw(rt, "steps")
+		var txn *journal.Journal
+		for i := range steps {
+			var ops []journal.Op
+			for range rapid.IntRange(1, 3).Draw(rt, "ops") {
+				k := rapid.SampledFrom(keys).Draw(rt, "key")
+				if rapid.IntRange(0, 3).Draw(rt, "delete") == 0 {
+					ops = append(ops, journal.Op{Key: k, Delete: true})
+					continue
+				}
+				data := content(rapid.IntRange(0, 6).Draw(rt, "seed"), rapid.SampledFrom(sizes).Draw(rt, "size"))
+				ops = append(ops, put(rt, p, k, data))
+			}
+			switch {
+			case txn == nil && rapid.Bool().Draw(rt, "begin txn"):
+				j, err := journal.Begin(p, true)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if err := j.Apply(ops...); err != nil {
+					rt.Fatal(err)
+				}
+				txn = j
+			default:
+				j, err := journal.Begin(p, false)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if err := j.Apply(ops...); err != nil {
+					rt.Fatal(err)
+				}
+				if _, err := j.Commit(); err != nil {
+					rt.Fatalf("step %d: %v", i, err)
+				}
+			}
+			if txn != nil && rapid.Bool().Draw(rt, "commit txn") {
+				if _, err := txn.Commit(); err != nil {
+					rt.Fatal(err)
+				}
+				txn = nil
+			}
+		}
+		if txn != nil {
+			if _, err := txn.Commit(); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		before := map[store.CommitID]map[string][]byte{}
+		err := p.CommitIDs(nil, func(id store.CommitID) error {
+			c, err := p.Commit(id)
+			if err != nil {
+				return err
+			}
+			before[id], err = snapshot(p, c)
+			return err
+		})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		heads, err := p.Heads()
+		if err != nil {
+			rt.Fatal(err)
+		}
+		policy := rapid.SampledFrom([]retention.Policy{
+			{Last: 1}, {Last: 2}, {Last: 5}, {All: true}, {Hourly: 1}, {Within: 1},
+		}).Draw(rt, "policy")
+		transient := 0
+		if err := p.Pieces(store.Transient, func(cas.Digest, int64) error { transient++; return nil }); err != nil {
+			rt.Fatal(err)
+		}
+		r, err := gc.Collect(p, gc.Options{Policy: policy})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		kept := 0
+		for id, want := range before {
+			c, err := p.Commit(id)
+			if err != nil {
+				continue // pruned
+			}
+			kept++
+			got, err := snapshot(p, c)
+			if err != nil {
+				rt.Fatalf("kept commit %s no longer reads: %v", id, err)
+			}
+			if len(got) != len(want) {
+				rt.Fatalf("kept commit %s: %d entries, had %d", id, len(got), len(want))
+			}
+			for k, v := range want {
+				if !bytes.Equal(got[k], v) {
+					rt.Fatalf("kept commit %s: %s changed", id, k)
+				}
+			}
+		}
+		if kept != len(before)-r.Pruned {
+			rt.Fatalf("%d commits left, %d before and %d pruned", kept, len(before), r.Pruned)
+		}
+		for _, h := range heads {
+			if _, err := p.Commit(h.ID); err != nil {
+				rt.Fatalf("head %s: %v", h.ID, err)
+			}
+		}
+		// Keep-all deletes only transient pieces: values written for ops a
+		// later op of the same journal replaced.
+		if policy.All && (r.Pruned > 0 || r.Deleted > transient) {
+			rt.Fatalf("keep-all pruned %d commits and deleted %d pieces, %d of them transient", r.Pruned, r.Deleted, transient)
+		}
+		rep, err := check.Page(p, func(key string, v []byte) error { _, err := journal.DecodeOp(key, v); return err })
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if !rep.OK() {
+			rt.Fatalf("fsck after collection: %v %v", rep.Problems, rep.Leftovers)
+		}
+		stored := 0
+		for _, s := range store.Statuses {
+			if err := p.Pieces(s, func(cas.Digest, int64) error { stored++; return nil }); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		if reached := rep.Nodes + rep.Pieces; reached != stored {
+			rt.Fatalf("%d objects stored after collection, %d reached from kept commits: garbage left", stored, reached)
+		}
+	})
+}

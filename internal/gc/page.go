@@ -1,0 +1,77 @@
+package gc
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ledgerfs/ledgerfs/internal/retention"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// PolicyOf returns the policy that applies to a page: the most specific
+// one stored (page, ledger, repository), else retention.Default.
+func PolicyOf(repo *store.Repository, ledger, page string) (retention.Policy, store.Scope, error) {
+	text, scope, err := repo.Retention(ledger, page)
+	if err != nil || scope == store.ScopeNone {
+		return retention.Default, scope, err
+	}
+	p, err := retention.Parse(text)
+	if err != nil {
+		return p, scope, fmt.Errorf("the %s's retention policy %q: %w", scope, text, err)
+	}
+	return p, scope, nil
+}
+
+// PageOptions steer CollectPage.
+type PageOptions struct {
+	// Policy, if set, replaces the page's stored policy.
+	Policy *retention.Policy
+	DryRun bool
+	// KeepUnsynced: see Options.
+	KeepUnsynced bool
+	// Stop, polled, ends the collection early; so does anyone's wanting
+	// the page.
+	Stop     func() bool
+	Progress func(phase string, done, total int64)
+	// Reclaim gives space back even if this collection deleted nothing
+	// (an earlier one may have, and stopped before).
+	Reclaim bool
+}
+
+// CollectPage collects one idle page of repo with its policy and has the
+// store give the space back. A page in use gives store.ErrBusy.
+func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Result, error) {
+	policy, _, err := PolicyOf(repo, ledger, page)
+	if err != nil {
+		return Result{}, err
+	}
+	if o.Policy != nil {
+		policy = *o.Policy
+	}
+	p, err := repo.AcquireIdle(ledger, page)
+	if err != nil {
+		return Result{}, err
+	}
+	r, err := Collect(p, Options{
+		Policy:       policy,
+		DryRun:       o.DryRun,
+		KeepUnsynced: o.KeepUnsynced,
+		Stop:         func() bool { return p.Yielding() || o.Stop != nil && o.Stop() },
+		Progress:     o.Progress,
+	})
+	repo.ReleaseIdle(p)
+	if err != nil || o.DryRun {
+		return r, err
+	}
+	if (r.Deleted > 0 || o.Reclaim) && !r.Stopped {
+		start := time.Now()
+		if err := repo.Reclaim(ledger, page); err != nil {
+			return r, err
+		}
+		r.Took += time.Since(start)
+	}
+	if r.Stopped {
+		return r, nil
+	}
+	return r, repo.SetCollected(ledger, page, time.Now())
+}
