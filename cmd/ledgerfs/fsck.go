@@ -65,23 +65,9 @@ func fsck(w io.Writer, repoDir string, only []string, repair bool) error {
 		return err
 	}
 	defer repo.Close()
-	ledgers := only[:min(len(only), 1)]
-	if len(ledgers) == 0 {
-		if ledgers, err = repo.Ledgers(); err != nil {
-			return err
-		}
-	}
-	var names [][2]string
-	for _, l := range ledgers {
-		pages := only[min(len(only), 1):]
-		if len(pages) == 0 {
-			if pages, err = repo.Pages(l); err != nil {
-				return fmt.Errorf("ledger %s: %w", l, err)
-			}
-		}
-		for _, pg := range pages {
-			names = append(names, [2]string{l, pg})
-		}
+	names, err := pagesOf(repo, only)
+	if err != nil {
+		return err
 	}
 	bar := newBar(int64(len(names)), "checking pages")
 	bad := 0
@@ -130,6 +116,9 @@ func fsckPage(w io.Writer, repo *store.Repository, ledger, page string, repair b
 	}
 	if r.OK() {
 		fmt.Fprintf(w, "%s: ok (%d commits, %d tree nodes, %d values, %d pieces)\n", name, r.Commits, r.Nodes, r.Values, r.Pieces)
+		if r.Unreached > 0 {
+			fmt.Fprintf(w, "  %d pieces no commit reaches (left by a collection that stopped; the next one deletes them)\n", r.Unreached)
+		}
 		return true
 	}
 	fmt.Fprintf(w, "%s: %s, %s left by a crash (%d commits, %d tree nodes, %d values, %d pieces read)\n",

@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ledgerfs/ledgerfs/internal/fs"
+	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/journal"
 	"github.com/ledgerfs/ledgerfs/internal/metrics"
 	"github.com/ledgerfs/ledgerfs/internal/store"
@@ -44,24 +45,26 @@ func defaultRepo() string {
 
 func newMount() *cobra.Command {
 	var (
-		readOnly   bool
-		allowOther bool
-		nonEmpty   bool
-		idlePages  int
-		cacheSecs  float64
-		gcInterval time.Duration
-		pprofAddr  string
-		memLimit   int64
-		gcPercent  int
-		nodeCache  int64
-		closeWait  time.Duration
-		reserve    string
-		showUID    int64
-		showGID    int64
-		daemonMode bool
-		logFile    string
-		options    []string
-		metricsAt  string
+		readOnly     bool
+		allowOther   bool
+		nonEmpty     bool
+		idlePages    int
+		cacheSecs    float64
+		gcInterval   time.Duration
+		pprofAddr    string
+		memLimit     int64
+		gcPercent    int
+		nodeCache    int64
+		closeWait    time.Duration
+		reserve      string
+		showUID      int64
+		showGID      int64
+		daemonMode   bool
+		logFile      string
+		options      []string
+		metricsAt    string
+		collectEvery time.Duration
+		collectAfter string
 	)
 	cmd := &cobra.Command{
 		Use:   "mount [flags] [REPO] MOUNTPOINT",
@@ -128,7 +131,12 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 					slog.Warn("pprof server stopped", "err", http.ListenAndServe(pprofAddr, nil))
 				}()
 			}
+			after, err := parseSize("--collect-after", collectAfter)
+			if err != nil {
+				return err
+			}
 			return serve(serveConfig{
+				collectEvery: collectEvery, collectAfter: after,
 				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther, nonEmpty: nonEmpty,
 				debug: debugLog, idlePages: idlePages, cache: time.Duration(cacheSecs * float64(time.Second)),
 				gcInterval: gcInterval, nodeCache: nodeCache << 20, closeTimeout: closeWait,
@@ -154,6 +162,8 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.StringVar(&pprofAddr, "pprof", "", "serve Go profiles (net/http/pprof) on this address, e.g. localhost:6060")
 	f.DurationVar(&gcInterval, "gc-interval", 10*time.Minute, "how often to reclaim value-log space of open pages")
 	f.StringVar(&reserve, "reserve", "", fmt.Sprintf("free space to keep on the repository's filesystem, at least %s (default 5 %% of the filesystem, at most %s); changes fail with ENOSPC (\"no space left on device\") rather than fill it, since the database cannot survive a full disk", humanize.IBytes(store.MinReserve), humanize.IBytes(store.MaxDefaultReserve)))
+	f.DurationVar(&collectEvery, "collect-every", time.Hour, "how often to collect the pages changed since their last collection: prune the commits their retention policy does not keep and delete what no kept commit reaches (0: only when --collect-after or .collect says)")
+	f.StringVar(&collectAfter, "collect-after", "256MiB", "collect a page soon after its changes deleted or replaced this much content (0: never)")
 	f.DurationVar(&closeWait, "close-timeout", 30*time.Second, "how long to wait for one page database to close (at unmount or when idle) before giving up on it")
 	return cmd
 }
@@ -171,6 +181,8 @@ type serveConfig struct {
 	showUID, showGID     int64    // -1: the stored owner
 	kernelOpts           []string // mount options for the kernel (dev, suid)
 	metricsAddr          string
+	collectEvery         time.Duration
+	collectAfter         uint64
 }
 
 func serve(c serveConfig) error {
@@ -231,9 +243,20 @@ func serve(c serveConfig) error {
 	m := metrics.New(repo)
 	journal.CommitObserver = m.ObserveCommit
 	fo.Stats = m.Text
+	var collector *gc.Collector
+	if !c.readOnly {
+		collector = &gc.Collector{Repo: repo, Every: c.collectEvery, After: c.collectAfter}
+		fo.Collector = collector
+		journal.RemovedObserver = collector.Removed
+	}
 	fsys, err := fs.New(repo, fo)
 	if err != nil {
 		return err
+	}
+	if collector != nil {
+		collector.Busy = fsys.Busy
+		go collector.Run()
+		defer collector.Close() // on a failed mount; after serving, below
 	}
 	opts := &gofs.Options{
 		EntryTimeout: &c.cache,
@@ -311,6 +334,9 @@ func serve(c serveConfig) error {
 	notifySystemd(daemon.SdNotifyStopping)
 	close(served)
 	slog.Info("unmounted", "mountpoint", mnt)
+	if collector != nil {
+		collector.Close()
+	}
 	fsys.Close()
 	return repo.Close()
 }

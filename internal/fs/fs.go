@@ -62,6 +62,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
+	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/store"
 )
 
@@ -81,6 +82,9 @@ type Options struct {
 	TmpDir string
 	// Stats, if set, gives the text of the .stats file at the root.
 	Stats func() []byte
+	// Collector, if set, collects pages in the background; the .collect
+	// file at the root shows and starts its collections.
+	Collector *gc.Collector
 }
 
 // FS is the filesystem over one repository.
@@ -154,6 +158,15 @@ func (f *FS) page(ledger, name string) *pageRef {
 		f.pages[k] = p
 	}
 	return p
+}
+
+// Busy reports whether the mount uses a page beyond what the store sees:
+// files open or queued, transactions open. A collection waits for that.
+func (f *FS) Busy(ledger, name string) bool {
+	f.mu.Lock()
+	p, ok := f.pages[ledger+"/"+name]
+	f.mu.Unlock()
+	return ok && p.busy()
 }
 
 // renamePage follows a page rename in the open state.
@@ -339,6 +352,8 @@ func errno(op string, err error) syscall.Errno {
 		return syscall.ENOTEMPTY
 	case errors.Is(err, store.ErrBadName):
 		return syscall.EINVAL
+	case errors.Is(err, store.ErrBusy):
+		return syscall.EBUSY
 	case errors.Is(err, context.Canceled):
 		return syscall.EINTR
 	}

@@ -19,6 +19,9 @@ import "github.com/ledgerfs/ledgerfs/internal/store"
 // statsID is the inode id of the .stats file.
 const statsID = "S\x00"
 
+// collectID is the inode id of the .collect file.
+const collectID = "G\x00"
+
 // ledgerID is the inode id of a ledger.
 func ledgerID(name string) string { return "L\x00" + name }
 

@@ -99,7 +99,11 @@ func (r *rootNode) ledger(ctx context.Context, name string) *gofs.Inode {
 
 func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	if name == StatsName && r.fs.opts.Stats != nil {
-		ch := r.NewInode(ctx, &statsFile{text: r.fs.opts.Stats}, gofs.StableAttr{Mode: fuse.S_IFREG, Ino: r.fs.inos.get(statsID)})
+		ch := r.NewInode(ctx, &controlFile{text: r.fs.opts.Stats}, gofs.StableAttr{Mode: fuse.S_IFREG, Ino: r.fs.inos.get(statsID)})
+		return ch, getattr(ctx, ch, &out.Attr)
+	}
+	if name == CollectName && r.fs.opts.Collector != nil {
+		ch := r.NewInode(ctx, r.fs.collectFile(), gofs.StableAttr{Mode: fuse.S_IFREG, Ino: r.fs.inos.get(collectID)})
 		return ch, getattr(ctx, ch, &out.Attr)
 	}
 	ok, err := r.fs.repo.HasLedger(name)

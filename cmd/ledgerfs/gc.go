@@ -1,0 +1,206 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
+
+	"github.com/ledgerfs/ledgerfs/internal/gc"
+	"github.com/ledgerfs/ledgerfs/internal/journal"
+	"github.com/ledgerfs/ledgerfs/internal/retention"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// policyFlags are restic's forget flags; set, they replace the stored
+// policy for one run.
+type policyFlags struct {
+	all                                  bool
+	last, hourly, daily, weekly, monthly int
+	within                               string
+}
+
+func (f *policyFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.BoolVar(&f.all, "keep-all", false, "keep every commit")
+	fl.IntVar(&f.last, "keep-last", 0, "keep the `N` newest commits")
+	fl.StringVar(&f.within, "keep-within", "", "keep every commit within `DURATION` of the newest (30d, 2y5m7d3h, 90m)")
+	fl.IntVar(&f.hourly, "keep-hourly", 0, "keep the newest commit of each of the last `N` hours that have one")
+	fl.IntVar(&f.daily, "keep-daily", 0, "… of each of the last `N` days")
+	fl.IntVar(&f.weekly, "keep-weekly", 0, "… of each of the last `N` weeks")
+	fl.IntVar(&f.monthly, "keep-monthly", 0, "… of each of the last `N` months")
+}
+
+// policy returns the flags' policy, and whether any flag was given.
+func (f *policyFlags) policy(cmd *cobra.Command) (retention.Policy, bool, error) {
+	given := false
+	for _, n := range []string{"keep-all", "keep-last", "keep-within", "keep-hourly", "keep-daily", "keep-weekly", "keep-monthly"} {
+		given = given || cmd.Flags().Changed(n)
+	}
+	if !given {
+		return retention.Policy{}, false, nil
+	}
+	p := retention.Policy{All: f.all, Last: f.last, Hourly: f.hourly, Daily: f.daily, Weekly: f.weekly, Monthly: f.monthly}
+	if f.within != "" {
+		d, err := retention.ParseDuration(f.within)
+		if err != nil {
+			return p, true, err
+		}
+		p.Within = d
+	}
+	// Through Parse, for its checks (keep-all alone, not all zero).
+	p, err := retention.Parse(p.String())
+	return p, true, err
+}
+
+// openForCollection opens an unmounted repository for changes, or says how
+// to reach a mounted one.
+func openForCollection(repoDir, how string) (*store.Repository, error) {
+	if _, err := os.Stat(repoDir); err != nil {
+		return nil, fmt.Errorf("repository: %w", err)
+	}
+	repo, err := store.Open(repoDir, store.Options{OnOpen: journal.Recover, OnClose: journal.Close})
+	if errors.Is(err, store.ErrLocked) {
+		if at := mountOf(repoDir); at != "" {
+			return nil, fmt.Errorf("repository %s is mounted at %s: %s (%w)", repoDir, at, fmt.Sprintf(how, at), store.ErrLocked)
+		}
+	}
+	return repo, err
+}
+
+func newGC() *cobra.Command {
+	var dry bool
+	var pf policyFlags
+	cmd := &cobra.Command{
+		Use:   "gc REPO [LEDGER [PAGE]]",
+		Short: "Prune history outside the retention policy and give the space back",
+		Long: `Gc collects every page of an unmounted repository (or of one ledger, or one
+page): it removes the commits the page's retention policy does not keep
+(see ledgerfs retention), deletes every tree node, index piece and chunk
+that no kept commit reaches, and has the page's db give the space back to
+the filesystem (compaction and value-log rewriting). Heads are always kept.
+Kept commits whose parents were removed stay valid; the log shows those
+parents as pruned.
+
+The --keep-* flags replace the stored policies for this run only:
+--keep-last 1 keeps only each page's head. --dry-run says what a run would
+remove and changes nothing.
+
+A mounted repository collects itself: idle pages are collected in the
+background; writing a page's path (LEDGER/PAGE) to the .collect file at the
+mount's root collects it now.`,
+		Example: "  ledgerfs gc ~/.ledgerfs\n  ledgerfs gc --dry-run --keep-daily 7 ~/.ledgerfs notes\n  ledgerfs gc --keep-last 1 ~/.ledgerfs notes inbox",
+		Args:    cobra.RangeArgs(1, 3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			override, given, err := pf.policy(cmd)
+			if err != nil {
+				return err
+			}
+			var p *retention.Policy
+			if given {
+				p = &override
+			}
+			return collect(cmd.OutOrStdout(), args[0], args[1:], p, dry)
+		},
+	}
+	cmd.Flags().BoolVarP(&dry, "dry-run", "n", false, "say what would be removed, remove nothing")
+	pf.register(cmd)
+	return cmd
+}
+
+func collect(w io.Writer, repoDir string, only []string, override *retention.Policy, dry bool) error {
+	start := time.Now()
+	before := diskUsage(repoDir)
+	repo, err := openForCollection(repoDir, "the mount collects idle pages on its own; to collect now, echo LEDGER/PAGE > %s/.collect")
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	names, err := pagesOf(repo, only)
+	if err != nil {
+		return err
+	}
+	var total gc.Result
+	bar := newBar(int64(len(names)), "collecting")
+	for _, n := range names {
+		bar.Describe("collecting " + n[0] + "/" + n[1])
+		r, err := gc.CollectPage(repo, n[0], n[1], gc.PageOptions{Policy: override, DryRun: dry, Reclaim: true})
+		bar.Clear()
+		if err != nil {
+			bar.Finish()
+			return fmt.Errorf("%s/%s: %w", n[0], n[1], err)
+		}
+		verb := "pruned"
+		if dry {
+			verb = "would prune"
+		}
+		fmt.Fprintf(w, "%s/%s: %s %d of %d commits, %d of %d pieces (%s of %s)\n", n[0], n[1], verb,
+			r.Pruned, r.Commits, r.Deleted, r.Objects, humanize.IBytes(uint64(r.Freed)), humanize.IBytes(uint64(r.Bytes)))
+		total.Commits += r.Commits
+		total.Pruned += r.Pruned
+		total.Objects += r.Objects
+		total.Deleted += r.Deleted
+		total.Bytes += r.Bytes
+		total.Freed += r.Freed
+		bar.Add(1)
+	}
+	bar.Finish()
+	if err := repo.Close(); err != nil {
+		return err
+	}
+	after := diskUsage(repoDir)
+	fmt.Fprintf(w, "%s: %d of %d commits and %d of %d pieces (%s) %s; on disk %s -> %s in %s\n", count(len(names), "page"),
+		total.Pruned, total.Commits, total.Deleted, total.Objects, humanize.IBytes(uint64(total.Freed)),
+		map[bool]string{true: "would be removed", false: "removed"}[dry],
+		humanize.IBytes(uint64(before)), humanize.IBytes(uint64(after)), time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// pagesOf lists the pages a command names: all, a ledger's, or one.
+func pagesOf(repo *store.Repository, only []string) ([][2]string, error) {
+	ledgers := only[:min(len(only), 1)]
+	if len(ledgers) == 0 {
+		var err error
+		if ledgers, err = repo.Ledgers(); err != nil {
+			return nil, err
+		}
+	}
+	var names [][2]string
+	for _, l := range ledgers {
+		pages := only[min(len(only), 1):]
+		if len(pages) == 0 {
+			var err error
+			if pages, err = repo.Pages(l); err != nil {
+				return nil, fmt.Errorf("ledger %s: %w", l, err)
+			}
+		}
+		for _, pg := range pages {
+			names = append(names, [2]string{l, pg})
+		}
+	}
+	return names, nil
+}
+
+// diskUsage is what du counts under dir: allocated blocks, in bytes.
+func diskUsage(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
+}

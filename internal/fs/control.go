@@ -1,0 +1,206 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ledgerfs/ledgerfs/internal/gc"
+	"github.com/ledgerfs/ledgerfs/internal/retention"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// StatsName is the read-only file at the mount's root that shows the
+// mount's metrics as text; like .ledger in a page, it is not listed.
+const StatsName = store.StatsName
+
+// CollectName is the file at the mount's root that shows the last
+// collections and, written a page's LEDGER/PAGE (or "all"), collects it
+// before the write returns (EBUSY if the page is in use).
+const CollectName = store.CollectName
+
+// controlFile is a file whose content is computed: each open takes a
+// snapshot of text, read past its size of 0 as files under /proc are
+// (direct I/O). If write is set, what a descriptor writes is given to it
+// at each write that ends a line, so that its error is the write's (a
+// shell reports it, and ignores the close's), and the rest at close.
+type controlFile struct {
+	gofs.Inode
+	text  func() []byte
+	write func([]byte) error
+}
+
+var (
+	_ gofs.NodeOpener    = (*controlFile)(nil)
+	_ gofs.NodeGetattrer = (*controlFile)(nil)
+	_ gofs.NodeSetattrer = (*controlFile)(nil)
+)
+
+func (s *controlFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = fuse.S_IFREG | 0o444
+	if s.write != nil {
+		out.Mode |= 0o200
+	}
+	out.Nlink = 1
+	out.Ino = s.StableAttr().Ino
+	setTime(&out.Attr, nowNs())
+	return 0
+}
+
+// Setattr accepts the truncation of open(O_TRUNC) and nothing else.
+func (s *controlFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if sz, ok := in.GetSize(); !ok || sz != 0 || s.write == nil {
+		return syscall.EPERM
+	}
+	return s.Getattr(ctx, fh, out)
+}
+
+func (s *controlFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		return &controlHandle{b: s.text()}, fuse.FOPEN_DIRECT_IO, 0
+	}
+	if s.write == nil {
+		return nil, 0, syscall.EACCES
+	}
+	return &controlHandle{write: s.write}, fuse.FOPEN_DIRECT_IO, 0
+}
+
+type controlHandle struct {
+	mu    sync.Mutex
+	b     []byte
+	write func([]byte) error
+}
+
+var (
+	_ gofs.FileReader  = (*controlHandle)(nil)
+	_ gofs.FileWriter  = (*controlHandle)(nil)
+	_ gofs.FileFlusher = (*controlHandle)(nil)
+)
+
+func (h *controlHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.write != nil {
+		return nil, syscall.EBADF
+	}
+	if off >= int64(len(h.b)) {
+		return fuse.ReadResultData(nil), 0
+	}
+	return fuse.ReadResultData(h.b[off:min(int64(len(h.b)), off+int64(len(dest)))]), 0
+}
+
+// maxControl bounds what a control file takes: a line or two.
+const maxControl = 64 << 10
+
+func (h *controlHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.write == nil {
+		return 0, syscall.EBADF
+	}
+	if len(h.b)+len(data) > maxControl {
+		return 0, syscall.EFBIG
+	}
+	h.b = append(h.b, data...)
+	if len(data) > 0 && data[len(data)-1] == '\n' {
+		b := h.b
+		h.b = nil
+		if err := h.write(b); err != nil {
+			return 0, errno("control", err)
+		}
+	}
+	return uint32(len(data)), 0
+}
+
+func (h *controlHandle) Flush(ctx context.Context) syscall.Errno {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.write == nil || h.b == nil {
+		return 0
+	}
+	b := h.b
+	h.b = nil
+	return errno("control", h.write(b))
+}
+
+// collectFile is the root's .collect.
+func (f *FS) collectFile() *controlFile {
+	return &controlFile{text: f.opts.Collector.Status, write: func(b []byte) error {
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			line = strings.TrimSpace(line)
+			var err error
+			if line == "all" || line == "" {
+				err = f.opts.Collector.Now("", "")
+			} else if l, p, ok := strings.Cut(line, "/"); ok {
+				err = f.opts.Collector.Now(l, p)
+			} else {
+				err = fmt.Errorf("%q is not LEDGER/PAGE or all: %w", line, syscall.EINVAL)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}}
+}
+
+// retentionFile is a page's .ledger/retention: the policy that applies to
+// the page and where it was set; written, the page's own policy
+// ("default" removes it).
+func (pg *pageRef) retentionFile() *controlFile {
+	repo := pg.fs.repo
+	return &controlFile{
+		text: func() []byte {
+			l, n := pg.names()
+			p, scope, err := gc.PolicyOf(repo, l, n)
+			if err != nil {
+				return []byte(fmt.Sprintf("# %v\n", err))
+			}
+			return []byte(fmt.Sprintf("%s\n# %s\n", p, scopeText(scope)))
+		},
+		write: func(b []byte) error {
+			if pg.fs.opts.ReadOnly {
+				return syscall.EROFS
+			}
+			l, n := pg.names()
+			text := strings.TrimSpace(stripComments(string(b)))
+			if text == "default" {
+				return repo.SetRetention(l, n, "")
+			}
+			p, err := retention.Parse(text)
+			if err != nil {
+				return fmt.Errorf("%w: %w", err, syscall.EINVAL)
+			}
+			return repo.SetRetention(l, n, p.String())
+		},
+	}
+}
+
+func scopeText(s store.Scope) string {
+	switch s {
+	case store.ScopePage:
+		return "set for this page"
+	case store.ScopeLedger:
+		return "set for the ledger"
+	case store.ScopeRepository:
+		return "set for the repository"
+	}
+	return "the default"
+}
+
+// stripComments drops what follows '#' on each line, so that what the file
+// shows can be written back.
+func stripComments(s string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
