@@ -234,6 +234,29 @@ func (o *output) await(t testing.TB, want string) {
 	}
 }
 
+// awaitCount waits until want occurs n times in the output, or the
+// process exits (exited gets its result); it reports whether it occurred.
+func (o *output) awaitCount(want string, n int, exited chan error) bool {
+	for {
+		o.mu.Lock()
+		if strings.Count(o.b.String(), want) >= n {
+			o.mu.Unlock()
+			return true
+		}
+		if o.wrote == nil {
+			o.wrote = make(chan struct{})
+		}
+		wrote := o.wrote
+		o.mu.Unlock()
+		select {
+		case <-wrote:
+		case err := <-exited:
+			go func() { exited <- err }()
+			return false
+		}
+	}
+}
+
 func (o *output) String() string {
 	o.mu.Lock()
 	defer o.mu.Unlock()

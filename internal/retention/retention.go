@@ -9,6 +9,7 @@ package retention
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -135,6 +136,9 @@ func ParseDuration(s string) (time.Duration, error) {
 		unit := map[byte]time.Duration{'h': time.Hour, 'd': 24 * time.Hour, 'w': 7 * 24 * time.Hour, 'm': 30 * 24 * time.Hour, 'y': 365 * 24 * time.Hour}[rest[i]]
 		if unit == 0 {
 			return 0, fmt.Errorf("retention: duration %q: unknown unit %q (h, d, w, m, y)", s, rest[i])
+		}
+		if time.Duration(n) > (math.MaxInt64-total)/unit {
+			return 0, fmt.Errorf("retention: duration %q is too long", s)
 		}
 		total += time.Duration(n) * unit
 		rest = rest[i+1:]

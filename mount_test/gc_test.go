@@ -1,0 +1,212 @@
+package mount_test
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// duBytes is du -sb of dir: what a user sees the repository take.
+func duBytes(t testing.TB, dir string) int64 {
+	t.Helper()
+	out, err := exec.Command("du", "-sb", dir).Output()
+	if err != nil {
+		t.Fatalf("du -sb %s: %v", dir, err)
+	}
+	n, err := strconv.ParseInt(strings.Fields(string(out))[0], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// fillPage writes size bytes of random content in 32 MiB files and copies
+// a source tree (many small files) into page pg.
+func fillPage(t testing.TB, pg string, size int, seed int) {
+	t.Helper()
+	for i := 0; size > 0; i++ {
+		n := min(size, 32<<20)
+		must(t, os.WriteFile(filepath.Join(pg, fmt.Sprintf("big%d", i)), content(seed*1000+i, n), 0o644))
+		size -= n
+	}
+	src := filepath.Join(runtime.GOROOT(), "src")
+	if !*long {
+		src = filepath.Join(src, "net") // about 9 MiB in 700 files
+	}
+	run(t, pg, "cp", "-r", src, "src")
+}
+
+// TestCollectGivesSpaceBack: content written and deleted in a page, then
+// collected by the mount with a policy that keeps only the head, leaves
+// the repository (du -sb, after unmount) at 5 % of its peak or 32 MiB,
+// whichever is larger; cycles of write, delete and collect do not grow
+// it. -long: 1 GiB and all of GOROOT/src, five cycles.
+func TestCollectGivesSpaceBack(t *testing.T) {
+	t.Parallel()
+	size, cycles := 128<<20, 2
+	if *long {
+		size, cycles = 1<<30, 5
+	}
+	repo := t.TempDir()
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	var after []int64
+	for c := range cycles {
+		s := mountAt(t, repo, mnt, "--collect-every", "0")
+		pg := s.page("l", "p")
+		if c == 0 {
+			must(t, os.WriteFile(filepath.Join(pg, ".ledger", "retention"), []byte("keep-last=1\n"), 0))
+		}
+		fillPage(t, pg, size, c)
+		syncDir(t, pg)
+		s.stop()
+		peak := duBytes(t, repo)
+
+		s = mountAt(t, repo, mnt, "--collect-every", "0")
+		pg = filepath.Join(mnt, "l", "p")
+		run(t, pg, "sh", "-c", "rm -rf -- *")
+		syncDir(t, pg)
+		must(t, os.WriteFile(filepath.Join(mnt, ".collect"), []byte("l/p\n"), 0))
+		status, err := os.ReadFile(filepath.Join(mnt, ".collect"))
+		must(t, err)
+		s.stop()
+		got := duBytes(t, repo)
+		after = append(after, got)
+		bound := max(peak/20, 32<<20)
+		t.Logf("cycle %d: peak %d MiB, after collection %d MiB (bound %d MiB); %s", c, peak>>20, got>>20, bound>>20, strings.TrimSpace(string(status)))
+		if got > bound {
+			t.Fatalf("cycle %d: the repository takes %d bytes after collection, more than %d (5 %% of its peak %d, or 32 MiB)", c, got, bound, peak)
+		}
+	}
+	// No growth trend: the last cycle leaves no more than the first,
+	// give or take a value log's header and a table.
+	if last, first := after[len(after)-1], after[0]; last > first+(4<<20) {
+		t.Fatalf("after %d cycles the repository takes %d bytes, %d after the first: it grows", cycles, last, first)
+	}
+	verifySchema(t, repo)
+}
+
+// TestCollectKeepsPolicy: through the mount, a collection keeps the
+// commits the policy says and the history shows where it was cut; what
+// a descriptor holds open is not collected under it.
+func TestCollectKeepsPolicy(t *testing.T) {
+	t.Parallel()
+	s := mount(t, t.TempDir(), "--collect-every", "0")
+	pg := s.page("l", "p")
+	var versions [][]byte
+	for i := range 5 {
+		v := content(i, 100_000)
+		versions = append(versions, v)
+		must(t, os.WriteFile(filepath.Join(pg, "f"), v, 0o644))
+		syncDir(t, pg)
+	}
+	must(t, os.WriteFile(filepath.Join(pg, ".ledger", "retention"), []byte("keep-last=2\n"), 0))
+	got, err := os.ReadFile(filepath.Join(pg, ".ledger", "retention"))
+	if err != nil || !strings.HasPrefix(string(got), "keep-last=2\n") {
+		t.Fatalf(".ledger/retention reads %q, %v", got, err)
+	}
+	// An open descriptor makes the page busy: the write says so.
+	held, err := os.Open(filepath.Join(pg, "f"))
+	must(t, err)
+	err = os.WriteFile(filepath.Join(s.mnt, ".collect"), []byte("l/p\n"), 0)
+	if err == nil || !strings.Contains(err.Error(), "busy") {
+		t.Fatalf("collecting a page with an open file: %v, want EBUSY", err)
+	}
+	held.Close()
+	// The release of held reaches the server after close returns.
+	for range 100 {
+		if err = os.WriteFile(filepath.Join(s.mnt, ".collect"), []byte("l/p\n"), 0); err == nil {
+			break
+		}
+		syncDir(t, pg)
+	}
+	must(t, err)
+	vs := ls(t, filepath.Join(pg, ".ledger", "versions", "f"))
+	if len(vs) != 2 {
+		t.Fatalf("versions after keep-last=2: %v", vs)
+	}
+	for i, name := range vs {
+		b, err := os.ReadFile(filepath.Join(pg, ".ledger", "versions", "f", name))
+		if err != nil || !bytes.Equal(b, versions[3+i]) {
+			t.Fatalf("version %s: %d bytes, %v; want version %d", name, len(b), err, 3+i)
+		}
+	}
+	log, err := os.ReadFile(filepath.Join(pg, ".ledger", "log"))
+	must(t, err)
+	if !strings.Contains(string(log), " pruned:") {
+		t.Fatalf("the log does not say where history was cut:\n%s", log)
+	}
+	s.stop()
+	verifySchema(t, s.repo)
+}
+
+// TestKillCollection kills ledgerfs gc with SIGKILL at its steps (a batch
+// of commits pruned or of pieces deleted, the compaction, a value log
+// rewritten), with more history added before each run: after each kill
+// fsck finds every stored commit whole, the files read, and the next full
+// collection leaves nothing no commit reaches.
+func TestKillCollection(t *testing.T) {
+	t.Parallel()
+	kills := 8
+	if *long {
+		kills = 40
+	}
+	repo := t.TempDir()
+	want := map[string][]byte{}
+	policies := [][]string{{"--keep-last", "1"}, {"--keep-last", "3"}, {"--keep-within", "1h"}, {"--keep-hourly", "1"}}
+	for k := range kills {
+		s := mountPlain(t, repo, "--collect-every", "0")
+		pg := s.page("l", "p")
+		for i := range 6 {
+			name := fmt.Sprintf("f%d", rand.IntN(5))
+			v := content(k*100+i, 1+rand.IntN(600_000))
+			must(t, os.WriteFile(filepath.Join(pg, name), v, 0o644))
+			want[name] = v
+			if rand.IntN(3) == 0 {
+				del := fmt.Sprintf("f%d", rand.IntN(5))
+				os.Remove(filepath.Join(pg, del))
+				delete(want, del)
+			}
+		}
+		syncDir(t, pg)
+		s.stop()
+
+		args := append([]string{"--debug", "gc"}, policies[k%len(policies)]...)
+		cmd := exec.Command(binary, append(args, repo)...)
+		var out output
+		cmd.Stdout, cmd.Stderr = &out, &out
+		must(t, cmd.Start())
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		at := 1 + rand.IntN(4)
+		reached := out.awaitCount("collection step", at, exited)
+		cmd.Process.Kill()
+		<-exited
+		t.Logf("kill %d: after step %d of the collection: %v", k, at, reached)
+
+		fsck, err := exec.Command(binary, "fsck", repo).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kill %d: fsck after a collection was killed: %v\n%s\ncollection:\n%s", k, err, fsck, &out)
+		}
+		for name, v := range want {
+			b, err := exec.Command(binary, "cat", repo, "l", "p", name).Output()
+			if err != nil || !bytes.Equal(b, v) {
+				t.Fatalf("kill %d: %s reads %d bytes (%v), want %d", k, name, len(b), err, len(v))
+			}
+		}
+	}
+	if out, err := exec.Command(binary, "gc", "--keep-last", "1", repo).CombinedOutput(); err != nil {
+		t.Fatalf("gc: %v\n%s", err, out)
+	}
+	fsck, err := exec.Command(binary, "fsck", repo).CombinedOutput()
+	if err != nil || strings.Contains(string(fsck), "no commit reaches") {
+		t.Fatalf("fsck after a full collection: %v\n%s", err, fsck)
+	}
+	verifySchema(t, repo)
+}
