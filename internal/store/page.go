@@ -155,12 +155,14 @@ func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 		if err != nil {
 			return err
 		}
+		enc := it.UserMeta()
 		return it.Value(func(v []byte) error {
-			out = append(buf[:0], v...)
+			var err error
+			out, err = decodePiece(buf[:0], v, enc)
 			if stream {
 				p.ra.near(v)
 			}
-			return nil
+			return err
 		})
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
@@ -261,8 +263,12 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) (err error) {
 			return err
 		}
 	}
+	stored, enc := data, encodingRaw
+	if w.p.repo.compress.Load() {
+		stored, enc = encodePiece(data)
+	}
 	set := func() error {
-		if err := w.txn.Set(key, data); err != nil {
+		if err := w.txn.SetEntry(badger.NewEntry(key, stored).WithMeta(enc)); err != nil {
 			return err
 		}
 		return w.txn.Set(StatusKey(Transient, d), nil)
@@ -284,8 +290,8 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) (err error) {
 	if w.Track {
 		w.New = append(w.New, d)
 	}
-	w.pending += len(data)
-	w.p.repo.trim.add(len(data))
+	w.pending += len(stored)
+	w.p.repo.trim.add(len(stored))
 	if w.pending >= flushBytes {
 		return w.commitAsync()
 	}

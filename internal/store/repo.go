@@ -45,6 +45,9 @@ const (
 	prefixPages   = "pages/"
 	keyPolynomial = "repository/chunker_polynomial"
 	keyFormat     = "repository/format"
+	// keyCompression says how new pieces are stored: "zstd" (and when
+	// the row is missing) or "none".
+	keyCompression = "repository/compression"
 )
 
 // Format is the version of what page dbs hold that this code reads and
@@ -52,7 +55,13 @@ const (
 // zero bytes at the high end of their key's hash, where Ledger counts from
 // the low end; its trees, and so every tree node and commit id, differ from
 // Ledger's for the same entries, and this code cannot edit them.
-const Format = 2
+//
+// Format 3 adds pieces stored zstd-compressed, marked in the row's
+// user-meta byte (see compress.go): format 2's rows are format 3's, so a
+// format 2 repository is given the new number when opened for changes;
+// code that reads format 2 only refuses it then, rather than read
+// compressed bytes as a piece.
+const Format = 3
 
 // ErrFormat is the error of opening a repository of another format.
 var ErrFormat = errors.New("repository format not supported")
@@ -106,6 +115,8 @@ type Repository struct {
 	opts    Options
 	db      *badger.DB
 	pol     chunker.Pol
+	// compress stores new pieces zstd-compressed (keyCompression).
+	compress atomic.Bool
 	// nodes caches decoded tree nodes for every page, indexes the index
 	// pieces of values.
 	nodes    *btree.NodeCache
@@ -190,6 +201,12 @@ func Open(dir string, opts Options) (*Repository, error) {
 		db.Close()
 		return nil, err
 	}
+	compress, err := r.Compression()
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	r.compress.Store(compress)
 	if r.nodes, err = btree.NewNodeCache(opts.NodeCacheBytes); err != nil {
 		db.Close()
 		return nil, err
@@ -290,6 +307,9 @@ func (r *Repository) checkFormat() error {
 		return fmt.Errorf("repository %s: read format: %w", r.dir, err)
 	case format == Format:
 		return nil
+	case format == 2 && r.opts.ReadOnly:
+		return nil // read as it is: format 3 reads format 2's rows
+	case format == 2:
 	case format == 1 && hasPages:
 		return fmt.Errorf("repository %s is in format 1, whose B-tree placed entries by another rule than Ledger's; this ledgerfs reads format %d only: copy the files out with the ledgerfs that wrote it (ledgerfs mount), then into a new repository: %w", r.dir, Format, ErrFormat)
 	case format != 1:

@@ -44,7 +44,7 @@ func verifyRows(db *badger.DB, decodeOp func(key string, v []byte) error) (map[s
 			if err != nil {
 				return err
 			}
-			kind, err := verifyRow(key, val, decodeOp)
+			kind, err := verifyRow(key, val, item.UserMeta(), decodeOp)
 			if err != nil {
 				return fmt.Errorf("row %q: %w", key[:min(len(key), 64)], err)
 			}
@@ -55,9 +55,12 @@ func verifyRows(db *badger.DB, decodeOp func(key string, v []byte) error) (map[s
 	return counts, err
 }
 
-func verifyRow(key, val []byte, decodeOp func(string, []byte) error) (string, error) {
+func verifyRow(key, val []byte, meta byte, decodeOp func(string, []byte) error) (string, error) {
 	k := string(key)
 	idLen := len(CommitID{})
+	if meta != encodingRaw && !strings.HasPrefix(k, PrefixObjects) {
+		return "", fmt.Errorf("an encoding (%d) on a row that is not a piece", meta)
+	}
 	switch {
 	case strings.HasPrefix(k, PrefixCommits):
 		id := k[len(PrefixCommits):]
@@ -74,7 +77,11 @@ func verifyRow(key, val []byte, decodeOp func(string, []byte) error) (string, er
 		if d.IsInline() {
 			return "", fmt.Errorf("inline piece stored as a row")
 		}
-		return PrefixObjects, d.Verify(val)
+		piece, err := decodePiece(nil, val, meta)
+		if err != nil {
+			return "", err
+		}
+		return PrefixObjects, d.Verify(piece)
 	case strings.HasPrefix(k, PrefixImplicitMeta):
 		if id := JournalID(k[len(PrefixImplicitMeta):]); !id.Valid() || id.Explicit() {
 			return "", fmt.Errorf("bad implicit journal id")
