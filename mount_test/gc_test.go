@@ -72,12 +72,22 @@ func TestCollectGivesSpaceBack(t *testing.T) {
 		pg = filepath.Join(mnt, "l", "p")
 		run(t, pg, "sh", "-c", "rm -rf -- *")
 		syncDir(t, pg)
+		// .ledger/stats: all of it is history's now, none after.
+		if st := pageStats(t, pg); st["history_bytes"] < int64(size) || st["head_content_bytes"] != 0 {
+			t.Fatalf("cycle %d: stats after deleting everything: %v", c, st)
+		}
 		must(t, os.WriteFile(filepath.Join(mnt, ".collect"), []byte("l/p\n"), 0))
 		status, err := os.ReadFile(filepath.Join(mnt, ".collect"))
 		must(t, err)
+		if st := pageStats(t, pg); st["history_bytes"] != 0 || st["commits"] != 1 {
+			t.Fatalf("cycle %d: stats after collecting: %v", c, st)
+		}
 		s.stop()
 		got := duBytes(t, repo)
 		after = append(after, got)
+		if out := run(t, repo, binary, "du", repo); !strings.Contains(out, "l/p") {
+			t.Fatalf("ledgerfs du:\n%s", out)
+		}
 		bound := max(peak/20, 32<<20)
 		t.Logf("cycle %d: peak %d MiB, after collection %d MiB (bound %d MiB); %s", c, peak>>20, got>>20, bound>>20, strings.TrimSpace(string(status)))
 		if got > bound {
@@ -90,6 +100,21 @@ func TestCollectGivesSpaceBack(t *testing.T) {
 		t.Fatalf("after %d cycles the repository takes %d bytes, %d after the first: it grows", cycles, last, first)
 	}
 	verifySchema(t, repo)
+}
+
+// pageStats reads a page's .ledger/stats: its numbers by name.
+func pageStats(t testing.TB, pg string) map[string]int64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(pg, ".ledger", "stats"))
+	must(t, err)
+	out := map[string]int64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if n, err := strconv.ParseInt(f[len(f)-1], 10, 64); len(f) == 2 && err == nil {
+			out[f[0]] = n
+		}
+	}
+	return out
 }
 
 // TestCollectKeepsPolicy: through the mount, a collection keeps the

@@ -47,6 +47,6 @@ is a commit, and contents are deduplicated chunks.`,
 		},
 	}
 	root.PersistentFlags().BoolVar(&debug, "debug", false, "log debug messages (with mount: every FUSE request)")
-	root.AddCommand(newMount(), newUmount(), newStats(), newFsck(), newGC(), newRetention(), newConfig(), newLog(), newCat(), newBench(), newGuard())
+	root.AddCommand(newMount(), newUmount(), newStats(), newFsck(), newGC(), newRetention(), newConfig(), newDu(), newLog(), newCat(), newBench(), newGuard())
 	return root
 }

@@ -10,6 +10,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/retention"
 	"github.com/ledgerfs/ledgerfs/internal/store"
@@ -203,4 +204,20 @@ func stripComments(s string) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// statsFile is a page's .ledger/stats: where its space goes (gc.Usage).
+func (pg *pageRef) statsFile() *controlFile {
+	return &controlFile{text: func() []byte {
+		var text string
+		err := pg.view(func(p *store.Page, _ *store.Commit, _ *btree.Tree) error {
+			u, err := gc.PageUsage(pg.fs.repo, p)
+			text = u.Text()
+			return err
+		})
+		if err != nil {
+			return []byte(fmt.Sprintf("# %v\n", err))
+		}
+		return []byte(text)
+	}}
 }

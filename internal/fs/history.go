@@ -152,7 +152,7 @@ var (
 var ledgerDirEntries = map[string]uint32{
 	"at": fuse.S_IFDIR, "commit": fuse.S_IFDIR, "commits": fuse.S_IFDIR, "heads": fuse.S_IFDIR,
 	"latest": fuse.S_IFLNK, "log": fuse.S_IFREG, "transactions": fuse.S_IFDIR, "versions": fuse.S_IFDIR,
-	"retention": fuse.S_IFREG,
+	"retention": fuse.S_IFREG, "stats": fuse.S_IFREG,
 }
 
 func (d *historyRoot) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
@@ -191,6 +191,8 @@ func (d *historyRoot) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 		n = &commitDir{metaDir{metaNode{pg: d.pg}, 0o755}}
 	case "retention":
 		n = d.pg.owner.retentionFile()
+	case "stats":
+		n = d.pg.owner.statsFile()
 	default:
 		return nil, syscall.ENOENT
 	}
