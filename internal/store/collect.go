@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"syscall"
 
@@ -207,7 +208,9 @@ func (r *Repository) Reclaim(ledger, page string) error {
 		if err := db.Flatten(1); err != nil {
 			return fmt.Errorf("store: compact %s/%s: %w", ledger, page, err)
 		}
+		slog.Debug("collection step", "page", key, "step", "compacted")
 		for !yield.Load() && db.RunValueLogGC(reclaimRatio) == nil {
+			slog.Debug("collection step", "page", key, "step", "rewrote a value log")
 		}
 		return nil
 	}()
