@@ -251,7 +251,7 @@ func (c *Collector) collect(k [2]string) error {
 	if c.Busy != nil && c.Busy(k[0], k[1]) {
 		return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy)
 	}
-	r, err := CollectPage(c.Repo, k[0], k[1], PageOptions{KeepUnsynced: c.KeepUnsynced, Stop: c.stopped})
+	r, err := CollectPage(c.Repo, k[0], k[1], PageOptions{KeepUnsynced: c.KeepUnsynced, Stop: c.stopped, Gentle: true})
 	switch {
 	case errors.Is(err, store.ErrBusy) || errors.Is(err, ErrJournals):
 		return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy) // later

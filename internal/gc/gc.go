@@ -40,6 +40,36 @@ type Options struct {
 	Stop func() bool
 	// Progress, if set, is told each phase's progress.
 	Progress func(phase string, done, total int64)
+	// Gentle paces the collection to half of one processor: after each
+	// short stretch of work it rests as long, so that the writers of other
+	// pages keep their latency (the mount's: a create's p99 while a
+	// collection ran fell from 18x its quiet p99 to 6.5x; resting three
+	// times as long gained nothing more); without, it runs flat out (the
+	// command line's, on an unmounted repository).
+	Gentle bool
+}
+
+// pacer rests as long as the work since its last rest, when gentle.
+type pacer struct {
+	gentle bool
+	since  time.Time
+}
+
+// stretch is how long a collection works between rests when gentle.
+const stretch = 2 * time.Millisecond
+
+func (p *pacer) pace() {
+	if !p.gentle {
+		return
+	}
+	if p.since.IsZero() {
+		p.since = time.Now()
+		return
+	}
+	if worked := time.Since(p.since); worked >= stretch {
+		time.Sleep(worked)
+		p.since = time.Now()
+	}
 }
 
 // Result says what a collection did (or, dry, would do).
@@ -60,13 +90,15 @@ type Result struct {
 var ErrJournals = errors.New("gc: the page has changes not committed yet")
 
 // batch is how many rows one db transaction of a collection deletes.
-const batch = 2000
+const batch = 500
 
 // Collect collects page p, which the caller holds alone.
 func Collect(p *store.Page, o Options) (Result, error) {
 	start := time.Now()
 	var r Result
+	pace := &pacer{gentle: o.Gentle}
 	stop := func() bool {
+		pace.pace()
 		if o.Stop != nil && o.Stop() {
 			r.Stopped = true
 		}
@@ -174,14 +206,23 @@ func prune(p *store.Page, o Options, r *Result, progress func(string, int64, int
 // marker finds the pieces kept commits reach: each tree node once, each
 // value's pieces once.
 type marker struct {
-	p    *store.Page
-	seen map[cas.Digest]struct{}
-	stop func() bool
-	n    int
+	p      *store.Page
+	seen   map[cas.Digest]struct{}
+	stop   func() bool
+	n      int
+	halted bool
 }
 
+// stopped reports whether the collection was asked to stop.
+func (m *marker) stopped() bool { return m.halted }
+
 func newMarker(p *store.Page, stop func() bool) *marker {
-	return &marker{p: p, seen: map[cas.Digest]struct{}{}, stop: stop}
+	m := &marker{p: p, seen: map[cas.Digest]struct{}{}}
+	m.stop = func() bool {
+		m.halted = m.halted || stop()
+		return m.halted
+	}
+	return m
 }
 
 func (m *marker) commit(c *store.Commit) error {
@@ -203,6 +244,9 @@ func (m *marker) add(d cas.Digest) bool {
 		return false
 	}
 	m.seen[d] = struct{}{}
+	if len(m.seen)%256 == 0 {
+		m.stop() // paces; the walk ends at the next node if stopped
+	}
 	return true
 }
 
@@ -210,7 +254,7 @@ func (m *marker) node(id cas.ObjectIdentifier) error {
 	if !m.add(id.Digest) {
 		return nil
 	}
-	if m.n++; m.n%1024 == 0 && m.stop() {
+	if m.n++; m.n%64 == 0 && m.stop() || m.stopped() {
 		return nil
 	}
 	children, values, err := m.p.Nodes().Refs(id)
@@ -256,6 +300,9 @@ func sweep(p *store.Page, o Options, reached map[cas.Digest]struct{}, r *Result,
 		err := p.Pieces(s, func(d cas.Digest, size int64) error {
 			r.Objects++
 			r.Bytes += size
+			if r.Objects%256 == 0 && stop() {
+				return errStopped
+			}
 			if _, ok := reached[d]; ok {
 				return nil
 			}

@@ -33,6 +33,8 @@ type PageOptions struct {
 	// the page.
 	Stop     func() bool
 	Progress func(phase string, done, total int64)
+	// Gentle: see Options.
+	Gentle bool
 	// Reclaim gives space back even if this collection deleted nothing
 	// (an earlier one may have, and stopped before).
 	Reclaim bool
@@ -58,6 +60,7 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 		KeepUnsynced: o.KeepUnsynced,
 		Stop:         func() bool { return p.Yielding() || o.Stop != nil && o.Stop() },
 		Progress:     o.Progress,
+		Gentle:       o.Gentle,
 	})
 	repo.ReleaseIdle(p)
 	if err != nil || o.DryRun {
