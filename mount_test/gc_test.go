@@ -235,3 +235,24 @@ func TestKillCollection(t *testing.T) {
 	}
 	verifySchema(t, repo)
 }
+
+// TestCollectAfterRemoving: once a page's changes removed --collect-after
+// bytes, the mount collects it on its own (no schedule, no request).
+func TestCollectAfterRemoving(t *testing.T) {
+	t.Parallel()
+	s := mount(t, t.TempDir(), "--collect-every", "0", "--collect-after", "1M")
+	pg := s.page("l", "p")
+	must(t, os.WriteFile(filepath.Join(pg, ".ledger", "retention"), []byte("keep-last=1\n"), 0))
+	must(t, os.WriteFile(filepath.Join(pg, "f"), content(1, 3<<20), 0o644))
+	syncDir(t, pg)
+	if st := pageStats(t, pg); st["history_bytes"] != 0 {
+		t.Fatalf("stats before removing: %v", st)
+	}
+	must(t, os.Remove(filepath.Join(pg, "f")))
+	syncDir(t, pg)
+	s.log.await(t, "msg=collected page=l/p")
+	if st := pageStats(t, pg); st["history_bytes"] != 0 || st["commits"] != 1 {
+		t.Fatalf("stats after the mount collected: %v", st)
+	}
+	s.stop()
+}

@@ -245,7 +245,7 @@ func serve(c serveConfig) error {
 	fo.Stats = m.Text
 	var collector *gc.Collector
 	if !c.readOnly {
-		collector = &gc.Collector{Repo: repo, Every: c.collectEvery, After: c.collectAfter}
+		collector = &gc.Collector{Repo: repo, Every: c.collectEvery, After: c.collectAfter, Observe: m.ObserveCollection}
 		fo.Collector = collector
 		journal.RemovedObserver = collector.Removed
 	}

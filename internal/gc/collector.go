@@ -30,6 +30,9 @@ type Collector struct {
 	Every        time.Duration
 	After        uint64
 	KeepUnsynced bool
+	// Observe, if set, is told of every collection tried: its result, or
+	// store.ErrBusy (the page was in use) or its error.
+	Observe func(Result, error)
 
 	running sync.Mutex // held by the one collection running
 	mu      sync.Mutex
@@ -43,7 +46,7 @@ type Collector struct {
 }
 
 // retry is how often pages due but busy are tried again.
-const retry = 5 * time.Second
+const retry = time.Second
 
 func (c *Collector) init() {
 	c.once.Do(func() {
@@ -253,15 +256,20 @@ func (c *Collector) collect(k [2]string) error {
 	}
 	r, err := CollectPage(c.Repo, k[0], k[1], PageOptions{KeepUnsynced: c.KeepUnsynced, Stop: c.stopped, Gentle: true})
 	switch {
-	case errors.Is(err, store.ErrBusy) || errors.Is(err, ErrJournals):
-		return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy) // later
-	case err == nil && r.Stopped:
-		return fmt.Errorf("page %s/%s: collection stopped: %w", k[0], k[1], store.ErrBusy)
+	case errors.Is(err, store.ErrBusy) || errors.Is(err, ErrJournals) || err == nil && r.Stopped:
+		err = fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy) // later
+		if c.Observe != nil {
+			c.Observe(r, err)
+		}
+		return err
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
 		slog.Warn("collection failed", "page", k[0]+"/"+k[1], "err", err)
 	default:
 		slog.Info("collected", "page", k[0]+"/"+k[1], "pruned", r.Pruned, "commits", r.Commits, "deleted", r.Deleted, "bytes", r.Freed, "took", r.Took)
+	}
+	if c.Observe != nil {
+		c.Observe(r, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

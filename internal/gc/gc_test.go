@@ -218,3 +218,43 @@ func TestCollectRandomHistories(t *testing.T) {
 		}
 	})
 }
+
+// TestKeepUnsynced: with KeepUnsynced, a commit not yet synced is never
+// pruned, whatever the policy; without sync every commit is unsynced.
+func TestKeepUnsynced(t *testing.T) {
+	_, p := openPage(t)
+	for i := range 4 {
+		j, err := journal.Begin(p, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := p.NewValueWriter()
+		w.Write(content(i, 70_000))
+		id, size, err := w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Apply(journal.Op{Key: "f", Entry: btree.Entry{Value: id, Meta: btree.Meta{Size: size}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := j.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unsynced := 0
+	if err := p.UnsyncedCommits(func(store.CommitID) error { unsynced++; return nil }); err != nil || unsynced != 4 {
+		t.Fatalf("%d unsynced commits (%v), want 4", unsynced, err)
+	}
+	r, err := gc.Collect(p, gc.Options{Policy: retention.Policy{Last: 1}, KeepUnsynced: true})
+	if err != nil || r.Pruned != 0 || r.Deleted != 0 {
+		t.Fatalf("with every commit unsynced, a collection pruned %d commits and deleted %d pieces (%v)", r.Pruned, r.Deleted, err)
+	}
+	r, err = gc.Collect(p, gc.Options{Policy: retention.Policy{Last: 1}})
+	if err != nil || r.Pruned != 3 || r.Deleted == 0 {
+		t.Fatalf("without KeepUnsynced: pruned %d, deleted %d (%v); want 3 pruned", r.Pruned, r.Deleted, err)
+	}
+	unsynced = 0
+	if err := p.UnsyncedCommits(func(store.CommitID) error { unsynced++; return nil }); err != nil || unsynced != 1 {
+		t.Fatalf("%d unsynced rows after pruning (%v): a pruned commit's row must go with it", unsynced, err)
+	}
+}

@@ -8,6 +8,7 @@ package metrics
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/store"
 )
 
@@ -28,6 +30,9 @@ type Metrics struct {
 	bytesRead    prometheus.Counter
 	bytesWritten prometheus.Counter
 	commitSize   *prometheus.HistogramVec
+	collections  *prometheus.CounterVec
+	collected    *prometheus.CounterVec
+	collectTime  prometheus.Histogram
 }
 
 // New returns the metrics of a mount of repo.
@@ -50,8 +55,21 @@ func New(repo *store.Repository) *Metrics {
 			Help:    "Keys changed by a commit: a group commit of queued changes (closes, unlinks, mkdirs) or a transaction's.",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 7), // 1 to 4096
 		}, []string{"kind"}),
+		collections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledgerfs_collections_total",
+			Help: "Collections of pages, by result: done, busy (the page was in use; it stays due) or failed.",
+		}, []string{"result"}),
+		collected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledgerfs_collected_total",
+			Help: "What collections removed: commits pruned, pieces deleted and the bytes those pieces held.",
+		}, []string{"what"}),
+		collectTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ledgerfs_collection_duration_seconds",
+			Help:    "Time a page's collection took, reclaiming the space included.",
+			Buckets: prometheus.ExponentialBuckets(1e-3, 4, 10), // 1 ms to 4.4 min
+		}),
 	}
-	m.reg.MustRegister(m.ops, m.bytesRead, m.bytesWritten, m.commitSize,
+	m.reg.MustRegister(m.ops, m.bytesRead, m.bytesWritten, m.commitSize, m.collections, m.collected, m.collectTime,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		repoCollector{repo})
 	return m
@@ -68,6 +86,23 @@ func (m *Metrics) ObserveCommit(explicit bool, changes int) {
 		kind = "transaction"
 	}
 	m.commitSize.WithLabelValues(kind).Observe(float64(changes))
+}
+
+// ObserveCollection records a page's collection (see gc.Collector).
+func (m *Metrics) ObserveCollection(r gc.Result, err error) {
+	switch {
+	case errors.Is(err, store.ErrBusy):
+		m.collections.WithLabelValues("busy").Inc()
+		return
+	case err != nil:
+		m.collections.WithLabelValues("failed").Inc()
+		return
+	}
+	m.collections.WithLabelValues("done").Inc()
+	m.collected.WithLabelValues("commits").Add(float64(r.Pruned))
+	m.collected.WithLabelValues("pieces").Add(float64(r.Deleted))
+	m.collected.WithLabelValues("bytes").Add(float64(r.Freed))
+	m.collectTime.Observe(r.Took.Seconds())
 }
 
 // Text returns the metrics in Prometheus's text format, for the .stats
