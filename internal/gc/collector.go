@@ -45,7 +45,8 @@ type Collector struct {
 	once    sync.Once
 }
 
-// retry is how often pages due but busy are tried again.
+// retry is how often pages due but busy are tried again: the check of a
+// page in use costs a lookup.
 const retry = time.Second
 
 func (c *Collector) init() {
