@@ -194,27 +194,43 @@ func (r *Repository) Reclaim(ledger, page string) error {
 		// Opened for changes, Badger would cut a damaged log.
 		return fmt.Errorf("store: reclaim %s/%s: %w", ledger, page, err)
 	}
-	o := badgerOptions(dir, false).WithNumLevelZeroTables(1)
-	db, err := openBadger(o)
-	if err != nil {
-		return fmt.Errorf("store: reclaim %s/%s: %w", ledger, page, err)
-	}
-	err = func() (err error) {
-		defer func() {
-			if v := recover(); v != nil {
-				err = fmt.Errorf("store: reclaim %s/%s: the db failed (%v): %w", ledger, page, firstLine(v), syscall.EIO)
-			}
-		}()
+	// Compacted by Flatten alone: Badger starts its compactors before it
+	// knows its oldest readable version, and a compaction begun at open
+	// keeps every deleted row (it moved them, still there, to the last
+	// level, where nothing rewrites them again).
+	o := badgerOptions(dir, false).WithNumLevelZeroTables(1).WithNumCompactors(0)
+	if err := reclaimWith(o, key, func(db *badger.DB) error {
 		if err := db.Flatten(1); err != nil {
-			return fmt.Errorf("store: compact %s/%s: %w", ledger, page, err)
+			return fmt.Errorf("store: compact %s: %w", key, err)
 		}
 		slog.Debug("collection step", "page", key, "step", "compacted")
+		return nil
+	}); err != nil {
+		return err
+	}
+	// Open again with compactors: rewriting value logs writes rows.
+	return reclaimWith(badgerOptions(dir, false), key, func(db *badger.DB) error {
 		for !yield.Load() && db.RunValueLogGC(reclaimRatio) == nil {
 			slog.Debug("collection step", "page", key, "step", "rewrote a value log")
 		}
 		return nil
+	})
+}
+
+// reclaimWith runs fn on the db opened with o, and closes it; a panic of
+// Badger's is an error.
+func reclaimWith(o badger.Options, key string, fn func(db *badger.DB) error) (err error) {
+	db, err := openBadger(o)
+	if err != nil {
+		return fmt.Errorf("store: reclaim %s: %w", key, err)
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("store: reclaim %s: the db failed (%v): %w", key, firstLine(v), syscall.EIO)
+		}
+		err = errors.Join(err, db.Close())
 	}()
-	return errors.Join(err, r.closeBadger(db))
+	return fn(db)
 }
 
 // reclaimRatio is the share of a value log that must be unused for Reclaim
