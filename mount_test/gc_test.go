@@ -114,6 +114,9 @@ func pageStats(t testing.TB, pg string) map[string]int64 {
 			out[f[0]] = n
 		}
 	}
+	if len(out) == 0 {
+		t.Fatalf(".ledger/stats has no figures:\n%s", b)
+	}
 	return out
 }
 

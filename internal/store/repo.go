@@ -711,8 +711,28 @@ func (r *Repository) Acquire(ledger, page string) (*Page, error) {
 		<-ch
 		r.mu.Lock()
 	}
+	// Open outside the lock (opening replays Badger's log), with the page
+	// marked as being opened: others wait, as for a close, and nobody
+	// (a Reclaim) takes its db meanwhile.
+	opening := make(chan struct{})
+	r.closing[key] = opening
 	r.mu.Unlock()
+	p, err := r.openExisting(ledger, page)
+	r.mu.Lock()
+	delete(r.closing, key)
+	close(opening)
+	if err != nil {
+		r.mu.Unlock()
+		return nil, err
+	}
+	p.refs = 1
+	r.open[key] = p
+	r.unlock()
+	return p, nil
+}
 
+// openExisting opens the db of a page that exists.
+func (r *Repository) openExisting(ledger, page string) (*Page, error) {
 	ok, err := r.HasPage(ledger, page)
 	if err != nil {
 		return nil, err
@@ -720,25 +740,7 @@ func (r *Repository) Acquire(ledger, page string) (*Page, error) {
 	if !ok {
 		return nil, fmt.Errorf("page %s/%s: %w", ledger, page, ErrNotFound)
 	}
-	// Open outside the lock: opening replays Badger's log.
-	p, err := r.openPage(ledger, page)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	if q, ok := r.open[key]; ok { // lost a race: use the other one
-		q.refs++
-		r.idle.Remove(key)
-		r.unlock()
-		if err := r.closeDB(p); err != nil {
-			slog.Warn("close a page db opened twice", "ledger", ledger, "page", page, "err", err)
-		}
-		return q, nil
-	}
-	p.refs = 1
-	r.open[key] = p
-	r.unlock()
-	return p, nil
+	return r.openPage(ledger, page)
 }
 
 // queueClose takes an idle page out of use; unlock closes it. Called with
