@@ -97,25 +97,38 @@ func openBadger(o badger.Options) (*badger.DB, error) {
 }
 
 func removeEmptyLogs(dir, valueDir string) error {
-	mem, err := filepath.Glob(filepath.Join(dir, "*.mem"))
+	empty, err := emptyLogs(dir, valueDir)
 	if err != nil {
 		return err
 	}
-	vlog, err := filepath.Glob(filepath.Join(valueDir, "*.vlog"))
-	if err != nil {
-		return err
-	}
-	for _, name := range append(mem, vlog...) {
-		fi, err := os.Stat(name)
-		if err != nil || fi.Size() != 0 {
-			continue
-		}
+	for _, name := range empty {
 		slog.Info("removing an empty log a crash left", "file", name)
 		if err := os.Remove(name); err != nil {
 			return fmt.Errorf("remove empty log: %w", err)
 		}
 	}
 	return nil
+}
+
+// emptyLogs lists the empty memtable and value-log files of a db: a read-only
+// open cannot use them (Badger sizes a new log, which a file opened
+// read-only refuses: "truncate: invalid argument").
+func emptyLogs(dir, valueDir string) ([]string, error) {
+	mem, err := filepath.Glob(filepath.Join(dir, "*.mem"))
+	if err != nil {
+		return nil, err
+	}
+	vlog, err := filepath.Glob(filepath.Join(valueDir, "*.vlog"))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, name := range append(mem, vlog...) {
+		if fi, err := os.Stat(name); err == nil && fi.Size() == 0 {
+			out = append(out, name)
+		}
+	}
+	return out, nil
 }
 
 // needsReplay reports whether a read-only open failed because a crash left

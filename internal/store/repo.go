@@ -811,7 +811,7 @@ func (r *Repository) openPage(ledger, page string) (*Page, error) {
 		readOnly, damaged = true, true
 		p, err = r.newPage(ledger, page, id, true)
 	}
-	if r.opts.ReadOnly && (needsReplay(err) || err == nil && p.recoverable()) {
+	if r.opts.ReadOnly && (needsReplay(err) || hasEmptyLogs(r.pageDir(ledger, id)) || err == nil && p.recoverable()) {
 		// A crash left work that only a writable open does: Badger
 		// replays its logs, and the hook commits the journals. Nobody
 		// serves the repository (a server would hold the db's lock), so
@@ -864,6 +864,13 @@ func (r *Repository) newPage(ledger, page string, id PageID, readOnly bool) (*Pa
 func (p *Page) recoverable() bool {
 	found, err := p.needsRecovery()
 	return found || err != nil
+}
+
+// hasEmptyLogs reports whether a crash left an empty log in the db in dir,
+// which only a writable open removes.
+func hasEmptyLogs(dir string) bool {
+	empty, err := emptyLogs(dir, dir)
+	return err == nil && len(empty) > 0
 }
 
 // recoverPage opens a page's db writable and runs the open hook on it, as
