@@ -33,11 +33,8 @@ On a mounted repository each page's .ledger/stats file shows the same.`,
 }
 
 func du(w io.Writer, repoDir string, only []string) error {
-	repo, err := store.Open(repoDir, store.Options{ReadOnly: true})
+	repo, err := openUnmounted(repoDir, store.Options{ReadOnly: true}, "read LEDGER/PAGE/.ledger/stats under %s")
 	if err != nil {
-		if at := mountOf(repoDir); at != "" {
-			return fmt.Errorf("repository %s is mounted at %s: read LEDGER/PAGE/.ledger/stats there (%w)", repoDir, at, err)
-		}
 		return err
 	}
 	defer repo.Close()
@@ -65,12 +62,7 @@ func du(w io.Writer, repoDir string, only []string) error {
 		fmt.Fprintf(tw, "%s/%s\t%d\t%d\t%s\t%s\t%s\t%.2f\t%s\t%s\t\n", n[0], n[1], u.Commits, u.Objects,
 			humanize.IBytes(uint64(u.Stored)), humanize.IBytes(uint64(u.HeadStored)), humanize.IBytes(uint64(u.HeadContent)),
 			u.Ratio(), humanize.IBytes(uint64(u.History)), collected)
-		total.Commits += u.Commits
-		total.Objects += u.Objects
-		total.Stored += u.Stored
-		total.HeadStored += u.HeadStored
-		total.HeadContent += u.HeadContent
-		total.History += u.History
+		total.Add(u)
 	}
 	if len(names) > 1 {
 		fmt.Fprintf(tw, "total\t%d\t%d\t%s\t%s\t%s\t%.2f\t%s\t\t\n", total.Commits, total.Objects,

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -48,19 +47,11 @@ reported, never repaired: copy the repository aside first.`,
 }
 
 func fsck(w io.Writer, repoDir string, only []string, repair bool) error {
-	if _, err := os.Stat(repoDir); err != nil {
-		return fmt.Errorf("repository: %w", err)
-	}
-	opts := store.Options{ReadOnly: !repair}
+	opts := store.Options{ReadOnly: true}
 	if repair {
-		opts.OnOpen, opts.OnClose = journal.Recover, journal.Close
+		opts = writable
 	}
-	repo, err := store.Open(repoDir, opts)
-	if errors.Is(err, store.ErrLocked) {
-		if at := mountOf(repoDir); at != "" {
-			return fmt.Errorf("repository %s is mounted at %s: unmount it first (ledgerfs umount %s) (%w)", repoDir, at, at, store.ErrLocked)
-		}
-	}
+	repo, err := openUnmounted(repoDir, opts, "unmount it first (ledgerfs umount %[1]s)")
 	if err != nil {
 		return err
 	}

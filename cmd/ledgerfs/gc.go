@@ -60,13 +60,13 @@ func (f *policyFlags) policy(cmd *cobra.Command) (retention.Policy, bool, error)
 	return p, true, err
 }
 
-// openForCollection opens an unmounted repository for changes, or says how
-// to reach a mounted one.
-func openForCollection(repoDir, how string) (*store.Repository, error) {
+// openUnmounted opens a repository that no mount serves, or says how to
+// reach it through the mount that does (how, with the mount point for %s).
+func openUnmounted(repoDir string, opts store.Options, how string) (*store.Repository, error) {
 	if _, err := os.Stat(repoDir); err != nil {
 		return nil, fmt.Errorf("repository: %w", err)
 	}
-	repo, err := store.Open(repoDir, store.Options{OnOpen: journal.Recover, OnClose: journal.Close})
+	repo, err := store.Open(repoDir, opts)
 	if errors.Is(err, store.ErrLocked) {
 		if at := mountOf(repoDir); at != "" {
 			return nil, fmt.Errorf("repository %s is mounted at %s: %s (%w)", repoDir, at, fmt.Sprintf(how, at), store.ErrLocked)
@@ -74,6 +74,11 @@ func openForCollection(repoDir, how string) (*store.Repository, error) {
 	}
 	return repo, err
 }
+
+// writable are the options of a command that changes a repository: pages
+// are recovered on open, and their journals committed on close, as a
+// mount does.
+var writable = store.Options{OnOpen: journal.Recover, OnClose: journal.Close}
 
 func newGC() *cobra.Command {
 	var dry bool
@@ -118,7 +123,7 @@ mount's root collects it now.`,
 func collect(w io.Writer, repoDir string, only []string, override *retention.Policy, dry bool) error {
 	start := time.Now()
 	before := diskUsage(repoDir)
-	repo, err := openForCollection(repoDir, "the mount collects idle pages on its own; to collect now, echo LEDGER/PAGE > %s/.collect")
+	repo, err := openUnmounted(repoDir, writable, "the mount collects idle pages on its own; to collect now, echo LEDGER/PAGE > %s/.collect")
 	if err != nil {
 		return err
 	}
@@ -143,12 +148,7 @@ func collect(w io.Writer, repoDir string, only []string, override *retention.Pol
 		}
 		fmt.Fprintf(w, "%s/%s: %s %d of %d commits, %d of %d pieces (%s of %s)\n", n[0], n[1], verb,
 			r.Pruned, r.Commits, r.Deleted, r.Objects, humanize.IBytes(uint64(r.Freed)), humanize.IBytes(uint64(r.Bytes)))
-		total.Commits += r.Commits
-		total.Pruned += r.Pruned
-		total.Objects += r.Objects
-		total.Deleted += r.Deleted
-		total.Bytes += r.Bytes
-		total.Freed += r.Freed
+		total.Add(r)
 		bar.Add(1)
 	}
 	bar.Finish()

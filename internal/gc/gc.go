@@ -84,6 +84,17 @@ type Result struct {
 	Took    time.Duration
 }
 
+// Add adds o's counts to r's.
+func (r *Result) Add(o Result) {
+	r.Commits += o.Commits
+	r.Pruned += o.Pruned
+	r.Objects += o.Objects
+	r.Deleted += o.Deleted
+	r.Bytes += o.Bytes
+	r.Freed += o.Freed
+	r.Took += o.Took
+}
+
 // ErrJournals is the error of collecting a page with journals: changes
 // not committed yet, or an open transaction, whose pieces only their
 // journal knows.

@@ -27,6 +27,17 @@ type Usage struct {
 	Collected time.Time // last collection; zero if none
 }
 
+// Add adds o's counts to u's (a repository's total).
+func (u *Usage) Add(o Usage) {
+	u.Commits += o.Commits
+	u.Objects += o.Objects
+	u.Stored += o.Stored
+	u.HeadObjects += o.HeadObjects
+	u.HeadStored += o.HeadStored
+	u.HeadContent += o.HeadContent
+	u.History += o.History
+}
+
 // Ratio is the head's stored bytes over its content bytes: 1 uncompressed.
 func (u Usage) Ratio() float64 {
 	if u.HeadContent == 0 {
