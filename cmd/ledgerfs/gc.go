@@ -133,13 +133,15 @@ func collect(w io.Writer, repoDir string, only []string, override *retention.Pol
 		return err
 	}
 	var total gc.Result
-	bar := newBar(int64(len(names)), "collecting")
-	for _, n := range names {
-		bar.Describe("collecting " + n[0] + "/" + n[1])
-		r, err := gc.CollectPage(repo, n[0], n[1], gc.PageOptions{Policy: override, DryRun: dry, Reclaim: true})
-		bar.Clear()
+	// A bar per phase of each page: a page's collection is most of the
+	// time (marking, deleting, compacting), however many pages there are.
+	var ph phases
+	for i, n := range names {
+		name := fmt.Sprintf("%s/%s (%d of %d)", n[0], n[1], i+1, len(names))
+		r, err := gc.CollectPage(repo, n[0], n[1], gc.PageOptions{Policy: override, DryRun: dry, Reclaim: true,
+			Progress: func(phase string, done, total int64) { ph.update(name+": "+phase, int(done), int(total)) }})
+		ph.done()
 		if err != nil {
-			bar.Finish()
 			return fmt.Errorf("%s/%s: %w", n[0], n[1], err)
 		}
 		verb := "pruned"
@@ -149,9 +151,7 @@ func collect(w io.Writer, repoDir string, only []string, override *retention.Pol
 		fmt.Fprintf(w, "%s/%s: %s %d of %d commits, %d of %d pieces (%s of %s)\n", n[0], n[1], verb,
 			r.Pruned, r.Commits, r.Deleted, r.Objects, humanize.IBytes(uint64(r.Freed)), humanize.IBytes(uint64(r.Bytes)))
 		total.Add(r)
-		bar.Add(1)
 	}
-	bar.Finish()
 	if err := repo.Close(); err != nil {
 		return err
 	}

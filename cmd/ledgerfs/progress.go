@@ -33,9 +33,13 @@ type phases struct {
 	bar   *progressbar.ProgressBar
 }
 
+// update shows a phase's progress; a total of 0 is unknown (a spinner).
 func (p *phases) update(phase string, done, total int) {
 	if phase != p.phase {
 		p.done()
+		if total <= 0 {
+			total = -1
+		}
 		p.phase, p.bar = phase, newBar(int64(total), phase)
 	}
 	p.bar.Set(done)
@@ -46,4 +50,5 @@ func (p *phases) done() {
 		p.bar.Finish()
 		p.bar = nil
 	}
+	p.phase = ""
 }

@@ -311,8 +311,11 @@ func sweep(p *store.Page, o Options, reached map[cas.Digest]struct{}, r *Result,
 		err := p.Pieces(s, func(d cas.Digest, size int64) error {
 			r.Objects++
 			r.Bytes += size
-			if r.Objects%256 == 0 && stop() {
-				return errStopped
+			if r.Objects%256 == 0 {
+				progress("sweep", int64(r.Objects), 0)
+				if stop() {
+					return errStopped
+				}
 			}
 			if _, ok := reached[d]; ok {
 				return nil
@@ -322,7 +325,6 @@ func sweep(p *store.Page, o Options, reached map[cas.Digest]struct{}, r *Result,
 			if len(garbage) < batch {
 				return nil
 			}
-			progress("sweep", int64(r.Objects), 0)
 			if stop() {
 				return errStopped
 			}
