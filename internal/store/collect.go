@@ -35,6 +35,23 @@ func (p *Page) UnsyncedCommits(fn func(CommitID) error) error {
 	})
 }
 
+// CountPieces counts the pieces stored (their status rows), reading keys
+// only.
+func (p *Page) CountPieces() (int, error) {
+	n := 0
+	err := p.view(func(txn *badger.Txn) error {
+		for _, s := range Statuses {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(StatusPrefix(s))})
+			for it.Rewind(); it.Valid(); it.Next() {
+				n++
+			}
+			it.Close()
+		}
+		return nil
+	})
+	return n, err
+}
+
 // DeleteCommits deletes commits' rows (commits/ and unsynced/commits/).
 // Heads must not be among them; the caller holds Lock.
 func (p *Page) DeleteCommits(ids []CommitID) error {
