@@ -46,9 +46,9 @@ func (u Usage) Ratio() float64 {
 	return float64(u.HeadStored) / float64(u.HeadContent)
 }
 
-// PageUsage reads a page's usage: every piece's row size, and a walk of
-// the head's tree and values. It reads every status row, so it takes time
-// in proportion to the pieces stored.
+// PageUsage reads a page's usage: a walk of the head's tree and values,
+// then every piece's row size. It reads every status row, so it takes time
+// in proportion to the pieces stored, and holds the head's pieces.
 func PageUsage(repo *store.Repository, p *store.Page) (Usage, error) {
 	var u Usage
 	var err error
@@ -58,36 +58,26 @@ func PageUsage(repo *store.Repository, p *store.Page) (Usage, error) {
 	if err := p.CommitIDs(nil, func(store.CommitID) error { u.Commits++; return nil }); err != nil {
 		return u, err
 	}
-	size := map[cas.Digest]int64{}
-	for _, s := range store.Statuses {
-		err := p.Pieces(s, func(d cas.Digest, n int64) error {
-			u.Objects++
-			u.Stored += n
-			size[d] = n
-			return nil
-		})
-		if err != nil {
-			return u, err
-		}
-	}
 	head, err := p.Head()
 	if err != nil {
 		return u, err
 	}
-	seen := map[cas.Digest]bool{}
-	count := func(d cas.Digest, content int64) bool {
-		if d.IsInline() || seen[d] {
+	// The head's pieces with their content bytes (tree nodes: 0, counted as
+	// stored below); then every piece's row, summed, and the head's.
+	content := map[cas.Digest]int64{}
+	count := func(d cas.Digest, n int64) bool {
+		if d.IsInline() {
 			return false
 		}
-		seen[d] = true
-		u.HeadObjects++
-		u.HeadStored += size[d]
-		u.HeadContent += content
+		if _, ok := content[d]; ok {
+			return false
+		}
+		content[d] = n
 		return true
 	}
 	var node func(id cas.ObjectIdentifier) error
 	node = func(id cas.ObjectIdentifier) error {
-		if !count(id.Digest, size[id.Digest]) {
+		if !count(id.Digest, -1) {
 			return nil
 		}
 		children, _, err := p.Nodes().Refs(id)
@@ -106,10 +96,10 @@ func PageUsage(repo *store.Repository, p *store.Page) (Usage, error) {
 			return u, fmt.Errorf("gc: usage of %s/%s: %w", p.Ledger, p.Name, err)
 		}
 	}
-	var value func(d cas.Digest, content int64) error
-	value = func(d cas.Digest, content int64) error {
+	var value func(d cas.Digest, n int64) error
+	value = func(d cas.Digest, n int64) error {
 		if !d.IsIndex() {
-			count(d, content)
+			count(d, n)
 			return nil
 		}
 		data, err := cas.GetPiece(p, d, nil)
@@ -139,6 +129,24 @@ func PageUsage(repo *store.Repository, p *store.Page) (Usage, error) {
 	}
 	if err := it.Err(); err != nil {
 		return u, err
+	}
+	for _, s := range store.Statuses {
+		err := p.Pieces(s, func(d cas.Digest, stored int64) error {
+			u.Objects++
+			u.Stored += stored
+			if n, ok := content[d]; ok {
+				u.HeadObjects++
+				u.HeadStored += stored
+				if n < 0 {
+					n = stored // a tree node
+				}
+				u.HeadContent += n
+			}
+			return nil
+		})
+		if err != nil {
+			return u, err
+		}
 	}
 	u.History = u.Stored - u.HeadStored
 	return u, nil
