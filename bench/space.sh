@@ -4,11 +4,15 @@
 # times each, alternating, so that a busy machine affects both alike:
 #
 #   write   dd of SIZE_MIB MiB of random (incompressible) data, fsynced
-#   cp      cp -r of GOROOT/src (compressible source code)
-#   ratio   du -sb of the repository after unmount / du -sb of GOROOT/src
+#   cp      cp -r of GOROOT/src (compressible source code), into another
+#           repository
+#   raw     du -sb of that repository after unmount / du -sb of GOROOT/src
+#   gc      ledgerfs gc of it, which compresses what was written (the
+#           default policy keeps every commit): its time
+#   ratio   du -sb after it / du -sb of GOROOT/src
 #   cold    tar c of the copied GOROOT/src after a remount and dropped caches
-#   collect rm -rf of everything, then ledgerfs gc --keep-last 1 on the
-#           unmounted repository: its time and du -sb after / at the peak
+#   left    rm -rf of everything, then ledgerfs gc --keep-last 1: du -sb
+#           after / at the peak
 #
 #   bench/space.sh [WORKDIR]       (as root, so that caches can be dropped)
 set -euo pipefail
@@ -32,34 +36,36 @@ serve() { "$lf" mount "$1" "$mnt" --collect-every 0 >>"$work/log" 2>&1 & while !
 stop() { "$lf" umount "$mnt" >/dev/null; }
 drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
-printf '%-5s %-5s %9s %8s %7s %8s %9s %9s\n' mode round "write MiB/s" "cp s" ratio "cold s" "gc s" "left/peak"
+printf '%-5s %-5s %11s %6s %6s %6s %6s %7s %9s\n' mode round "write MiB/s" "cp s" raw "gc s" ratio "cold s" left/peak
 for r in $(seq "$ROUNDS"); do
   for mode in zstd none; do
-    repo=$work/repo-$mode
-    rm -rf "$repo"
-    serve "$repo"; stop
-    "$lf" config "$repo" compression=$mode >/dev/null
-    serve "$repo"
+    a=$work/a-$mode b=$work/b-$mode
+    rm -rf "$a" "$b"
+    for repo in "$a" "$b"; do
+      serve "$repo"; stop
+      "$lf" config "$repo" compression=$mode >/dev/null
+    done
+    serve "$a"
     mkdir -p "$mnt/l/p"
     drop
     w=$(secs dd if="$work/random" of="$mnt/l/p/random" bs=1M conv=fsync status=none)
+    stop
+    serve "$b"
+    mkdir -p "$mnt/l/p"
     c=$(secs cp -r "$GOSRC" "$mnt/l/p/src")
     sync "$mnt/l/p"
     stop
-    peak=$(du -sb "$repo" | cut -f1)
-    rm_random=$(du -sb "$repo" | cut -f1)
-    serve "$repo"
+    raw=$(du -sb "$b" | cut -f1)
+    g=$(secs "$lf" gc "$b")
+    peak=$(du -sb "$b" | cut -f1)
+    serve "$b"
     drop
     cold=$(secs tar cf - -C "$mnt/l/p" src)
-    rm -rf "$mnt/l/p/random"
-    stop
-    src_ratio=$(echo "scale=3; ($rm_random - $(du -sb "$work/random" | cut -f1)) / $src_bytes" | bc)
-    serve "$repo"
     rm -rf "$mnt/l/p/src"
-    sync "$mnt/l/p"
     stop
-    g=$(secs "$lf" gc --keep-last 1 "$repo")
-    left=$(du -sb "$repo" | cut -f1)
-    printf '%-5s %-5s %9.0f %8.2f %7s %8.2f %9.2f %9.4f\n' "$mode" "$r" "$(echo "$SIZE_MIB / $w" | bc -l)" "$c" "$src_ratio" "$cold" "$g" "$(echo "$left / $peak" | bc -l)"
+    "$lf" gc --keep-last 1 "$b" >/dev/null
+    left=$(du -sb "$b" | cut -f1)
+    printf '%-5s %-5s %11.0f %6.2f %6.3f %6.2f %6.3f %7.2f %9.4f\n' "$mode" "$r" "$(echo "$SIZE_MIB / $w" | bc -l)" "$c" \
+      "$(echo "$raw / $src_bytes" | bc -l)" "$g" "$(echo "$peak / $src_bytes" | bc -l)" "$cold" "$(echo "$left / $raw" | bc -l)"
   done
 done

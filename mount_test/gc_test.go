@@ -259,3 +259,26 @@ func TestCollectAfterRemoving(t *testing.T) {
 	}
 	s.stop()
 }
+
+// TestCompressionByCollection: source code copied into a page is stored as
+// written, and compressed by the page's next collection; it then reads the
+// same (diff -r) and takes well under its size.
+func TestCompressionByCollection(t *testing.T) {
+	t.Parallel()
+	s := mount(t, t.TempDir(), "--collect-every", "0")
+	pg := s.page("l", "p")
+	src := filepath.Join(runtime.GOROOT(), "src", "net", "http")
+	run(t, pg, "cp", "-r", src, "http")
+	syncDir(t, pg)
+	if st := pageStats(t, pg); st["head_stored_bytes"] < st["head_content_bytes"] {
+		t.Fatalf("stored before any collection: %v, want as written", st)
+	}
+	must(t, os.WriteFile(filepath.Join(s.mnt, ".collect"), []byte("l/p\n"), 0))
+	st := pageStats(t, pg)
+	if ratio := float64(st["head_stored_bytes"]) / float64(st["head_content_bytes"]); ratio > 0.5 {
+		t.Fatalf("after collection the head takes %.2f of its content (%v)", ratio, st)
+	}
+	run(t, pg, "diff", "-r", src, "http")
+	s.stop()
+	verifySchema(t, s.repo)
+}

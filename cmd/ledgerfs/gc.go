@@ -148,8 +148,8 @@ func collect(w io.Writer, repoDir string, only []string, override *retention.Pol
 		if dry {
 			verb = "would prune"
 		}
-		fmt.Fprintf(w, "%s/%s: %s %d of %d commits, %d of %d pieces (%s of %s)\n", n[0], n[1], verb,
-			r.Pruned, r.Commits, r.Deleted, r.Objects, humanize.IBytes(uint64(r.Freed)), humanize.IBytes(uint64(r.Bytes)))
+		fmt.Fprintf(w, "%s/%s: %s %d of %d commits, %d of %d pieces (%s of %s)%s\n", n[0], n[1], verb,
+			r.Pruned, r.Commits, r.Deleted, r.Objects, humanize.IBytes(uint64(r.Freed)), humanize.IBytes(uint64(r.Bytes)), compressedText(r))
 		total.Add(r)
 	}
 	if err := repo.Close(); err != nil {
@@ -203,4 +203,12 @@ func diskUsage(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// compressedText says what a collection compressed, if anything.
+func compressedText(r gc.Result) string {
+	if r.Compressed == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; compressed %d pieces, saving %s", r.Compressed, humanize.IBytes(uint64(r.CompressSaved)))
 }

@@ -174,6 +174,19 @@ func (w *walker) node(id cas.ObjectIdentifier, c store.CommitID) bool {
 	}
 	w.nodes[id.Digest] = true
 	w.r.Nodes++
+	// A large node is stored as an index over chunks.
+	if id.Digest.IsIndex() {
+		err := cas.Walk(w.p, id, func(d cas.Digest) (bool, error) {
+			if d != id.Digest && !w.nodes[d] {
+				w.nodes[d] = true
+				w.r.Pieces++
+			}
+			return d.IsIndex(), nil
+		}, nil)
+		if err != nil {
+			return w.r.problem("commit %s: tree node %s: %v", c, short(id.Digest), err)
+		}
+	}
 	children, values, err := w.p.Nodes().Refs(id)
 	if err != nil {
 		return w.r.problem("commit %s: tree node %s: %v", c, short(id.Digest), err)

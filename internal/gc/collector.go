@@ -279,9 +279,9 @@ func (c *Collector) collect(k [2]string) error {
 	if err != nil {
 		c.last[k] = fmt.Sprintf("%s failed: %v", time.Now().UTC().Format(time.RFC3339), err)
 	} else {
-		c.last[k] = fmt.Sprintf("%s pruned %d of %d commits, deleted %d of %d pieces (%s of %s) in %s",
+		c.last[k] = fmt.Sprintf("%s pruned %d of %d commits, deleted %d of %d pieces (%s of %s), compressed %d (saving %s) in %s",
 			time.Now().UTC().Format(time.RFC3339), r.Pruned, r.Commits, r.Deleted, r.Objects,
-			humanize.IBytes(uint64(r.Freed)), humanize.IBytes(uint64(r.Bytes)), r.Took.Round(time.Millisecond))
+			humanize.IBytes(uint64(r.Freed)), humanize.IBytes(uint64(r.Bytes)), r.Compressed, humanize.IBytes(uint64(r.CompressSaved)), r.Took.Round(time.Millisecond))
 	}
 	return err
 }

@@ -85,6 +85,10 @@ type Result struct {
 	Freed   int64 // bytes of the pieces removed
 	Stopped bool  // ended early by Options.Stop
 	Took    time.Duration
+	// Compressed pieces (written since the last collection, stored
+	// as they were) and the bytes compression saved.
+	Compressed    int
+	CompressSaved int64
 }
 
 // Add adds o's counts to r's.
@@ -96,6 +100,8 @@ func (r *Result) Add(o Result) {
 	r.Bytes += o.Bytes
 	r.Freed += o.Freed
 	r.Took += o.Took
+	r.Compressed += o.Compressed
+	r.CompressSaved += o.CompressSaved
 }
 
 // ErrJournals is the error of collecting a page with journals: changes
@@ -298,8 +304,16 @@ func (m *marker) add(d cas.Digest) bool {
 }
 
 func (m *marker) node(id cas.ObjectIdentifier) error {
-	if !m.add(id.Digest) {
+	if id.Digest.IsInline() {
 		return nil
+	}
+	if _, ok := m.seen[id.Digest]; ok {
+		return nil
+	}
+	// The node's own pieces: a large node is stored as an index over
+	// chunks, like a value.
+	if err := cas.Walk(m.p, id, func(d cas.Digest) (bool, error) { return m.add(d), nil }, nil); err != nil {
+		return fmt.Errorf("node %s: %w", id.Digest, err)
 	}
 	if m.stopped() {
 		return nil

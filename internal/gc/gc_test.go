@@ -97,6 +97,16 @@ func TestCollectRandomHistories(t *testing.T) {
 		var txn *journal.Journal
 		for i := range steps {
 			var ops []journal.Op
+			if i == 0 && rapid.IntRange(0, 2).Draw(rt, "bulk") == 0 {
+				// Hundreds of long keys: a tree node of more than
+				// 64 KiB, stored as an index over chunks.
+				tag := rapid.IntRange(0, 3).Draw(rt, "bulk tag")
+				for k := range 700 {
+					key := fmt.Sprintf("bulk/%d/%0120d", tag, k)
+					id := cas.ObjectIdentifier{Digest: cas.ComputeDigest(cas.KindBlob, false, content(k, 10))} // inline
+					ops = append(ops, journal.Op{Key: key, Entry: btree.Entry{Value: id, Meta: btree.Meta{Size: 10}}})
+				}
+			}
 			for range rapid.IntRange(1, 3).Draw(rt, "ops") {
 				k := rapid.SampledFrom(keys).Draw(rt, "key")
 				if rapid.IntRange(0, 3).Draw(rt, "delete") == 0 {
@@ -213,7 +223,12 @@ func TestCollectRandomHistories(t *testing.T) {
 				rt.Fatal(err)
 			}
 		}
-		if reached := rep.Nodes + rep.Pieces; reached != stored {
+		// (A deleted piece of a kept commit may still read from the node
+		// cache; fsck's walk counts it as reached, so this finds it.)
+		switch reached := rep.Nodes + rep.Pieces; {
+		case reached > stored:
+			rt.Fatalf("%d objects stored after collection, %d reached from kept commits: reachable pieces deleted", stored, reached)
+		case reached < stored:
 			rt.Fatalf("%d objects stored after collection, %d reached from kept commits: garbage left", stored, reached)
 		}
 	})

@@ -62,11 +62,16 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 		Progress:     o.Progress,
 		Gentle:       o.Gentle,
 	})
+	if err == nil && !o.DryRun && !r.Stopped {
+		err = compress(repo, p, &r, func() bool { return p.Yielding() || o.Stop != nil && o.Stop() })
+	}
 	repo.ReleaseIdle(p)
 	if err != nil || o.DryRun {
 		return r, err
 	}
-	if (r.Deleted > 0 || o.Reclaim) && !r.Stopped {
+	// Deleted rows, and raw rows compression replaced, are space to give
+	// back.
+	if (r.Deleted > 0 || r.Compressed > 0 || o.Reclaim) && !r.Stopped {
 		start := time.Now()
 		if err := repo.Reclaim(ledger, page); err != nil {
 			return r, err
@@ -77,4 +82,22 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 		return r, nil
 	}
 	return r, repo.SetCollected(ledger, page, time.Now())
+}
+
+// compress offers the pieces written since the page's last collection to
+// compression (store.Page.CompressNew), so that writes never wait for it.
+func compress(repo *store.Repository, p *store.Page, r *Result, stop func() bool) error {
+	since, err := repo.CompressedUpTo(p.Ledger, p.Name)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	next, n, saved, err := p.CompressNew(since, stop)
+	r.Compressed += n
+	r.CompressSaved += saved
+	r.Took += time.Since(start)
+	if err != nil {
+		return err
+	}
+	return repo.SetCompressedUpTo(p.Ledger, p.Name, next)
 }

@@ -77,8 +77,17 @@ func PageUsage(repo *store.Repository, p *store.Page) (Usage, error) {
 	}
 	var node func(id cas.ObjectIdentifier) error
 	node = func(id cas.ObjectIdentifier) error {
-		if !count(id.Digest, -1) {
+		if id.Digest.IsInline() {
 			return nil
+		}
+		if _, ok := content[id.Digest]; ok {
+			return nil
+		}
+		// A large node is an index over chunks: count them all as the
+		// node's (stored bytes, not content).
+		err := cas.Walk(p, id, func(d cas.Digest) (bool, error) { return count(d, -1), nil }, nil)
+		if err != nil {
+			return err
 		}
 		children, _, err := p.Nodes().Refs(id)
 		if err != nil {

@@ -119,3 +119,81 @@ func (r *Repository) SetCompression(on bool) error {
 	}
 	return err
 }
+
+// CompressNew compresses the pieces written since version since (0: all)
+// that are stored as they are, rewriting each row whose zstd frame saves
+// at least an eighth; it returns the db's version at its start, to pass
+// next time, and how many pieces it compressed and the bytes they no
+// longer take. It reads keys first (versions and encodings are in them)
+// and a value only when it is a candidate. A collection calls it on an
+// idle page, when the repository compresses; stop, polled between pieces,
+// ends it early (the version returned is then since, so the rest is tried
+// next time).
+func (p *Page) CompressNew(since uint64, stop func() bool) (next uint64, n int, saved int64, err error) {
+	if err := p.check(); err != nil {
+		return since, 0, 0, err
+	}
+	if !p.Writable() || !p.repo.compress.Load() {
+		return since, 0, 0, nil
+	}
+	next = p.db.MaxVersion()
+	err = p.recovering(func() error {
+		txn := p.db.NewTransaction(false)
+		defer txn.Discard()
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(PrefixObjects)})
+		defer it.Close()
+		var batch []*badger.Entry
+		pending := 0
+		flush := func() error {
+			if len(batch) == 0 {
+				return nil
+			}
+			wb := p.db.NewWriteBatch()
+			defer wb.Cancel()
+			for _, e := range batch {
+				if err := wb.SetEntry(e); err != nil {
+					return err
+				}
+			}
+			batch, pending = batch[:0], 0
+			return wb.Flush()
+		}
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			if item.Version() <= since || item.UserMeta() != encodingRaw || item.ValueSize() < compressMin {
+				continue
+			}
+			if stop != nil && stop() {
+				next = since
+				break
+			}
+			var c []byte
+			var enc byte
+			err := item.Value(func(v []byte) error {
+				c, enc = encodePiece(v)
+				if enc == encodingZstd {
+					saved += int64(len(v) - len(c))
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if enc != encodingZstd {
+				continue
+			}
+			batch = append(batch, badger.NewEntry(item.KeyCopy(nil), c).WithMeta(encodingZstd))
+			n++
+			if pending += len(c); pending >= flushBytes {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		return flush()
+	})
+	if err != nil {
+		return since, n, saved, fmt.Errorf("store: compress pieces of %s/%s: %w", p.Ledger, p.Name, err)
+	}
+	return next, n, saved, nil
+}

@@ -30,11 +30,13 @@ func stored(t *testing.T, p *Page, d cas.Digest) (int, byte) {
 	return n, enc
 }
 
-// TestCompressedPieces: a compressible piece is stored as zstd, marked in
-// the row's user-meta byte, at least an eighth smaller; an incompressible
-// one and a tiny one raw; every one reads back and verifies, through the
-// page and as any reader of the schema would (VerifyDir, Badger's
-// defaults). With compression off, new pieces are stored raw.
+// TestCompressedPieces: pieces are stored as they are; CompressNew then
+// stores a compressible one as zstd, marked in the row's user-meta byte, at
+// least an eighth smaller, and leaves an incompressible one and a tiny one
+// raw; every one reads back and verifies, through the page and as any
+// reader of the schema would (VerifyDir, Badger's defaults). A second pass
+// from the version the first returned offers only what was written since;
+// with compression off, it compresses nothing.
 func TestCompressedPieces(t *testing.T) {
 	r := openRepo(t, t.TempDir(), Options{})
 	defer r.Close()
@@ -50,28 +52,51 @@ func TestCompressedPieces(t *testing.T) {
 		if err := p.Put(d, data); err != nil {
 			t.Fatal(err)
 		}
+		return d
+	}
+	check := func(d cas.Digest, data []byte) {
 		got, err := p.Get(d, nil)
 		if err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("piece of %d bytes reads back as %d bytes, %v", len(data), len(got), err)
 		}
-		return d
 	}
-	if n, enc := stored(t, p, put(text)); enc != encodingZstd || n > len(text)-len(text)/8 {
+	dText, dNoise, dTiny := put(text), put(noise), put(tiny)
+	if n, enc := stored(t, p, dText); enc != encodingRaw || n != len(text) {
+		t.Errorf("a piece is stored as %d bytes with encoding %d before any pass, want raw", n, enc)
+	}
+	next, n, saved, err := p.CompressNew(0, nil)
+	if err != nil || n != 1 || saved <= int64(len(text)/8) {
+		t.Fatalf("CompressNew: %d pieces, %d bytes saved, %v; want the text piece", n, saved, err)
+	}
+	if n, enc := stored(t, p, dText); enc != encodingZstd || n > len(text)-len(text)/8 {
 		t.Errorf("text piece of %d bytes stored as %d bytes with encoding %d, want zstd", len(text), n, enc)
 	}
-	if n, enc := stored(t, p, put(noise)); enc != encodingRaw || n != len(noise) {
+	if n, enc := stored(t, p, dNoise); enc != encodingRaw || n != len(noise) {
 		t.Errorf("random piece of %d bytes stored as %d bytes with encoding %d, want raw", len(noise), n, enc)
 	}
-	if _, enc := stored(t, p, put(tiny)); enc != encodingRaw {
+	if _, enc := stored(t, p, dTiny); enc != encodingRaw {
 		t.Errorf("tiny piece stored with encoding %d, want raw", enc)
+	}
+	for d, data := range map[cas.Digest][]byte{dText: text, dNoise: noise, dTiny: tiny} {
+		check(d, data)
+	}
+	more := append(bytes.Clone(text), "and one more line\n"...)
+	dMore := put(more)
+	if _, n, _, err := p.CompressNew(next, nil); err != nil || n != 1 {
+		t.Fatalf("second pass: %d pieces, %v; want only the new one", n, err)
 	}
 	if err := r.SetCompression(false); err != nil {
 		t.Fatal(err)
 	}
-	more := append(bytes.Clone(text), "and one more line\n"...)
-	if n, enc := stored(t, p, put(more)); enc != encodingRaw || n != len(more) {
-		t.Errorf("with compression off, a text piece is stored as %d bytes with encoding %d", n, enc)
+	evenMore := append(bytes.Clone(more), "and another\n"...)
+	dEvenMore := put(evenMore)
+	if _, n, _, err := p.CompressNew(0, nil); err != nil || n != 0 {
+		t.Fatalf("with compression off, a pass compressed %d pieces (%v)", n, err)
 	}
+	if _, enc := stored(t, p, dEvenMore); enc != encodingRaw {
+		t.Errorf("with compression off, a text piece has encoding %d", enc)
+	}
+	check(dMore, more)
 	if on, err := r.Compression(); err != nil || on {
 		t.Errorf("Compression() = %v, %v after SetCompression(false)", on, err)
 	}
@@ -81,7 +106,7 @@ func TestCompressedPieces(t *testing.T) {
 		t.Fatal(err)
 	}
 	counts, err := VerifyDir(dir, func(string, []byte) error { return nil })
-	if err != nil || counts[PrefixObjects] != 4 {
+	if err != nil || counts[PrefixObjects] != 5 {
 		t.Fatalf("VerifyDir: %v, %v", counts, err)
 	}
 }

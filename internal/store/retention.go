@@ -15,6 +15,9 @@ const (
 	prefixRetention = "retention/"
 	keyRetention    = "repository/retention"
 	prefixCollected = "collected/"
+	// prefixCompressed rows hold the db version up to which a page's
+	// pieces were offered to compression (Page.CompressNew).
+	prefixCompressed = "compressed/"
 )
 
 // retentionKey is the row of a policy's scope: the repository (ledger
@@ -29,6 +32,10 @@ func retentionKey(ledger, page string) []byte {
 
 func collectedKey(ledger string, id PageID) []byte {
 	return append([]byte(prefixCollected+ledger), id[:]...)
+}
+
+func compressedKey(ledger string, id PageID) []byte {
+	return append([]byte(prefixCompressed+ledger), id[:]...)
 }
 
 // Scope names where a policy was set.
@@ -130,6 +137,33 @@ func (r *Repository) Collected(ledger, page string) (time.Time, error) {
 	return t, err
 }
 
+// CompressedUpTo returns the db version up to which the page's pieces were
+// offered to compression; 0 if never.
+func (r *Repository) CompressedUpTo(ledger, page string) (uint64, error) {
+	var v uint64
+	err := r.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(compressedKey(ledger, PageIDFor(page)))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return it.Value(func(b []byte) error {
+			v, err = DecodeUint64(b)
+			return err
+		})
+	})
+	return v, err
+}
+
+// SetCompressedUpTo records CompressNew's next version for the page.
+func (r *Repository) SetCompressedUpTo(ledger, page string, v uint64) error {
+	return r.db.Update(func(txn *badger.Txn) error {
+		return txn.Set(compressedKey(ledger, PageIDFor(page)), EncodeUint64(v))
+	})
+}
+
 // SetCollected records that the page was collected at t.
 func (r *Repository) SetCollected(ledger, page string, t time.Time) error {
 	return r.db.Update(func(txn *badger.Txn) error {
@@ -141,7 +175,7 @@ func (r *Repository) SetCollected(ledger, page string, t time.Time) error {
 // collection time) to another name, or drops them when toPage is empty.
 // Called in the transaction that renames or deletes the page.
 func movePageRows(txn *badger.Txn, ledger, page, toLedger, toPage string) error {
-	from := [][]byte{retentionKey(ledger, page), collectedKey(ledger, PageIDFor(page))}
+	from := [][]byte{retentionKey(ledger, page), collectedKey(ledger, PageIDFor(page)), compressedKey(ledger, PageIDFor(page))}
 	if toPage == "" {
 		for _, k := range from {
 			if err := txn.Delete(k); err != nil {
@@ -150,7 +184,7 @@ func movePageRows(txn *badger.Txn, ledger, page, toLedger, toPage string) error 
 		}
 		return nil
 	}
-	to := [][]byte{retentionKey(toLedger, toPage), collectedKey(toLedger, PageIDFor(toPage))}
+	to := [][]byte{retentionKey(toLedger, toPage), collectedKey(toLedger, PageIDFor(toPage)), compressedKey(toLedger, PageIDFor(toPage))}
 	for i := range from {
 		if err := moveRow(txn, from[i], to[i]); err != nil {
 			return err
