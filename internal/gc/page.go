@@ -63,7 +63,11 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 		Gentle:       o.Gentle,
 	})
 	if err == nil && !o.DryRun && !r.Stopped {
-		err = compress(repo, p, &r, func() bool { return p.Yielding() || o.Stop != nil && o.Stop() })
+		pace := &pacer{gentle: o.Gentle}
+		err = compress(repo, p, &r, func() bool {
+			pace.pace()
+			return p.Yielding() || o.Stop != nil && o.Stop()
+		})
 	}
 	repo.ReleaseIdle(p)
 	if err != nil || o.DryRun {
