@@ -3,6 +3,9 @@ package store
 import (
 	"bytes"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
@@ -134,5 +137,30 @@ func TestFormat2IsUpgraded(t *testing.T) {
 	})
 	if err != nil || f != Format {
 		t.Fatalf("format after a writable open: %d, %v; want %d", f, err, Format)
+	}
+}
+
+// BenchmarkEncodePiece: what compressing a piece costs, for source code
+// (compressible) and random bytes (not), at the average chunk size. It is
+// why pieces are compressed by collections and not at close.
+func BenchmarkEncodePiece(b *testing.B) {
+	src, err := os.ReadFile(filepath.Join(runtime.GOROOT(), "src", "net", "http", "server.go"))
+	if err != nil {
+		b.Skip(err)
+	}
+	noise := make([]byte, 16<<10)
+	for i := range noise {
+		noise[i] = byte(rand.Uint32())
+	}
+	for _, c := range []struct {
+		name string
+		data []byte
+	}{{"source", src[:16<<10]}, {"random", noise}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.data)))
+			for b.Loop() {
+				encodePiece(c.data)
+			}
+		})
 	}
 }
