@@ -295,9 +295,23 @@ func (s *server) stop() {
 
 // kill ends the server with SIGKILL, as a crash would, and detaches the
 // dead mount.
+// kill kills the server with SIGKILL. A thread of a killed server that was
+// invalidating a name (a transaction's commit does) waits, unkillable, for
+// the directory's lock, which a client holds while it waits for a reply the
+// dead server never sends; the process cannot exit until the connection is
+// aborted, which is what a user does then (fusectl's abort, umount -f).
+// After 10 s kill does that, and logs it.
 func (s *server) kill() {
 	s.cmd.Process.Kill()
-	<-s.done
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		s.t.Logf("the killed server did not exit within 10 s (a thread waits in the kernel for a directory's lock); aborting its connection")
+		if err := abort(s.mnt); err != nil {
+			s.t.Log(err)
+		}
+		<-s.done
+	}
 	detach(s.mnt)
 }
 
