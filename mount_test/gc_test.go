@@ -159,6 +159,13 @@ func TestCollectKeepsPolicy(t *testing.T) {
 	if len(vs) != 2 {
 		t.Fatalf("versions after keep-last=2: %v", vs)
 	}
+	// Collecting a page left as it was, with the same policy, does nothing.
+	status, err := os.ReadFile(filepath.Join(s.mnt, ".collect"))
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(s.mnt, ".collect"), []byte("l/p\n"), 0))
+	if again, err := os.ReadFile(filepath.Join(s.mnt, ".collect")); err != nil || string(again) != string(status) {
+		t.Fatalf("a second collection of an unchanged page ran: %q, then %q (%v)", status, again, err)
+	}
 	for i, name := range vs {
 		b, err := os.ReadFile(filepath.Join(pg, ".ledger", "versions", "f", name))
 		if err != nil || !bytes.Equal(b, versions[3+i]) {
@@ -169,6 +176,14 @@ func TestCollectKeepsPolicy(t *testing.T) {
 	must(t, err)
 	if !strings.Contains(string(log), " pruned:") {
 		t.Fatalf("the log does not say where history was cut:\n%s", log)
+	}
+	// A new policy is a reason to collect again, with no new commit.
+	must(t, os.WriteFile(filepath.Join(pg, ".ledger", "retention"), []byte("keep-last=1\n"), 0))
+	must(t, os.WriteFile(filepath.Join(s.mnt, ".collect"), []byte("l/p\n"), 0))
+	if vs := ls(t, filepath.Join(pg, ".ledger", "versions", "f")); len(vs) != 1 {
+		st, _ := os.ReadFile(filepath.Join(s.mnt, ".collect"))
+		lg, _ := os.ReadFile(filepath.Join(pg, ".ledger", "log"))
+		t.Fatalf("versions after keep-last=1: %v\n.collect: %s\nlog:\n%s", vs, st, lg)
 	}
 	s.stop()
 	verifySchema(t, s.repo)

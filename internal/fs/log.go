@@ -21,10 +21,11 @@ import (
 // temporary file: a log of any length costs disk, not memory. Open handles
 // keep the spool they opened.
 type logSpool struct {
-	head store.CommitID
-	f    *os.File
-	size int64
-	refs atomic.Int32
+	head   store.CommitID
+	pruned uint64 // store.Page.Pruned when written
+	f      *os.File
+	size   int64
+	refs   atomic.Int32
 }
 
 func (s *logSpool) unref() {
@@ -57,11 +58,12 @@ func (pg *pageRef) currentLog() (*logSpool, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.cur == nil || c.cur.head != head.ID {
+	if pruned := p.Pruned(); c.cur == nil || c.cur.head != head.ID || c.cur.pruned != pruned {
 		s, err := writeLog(p, head.ID, pg.fs.opts.TmpDir)
 		if err != nil {
 			return nil, err
 		}
+		s.pruned = pruned
 		if c.cur != nil {
 			c.cur.unref()
 		}

@@ -79,15 +79,17 @@ func (d *versionsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 
 // versionList is versions/<path>/: a read-only file per version of the
 // entry at path, named so that ls sorts them oldest first
-// (history.Version.Name). The list is kept until the head moves.
+// (history.Version.Name). The list is kept until the head moves, or a
+// collection prunes commits.
 type versionList struct {
 	metaDir
 	key string
 
-	mu   sync.Mutex
-	head store.CommitID
-	vs   []history.Version
-	ok   bool
+	mu     sync.Mutex
+	head   store.CommitID
+	pruned uint64
+	vs     []history.Version
+	ok     bool
 }
 
 var (
@@ -101,14 +103,15 @@ func (l *versionList) versions() ([]history.Version, error) {
 	defer l.mu.Unlock()
 	err := l.withPage(func(p *store.Page) error {
 		head, err := p.Head()
-		if err != nil || l.ok && head.ID == l.head {
+		pruned := p.Pruned()
+		if err != nil || l.ok && head.ID == l.head && pruned == l.pruned {
 			return err
 		}
 		vs, err := history.Versions(p, l.key)
 		if err != nil {
 			return err
 		}
-		l.head, l.vs, l.ok = head.ID, vs, true
+		l.head, l.pruned, l.vs, l.ok = head.ID, pruned, vs, true
 		return nil
 	})
 	return l.vs, err

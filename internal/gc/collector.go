@@ -39,10 +39,13 @@ type Collector struct {
 	removed map[[2]string]uint64
 	due     map[[2]string]bool // collect soon
 	last    map[[2]string]string
-	wake    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
-	once    sync.Once
+	// finished is each page's Result.Done: a scheduled collection of a
+	// page left as it was does nothing.
+	finished map[[2]string]string
+	wake     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	once     sync.Once
 }
 
 // retry is how often pages due but busy are tried again: the check of a
@@ -54,6 +57,7 @@ func (c *Collector) init() {
 		c.removed = map[[2]string]uint64{}
 		c.due = map[[2]string]bool{}
 		c.last = map[[2]string]string{}
+		c.finished = map[[2]string]string{}
 		c.wake = make(chan struct{}, 1)
 		c.stop = make(chan struct{})
 		c.done = make(chan struct{})
@@ -255,7 +259,10 @@ func (c *Collector) collect(k [2]string) error {
 	if c.Busy != nil && c.Busy(k[0], k[1]) {
 		return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy)
 	}
-	r, err := CollectPage(c.Repo, k[0], k[1], PageOptions{KeepUnsynced: c.KeepUnsynced, Stop: c.stopped, Gentle: true})
+	c.mu.Lock()
+	finished := c.finished[k]
+	c.mu.Unlock()
+	r, err := CollectPage(c.Repo, k[0], k[1], PageOptions{KeepUnsynced: c.KeepUnsynced, Stop: c.stopped, Gentle: true, Done: finished})
 	switch {
 	case errors.Is(err, store.ErrBusy) || errors.Is(err, ErrJournals) || err == nil && r.Stopped:
 		err = fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy) // later
@@ -276,6 +283,12 @@ func (c *Collector) collect(k [2]string) error {
 	defer c.mu.Unlock()
 	delete(c.due, k)
 	c.removed[k] = 0
+	if r.Unchanged {
+		return nil
+	}
+	if err == nil {
+		c.finished[k] = r.Done
+	}
 	if err != nil {
 		c.last[k] = fmt.Sprintf("%s failed: %v", time.Now().UTC().Format(time.RFC3339), err)
 	} else {

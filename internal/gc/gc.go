@@ -89,6 +89,11 @@ type Result struct {
 	// as they were) and the bytes compression saved.
 	Compressed    int
 	CompressSaved int64
+	// Unchanged: CollectPage found the page as its last collection left
+	// it (PageOptions.Done) and did nothing. Done says what the page and
+	// policy were, for the next one.
+	Unchanged bool
+	Done      string
 }
 
 // Add adds o's counts to r's.

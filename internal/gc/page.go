@@ -38,6 +38,9 @@ type PageOptions struct {
 	// Reclaim gives space back even if this collection deleted nothing
 	// (an earlier one may have, and stopped before).
 	Reclaim bool
+	// Done, if set, is the Result.Done of the page's last collection: if
+	// the page and its policy are as they were then, nothing is done.
+	Done string
 }
 
 // CollectPage collects one idle page of repo with its policy and has the
@@ -53,6 +56,23 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 	p, err := repo.AcquireIdle(ledger, page)
 	if err != nil {
 		return Result{}, err
+	}
+	head, err := p.Head()
+	if err != nil {
+		repo.ReleaseIdle(p)
+		return Result{}, err
+	}
+	compressing, err := repo.Compression()
+	if err != nil {
+		repo.ReleaseIdle(p)
+		return Result{}, err
+	}
+	done := fmt.Sprintf("%x %s compression=%v", head.ID[:], policy, compressing)
+	if o.Done != "" && o.Done == done {
+		// Nothing to do: no commit since, and the same policy, whose
+		// rules count from the commits' times, not from now.
+		repo.ReleaseIdle(p)
+		return Result{Unchanged: true, Done: done}, nil
 	}
 	r, err := Collect(p, Options{
 		Policy:       policy,
@@ -85,6 +105,7 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 	if r.Stopped {
 		return r, nil
 	}
+	r.Done = done
 	return r, repo.SetCollected(ledger, page, time.Now())
 }
 

@@ -69,11 +69,17 @@ func (p *Page) DeleteCommits(ids []CommitID) error {
 			return txn.Delete(UnsyncedCommitKey(ids[i]))
 		})
 	})
+	p.repo.pruned.Add(1)
 	if err != nil {
 		return fmt.Errorf("store: delete commits: %w", err)
 	}
 	return nil
 }
+
+// Pruned is a count that grows whenever commits are deleted from any page
+// of the repository: what is cached of a page's history by its head must
+// also be keyed by it, since a collection changes history and not the head.
+func (p *Page) Pruned() uint64 { return p.repo.pruned.Load() }
 
 // Pieces calls fn with every piece of status s and the size of its row's
 // value, in digest order, reading keys only.

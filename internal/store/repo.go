@@ -133,7 +133,10 @@ type Repository struct {
 	closing  map[string]chan struct{} // pages being closed; reopen waits
 	// reclaiming asks a Reclaim of a page to end: someone waits for it.
 	reclaiming map[string]*atomic.Bool
-	closed     bool
+	// pruned counts deletions of commits, in any page: views of history
+	// cached by head (a log, a file's versions) are stale once it moves.
+	pruned atomic.Uint64
+	closed bool
 }
 
 // Open opens or creates the repository in dir.
