@@ -138,7 +138,7 @@ func collect(w io.Writer, repoDir string, only []string, override *retention.Pol
 	var ph phases
 	for i, n := range names {
 		name := fmt.Sprintf("%s/%s (%d of %d)", n[0], n[1], i+1, len(names))
-		r, err := gc.CollectPage(repo, n[0], n[1], gc.PageOptions{Policy: override, DryRun: dry, Reclaim: true,
+		r, err := gc.CollectPage(repo, n[0], n[1], gc.PageOptions{Policy: override, DryRun: dry, Reclaim: true, Wait: true,
 			Progress: func(phase string, done, total int64) { ph.update(name+": "+phase, int(done), int(total)) }})
 		ph.done()
 		if err != nil {

@@ -82,6 +82,7 @@ func (c *Collector) Removed(ledger, page string, n uint64) {
 
 // Now collects a page (or, ledger empty, every page) at once and returns
 // when done: store.ErrBusy if it is in use (its collection stays due).
+// Once it has begun, the page's users wait for it.
 func (c *Collector) Now(ledger, page string) error {
 	c.init()
 	names, err := c.named(ledger, page)
@@ -93,7 +94,7 @@ func (c *Collector) Now(ledger, page string) error {
 		c.mu.Lock()
 		c.due[k] = true
 		c.mu.Unlock()
-		if err := c.collect(k); err != nil {
+		if err := c.collect(k, true); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -247,13 +248,13 @@ func (c *Collector) collectDue() {
 		if c.stopped() {
 			return
 		}
-		c.collect(k)
+		c.collect(k, false)
 	}
 }
 
 // collect collects a due page if it is idle, and records what it did; one
 // collection runs at a time. A page in use stays due (store.ErrBusy).
-func (c *Collector) collect(k [2]string) error {
+func (c *Collector) collect(k [2]string, wait bool) error {
 	c.running.Lock()
 	defer c.running.Unlock()
 	if c.Busy != nil && c.Busy(k[0], k[1]) {
@@ -262,7 +263,7 @@ func (c *Collector) collect(k [2]string) error {
 	c.mu.Lock()
 	finished := c.finished[k]
 	c.mu.Unlock()
-	r, err := CollectPage(c.Repo, k[0], k[1], PageOptions{KeepUnsynced: c.KeepUnsynced, Stop: c.stopped, Gentle: true, Done: finished})
+	r, err := CollectPage(c.Repo, k[0], k[1], PageOptions{KeepUnsynced: c.KeepUnsynced, Stop: c.stopped, Gentle: true, Done: finished, Wait: wait})
 	switch {
 	case errors.Is(err, store.ErrBusy) || errors.Is(err, ErrJournals) || err == nil && r.Stopped:
 		err = fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy) // later

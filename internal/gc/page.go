@@ -38,6 +38,9 @@ type PageOptions struct {
 	// Reclaim gives space back even if this collection deleted nothing
 	// (an earlier one may have, and stopped before).
 	Reclaim bool
+	// Wait: nobody's wanting the page ends the collection; they wait for
+	// it (an explicit request, .collect or ledgerfs gc).
+	Wait bool
 	// Done, if set, is the Result.Done of the page's last collection: if
 	// the page and its policy are as they were then, nothing is done.
 	Done string
@@ -78,7 +81,7 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 		Policy:       policy,
 		DryRun:       o.DryRun,
 		KeepUnsynced: o.KeepUnsynced,
-		Stop:         func() bool { return p.Yielding() || o.Stop != nil && o.Stop() },
+		Stop:         func() bool { return !o.Wait && p.Yielding() || o.Stop != nil && o.Stop() },
 		Progress:     o.Progress,
 		Gentle:       o.Gentle,
 	})
@@ -86,7 +89,7 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 		pace := &pacer{gentle: o.Gentle}
 		err = compress(repo, p, &r, func() bool {
 			pace.pace()
-			return p.Yielding() || o.Stop != nil && o.Stop()
+			return !o.Wait && p.Yielding() || o.Stop != nil && o.Stop()
 		})
 	}
 	repo.ReleaseIdle(p)
@@ -97,8 +100,12 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 	// back.
 	if (r.Deleted > 0 || r.Compressed > 0 || o.Reclaim) && !r.Stopped {
 		start := time.Now()
-		if err := repo.Reclaim(ledger, page); err != nil {
+		complete, err := repo.Reclaim(ledger, page, !o.Wait)
+		if err != nil {
 			return r, err
+		}
+		if !complete {
+			r.Stopped = true // space left to give back: the page stays due
 		}
 		r.Took += time.Since(start)
 	}

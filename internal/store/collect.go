@@ -188,22 +188,25 @@ func (r *Repository) waitExclusive(p *Page) {
 // that compacting into one level runs whatever the tables hold, and
 // rewrites or removes the value logs that are mostly unused. Anyone who
 // wants the page meanwhile waits until the log being rewritten is done.
-func (r *Repository) Reclaim(ledger, page string) error {
+//
+// With yield false nobody's wish ends it (an explicit request: the page's
+// users wait). It reports whether it went to its end.
+func (r *Repository) Reclaim(ledger, page string, yield bool) (bool, error) {
 	if r.opts.ReadOnly {
-		return nil
+		return true, nil
 	}
 	if err := r.evict(ledger, page); err != nil {
-		return err
+		return false, err
 	}
 	key := ledger + "/" + page
 	r.mu.Lock()
 	if _, open := r.open[key]; open || r.closing[key] != nil {
 		r.mu.Unlock()
-		return fmt.Errorf("page %s/%s: %w", ledger, page, ErrBusy)
+		return false, fmt.Errorf("page %s/%s: %w", ledger, page, ErrBusy)
 	}
 	done := make(chan struct{})
-	yield := new(atomic.Bool)
-	r.closing[key], r.reclaiming[key] = done, yield
+	wanted := new(atomic.Bool)
+	r.closing[key], r.reclaiming[key] = done, wanted
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -215,7 +218,7 @@ func (r *Repository) Reclaim(ledger, page string) error {
 	dir := r.pageDir(ledger, PageIDFor(page))
 	if err := checkDB(dir, true); err != nil {
 		// Opened for changes, Badger would cut a damaged log.
-		return fmt.Errorf("store: reclaim %s/%s: %w", ledger, page, err)
+		return false, fmt.Errorf("store: reclaim %s/%s: %w", ledger, page, err)
 	}
 	// Compacted by Flatten alone: Badger starts its compactors before it
 	// knows its oldest readable version, and a compaction begun at open
@@ -229,15 +232,21 @@ func (r *Repository) Reclaim(ledger, page string) error {
 		slog.Debug("collection step", "page", key, "step", "compacted")
 		return nil
 	}); err != nil {
-		return err
+		return false, err
 	}
 	// Open again with compactors: rewriting value logs writes rows.
-	return reclaimWith(badgerOptions(dir, false), key, func(db *badger.DB) error {
-		for !yield.Load() && db.RunValueLogGC(reclaimRatio) == nil {
+	complete := true
+	err := reclaimWith(badgerOptions(dir, false), key, func(db *badger.DB) error {
+		for db.RunValueLogGC(reclaimRatio) == nil {
 			slog.Debug("collection step", "page", key, "step", "rewrote a value log")
+			if yield && wanted.Load() {
+				complete = false
+				break
+			}
 		}
 		return nil
 	})
+	return complete && err == nil, err
 }
 
 // reclaimWith runs fn on the db opened with o, and closes it; a panic of
