@@ -12,6 +12,11 @@
 #
 #   bench/compare.sh [WORKDIR]        (as root, so that caches can be dropped)
 #
+# With a juicefs binary on PATH (or named by JUICEFS), JuiceFS is a column too:
+# a fresh volume with Badger metadata and local file storage under WORKDIR,
+# mounted with its defaults (its local cache directory in WORKDIR too). It is a
+# peer measurement, built from its source (see BENCHMARKS.md), not a dependency.
+#
 # SIZE_MIB (1024), BIG_MIB (4096), SMALL_FILES (10000), LS_FILES (100000) and
 # PAGES (1000) scale the workloads; QUICK=1 shrinks all of them for a smoke
 # run. Needs bc, python3 and, for the fio rows, fio.
@@ -34,7 +39,7 @@ go build -o "$work/loopback" github.com/hanwen/go-fuse/v2/example/loopback
 
 pids=()
 cleanup() {
-  for m in "$work/lb" "$work/lbnp" "$work/lf"; do
+  for m in "$work/lb" "$work/lbnp" "$work/jfs" "$work/lf"; do
     umount "$m" 2>/dev/null || fusermount3 -u "$m" 2>/dev/null || true
   done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
@@ -65,6 +70,17 @@ if [ "$(id -u)" = 0 ]; then
   dir[lb-nopt]="$work/lbnp"
   store[lb-nopt]="$work/lbnp-under"
 fi
+JUICEFS=${JUICEFS:-$(command -v juicefs || true)}
+if [ -n "$JUICEFS" ]; then
+  mkdir -p "$work/jfs-data/bucket" "$work/jfs" "$work/jfs-cache"
+  "$JUICEFS" format --storage file --bucket "$work/jfs-data/bucket/" "badger://$work/jfs-data/meta" bench >"$work/juicefs-format.log" 2>&1
+  "$JUICEFS" mount --cache-dir "$work/jfs-cache" "badger://$work/jfs-data/meta" "$work/jfs" >"$work/juicefs.log" 2>&1 &
+  jfspid=$!; pids+=($jfspid)
+  mounts+=(jfs)
+  order=("${order[@]:0:${#order[@]}-1}" juicefs ledgerfs)
+  dir[juicefs]="$work/jfs"
+  store[juicefs]="$work/jfs-data"
+fi
 "$work/ledgerfs" mount ${LEDGERFS_FLAGS:-} "$work/repo" "$work/lf" >"$work/ledgerfs.log" 2>&1 &
 lfpid=$!; pids+=($lfpid)
 for m in "${mounts[@]}"; do
@@ -74,6 +90,7 @@ done
 mkdir -p "$work/lf/bench/page"
 declare -A pid=([loopback]=$lbpid [ledgerfs]=$lfpid)
 [ -z "${lbnppid:-}" ] || pid[lb-nopt]=$lbnppid
+[ -z "${jfspid:-}" ] || pid[juicefs]=$jfspid
 
 drop_caches() { sync; if [ "$(id -u)" = 0 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
 now() { date +%s.%N; }
@@ -203,7 +220,7 @@ done
 printf '\nchunker+hash ceiling (cas.BenchmarkChunkAndHash): %s MB/s; cas.BenchmarkWriter: %s MB/s\n' "$ceiling" "$writer"
 # One column per system, then ledgerfs's ratio to each of the others.
 refs=("${order[@]:0:${#order[@]}-1}")
-declare -A short=([native]=nat [loopback]=lb [lb-nopt]=lbnp)
+declare -A short=([native]=nat [loopback]=lb [lb-nopt]=lbnp [juicefs]=jfs)
 printf '\n%-46s' workload
 for t in "${order[@]}"; do printf ' %10s' "$t"; done
 for t in "${refs[@]}"; do printf ' %8s' "lf/${short[$t]}"; done
