@@ -119,56 +119,51 @@ func (r *Repository) SetRetention(ledger, page, text string) error {
 
 // Collected returns when the page was last collected; zero if never.
 func (r *Repository) Collected(ledger, page string) (time.Time, error) {
-	var t time.Time
-	err := r.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(collectedKey(ledger, PageIDFor(page)))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return it.Value(func(v []byte) error {
-			ns, err := DecodeUint64(v)
-			t = time.Unix(0, int64(ns))
-			return err
-		})
-	})
-	return t, err
+	ns, found, err := r.uint64Row(collectedKey(ledger, PageIDFor(page)))
+	if !found || err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(0, int64(ns)), nil
+}
+
+// SetCollected records that the page was collected at t.
+func (r *Repository) SetCollected(ledger, page string, t time.Time) error {
+	return r.setUint64Row(collectedKey(ledger, PageIDFor(page)), uint64(t.UnixNano()))
 }
 
 // CompressedUpTo returns the db version up to which the page's pieces were
 // offered to compression; 0 if never.
 func (r *Repository) CompressedUpTo(ledger, page string) (uint64, error) {
-	var v uint64
-	err := r.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(compressedKey(ledger, PageIDFor(page)))
+	v, _, err := r.uint64Row(compressedKey(ledger, PageIDFor(page)))
+	return v, err
+}
+
+// SetCompressedUpTo records CompressNew's next version for the page.
+func (r *Repository) SetCompressedUpTo(ledger, page string, v uint64) error {
+	return r.setUint64Row(compressedKey(ledger, PageIDFor(page)), v)
+}
+
+// uint64Row reads a repository row holding an integer, if it exists.
+func (r *Repository) uint64Row(key []byte) (v uint64, found bool, err error) {
+	err = r.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(key)
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
+		found = true
 		return it.Value(func(b []byte) error {
 			v, err = DecodeUint64(b)
 			return err
 		})
 	})
-	return v, err
+	return v, found, err
 }
 
-// SetCompressedUpTo records CompressNew's next version for the page.
-func (r *Repository) SetCompressedUpTo(ledger, page string, v uint64) error {
-	return r.db.Update(func(txn *badger.Txn) error {
-		return txn.Set(compressedKey(ledger, PageIDFor(page)), EncodeUint64(v))
-	})
-}
-
-// SetCollected records that the page was collected at t.
-func (r *Repository) SetCollected(ledger, page string, t time.Time) error {
-	return r.db.Update(func(txn *badger.Txn) error {
-		return txn.Set(collectedKey(ledger, PageIDFor(page)), EncodeUint64(uint64(t.UnixNano())))
-	})
+func (r *Repository) setUint64Row(key []byte, v uint64) error {
+	return r.db.Update(func(txn *badger.Txn) error { return txn.Set(key, EncodeUint64(v)) })
 }
 
 // movePageRows moves the rows that name a page (its policy, its
