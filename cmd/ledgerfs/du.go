@@ -33,15 +33,11 @@ On a mounted repository each page's .ledger/stats file shows the same.`,
 }
 
 func du(w io.Writer, repoDir string, only []string) error {
-	repo, err := openUnmounted(repoDir, store.Options{ReadOnly: true}, "read LEDGER/PAGE/.ledger/stats under %s")
+	repo, names, err := openPages(repoDir, store.Options{ReadOnly: true}, "read LEDGER/PAGE/.ledger/stats under %s", only)
 	if err != nil {
 		return err
 	}
 	defer repo.Close()
-	names, err := pagesOf(repo, only)
-	if err != nil {
-		return err
-	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "page\tcommits\tpieces\tstored\thead stored\thead content\tratio\thistory\tcollected\t")
 	var total gc.Usage

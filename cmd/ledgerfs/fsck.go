@@ -51,15 +51,11 @@ func fsck(w io.Writer, repoDir string, only []string, repair bool) error {
 	if repair {
 		opts = writable
 	}
-	repo, err := openUnmounted(repoDir, opts, "unmount it first (ledgerfs umount %[1]s)")
+	repo, names, err := openPages(repoDir, opts, "unmount it first (ledgerfs umount %[1]s)", only)
 	if err != nil {
 		return err
 	}
 	defer repo.Close()
-	names, err := pagesOf(repo, only)
-	if err != nil {
-		return err
-	}
 	bar := newBar(int64(len(names)), "checking pages")
 	bad := 0
 	for _, n := range names {

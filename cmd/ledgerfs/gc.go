@@ -75,6 +75,21 @@ func openUnmounted(repoDir string, opts store.Options, how string) (*store.Repos
 	return repo, err
 }
 
+// openPages opens an unmounted repository (see openUnmounted) and lists
+// the pages a command names (see pagesOf).
+func openPages(repoDir string, opts store.Options, how string, only []string) (*store.Repository, [][2]string, error) {
+	repo, err := openUnmounted(repoDir, opts, how)
+	if err != nil {
+		return nil, nil, err
+	}
+	names, err := pagesOf(repo, only)
+	if err != nil {
+		repo.Close()
+		return nil, nil, err
+	}
+	return repo, names, nil
+}
+
 // writable are the options of a command that changes a repository: pages
 // are recovered on open, and their journals committed on close, as a
 // mount does.
@@ -123,15 +138,11 @@ mount's root collects it now.`,
 func collect(w io.Writer, repoDir string, only []string, override *retention.Policy, dry bool) error {
 	start := time.Now()
 	before := diskUsage(repoDir)
-	repo, err := openUnmounted(repoDir, writable, "the mount collects idle pages on its own; to collect now, echo LEDGER/PAGE > %s/.collect")
+	repo, names, err := openPages(repoDir, writable, "the mount collects idle pages on its own; to collect now, echo LEDGER/PAGE > %s/.collect", only)
 	if err != nil {
 		return err
 	}
 	defer repo.Close()
-	names, err := pagesOf(repo, only)
-	if err != nil {
-		return err
-	}
 	var total gc.Result
 	// A bar per phase of each page: a page's collection is most of the
 	// time (marking, deleting, compacting), however many pages there are.
