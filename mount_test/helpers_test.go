@@ -214,32 +214,32 @@ func (o *output) Write(p []byte) (int, error) {
 // the event to wait for.
 func (o *output) await(t testing.TB, want string) {
 	t.Helper()
-	timeout := time.After(20 * time.Second)
-	for {
-		o.mu.Lock()
-		if strings.Contains(o.b.String(), want) {
-			o.mu.Unlock()
-			return
-		}
-		if o.wrote == nil {
-			o.wrote = make(chan struct{})
-		}
-		wrote := o.wrote
-		o.mu.Unlock()
-		select {
-		case <-wrote:
-		case <-timeout:
-			t.Fatalf("no %q in the output within 20 s:\n%s", want, o)
-		}
+	timeout := make(chan struct{})
+	defer time.AfterFunc(20*time.Second, func() { close(timeout) }).Stop()
+	if !o.until(func(s string) bool { return strings.Contains(s, want) }, timeout) {
+		t.Fatalf("no %q in the output within 20 s:\n%s", want, o)
 	}
 }
 
 // awaitCount waits until want occurs n times in the output, or the
-// process exits (exited gets its result); it reports whether it occurred.
+// process exits (exited gets its result, and keeps it for the caller); it
+// reports whether it occurred.
 func (o *output) awaitCount(want string, n int, exited chan error) bool {
+	gone := make(chan struct{})
+	go func() {
+		err := <-exited
+		close(gone)
+		exited <- err
+	}()
+	return o.until(func(s string) bool { return strings.Count(s, want) >= n }, gone)
+}
+
+// until waits, at each write, for the output to satisfy done, or for stop;
+// it reports whether done was met.
+func (o *output) until(done func(string) bool, stop <-chan struct{}) bool {
 	for {
 		o.mu.Lock()
-		if strings.Count(o.b.String(), want) >= n {
+		if done(o.b.String()) {
 			o.mu.Unlock()
 			return true
 		}
@@ -250,8 +250,7 @@ func (o *output) awaitCount(want string, n int, exited chan error) bool {
 		o.mu.Unlock()
 		select {
 		case <-wrote:
-		case err := <-exited:
-			go func() { exited <- err }()
+		case <-stop:
 			return false
 		}
 	}
