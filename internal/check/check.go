@@ -110,7 +110,7 @@ func Page(p *store.Page, decodeOp func(key string, v []byte) error) (*Report, er
 		r.problem("commits: %v", err)
 	}
 	for _, s := range []store.PieceStatus{store.Local, store.Synced} {
-		err := p.Pieces(s, func(d cas.Digest, _ int64) error {
+		err := p.Pieces(s, func(d cas.Digest) error {
 			if !w.nodes[d] && !w.pieces[d] {
 				r.Unreached++
 			}

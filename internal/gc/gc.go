@@ -346,54 +346,52 @@ func (m *marker) node(id cas.ObjectIdentifier) error {
 // a later close of the same file replaced before they committed, which
 // only a page's recovery deleted until now.
 func sweep(p *store.Page, o Options, m *marker, r *Result, stop func() bool, progress func(string, int64, int64)) error {
-	for _, s := range store.Statuses {
-		var garbage []cas.Digest
-		var garbageBytes int64
-		flush := func() error {
-			if len(garbage) > 0 && !o.DryRun {
-				if err := p.DeletePieces(garbage); err != nil {
-					return err
-				}
-				step(p, "deleted a batch of pieces")
+	var garbage []cas.Digest
+	var garbageBytes int64
+	flush := func() error {
+		if len(garbage) > 0 && !o.DryRun {
+			if err := p.DeletePieces(garbage); err != nil {
+				return err
 			}
-			r.Deleted += len(garbage)
-			r.Freed += garbageBytes
-			garbage, garbageBytes = garbage[:0], 0
-			return nil
+			step(p, "deleted a batch of pieces")
 		}
-		// Rows are deleted in their own transactions while the read goes
-		// on: the read sees the db as it began.
-		err := p.Pieces(s, func(d cas.Digest, size int64) error {
-			r.Objects++
-			r.Bytes += size
-			if r.Objects%256 == 0 {
-				progress("sweep", int64(r.Objects), 0)
-				if stop() {
-					return errStopped
-				}
-			}
-			if m.reached(d) {
-				return nil
-			}
-			garbage = append(garbage, d)
-			garbageBytes += size
-			if len(garbage) < batch {
-				return nil
-			}
+		r.Deleted += len(garbage)
+		r.Freed += garbageBytes
+		garbage, garbageBytes = garbage[:0], 0
+		return nil
+	}
+	// Rows are deleted in their own transactions while the read goes on:
+	// the read sees the db as it began.
+	err := p.Objects(func(d cas.Digest, size int64) error {
+		r.Objects++
+		r.Bytes += size
+		if r.Objects%256 == 0 {
+			progress("sweep", int64(r.Objects), 0)
 			if stop() {
 				return errStopped
 			}
-			return flush()
-		})
-		if errors.Is(err, errStopped) {
+		}
+		if m.reached(d) {
 			return nil
 		}
-		if err == nil {
-			err = flush()
+		garbage = append(garbage, d)
+		garbageBytes += size
+		if len(garbage) < batch {
+			return nil
 		}
-		if err != nil {
-			return fmt.Errorf("gc: sweep %s pieces: %w", s, err)
+		if stop() {
+			return errStopped
 		}
+		return flush()
+	})
+	if errors.Is(err, errStopped) {
+		return nil
+	}
+	if err == nil {
+		err = flush()
+	}
+	if err != nil {
+		return fmt.Errorf("gc: sweep: %w", err)
 	}
 	return nil
 }

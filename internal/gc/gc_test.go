@@ -170,7 +170,7 @@ func TestCollectRandomHistories(t *testing.T) {
 			{Last: 1}, {Last: 2}, {Last: 5}, {All: true}, {Hourly: 1}, {Within: 1},
 		}).Draw(rt, "policy")
 		transient := 0
-		if err := p.Pieces(store.Transient, func(cas.Digest, int64) error { transient++; return nil }); err != nil {
+		if err := p.Pieces(store.Transient, func(cas.Digest) error { transient++; return nil }); err != nil {
 			rt.Fatal(err)
 		}
 		r, err := gc.Collect(p, gc.Options{Policy: policy})
@@ -219,7 +219,7 @@ func TestCollectRandomHistories(t *testing.T) {
 		}
 		stored := 0
 		for _, s := range store.Statuses {
-			if err := p.Pieces(s, func(cas.Digest, int64) error { stored++; return nil }); err != nil {
+			if err := p.Pieces(s, func(cas.Digest) error { stored++; return nil }); err != nil {
 				rt.Fatal(err)
 			}
 		}

@@ -139,23 +139,21 @@ func PageUsage(repo *store.Repository, p *store.Page) (Usage, error) {
 	if err := it.Err(); err != nil {
 		return u, err
 	}
-	for _, s := range store.Statuses {
-		err := p.Pieces(s, func(d cas.Digest, stored int64) error {
-			u.Objects++
-			u.Stored += stored
-			if n, ok := content[d]; ok {
-				u.HeadObjects++
-				u.HeadStored += stored
-				if n < 0 {
-					n = stored // a tree node
-				}
-				u.HeadContent += n
+	err = p.Objects(func(d cas.Digest, stored int64) error {
+		u.Objects++
+		u.Stored += stored
+		if n, ok := content[d]; ok {
+			u.HeadObjects++
+			u.HeadStored += stored
+			if n < 0 {
+				n = stored // a tree node
 			}
-			return nil
-		})
-		if err != nil {
-			return u, err
+			u.HeadContent += n
 		}
+		return nil
+	})
+	if err != nil {
+		return u, err
 	}
 	u.History = u.Stored - u.HeadStored
 	return u, nil

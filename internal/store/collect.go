@@ -81,20 +81,33 @@ func (p *Page) DeleteCommits(ids []CommitID) error {
 // also be keyed by it, since a collection changes history and not the head.
 func (p *Page) Pruned() uint64 { return p.repo.pruned.Load() }
 
-// Pieces calls fn with every piece of status s and the size of its row's
-// value, in digest order, reading keys only.
-func (p *Page) Pieces(s PieceStatus, fn func(d cas.Digest, size int64) error) error {
+// Pieces calls fn with every piece of status s, in digest order, reading
+// status rows only.
+func (p *Page) Pieces(s PieceStatus, fn func(d cas.Digest) error) error {
 	prefix := []byte(StatusPrefix(s))
 	return p.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			d := cas.Digest(it.Item().Key()[len(prefix):])
-			var size int64
-			if o, err := txn.Get(ObjectKey(d)); err == nil {
-				size = o.ValueSize()
+			if err := fn(cas.Digest(it.Item().Key()[len(prefix):])); err != nil {
+				return err
 			}
-			if err := fn(d, size); err != nil {
+		}
+		return nil
+	})
+}
+
+// Objects calls fn with every stored piece and the size of its row's
+// value (compressed, if it is), in digest order, reading keys only: a
+// piece's size is in its key's entry.
+func (p *Page) Objects(fn func(d cas.Digest, size int64) error) error {
+	prefix := []byte(PrefixObjects)
+	return p.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			if err := fn(cas.Digest(item.Key()[len(prefix):]), item.ValueSize()); err != nil {
 				return err
 			}
 		}
