@@ -71,7 +71,7 @@ func randBytes(seed uint64, n int) []byte {
 	return b
 }
 
-func write(t testing.TB, s Sink, data []byte, blocks int) ObjectIdentifier {
+func write(t tb, s Sink, data []byte, blocks int) ObjectIdentifier {
 	t.Helper()
 	w := NewWriter(s, testPol, KindBlob)
 	for len(data) > 0 {
@@ -89,7 +89,7 @@ func write(t testing.TB, s Sink, data []byte, blocks int) ObjectIdentifier {
 }
 
 // openReader opens a reader of id, failing the test if it cannot.
-func openReader(t testing.TB, src Source, id ObjectIdentifier) *Reader {
+func openReader(t tb, src Source, id ObjectIdentifier) *Reader {
 	t.Helper()
 	r, err := NewReader(src, id, nil)
 	if err != nil {
@@ -98,7 +98,7 @@ func openReader(t testing.TB, src Source, id ObjectIdentifier) *Reader {
 	return r
 }
 
-func readAll(t testing.TB, src Source, id ObjectIdentifier) []byte {
+func readAll(t tb, src Source, id ObjectIdentifier) []byte {
 	t.Helper()
 	r := openReader(t, src, id)
 	out := make([]byte, r.Size())

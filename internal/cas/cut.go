@@ -192,13 +192,23 @@ func (st *stitcher) next(end uint64) cut {
 	n := int(min(end-st.pos, MaxChunkSize))
 	span := (*st.span)[:n]
 	st.read(span, st.pos)
-	st.c.ResetWithBoundaries(bytes.NewReader(span), st.pol, MinChunkSize, MaxChunkSize)
-	st.c.SetAverageBits(averageBits)
-	ch, err := st.c.Next((*st.buf)[:0])
-	if err != nil { // io.EOF, which n > 0 bytes never give
-		panic(fmt.Sprintf("cas: chunker returned no chunk of %d bytes: %v", n, err))
+	c := firstCut(st.c, st.pol, span, st.buf)
+	c.end += st.pos
+	return c
+}
+
+// firstCut returns the first cut in span, a stream's bytes from one of its
+// cuts on, at most MaxChunkSize of them; its end is relative to span's start
+// (len(span) if the stream ends first). c is reset to chunk span, and buf
+// takes the chunker's output.
+func firstCut(c *chunker.Chunker, pol chunker.Pol, span []byte, buf *[]byte) cut {
+	c.ResetWithBoundaries(bytes.NewReader(span), pol, MinChunkSize, MaxChunkSize)
+	c.SetAverageBits(averageBits)
+	ch, err := c.Next((*buf)[:0])
+	if err != nil { // io.EOF, which a non-empty span never gives
+		panic(fmt.Sprintf("cas: chunker returned no chunk of %d bytes: %v", len(span), err))
 	}
-	return cut{st.pos + uint64(ch.Length), ch.Cut}
+	return cut{uint64(ch.Length), ch.Cut}
 }
 
 // chunk emits the chunk from pos to c.

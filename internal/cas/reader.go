@@ -161,7 +161,7 @@ func (r *Reader) fetchLocked(src Source, d Digest, buf []byte) (cached, error) {
 	f := &fetch{done: make(chan struct{})}
 	r.fetching[d] = f
 	r.mu.Unlock()
-	f.c, f.err = r.decode(src, d, buf)
+	f.c, f.err = decodePiece(src, d, buf)
 	r.mu.Lock()
 	delete(r.fetching, d)
 	if f.err == nil {
@@ -194,27 +194,32 @@ func (r *Reader) keep(c cached) {
 	r.nextCh = (r.nextCh + 1) % len(r.chunks)
 }
 
-func (r *Reader) decode(src Source, d Digest, buf []byte) (cached, error) {
+// decodePiece fetches and verifies the piece d, into buf if it is a chunk,
+// and decodes it if it is an index piece.
+func decodePiece(src Source, d Digest, buf []byte) (cached, error) {
 	data, err := GetPiece(src, d, buf)
 	if err != nil {
 		return cached{}, fmt.Errorf("read piece %s: %w", d, err)
 	}
-	c := cached{d: d, data: data}
-	if d.IsIndex() {
-		ix, err := DecodeFileIndex(data)
-		if err != nil {
-			return cached{}, fmt.Errorf("read piece %s: %w", d, err)
-		}
-		c.index = &ix
-		c.data = nil
-		c.ends = make([]uint64, len(ix.Children))
-		var sum uint64
-		for i, ch := range ix.Children {
-			sum += ch.Size
-			c.ends[i] = sum
-		}
+	if !d.IsIndex() {
+		return cached{d: d, data: data}, nil
 	}
-	return c, nil
+	ix, err := DecodeFileIndex(data)
+	if err != nil {
+		return cached{}, fmt.Errorf("read piece %s: %w", d, err)
+	}
+	return indexEntry(d, ix), nil
+}
+
+// indexEntry is the cached form of the index piece d.
+func indexEntry(d Digest, ix FileIndex) cached {
+	c := cached{d: d, index: &ix, ends: make([]uint64, len(ix.Children))}
+	var sum uint64
+	for i, ch := range ix.Children {
+		sum += ch.Size
+		c.ends[i] = sum
+	}
+	return c
 }
 
 // ReadAt implements io.ReaderAt.

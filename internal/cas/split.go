@@ -93,13 +93,16 @@ func cutLevels(cut uint64) int {
 // holds back the latest chunk because the root piece's digest carries the
 // object's kind and a lone chunk is its own root.
 type splitter struct {
-	kind   Kind
-	sink   Sink
-	levels [][]IndexChild
-	held   []byte
-	heldLv int
-	have   bool
-	size   uint64
+	kind Kind
+	sink Sink
+	// indexes, if not nil, takes the index pieces made, decoded: the
+	// next edit of the value walks down through them.
+	indexes *IndexCache
+	levels  [][]IndexChild
+	held    []byte
+	heldLv  int
+	have    bool
+	size    uint64
 }
 
 func (s *splitter) add(data []byte, lv int) error {
@@ -122,14 +125,18 @@ func (s *splitter) flushHeld() error {
 	return s.push(0, IndexChild{Size: uint64(len(s.held)), ID: id}, s.heldLv)
 }
 
-// push appends c at level i and closes the lowest lv levels.
+// push appends c, a piece at level i (a chunk is at level 0), and closes
+// every level from i up that is below lv or full: lv is the number of
+// levels the cut at the end of c's last chunk closes. Pushing a whole node
+// at level i is the same as pushing its chunks one by one, if the levels
+// below i are empty (Edit relies on it).
 func (s *splitter) push(i int, c IndexChild, lv int) error {
 	for len(s.levels) <= i {
 		s.levels = append(s.levels, nil)
 	}
 	s.levels[i] = append(s.levels[i], c)
 	for j := i; j < len(s.levels); j++ {
-		if j-i >= lv && len(s.levels[j]) < maxIndexChildren {
+		if j >= lv && len(s.levels[j]) < maxIndexChildren {
 			break
 		}
 		if err := s.closeLevel(j); err != nil {
@@ -153,6 +160,9 @@ func (s *splitter) closeLevel(j int) error {
 	id, err := s.put(KindBlob, true, EncodeFileIndex(ix))
 	if err != nil {
 		return err
+	}
+	if s.indexes != nil {
+		s.indexes.set(indexEntry(id.Digest, ix))
 	}
 	for len(s.levels) <= j+1 {
 		s.levels = append(s.levels, nil)
@@ -195,6 +205,9 @@ func (s *splitter) finish() (ObjectIdentifier, uint64, error) {
 	// The root index carries the object's kind in its digest.
 	ix := FileIndex{Size: s.size, Children: top}
 	id, err := s.put(s.kind, true, EncodeFileIndex(ix))
+	if err == nil && s.indexes != nil {
+		s.indexes.set(indexEntry(id.Digest, ix))
+	}
 	return id, s.size, err
 }
 

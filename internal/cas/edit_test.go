@@ -1,0 +1,203 @@
+package cas
+
+import (
+	"bytes"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// editing is a value under edit the way a file is: the content, and the
+// ranges written since the old value (growth counts as written).
+type editing struct {
+	data    []byte
+	changed []Range
+}
+
+func (e *editing) grow(n int) {
+	if n > len(e.data) {
+		e.changed = append(e.changed, Range{uint64(len(e.data)), uint64(n)})
+		e.data = append(e.data, make([]byte, n-len(e.data))...)
+	}
+}
+
+func (e *editing) write(off int, p []byte) {
+	e.grow(off + len(p))
+	copy(e.data[off:], p)
+	e.changed = append(e.changed, Range{uint64(off), uint64(off + len(p))})
+}
+
+func (e *editing) truncate(n int) {
+	if n < len(e.data) {
+		e.data = e.data[:n]
+	}
+	e.grow(n)
+}
+
+// fill draws the bytes of a write: random, zeros or a short pattern.
+func fill(t *rapid.T, n int) []byte {
+	switch rapid.IntRange(0, 2).Draw(t, "fill") {
+	case 0:
+		return randBytes(rapid.Uint64().Draw(t, "seed"), n)
+	case 1:
+		return make([]byte, n)
+	}
+	pat := rapid.SliceOfN(rapid.Byte(), 1, 70).Draw(t, "pattern")
+	b := make([]byte, 0, n+len(pat))
+	for len(b) < n {
+		b = append(b, pat...)
+	}
+	return b[:n]
+}
+
+// checkEdit edits old into e's content and checks the result is what a
+// Writer makes of that content, with every piece it names stored.
+func checkEdit(t tb, m *memStore, old ObjectIdentifier, e *editing) EditStats {
+	return checkEditCached(t, m, nil, old, e)
+}
+
+func checkEditCached(t tb, m *memStore, shared *IndexCache, old ObjectIdentifier, e *editing) EditStats {
+	t.Helper()
+	id, st, err := Edit(m, shared, m, testPol, old, bytes.NewReader(e.data), uint64(len(e.data)), e.changed)
+	if err != nil {
+		t.Fatalf("Edit: %v", err)
+	}
+	want := write(t, newMemStore(), e.data, 1<<20)
+	if id != want {
+		t.Fatalf("edited value %s, a Writer makes %s", id, want)
+	}
+	if got := readAll(t, m, id); !bytes.Equal(got, e.data) {
+		t.Fatalf("edited value reads %d bytes unlike its %d", len(got), len(e.data))
+	}
+	return st
+}
+
+// TestEditMatchesWriter: whatever the old content and the writes,
+// truncations and extensions, Edit gives the id a Writer gives the new
+// content (the pieces below it stored and read back), editing again on top
+// of an edit too, with index pieces from a shared cache or not.
+func TestEditMatchesWriter(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		data := streamGen().Draw(rt, "old")
+		m := newMemStore()
+		var shared *IndexCache
+		if rapid.Bool().Draw(rt, "shared") {
+			var err error
+			if shared, err = NewIndexCache(1 << 20); err != nil {
+				rt.Fatal(err)
+			}
+			defer shared.Close()
+		}
+		old := write(rt, m, data, 1<<20)
+		for range rapid.IntRange(1, 3).Draw(rt, "edits") {
+			e := &editing{data: bytes.Clone(data)}
+			for range rapid.IntRange(0, 5).Draw(rt, "ops") {
+				size := len(e.data)
+				switch rapid.IntRange(0, 4).Draw(rt, "op") {
+				case 0, 1: // a write inside, often small
+					off := rapid.IntRange(0, size).Draw(rt, "off")
+					n := rapid.OneOf(rapid.IntRange(1, 64), rapid.IntRange(1, 200<<10)).Draw(rt, "n")
+					e.write(off, fill(rt, n))
+				case 2: // a write past the end
+					off := size + rapid.IntRange(0, 100<<10).Draw(rt, "gap")
+					e.write(off, fill(rt, rapid.IntRange(1, 100<<10).Draw(rt, "n")))
+				case 3:
+					e.truncate(rapid.IntRange(0, size).Draw(rt, "shrink"))
+				case 4:
+					e.truncate(size + rapid.IntRange(0, 300<<10).Draw(rt, "extend"))
+				}
+			}
+			checkEditCached(rt, m, shared, old, e)
+			old = write(rt, m, e.data, 1<<20)
+			data = e.data
+		}
+	})
+}
+
+// TestEditCostFollowsTheChange: a 4 KiB write into a large value chunks
+// and hashes a few chunks, not the value, wherever it lands; so does one in
+// a long run of zeros, where every cut closes a dozen levels and parents
+// close for being full.
+func TestEditCostFollowsTheChange(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		data []byte
+	}{
+		{"random", randBytes(3, 24<<20)},
+		{"zeros", append(append(randBytes(4, 1<<20), make([]byte, 6<<20)...), randBytes(5, 1<<20)...)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMemStore()
+			old := write(t, m, c.data, 1<<20)
+			for i, off := range []int{0, 4 << 20, len(c.data) / 2, len(c.data) - 5000, len(c.data) - 4096} {
+				e := &editing{data: bytes.Clone(c.data)}
+				e.write(off, randBytes(uint64(i), 4096))
+				st := checkEdit(t, m, old, e)
+				t.Logf("4 KiB at %d: chunked %d, probed %d, reused %d", off, st.Chunked, st.Probed, st.Reused)
+				if st.Chunked+st.Probed > 256<<10 {
+					t.Errorf("a 4 KiB write at %d chunked %d bytes and probed %d", off, st.Chunked, st.Probed)
+				}
+				if st.Reused == 0 {
+					t.Errorf("a 4 KiB write at %d reused nothing of the old value", off)
+				}
+			}
+		})
+	}
+}
+
+// TestEditAppends: appending to a value chunks the old last chunk and what
+// was appended; a value of one chunk is written whole.
+func TestEditAppends(t *testing.T) {
+	m := newMemStore()
+	data := randBytes(6, 8<<20)
+	old := write(t, m, data, 1<<20)
+	e := &editing{data: bytes.Clone(data)}
+	e.write(len(data), randBytes(7, 10000))
+	if st := checkEdit(t, m, old, e); st.Chunked > 10000+MaxChunkSize {
+		t.Errorf("appending 10,000 bytes chunked %d", st.Chunked)
+	}
+	small := randBytes(8, 3000)
+	old = write(t, m, small, 1<<20)
+	e = &editing{data: bytes.Clone(small)}
+	e.write(100, []byte("changed"))
+	checkEdit(t, m, old, e)
+}
+
+func FuzzEdit(f *testing.F) {
+	f.Add(uint64(1), uint32(300<<10), uint32(1000), uint32(4096), uint32(0))
+	f.Add(uint64(2), uint32(900<<10), uint32(0), uint32(1), uint32(900<<10))
+	f.Fuzz(func(t *testing.T, seed uint64, size, off, n, newSize uint32) {
+		size %= 2 << 20
+		data := randBytes(seed, int(size))
+		if seed%3 == 0 {
+			clear(data[size/4 : size/2])
+		}
+		m := newMemStore()
+		old := write(t, m, data, 1<<20)
+		e := &editing{data: bytes.Clone(data)}
+		e.write(int(off%(size+1)), randBytes(seed+1, int(n%(256<<10))))
+		if newSize%2 == 0 {
+			e.truncate(int(newSize % (3 << 20)))
+		}
+		checkEdit(t, m, old, e)
+	})
+}
+
+// TestEditLearnsCutsAtTheEnd: a run of zeros cuts closing a dozen levels
+// makes the old tree tall; once an edit removes it, the new height comes
+// from the cuts left, the value's last one included, which only its bytes
+// tell.
+func TestEditLearnsCutsAtTheEnd(t *testing.T) {
+	for _, tail := range []int{100 << 10, 8 << 10, 0} {
+		data := append(append(randBytes(9, 2<<20), make([]byte, 12<<10)...), randBytes(10, 2<<20)...)
+		data = append(data, make([]byte, tail)...)
+		m := newMemStore()
+		old := write(t, m, data, 1<<20)
+		e := &editing{data: bytes.Clone(data)}
+		e.write(2<<20, randBytes(11, 12<<10))
+		checkEdit(t, m, old, e)
+		e = &editing{data: bytes.Clone(data)}
+		e.write(100, randBytes(12, 10))
+		checkEdit(t, m, old, e)
+	}
+}
