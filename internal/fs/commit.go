@@ -75,8 +75,9 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 	}
 	m := f.meta
 	m.Size = uint64(size)
-	op := journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: m}}
-	if mode == commitQueue && f.pg.v.queues() {
+	op := journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: m}, Local: f.c.kept}
+	queued := mode == commitQueue && f.pg.v.queues()
+	if queued {
 		// The value's last pieces land with its journal entry, or
 		// neither does.
 		if err := f.queue(key, op, w); err != nil {
@@ -94,6 +95,9 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 		}
 	}
 	f.c.reset(id, size)
+	// Applied, the commit has marked the value's pieces local: an edit of
+	// it need not look up the pieces it keeps.
+	f.c.baseLocal = !queued
 	f.latest, f.latestSize = id, size
 	f.committed++
 	f.changed = false

@@ -27,8 +27,14 @@ type content struct {
 	baseID   cas.ObjectIdentifier
 	baseSize int64 // bytes of base still visible (a truncate shortens it)
 	baseFull bool  // baseSize is the whole base value
-	size     int64
-	dirty    bool
+	baseLen  int64 // the whole base value's size
+	// baseLocal is set while the base is a value whose commit landed, so
+	// every piece under it is local; kept then lists the base's subtrees
+	// the value being committed reuses (journal.Op.Local).
+	baseLocal bool
+	kept      []cas.Digest
+	size      int64
+	dirty     bool
 
 	stream    *store.ValueWriter
 	streamPos int64
@@ -69,7 +75,8 @@ func (c *content) reset(id cas.ObjectIdentifier, size int64) {
 	c.dropSpool()
 	c.failed, c.unstored = nil, false
 	c.base, c.baseID, c.baseSize, c.size, c.dirty = nil, id, size, size, false
-	c.baseFull = true
+	c.baseFull, c.baseLen = true, size
+	c.baseLocal, c.kept = false, nil
 }
 
 // baseReader opens the base value at its first read: after a close, reading
@@ -182,6 +189,7 @@ func (c *content) endStreamLater() (*store.ValueWriter, error) {
 		return nil, c.fail(err)
 	}
 	c.base, c.baseID, c.baseSize, c.baseFull = nil, id, int64(size), true
+	c.baseLen, c.baseLocal = int64(size), false
 	c.unstored = true
 	return w, nil
 }
@@ -338,6 +346,45 @@ func (c *content) readAt(p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
+// Editing the base (cas.Edit) costs a few chunks around each change and
+// the index pieces above them, on one core; chunking the whole content
+// again uses every core. A base smaller than editMin bytes, or changes
+// over more than half the content, are chunked whole.
+const editMin = 256 << 10
+
+// edits returns the ranges of the content that may differ from the base at
+// the same offsets, if editing the base is the cheaper way to store it.
+func (c *content) edits() ([]cas.Range, bool) {
+	if c.baseLen < editMin || c.baseID == emptyValue {
+		return nil, false
+	}
+	var changed []cas.Range
+	var n int64
+	if c.ext != nil {
+		c.ext.Ascend(func(x extent) bool {
+			changed = append(changed, cas.Range{Start: uint64(x.start), End: uint64(x.end)})
+			n += x.end - x.start
+			return n <= c.size/2
+		})
+	}
+	if c.size > c.baseSize {
+		changed = append(changed, cas.Range{Start: uint64(c.baseSize), End: uint64(c.size)})
+		n += c.size - c.baseSize
+	}
+	return changed, n <= c.size/2
+}
+
+// contentReader reads the content as an io.ReaderAt.
+type contentReader struct{ c *content }
+
+func (r contentReader) ReadAt(p []byte, off int64) (int, error) {
+	n, err := r.c.readAt(p, off)
+	if err == nil && n < len(p) {
+		err = io.EOF
+	}
+	return n, err
+}
+
 // value returns the id and size of the current content, storing it first if
 // it changed since the base. Unchanged chunks are deduplicated, so only the
 // pieces around the changes add rows. The last pieces of a changed value are
@@ -367,6 +414,16 @@ func (c *content) value() (id cas.ObjectIdentifier, size int64, w *store.ValueWr
 	}
 	if c.size == 0 {
 		return emptyValue, 0, nil, nil
+	}
+	if changed, ok := c.edits(); ok {
+		w, id, err := c.p.EditValue(c.baseID, contentReader{c}, uint64(c.size), changed)
+		if err != nil {
+			return cas.ObjectIdentifier{}, 0, nil, err
+		}
+		if c.baseLocal {
+			c.kept = w.Kept()
+		}
+		return id, c.size, w, nil
 	}
 	w = c.p.NewValueWriter()
 	buf := make([]byte, 1<<20)

@@ -87,10 +87,12 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 		tree.Clear()
 	}
 	var values []cas.ObjectIdentifier
+	var local []cas.Digest
 	var removed uint64
 	err = j.Ops("", func(op Op) error {
 		if !op.Delete && !op.Atime {
 			values = append(values, op.Entry.Value)
+			local = append(local, op.Local...)
 		}
 		if RemovedObserver != nil && !op.Atime {
 			old, found, err := tree.Get(op.Key)
@@ -163,7 +165,7 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 	if err := step("journal-deleted"); err != nil {
 		return nil, err
 	}
-	if err := markLocal(p, values, pw.New); err != nil {
+	if err := markLocal(p, values, pw.New, local); err != nil {
 		return nil, err
 	}
 	if final == head {
@@ -207,9 +209,16 @@ func merge(p *store.Page, pw *store.PieceWriter, head, base, c *store.Commit) (*
 
 // markLocal moves the pieces of the committed values and the new tree nodes
 // from transient to local, children before parents, so that a local piece
-// never has a transient one below it: recovery relies on that.
-func markLocal(p *store.Page, values []cas.ObjectIdentifier, nodes []cas.Digest) error {
+// never has a transient one below it: recovery relies on that. The walk
+// does not descend into the pieces in local, known to be local already.
+func markLocal(p *store.Page, values []cas.ObjectIdentifier, nodes []cas.Digest, local []cas.Digest) error {
 	w := newTransientWalk(p)
+	if len(local) > 0 {
+		w.local = make(map[cas.Digest]bool, len(local))
+		for _, d := range local {
+			w.local[d] = true
+		}
+	}
 	for _, v := range values {
 		if err := w.object(v); err != nil {
 			return fmt.Errorf("journal: walk value %s: %w", v, err)
@@ -233,6 +242,7 @@ const statusBatch = 1000
 // a local piece is local.
 type transientWalk struct {
 	p      *store.Page
+	local  map[cas.Digest]bool // known local: not looked up
 	batch  []cas.Digest
 	marked int
 }
@@ -249,7 +259,7 @@ func (w *transientWalk) object(id cas.ObjectIdentifier) error {
 // is marked twice, which is harmless; once its batch is written, it is
 // local and skipped.
 func (w *transientWalk) pre(d cas.Digest) (bool, error) {
-	if d.IsInline() {
+	if d.IsInline() || w.local[d] {
 		return false, nil
 	}
 	return w.p.IsTransient(d)

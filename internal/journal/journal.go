@@ -52,6 +52,11 @@ type Op struct {
 	// update must not bring back content or metadata that a change queued
 	// or landed meanwhile replaced.
 	Atime bool
+	// Local lists pieces under Entry.Value that the caller knows are
+	// local already (an edited value's subtrees kept from a value whose
+	// commit landed), so that the commit does not look each one up. It
+	// is not recorded: a journal read back from its rows has none.
+	Local []cas.Digest
 }
 
 // ApplyTo makes the change in tree t.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -595,7 +596,7 @@ func FuzzDecodeOp(f *testing.F) {
 			return
 		}
 		op2, err := DecodeOp("k", EncodeOp(op))
-		if err != nil || op2 != op {
+		if err != nil || !reflect.DeepEqual(op2, op) {
 			t.Fatalf("round trip: %+v vs %+v (%v)", op, op2, err)
 		}
 	})
@@ -817,7 +818,7 @@ func TestAtimeOps(t *testing.T) {
 	if err := c.Apply(false, e.put("b", "b1"), e.put("d", "d1"), e.put("k", "k1"), e.put("late", "l1")); err != nil {
 		t.Fatal(err)
 	}
-	if op, err := DecodeOp("k", EncodeOp(atimeOp("k", 42))); err != nil || op != atimeOp("k", 42) {
+	if op, err := DecodeOp("k", EncodeOp(atimeOp("k", 42))); err != nil || !reflect.DeepEqual(op, atimeOp("k", 42)) {
 		t.Fatalf("round trip: %+v, %v", op, err)
 	}
 	j, err := Begin(e.p, false)

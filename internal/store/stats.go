@@ -14,10 +14,15 @@ type Stats struct {
 	// PiecesDeduplicated and BytesDeduplicated are the pieces written
 	// that were stored already, and so cost nothing.
 	PiecesDeduplicated, BytesDeduplicated uint64
+	// Edits are the values stored by editing the value before them (a
+	// small write's commit); EditChunked and EditProbed the bytes those
+	// edits chunked and hashed, and chunked again to learn old cuts.
+	Edits, EditChunked, EditProbed uint64
 }
 
 type counters struct {
 	piecesStored, bytesStored, piecesDedup, bytesDedup atomic.Uint64
+	edits, editChunked, editProbed                     atomic.Uint64
 }
 
 // CacheStats are the hits and misses of the repository's caches of decoded
@@ -40,6 +45,7 @@ func (r *Repository) Stats() Stats {
 	return Stats{
 		PiecesStored: c.piecesStored.Load(), BytesStored: c.bytesStored.Load(),
 		PiecesDeduplicated: c.piecesDedup.Load(), BytesDeduplicated: c.bytesDedup.Load(),
+		Edits: c.edits.Load(), EditChunked: c.editChunked.Load(), EditProbed: c.editProbed.Load(),
 	}
 }
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -10,8 +11,9 @@ import (
 
 // ValueWriter streams a value into a page's pieces.
 type ValueWriter struct {
-	pw *PieceWriter
-	w  *cas.Writer
+	pw   *PieceWriter
+	w    *cas.Writer
+	kept []cas.Digest
 }
 
 // NewValueWriter starts writing a value. The pieces are transient until a
@@ -21,6 +23,33 @@ func (p *Page) NewValueWriter() *ValueWriter {
 	pw.bulk = true
 	return &ValueWriter{pw: pw, w: cas.NewWriter(pw, p.pol, cas.KindBlob)}
 }
+
+// EditValue stores the value base becomes when its content is content,
+// size bytes long, every byte outside the changed ranges and below both
+// sizes being base's (cas.Edit): the cost follows the change, not the
+// value. Like End, it leaves the last pieces in the returned writer for
+// Commit, CommitJournal or Discard.
+func (p *Page) EditValue(base cas.ObjectIdentifier, content io.ReaderAt, size uint64, changed []cas.Range) (*ValueWriter, cas.ObjectIdentifier, error) {
+	if err := p.check(); err != nil {
+		return nil, cas.ObjectIdentifier{}, err
+	}
+	pw := p.NewPieceWriter()
+	pw.bulk = true
+	id, st, err := cas.Edit(p, p.repo.indexes, pw, p.pol, base, content, size, changed)
+	c := &p.repo.counters
+	c.editChunked.Add(st.Chunked)
+	c.editProbed.Add(st.Probed)
+	if err != nil {
+		pw.Discard()
+		return nil, cas.ObjectIdentifier{}, fmt.Errorf("edit value: %w", err)
+	}
+	c.edits.Add(1)
+	return &ValueWriter{pw: pw, kept: st.Kept}, id, nil
+}
+
+// Kept returns the roots of the base's subtrees an edited value reuses
+// whole (nil for a value written whole).
+func (v *ValueWriter) Kept() []cas.Digest { return v.kept }
 
 // Write adds bytes to the value.
 func (v *ValueWriter) Write(b []byte) (int, error) { return v.w.Write(b) }
@@ -67,7 +96,9 @@ func (v *ValueWriter) Discard() { v.pw.Discard() }
 
 // Abort drops the value.
 func (v *ValueWriter) Abort() {
-	v.w.Abort()
+	if v.w != nil {
+		v.w.Abort()
+	}
 	v.pw.Discard()
 }
 
