@@ -300,3 +300,135 @@ func TestInheritedCloseCommitsNothing(t *testing.T) {
 	}
 	s.stop()
 }
+
+// Whatever fsync returned for survives a kill -9 that comes right after
+// it: for each kind of change, made and fsynced (the file, or for a change
+// of names its directory), the server is killed at once and the next mount
+// must show the change. Files stay open until after the kill: a close
+// would commit them too.
+func TestKillRightAfterFsync(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("l", "p")
+	path := func(name string) string { return filepath.Join(s.mnt, "l", "p", name) }
+	big := content(2, 3<<20)
+	must(t, os.WriteFile(path("big"), big, 0o644))
+	must(t, os.WriteFile(path("small"), []byte("small"), 0o644))
+	must(t, os.WriteFile(path("old-name"), []byte("renamed"), 0o644))
+	must(t, os.WriteFile(path("doomed"), []byte("doomed"), 0o644))
+	must(t, os.Mkdir(path("dir"), 0o755))
+	syncDir(t, pg)
+
+	var open []*os.File // closed after the kill
+	fsyncFile := func(name string, change func(f *os.File) error) {
+		t.Helper()
+		f, err := os.OpenFile(path(name), os.O_RDWR, 0)
+		must(t, err)
+		open = append(open, f)
+		must(t, change(f))
+		must(t, f.Sync())
+	}
+	fsyncDir := func(dir string) {
+		t.Helper()
+		f, err := os.Open(dir)
+		must(t, err)
+		defer f.Close()
+		must(t, f.Sync())
+	}
+	patch := content(3, 4096)
+	for _, c := range []struct {
+		kind   string
+		change func()
+		check  func() error
+	}{
+		{"write into a large file", func() {
+			fsyncFile("big", func(f *os.File) error { _, err := f.WriteAt(patch, 1<<20+5); return err })
+		}, func() error {
+			want := append(append(bytes.Clone(big[:1<<20+5]), patch...), big[1<<20+5+4096:]...)
+			if got, err := os.ReadFile(path("big")); err != nil || !bytes.Equal(got, want) {
+				return fmt.Errorf("big: %d bytes, %v", len(got), err)
+			}
+			return nil
+		}},
+		{"write into a small file", func() {
+			fsyncFile("small", func(f *os.File) error { _, err := f.WriteAt([]byte("SM"), 0); return err })
+		}, func() error {
+			if b, err := os.ReadFile(path("small")); err != nil || string(b) != "SMall" {
+				return fmt.Errorf("small: %q, %v", b, err)
+			}
+			return nil
+		}},
+		{"create", func() {
+			f, err := os.Create(path("new"))
+			must(t, err)
+			open = append(open, f)
+			_, err = f.Write([]byte("new"))
+			must(t, err)
+			must(t, f.Sync())
+		}, func() error {
+			if b, err := os.ReadFile(path("new")); err != nil || string(b) != "new" {
+				return fmt.Errorf("new: %q, %v", b, err)
+			}
+			return nil
+		}},
+		{"rename", func() {
+			must(t, os.Rename(path("old-name"), path("dir/new-name")))
+			fsyncDir(path("dir"))
+			fsyncDir(path(""))
+		}, func() error {
+			if b, err := os.ReadFile(path("dir/new-name")); err != nil || string(b) != "renamed" {
+				return fmt.Errorf("dir/new-name: %q, %v", b, err)
+			}
+			if _, err := os.Lstat(path("old-name")); !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("old-name after the rename: %v", err)
+			}
+			return nil
+		}},
+		{"unlink", func() {
+			must(t, os.Remove(path("doomed")))
+			fsyncDir(path(""))
+		}, func() error {
+			if _, err := os.Lstat(path("doomed")); !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("doomed after its unlink: %v", err)
+			}
+			return nil
+		}},
+		{"mkdir", func() {
+			must(t, os.Mkdir(path("made"), 0o700))
+			fsyncDir(path(""))
+		}, func() error {
+			if fi, err := os.Stat(path("made")); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+				return fmt.Errorf("made: %v, %v", fi, err)
+			}
+			return nil
+		}},
+		{"setattr", func() {
+			fsyncFile("small", func(f *os.File) error {
+				if err := f.Chmod(0o600); err != nil {
+					return err
+				}
+				return f.Truncate(2)
+			})
+		}, func() error {
+			fi, err := os.Stat(path("small"))
+			if err != nil || fi.Mode().Perm() != 0o600 || fi.Size() != 2 {
+				return fmt.Errorf("small after chmod and truncate: %v, %v", fi, err)
+			}
+			return nil
+		}},
+	} {
+		c.change()
+		s.kill()
+		for _, f := range open {
+			f.Close() // fails: the mount is gone
+		}
+		open = nil
+		s = mount(t, repo)
+		if err := c.check(); err != nil {
+			t.Errorf("after %s, fsync and kill -9: %v", c.kind, err)
+		}
+	}
+	s.stop()
+	verifySchema(t, repo)
+}
