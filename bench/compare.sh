@@ -17,20 +17,29 @@
 # mounted with its defaults (its local cache directory in WORKDIR too). It is a
 # peer measurement, built from its source (see BENCHMARKS.md), not a dependency.
 #
-# SIZE_MIB (1024), BIG_MIB (4096), SMALL_FILES (10000), LS_FILES (100000) and
-# PAGES (1000) scale the workloads; QUICK=1 shrinks all of them for a smoke
-# run. Needs bc, python3 and, for the fio rows, fio.
+# SIZE_MIB (1024), BIG_MIB (4096), SMALL_FILES (10000), LS_FILES (100000),
+# PAGES (1000), SYNC_OPS (300: timed 4 KiB pwrite+fdatasync, and SQLite
+# transactions) and SQL_MIB (100: the SQLite database) scale the workloads;
+# QUICK=1 shrinks all of them for a smoke run. Needs bc, python3 and, for the
+# fio rows, fio.
+#
+# ledgerfs is mounted with LEDGERFS_FLAGS, by default with collections off
+# (--collect-after 0 --collect-every 0): a collection that starts between two
+# workloads would run during the next one. bench/space.sh measures them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-$(mktemp -d /tmp/ledgerfs-bench.XXXXXX)}
 if [ "${QUICK:-}" = 1 ]; then
-  : "${SIZE_MIB:=64}" "${BIG_MIB:=256}" "${SMALL_FILES:=500}" "${LS_FILES:=2000}" "${PAGES:=50}"
+  : "${SIZE_MIB:=64}" "${BIG_MIB:=256}" "${SMALL_FILES:=500}" "${LS_FILES:=2000}" "${PAGES:=50}" "${SYNC_OPS:=100}" "${SQL_MIB:=16}"
 fi
 SIZE_MIB=${SIZE_MIB:-1024}
 BIG_MIB=${BIG_MIB:-4096}
 SMALL_FILES=${SMALL_FILES:-10000}
 LS_FILES=${LS_FILES:-100000}
 PAGES=${PAGES:-1000}
+SYNC_OPS=${SYNC_OPS:-300}
+SQL_MIB=${SQL_MIB:-100}
+LEDGERFS_FLAGS=${LEDGERFS_FLAGS---collect-after 0 --collect-every 0}
 GOSRC=$(go env GOROOT)/src
 
 mkdir -p "$work"
@@ -81,7 +90,7 @@ if [ -n "$JUICEFS" ]; then
   dir[juicefs]="$work/jfs"
   store[juicefs]="$work/jfs-data"
 fi
-"$work/ledgerfs" mount ${LEDGERFS_FLAGS:-} "$work/repo" "$work/lf" >"$work/ledgerfs.log" 2>&1 &
+"$work/ledgerfs" mount $LEDGERFS_FLAGS "$work/repo" "$work/lf" >"$work/ledgerfs.log" 2>&1 &
 lfpid=$!; pids+=($lfpid)
 for m in "${mounts[@]}"; do
   for _ in $(seq 100); do mountpoint -q "$work/$m" && break; sleep 0.1; done
@@ -163,6 +172,27 @@ for t in "${order[@]}"; do
     rm -f "$d"/seqw*
   fi
 
+  # Small synchronous writes: a commit each on ledgerfs. On ledgerfs the
+  # bytes its edits chunked per commit are read from the mount's .stats.
+  edited() { awk '/^ledgerfs_value_edit_bytes_total/{b+=$2} /^ledgerfs_value_edits_total/{n=$2} END{printf "%d %d\n", b, n}' "$work/lf/.stats"; }
+  syncfield() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$@"; }
+  for mib in 4 "$SIZE_MIB"; do
+    [ "$t" = ledgerfs ] && read -r b0 n0 < <(edited)
+    python3 bench/syncwrite.py pwrite "$d/sync$mib" "$mib" "$SYNC_OPS" >"$work/sync-$t-$mib.json"
+    if [ "$t" = ledgerfs ]; then
+      read -r b1 n1 < <(edited)
+      echo "$(( (b1 - b0) / (n1 > n0 ? n1 - n0 : 1) )) bytes chunked per commit in $((n1 - n0)) edits" >"$work/sync-edit-$mib.txt"
+    fi
+    measure "4 KiB pwrite+fdatasync, ${mib} MiB file: p50" ms "$t" "$(syncfield "$work/sync-$t-$mib.json" p50_ms)"
+    measure "4 KiB pwrite+fdatasync, ${mib} MiB file: p99" ms "$t" "$(syncfield "$work/sync-$t-$mib.json" p99_ms)"
+    rm -f "$d/sync$mib"
+  done
+  for mode in delete wal; do
+    python3 bench/syncwrite.py sqlite "$d/sql-$mode.db" "$mode" "$SQL_MIB" "$SYNC_OPS" >"$work/sql-$t-$mode.json"
+    measure "SQLite ${SQL_MIB} MiB, 1-row transactions, $mode" tx/s "$t" "$(syncfield "$work/sql-$t-$mode.json" ops_per_s)"
+    rm -f "$d/sql-$mode.db"*
+  done
+
   mkdir -p "$d/small"
   drop_caches
   s=$(now)
@@ -236,38 +266,54 @@ for w in "${rows[@]}"; do
 done
 
 # The targets (BENCHMARKS.md), judged on this run's figures.
-lf() { echo "${res["$1|ledgerfs"]}"; }
-lb() { echo "${res["$1|loopback"]}"; }
+for mib in 4 "$SIZE_MIB"; do
+  [ ! -f "$work/sync-edit-$mib.txt" ] || echo "ledgerfs, 4 KiB pwrite+fdatasync in a $mib MiB file: $(cat "$work/sync-edit-$mib.txt")"
+done
+val() { echo "${res["$1|$2"]:-}"; }
 target() { # description value condition
-  printf '%-64s %10s  %s\n' "$1" "$2" "$( [ "$(echo "$3" | bc -l)" = 1 ] && echo met || echo "NOT met")"
+  printf '%-66s %10s  %s\n' "$1" "$2" "$( [ "$(echo "$3" | bc -l)" = 1 ] && echo met || echo "NOT met")"
 }
-w="seq write ${SIZE_MIB} MiB (dd, fsync)"
+# vs SYSTEM BOUND ROW [higher|lower]: ledgerfs's figure over SYSTEM's, at
+# least (higher is better) or at most (lower is better) BOUND.
+vs() {
+  local sys=$1 bound=$2 row=$3 dir=$4 a b
+  a=$(val "$row" ledgerfs); b=$(val "$row" "$sys")
+  [ -n "$a" ] && [ -n "$b" ] || return 0
+  local r; r=$(ratio "$a" "$b")
+  if [ "$dir" = higher ]; then target "$row: / $sys >= $bound" "$r" "$a >= $bound * $b"
+  else target "$row: / $sys <= $bound" "$r" "$a <= $bound * $b"; fi
+}
 echo
-target "seq write / chunker+hash ($ceiling MB/s) >= 0.8" "$(ratio "$(lf "$w")" "$ceiling")" "$(lf "$w")/$ceiling >= 0.8"
-target "seq write / loopback >= 0.5" "$(ratio "$(lf "$w")" "$(lb "$w")")" "$(lf "$w")/$(lb "$w") >= 0.5"
-r="cold seq read ${SIZE_MIB} MiB (dd)"
-target "cold seq read / loopback >= 0.5" "$(ratio "$(lf "$r")" "$(lb "$r")")" "$(lf "$r")/$(lb "$r") >= 0.5"
-c="${SMALL_FILES} x 4 KiB creates"
-target "4 KiB creates / loopback >= 1.0" "$(ratio "$(lf "$c")" "$(lb "$c")")" "$(lf "$c")/$(lb "$c") >= 1.0"
-c="cp -a GOROOT/src"
-target "cp -a time / loopback <= 1.0" "$(ratio "$(lf "$c")" "$(lb "$c")")" "$(lf "$c")/$(lb "$c") <= 1.0"
+p50small="4 KiB pwrite+fdatasync, 4 MiB file: p50"; p50big="4 KiB pwrite+fdatasync, ${SIZE_MIB} MiB file: p50"
+p99small="4 KiB pwrite+fdatasync, 4 MiB file: p99"; p99big="4 KiB pwrite+fdatasync, ${SIZE_MIB} MiB file: p99"
+target "commit of 4 KiB: p50 in ${SIZE_MIB} MiB / in 4 MiB <= 1.5" "$(ratio "$(val "$p50big" ledgerfs)" "$(val "$p50small" ledgerfs)")" "$(val "$p50big" ledgerfs) <= 1.5 * $(val "$p50small" ledgerfs)"
+target "commit of 4 KiB: p99 in ${SIZE_MIB} MiB / in 4 MiB <= 1.5" "$(ratio "$(val "$p99big" ledgerfs)" "$(val "$p99small" ledgerfs)")" "$(val "$p99big" ledgerfs) <= 1.5 * $(val "$p99small" ledgerfs)"
+for row in "$p50small" "$p99small" "$p50big" "$p99big"; do vs native 2 "$row" lower; done
+for mode in delete wal; do
+  vs native 0.5 "SQLite ${SQL_MIB} MiB, 1-row transactions, $mode" higher
+  vs juicefs 1 "SQLite ${SQL_MIB} MiB, 1-row transactions, $mode" higher
+done
+vs lb-nopt 1 "rm -rf of the ${LS_FILES} entries" lower
+vs juicefs 1 "rm -rf of the ${LS_FILES} entries" lower
+vs lb-nopt 1 "${SMALL_FILES} x 4 KiB creates" higher
+vs juicefs 2 "${SMALL_FILES} x 4 KiB creates" higher
+for row in "cp -a GOROOT/src" "tar c of the copied GOROOT/src"; do
+  vs lb-nopt 1 "$row" lower
+  vs juicefs 1 "$row" lower
+done
+vs lb-nopt 0.7 "cold seq read ${SIZE_MIB} MiB (dd)" higher
+vs juicefs 1 "cold seq read ${SIZE_MIB} MiB (dd)" higher
+vs lb-nopt 1 "fio rand read 4k (20 s max)" higher
+for row in "seq write ${SIZE_MIB} MiB (dd, fsync)" "fio seq write 1M, end_fsync"; do
+  vs lb-nopt 0.8 "$row" higher
+  vs native 0.7 "$row" higher
+done
+vs lb-nopt 1 "fio rand write 4k, fsync at end (20 s max)" higher
 c="storage added by a 2nd copy of ${SIZE_MIB} MiB"
-target "2nd copy adds < 1 % (percent)" "$(printf %.3f "$(lf "$c")")" "$(lf "$c") < 1"
+target "2nd copy adds < 1 % (percent)" "$(printf %.3f "$(val "$c" ledgerfs)")" "$(val "$c" ledgerfs) < 1"
 c="storage added by a 1-byte edit"
-target "1-byte edit adds < 1 MiB (KiB)" "$(printf %.0f "$(lf "$c")")" "$(lf "$c") < 1024"
+target "1-byte edit adds < 1 MiB (KiB)" "$(printf %.0f "$(val "$c" ledgerfs)")" "$(val "$c" ledgerfs) < 1024"
 c="peak server RSS writing ${BIG_MIB} MiB"
-target "RSS writing ${BIG_MIB} MiB < 256 MiB" "$(lf "$c")" "$(lf "$c") < 256"
+target "RSS writing ${BIG_MIB} MiB < 256 MiB" "$(val "$c" ledgerfs)" "$(val "$c" ledgerfs) < 256"
 c="peak server RSS, ${PAGES} pages touched"
-target "RSS with ${PAGES} pages touched < 512 MiB" "$(lf "$c")" "$(lf "$c") < 512"
-if [ -n "${lbnppid:-}" ]; then
-  # The same bars against a loopback whose data goes through the server too.
-  np() { echo "${res["$1|lb-nopt"]}"; }
-  echo
-  echo "the same targets against loopback without passthrough (lb-nopt):"
-  target "seq write / lb-nopt >= 0.5" "$(ratio "$(lf "$w")" "$(np "$w")")" "$(lf "$w")/$(np "$w") >= 0.5"
-  target "cold seq read / lb-nopt >= 0.5" "$(ratio "$(lf "$r")" "$(np "$r")")" "$(lf "$r")/$(np "$r") >= 0.5"
-  c="${SMALL_FILES} x 4 KiB creates"
-  target "4 KiB creates / lb-nopt >= 1.0" "$(ratio "$(lf "$c")" "$(np "$c")")" "$(lf "$c")/$(np "$c") >= 1.0"
-  c="cp -a GOROOT/src"
-  target "cp -a time / lb-nopt <= 1.0" "$(ratio "$(lf "$c")" "$(np "$c")")" "$(lf "$c")/$(np "$c") <= 1.0"
-fi
+target "RSS with ${PAGES} pages touched < 512 MiB" "$(val "$c" ledgerfs)" "$(val "$c" ledgerfs) < 512"

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Small synchronous writes, each timed: what a commit costs a database.
+
+  syncwrite.py pwrite FILE SIZE_MIB COUNT
+      writes FILE (random bytes, fsynced), then COUNT times a 4 KiB pwrite
+      at a random 4 KiB-aligned offset followed by fdatasync
+  syncwrite.py sqlite DB delete|wal SIZE_MIB COUNT
+      builds a SQLite database of about SIZE_MIB MiB (1,000-byte rows), then
+      COUNT one-row transactions (an UPDATE of a random row), with
+      synchronous=FULL in the given journal mode
+
+Prints one JSON object: ops_per_s (over the timed operations only), p50_ms,
+p99_ms.
+"""
+import json
+import os
+import random
+import sqlite3
+import sys
+import time
+
+
+def report(lat):
+    lat.sort()
+    n = len(lat)
+    print(json.dumps({
+        "ops_per_s": n / sum(lat),
+        "p50_ms": lat[n // 2] * 1e3,
+        "p99_ms": lat[min(n - 1, (n * 99) // 100)] * 1e3,
+    }))
+
+
+def pwrite(path, size_mib, count):
+    with open(path, "wb") as f:
+        for _ in range(size_mib):
+            f.write(os.urandom(1 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+    rng = random.Random(1)
+    blocks = (size_mib << 20) // 4096
+    fd = os.open(path, os.O_RDWR)
+    lat = []
+    for _ in range(count):
+        data = os.urandom(4096)
+        off = rng.randrange(blocks) * 4096
+        t = time.perf_counter()
+        os.pwrite(fd, data, off)
+        os.fdatasync(fd)
+        lat.append(time.perf_counter() - t)
+    os.close(fd)
+    report(lat)
+
+
+def sqlite(path, mode, size_mib, count):
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=%s" % mode)
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB)")
+    rows = (size_mib << 20) // 1000
+    db.execute("BEGIN")
+    db.executemany("INSERT INTO t (v) VALUES (?)", ((os.urandom(1000),) for _ in range(rows)))
+    db.execute("COMMIT")
+    rng = random.Random(2)
+    lat = []
+    for _ in range(count):
+        v, row = os.urandom(1000), rng.randrange(rows) + 1
+        t = time.perf_counter()
+        db.execute("BEGIN")
+        db.execute("UPDATE t SET v = ? WHERE id = ?", (v, row))
+        db.execute("COMMIT")
+        lat.append(time.perf_counter() - t)
+    db.close()
+    report(lat)
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    if len(a) == 4 and a[0] == "pwrite":
+        pwrite(a[1], int(a[2]), int(a[3]))
+    elif len(a) == 5 and a[0] == "sqlite" and a[2] in ("delete", "wal"):
+        sqlite(a[1], a[2], int(a[3]), int(a[4]))
+    else:
+        sys.exit(__doc__)
