@@ -52,7 +52,7 @@ func TestSmallWritesCommitByEditing(t *testing.T) {
 	defer f.Close()
 	r := rand.New(rand.NewPCG(3, 3))
 	const writes = 40
-	sums := map[[32]byte]bool{sha256.Sum256(data): true}
+	sums := map[[32]byte]bool{} // of the states the last versions hold
 	for i := range writes {
 		off := r.Int64N(int64(len(data)) - 4096)
 		if i == writes-1 {
@@ -62,8 +62,14 @@ func TestSmallWritesCommitByEditing(t *testing.T) {
 		_, err := f.WriteAt(block, off)
 		must(t, err)
 		must(t, unix.Fdatasync(int(f.Fd())))
-		data = append(data[:off:off], append(block, data[min(off+4096, int64(len(data))):]...)...)
-		sums[sha256.Sum256(data)] = true
+		if off == int64(len(data)) {
+			data = append(data, block...)
+		} else {
+			copy(data[off:], block)
+		}
+		if i >= writes-3 {
+			sums[sha256.Sum256(data)] = true
+		}
 	}
 	must(t, f.Close())
 	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, data) {
@@ -82,8 +88,8 @@ func TestSmallWritesCommitByEditing(t *testing.T) {
 		t.Errorf("each commit chunked %.0f bytes of a %d-byte file", per, len(data))
 	}
 
-	// Every version is one of the file's states, and there is one per
-	// commit.
+	// There is a version per commit, and the last ones are the file's
+	// last states.
 	vdir := filepath.Join(pg, ".ledger", "versions", "db")
 	versions := ls(t, vdir)
 	if len(versions) != writes+1 {
@@ -93,7 +99,7 @@ func TestSmallWritesCommitByEditing(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(vdir, v))
 		must(t, err)
 		if !sums[sha256.Sum256(b)] {
-			t.Errorf("version %s is none of the file's states", v)
+			t.Errorf("version %s is none of the file's last states", v)
 		}
 	}
 
@@ -102,5 +108,41 @@ func TestSmallWritesCommitByEditing(t *testing.T) {
 	s.stop()
 	if out, code := fsck(t, repo); code != 0 || strings.Contains(out, "transient") {
 		t.Errorf("fsck after the edits (exit %d):\n%s", code, out)
+	}
+}
+
+// A file laid out first (fallocate or a truncation up, as fio does) and
+// then written from its start reads back as written, with zeros where
+// nothing was, whether the writes cover it, stop short of its end or jump
+// ahead.
+func TestWritesIntoLaidOutFile(t *testing.T) {
+	t.Parallel()
+	s := mountPlain(t, t.TempDir())
+	pg := s.page("e", "p")
+	data := content(9, 6<<20)
+	for _, c := range []struct {
+		name   string
+		layout func(f *os.File) error
+		writes [][2]int // offset, length into data
+		size   int
+	}{
+		{"fallocate, covered", func(f *os.File) error { return unix.Fallocate(int(f.Fd()), 0, 0, 6<<20) }, [][2]int{{0, 6 << 20}}, 6 << 20},
+		{"truncate, short", func(f *os.File) error { return f.Truncate(10 << 20) }, [][2]int{{0, 3 << 20}}, 10 << 20},
+		{"fallocate, jump", func(f *os.File) error { return unix.Fallocate(int(f.Fd()), 0, 0, 8<<20) }, [][2]int{{0, 1 << 20}, {5 << 20, 1 << 20}, {1 << 20, 1 << 20}}, 8 << 20},
+	} {
+		want := make([]byte, c.size)
+		path := filepath.Join(pg, strings.ReplaceAll(c.name, ", ", "-"))
+		f, err := os.Create(path)
+		must(t, err)
+		must(t, c.layout(f))
+		for _, w := range c.writes {
+			_, err := f.WriteAt(data[w[0]:w[0]+w[1]], int64(w[0]))
+			must(t, err)
+			copy(want[w[0]:], data[w[0]:w[0]+w[1]])
+		}
+		must(t, f.Close())
+		if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: %d bytes read back (%v), want %d as written", c.name, len(got), err, len(want))
+		}
 	}
 }
