@@ -42,6 +42,12 @@ SQL_MIB=${SQL_MIB:-100}
 LEDGERFS_FLAGS=${LEDGERFS_FLAGS---collect-after 0 --collect-every 0}
 GOSRC=$(go env GOROOT)/src
 
+# go-fuse's loopback mounts through fusermount (fuse3's fusermount3 or
+# fuse's fusermount); without it the loopback column fails at its mount.
+if ! command -v fusermount3 >/dev/null && ! command -v fusermount >/dev/null; then
+  echo "compare.sh needs fusermount3 for go-fuse's loopback: apt-get install fuse3" >&2
+  exit 1
+fi
 mkdir -p "$work"
 go build -o "$work/ledgerfs" ./cmd/ledgerfs
 go build -o "$work/loopback" github.com/hanwen/go-fuse/v2/example/loopback
