@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -18,19 +17,7 @@ func statsOf(t *testing.T, mnt string) map[string]float64 {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(mnt, ".stats"))
 	must(t, err)
-	out := map[string]float64{}
-	for _, line := range strings.Split(string(b), "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf(".stats line %q: %v", line, err)
-		}
-		out[line[:i]] = v
-	}
-	return out
+	return parseMetrics(t, b)
 }
 
 // A 4 KiB write and fdatasync into a large file commits by editing the

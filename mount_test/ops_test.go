@@ -172,6 +172,13 @@ func scrape(t *testing.T, url string) map[string]float64 {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	must(t, err)
+	return parseMetrics(t, b)
+}
+
+// parseMetrics reads metrics in Prometheus's text format as
+// name{labels} -> value.
+func parseMetrics(t *testing.T, b []byte) map[string]float64 {
+	t.Helper()
 	out := map[string]float64{}
 	for _, line := range strings.Split(string(b), "\n") {
 		if line == "" || strings.HasPrefix(line, "#") {
