@@ -2,6 +2,7 @@ package mount_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -76,7 +78,7 @@ func TestCollectGivesSpaceBack(t *testing.T) {
 		if st := pageStats(t, pg); st["history_bytes"] < int64(size) || st["head_content_bytes"] != 0 {
 			t.Fatalf("cycle %d: stats after deleting everything: %v", c, st)
 		}
-		must(t, os.WriteFile(filepath.Join(mnt, ".collect"), []byte("l/p\n"), 0))
+		collect(t, mnt, pg, "l/p")
 		status, err := os.ReadFile(filepath.Join(mnt, ".collect"))
 		must(t, err)
 		if st := pageStats(t, pg); st["history_bytes"] != 0 || st["commits"] != 1 {
@@ -147,14 +149,7 @@ func TestCollectKeepsPolicy(t *testing.T) {
 		t.Fatalf("collecting a page with an open file: %v, want EBUSY", err)
 	}
 	held.Close()
-	// The release of held reaches the server after close returns.
-	for range 100 {
-		if err = os.WriteFile(filepath.Join(s.mnt, ".collect"), []byte("l/p\n"), 0); err == nil {
-			break
-		}
-		syncDir(t, pg)
-	}
-	must(t, err)
+	collect(t, s.mnt, pg, "l/p")
 	vs := ls(t, filepath.Join(pg, ".ledger", "versions", "f"))
 	if len(vs) != 2 {
 		t.Fatalf("versions after keep-last=2: %v", vs)
@@ -162,7 +157,7 @@ func TestCollectKeepsPolicy(t *testing.T) {
 	// Collecting a page left as it was, with the same policy, does nothing.
 	status, err := os.ReadFile(filepath.Join(s.mnt, ".collect"))
 	must(t, err)
-	must(t, os.WriteFile(filepath.Join(s.mnt, ".collect"), []byte("l/p\n"), 0))
+	collect(t, s.mnt, pg, "l/p")
 	if again, err := os.ReadFile(filepath.Join(s.mnt, ".collect")); err != nil || string(again) != string(status) {
 		t.Fatalf("a second collection of an unchanged page ran: %q, then %q (%v)", status, again, err)
 	}
@@ -179,7 +174,7 @@ func TestCollectKeepsPolicy(t *testing.T) {
 	}
 	// A new policy is a reason to collect again, with no new commit.
 	must(t, os.WriteFile(filepath.Join(pg, ".ledger", "retention"), []byte("keep-last=1\n"), 0))
-	must(t, os.WriteFile(filepath.Join(s.mnt, ".collect"), []byte("l/p\n"), 0))
+	collect(t, s.mnt, pg, "l/p")
 	if vs := ls(t, filepath.Join(pg, ".ledger", "versions", "f")); len(vs) != 1 {
 		st, _ := os.ReadFile(filepath.Join(s.mnt, ".collect"))
 		lg, _ := os.ReadFile(filepath.Join(pg, ".ledger", "log"))
@@ -288,7 +283,7 @@ func TestCompressionByCollection(t *testing.T) {
 	if st := pageStats(t, pg); st["head_stored_bytes"] < st["head_content_bytes"] {
 		t.Fatalf("stored before any collection: %v, want as written", st)
 	}
-	must(t, os.WriteFile(filepath.Join(s.mnt, ".collect"), []byte("l/p\n"), 0))
+	collect(t, s.mnt, pg, "l/p")
 	st := pageStats(t, pg)
 	if ratio := float64(st["head_stored_bytes"]) / float64(st["head_content_bytes"]); ratio > 0.5 {
 		t.Fatalf("after collection the head takes %.2f of its content (%v)", ratio, st)
@@ -296,4 +291,21 @@ func TestCompressionByCollection(t *testing.T) {
 	run(t, pg, "diff", "-r", src, "http")
 	s.stop()
 	verifySchema(t, s.repo)
+}
+
+// collect has the mount collect target through its .collect file, again
+// while the page is busy: the release of a descriptor closed just before
+// (the test's own reads of .ledger files included) reaches the server
+// after close returns.
+func collect(t *testing.T, mnt, pg, target string) {
+	t.Helper()
+	var err error
+	for range 100 {
+		err = os.WriteFile(filepath.Join(mnt, ".collect"), []byte(target+"\n"), 0)
+		if !errors.Is(err, syscall.EBUSY) {
+			break
+		}
+		syncDir(t, pg)
+	}
+	must(t, err)
 }
