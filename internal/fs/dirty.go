@@ -355,7 +355,7 @@ const editMin = 256 << 10
 // edits returns the ranges of the content that may differ from the base at
 // the same offsets, if editing the base is the cheaper way to store it.
 func (c *content) edits() ([]cas.Range, bool) {
-	if c.baseLen < editMin || c.baseID == emptyValue {
+	if c.baseLen < editMin {
 		return nil, false
 	}
 	var changed []cas.Range
