@@ -175,6 +175,48 @@ func TestGroupCommit(t *testing.T) {
 	}
 }
 
+// A commit that takes long lets the next batch grow for longer and hold
+// more changes; cheap commits bring the pace back to the default.
+func TestPaceFollowsCommitCost(t *testing.T) {
+	e := newEnv(t)
+	c := CommitterFor(e.p)
+	pace := func() (time.Duration, int) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.delay, c.maxOps
+	}
+	if d, n := pace(); d != batchDelay || n != batchOps {
+		t.Fatalf("a new committer paces %v and %d changes, want %v and %d", d, n, batchDelay, batchOps)
+	}
+	const slow = 60 * time.Millisecond
+	crashAt = func(step string) error {
+		if step == "nodes-written" {
+			time.Sleep(slow)
+		}
+		return nil
+	}
+	err := c.Apply(false, e.put("slow", "1"))
+	crashAt = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, n := pace()
+	if d < paceFactor*slow || n <= batchOps {
+		t.Fatalf("after a %v commit the next batch grows for %v and %d changes, want at least %v and over %d", slow, d, n, paceFactor*slow, batchOps)
+	}
+	if d > maxBatchDelay {
+		t.Fatalf("batch delay %v over the bound %v", d, maxBatchDelay)
+	}
+	for i := range 8 {
+		if err := c.Apply(false, e.put(fmt.Sprint("fast", i), "1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d, n := pace(); d != batchDelay || n != batchOps {
+		t.Fatalf("after cheap commits the pace is %v and %d changes, want %v and %d", d, n, batchDelay, batchOps)
+	}
+}
+
 // A queued batch's commit takes the time of its latest change, which
 // Latest showed while the batch was queued.
 func TestQueuedCommitTakesLatestChangeTime(t *testing.T) {
