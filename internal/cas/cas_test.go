@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/restic/chunker"
 )
@@ -433,6 +434,47 @@ func TestSequentialReadFetchesEachPieceOnce(t *testing.T) {
 	}
 	if s.most < 2 {
 		t.Fatalf("concurrent reads fetched one piece at a time")
+	}
+}
+
+// intoStore records the gets whose buffer lies within dest.
+type intoStore struct {
+	*memStore
+	dest       []byte
+	into, gets int
+}
+
+func (s *intoStore) Get(d Digest, buf []byte) ([]byte, error) {
+	if !d.IsIndex() {
+		s.gets++
+		lo := uintptr(unsafe.Pointer(unsafe.SliceData(s.dest)))
+		if at := uintptr(unsafe.Pointer(unsafe.SliceData(buf))); cap(buf) > 0 && at >= lo && at < lo+uintptr(len(s.dest)) {
+			s.into++
+		}
+	}
+	return s.memStore.Get(d, buf)
+}
+
+// A large read fetches the chunks it holds whole straight into the
+// caller's buffer; only the chunks at its ends go through the cache.
+func TestLargeReadFetchesIntoTheBuffer(t *testing.T) {
+	s := &intoStore{memStore: newMemStore()}
+	data := randBytes(10, 8<<20)
+	id := write(t, s, data, 1<<20)
+	r := openReader(t, s, id)
+	const block = 1 << 20
+	s.dest = make([]byte, len(data))
+	for off := 0; off < len(data); off += block {
+		if _, err := r.ReadAt(s.dest[off:min(off+block, len(data))], int64(off)); err != nil && err != io.EOF {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(s.dest, data) {
+		t.Fatal("wrong bytes")
+	}
+	reads := len(data) / block
+	if s.into < s.gets-2*reads {
+		t.Fatalf("%d of %d chunks fetched into the buffer, want all but the %d at the reads' ends", s.into, s.gets, 2*reads)
 	}
 }
 

@@ -292,8 +292,37 @@ func (r *Reader) readAt(src Source, d Digest, p []byte, pos uint64, depth int) (
 	if i == len(c.ends) {
 		return 0, nil
 	}
-	start := c.ends[i] - c.index.Children[i].Size
-	return r.readAt(src, c.index.Children[i].ID.Digest, p, pos-start, depth+1)
+	ch := c.index.Children[i]
+	start := c.ends[i] - ch.Size
+	if pos == start && ch.Size > 0 && ch.Size <= uint64(len(p)) && !ch.ID.Digest.IsIndex() && !ch.ID.Digest.IsInline() {
+		return r.readWhole(src, ch.ID.Digest, p[:ch.Size])
+	}
+	return r.readAt(src, ch.ID.Digest, p, pos-start, depth+1)
+}
+
+// readWhole reads the chunk d, which fills p, straight into p: a large
+// read holds many whole chunks, and copying each through the cache cost
+// the mount a second copy of every byte a stream read. Only the chunks at
+// a read's ends, which the next read wants too, go through the cache.
+func (r *Reader) readWhole(src Source, d Digest, p []byte) (int, error) {
+	r.mu.Lock()
+	_, _, ok := r.lookup(d)
+	r.mu.Unlock()
+	if ok {
+		// Cached or being fetched by another read.
+		return r.readChunk(src, d, p, 0)
+	}
+	data, err := GetPiece(src, d, p[:0:len(p)])
+	if err != nil {
+		return 0, fmt.Errorf("read piece %s: %w", d, err)
+	}
+	if len(data) != len(p) {
+		return 0, fmt.Errorf("cas: index of %s gives chunk %s %d bytes, it holds %d", r.root, d, len(p), len(data))
+	}
+	if &data[0] != &p[0] {
+		copy(p, data)
+	}
+	return len(p), nil
 }
 
 // readChunk copies bytes of the chunk d from pos on into p. The copy is made
