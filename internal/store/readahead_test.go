@@ -3,6 +3,8 @@ package store
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -94,6 +96,56 @@ func TestGetStreamingReadsAhead(t *testing.T) {
 	}
 	if again := settled(); again < plain+8<<20 {
 		t.Fatalf("streaming get %v later: %d KiB of value log read in, plain get %d KiB", raFresh, again>>10, plain>>10)
+	}
+}
+
+// vlogMapped returns how many bytes of the page's value logs are mapped in
+// this process (the Rss of their mappings in /proc/self/smaps).
+func vlogMapped(t *testing.T, p *Page) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, in, total := p.db.Opts().ValueDir, false, 0
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 6 && strings.Contains(f[0], "-"):
+			in = strings.HasPrefix(f[5], dir) && strings.HasSuffix(f[5], ".vlog")
+		case in && len(f) == 3 && f[0] == "Rss:":
+			kb, _ := strconv.Atoi(f[1])
+			total += kb << 10
+		}
+	}
+	return total
+}
+
+// A streaming get has the value log ahead of it mapped in on another
+// goroutine, so that the reader takes no page faults of its own.
+func TestGetStreamingMapsAhead(t *testing.T) {
+	if !populate.Load() {
+		t.Skip("the kernel cannot populate mappings (MADV_POPULATE_READ, Linux 5.14)")
+	}
+	p := testPage(t)
+	chunks := storedChunks(t, p, writeValue(t, p, benchBytes(32<<20)))
+	done := make(chan struct{}, 1)
+	raDone = func() { done <- struct{}{} }
+	t.Cleanup(func() { raDone = nil })
+	p.repo.trim.trim()
+	before := vlogMapped(t, p)
+	if _, err := p.GetStreaming(chunks[len(chunks)/2], nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no read-ahead within 30 s")
+	}
+	after := vlogMapped(t, p)
+	t.Logf("value log mapped: %d KiB before the get, %d KiB after", before>>10, after>>10)
+	if after < before+8<<20 {
+		t.Fatalf("a streaming get mapped %d KiB of value log ahead, want at least 8 MiB", (after-before)>>10)
 	}
 }
 
