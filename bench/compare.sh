@@ -48,7 +48,18 @@ if ! command -v fusermount3 >/dev/null && ! command -v fusermount >/dev/null; th
   echo "compare.sh needs fusermount3 for go-fuse's loopback: apt-get install fuse3" >&2
   exit 1
 fi
+# A full run with JuiceFS used ~46 GiB of the work directory's filesystem at
+# its peak (JuiceFS keeps deleted files in its trash for a day); a run that
+# fills the disk fails halfway with ENOSPC. NEED_GIB overrides the check.
+if [ "${QUICK:-}" = 1 ]; then need_gib=${NEED_GIB:-8}
+elif [ -n "${JUICEFS:-$(command -v juicefs || true)}" ]; then need_gib=${NEED_GIB:-64}
+else need_gib=${NEED_GIB:-24}; fi
 mkdir -p "$work"
+free_gib=$(( $(df -Pk "$work" | awk 'NR==2 {print $4}') / 1048576 ))
+if [ "$free_gib" -lt "$need_gib" ]; then
+  echo "compare.sh needs ~${need_gib} GiB free under $work, has ${free_gib} GiB (NEED_GIB overrides)" >&2
+  exit 1
+fi
 go build -o "$work/ledgerfs" ./cmd/ledgerfs
 go build -o "$work/loopback" github.com/hanwen/go-fuse/v2/example/loopback
 
@@ -58,6 +69,12 @@ cleanup() {
     umount "$m" 2>/dev/null || fusermount3 -u "$m" 2>/dev/null || true
   done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  # The stores are tens of GiB; the figures (*.json, logs) stay. KEEP=1
+  # keeps everything.
+  if [ "${KEEP:-}" != 1 ]; then
+    rm -rf "$work/jfs-data" "$work/jfs-cache" "$work/repo" "$work/lb-under" "$work/lbnp-under" \
+      "$work/native" "$work/src.bin" 2>/dev/null || true
+  fi
 }
 trap cleanup EXIT
 
