@@ -26,13 +26,12 @@ const (
 	raFresh = time.Second
 )
 
-// populate is whether the kernel maps pages in ahead of the reader
-// (MADV_POPULATE_READ) rather than only reading them into the page cache
-// (MADV_WILLNEED): the reader then takes no fault of its own, where each
-// fault of a cold read mapped at most 64 KiB (14 % of the mount's CPU).
-var populate atomic.Bool
-
-func init() { populate.Store(true) }
+// noPopulate is set once the kernel turned MADV_POPULATE_READ down (before
+// Linux 5.14). Populating maps the pages in ahead of the reader, where
+// MADV_WILLNEED only reads them into the page cache: the reader then takes
+// no fault of its own, where each fault of a cold read mapped at most 64
+// KiB (14 % of the mount's CPU).
+var noPopulate atomic.Bool
 
 // raDone, when set by a test, is called once a read-ahead has been asked for.
 var raDone func()
@@ -88,13 +87,13 @@ func (ra *readAhead) near(v []byte) {
 	go func() {
 		for _, t := range todo[:n] {
 			// A mapping gone meanwhile makes madvise fail: harmless.
-			if !populate.Load() {
-				unix.Syscall(unix.SYS_MADVISE, t[0], t[1]-t[0], unix.MADV_WILLNEED)
-				continue
+			advice := uintptr(unix.MADV_POPULATE_READ)
+			if noPopulate.Load() {
+				advice = unix.MADV_WILLNEED
 			}
-			_, _, e := unix.Syscall(unix.SYS_MADVISE, t[0], t[1]-t[0], unix.MADV_POPULATE_READ)
-			if e == unix.EINVAL {
-				populate.Store(false) // before Linux 5.14
+			_, _, e := unix.Syscall(unix.SYS_MADVISE, t[0], t[1]-t[0], advice)
+			if e == unix.EINVAL && advice == unix.MADV_POPULATE_READ {
+				noPopulate.Store(true)
 				unix.Syscall(unix.SYS_MADVISE, t[0], t[1]-t[0], unix.MADV_WILLNEED)
 			}
 		}

@@ -65,8 +65,18 @@ func TestGetStreamingReadsAhead(t *testing.T) {
 	p := testPage(t)
 	chunks := storedChunks(t, p, writeValue(t, p, benchBytes(32<<20)))
 	d := chunks[len(chunks)/2]
-	settled := func() int {
-		time.Sleep(300 * time.Millisecond) // the advice runs on its own goroutine
+	asked := make(chan struct{}, 1)
+	raDone = func() { asked <- struct{}{} }
+	t.Cleanup(func() { raDone = nil })
+	// The advice runs on its own goroutine: a streaming get waits for it.
+	settled := func(streaming bool) int {
+		if streaming {
+			select {
+			case <-asked:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no read-ahead within 30 s")
+			}
+		}
 		return vlogResident(t, p, false)
 	}
 
@@ -76,12 +86,12 @@ func TestGetStreamingReadsAhead(t *testing.T) {
 	if _, err := p.Get(d, nil); err != nil {
 		t.Fatal(err)
 	}
-	plain := settled()
+	plain := settled(false)
 	vlogResident(t, p, true)
 	if _, err := p.GetStreaming(d, nil); err != nil {
 		t.Fatal(err)
 	}
-	streaming := settled()
+	streaming := settled(true)
 	t.Logf("resident after one get: plain %d KiB, streaming %d KiB", plain>>10, streaming>>10)
 	if streaming < plain+8<<20 {
 		t.Fatalf("streaming get: %d KiB of value log read in, plain get %d KiB", streaming>>10, plain>>10)
@@ -94,7 +104,7 @@ func TestGetStreamingReadsAhead(t *testing.T) {
 	if _, err := p.GetStreaming(d, nil); err != nil {
 		t.Fatal(err)
 	}
-	if again := settled(); again < plain+8<<20 {
+	if again := settled(true); again < plain+8<<20 {
 		t.Fatalf("streaming get %v later: %d KiB of value log read in, plain get %d KiB", raFresh, again>>10, plain>>10)
 	}
 }
@@ -124,7 +134,7 @@ func vlogMapped(t *testing.T, p *Page) int {
 // A streaming get has the value log ahead of it mapped in on another
 // goroutine, so that the reader takes no page faults of its own.
 func TestGetStreamingMapsAhead(t *testing.T) {
-	if !populate.Load() {
+	if noPopulate.Load() {
 		t.Skip("the kernel cannot populate mappings (MADV_POPULATE_READ, Linux 5.14)")
 	}
 	p := testPage(t)
