@@ -48,11 +48,12 @@ if ! command -v fusermount3 >/dev/null && ! command -v fusermount >/dev/null; th
   echo "compare.sh needs fusermount3 for go-fuse's loopback: apt-get install fuse3" >&2
   exit 1
 fi
+JUICEFS=${JUICEFS:-$(command -v juicefs || true)}
 # A full run with JuiceFS used ~46 GiB of the work directory's filesystem at
 # its peak (JuiceFS keeps deleted files in its trash for a day); a run that
 # fills the disk fails halfway with ENOSPC. NEED_GIB overrides the check.
 if [ "${QUICK:-}" = 1 ]; then need_gib=${NEED_GIB:-8}
-elif [ -n "${JUICEFS:-$(command -v juicefs || true)}" ]; then need_gib=${NEED_GIB:-64}
+elif [ -n "$JUICEFS" ]; then need_gib=${NEED_GIB:-64}
 else need_gib=${NEED_GIB:-24}; fi
 mkdir -p "$work"
 free_gib=$(( $(df -Pk "$work" | awk 'NR==2 {print $4}') / 1048576 ))
@@ -102,7 +103,6 @@ if [ "$(id -u)" = 0 ]; then
   dir[lb-nopt]="$work/lbnp"
   store[lb-nopt]="$work/lbnp-under"
 fi
-JUICEFS=${JUICEFS:-$(command -v juicefs || true)}
 if [ -n "$JUICEFS" ]; then
   mkdir -p "$work/jfs-data/bucket" "$work/jfs" "$work/jfs-cache"
   "$JUICEFS" format --storage file --bucket "$work/jfs-data/bucket/" "badger://$work/jfs-data/meta" bench >"$work/juicefs-format.log" 2>&1
