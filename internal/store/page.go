@@ -177,7 +177,7 @@ func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 	if stream {
 		p.repo.trim.add(len(out))
 	} else {
-		p.repo.trim.add(max(len(out), readAround))
+		p.repo.trim.add(max(len(out), valueReadAround))
 	}
 	return out, err
 }

@@ -3,8 +3,6 @@ package store
 import (
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -110,25 +108,10 @@ func TestGetStreamingReadsAhead(t *testing.T) {
 }
 
 // vlogMapped returns how many bytes of the page's value logs are mapped in
-// this process (the Rss of their mappings in /proc/self/smaps).
+// this process.
 func vlogMapped(t *testing.T, p *Page) int {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/smaps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, in, total := p.db.Opts().ValueDir, false, 0
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		switch {
-		case len(f) >= 6 && strings.Contains(f[0], "-"):
-			in = strings.HasPrefix(f[5], dir) && strings.HasSuffix(f[5], ".vlog")
-		case in && len(f) == 3 && f[0] == "Rss:":
-			kb, _ := strconv.Atoi(f[1])
-			total += kb << 10
-		}
-	}
-	return total
+	return mappedKiB(t, p.db.Opts().ValueDir, ".vlog") << 10
 }
 
 // A streaming get has the value log ahead of it mapped in on another
@@ -188,7 +171,7 @@ func TestStreamingGetsCountTheirBytes(t *testing.T) {
 	if traffic, read := counted(p.GetStreaming); traffic != read {
 		t.Errorf("%d streaming gets of %d bytes counted %d bytes", len(chunks), read, traffic)
 	}
-	if traffic, _ := counted(p.Get); traffic < int64(len(chunks))*readAround {
+	if traffic, _ := counted(p.Get); traffic < int64(len(chunks))*valueReadAround {
 		t.Errorf("%d plain gets counted %d bytes, want at least the read-around of each", len(chunks), traffic)
 	}
 }

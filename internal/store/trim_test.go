@@ -30,6 +30,7 @@ func procStatusKiB(t testing.TB, field string) int {
 // Writing a large value leaves the value log's pages out of the process.
 func TestValueLogPagesAreTrimmed(t *testing.T) {
 	p := testPage(t)
+	p.repo.trim.above.Store(trimAbove) // what a writer's heap leaves it
 	before := procStatusKiB(t, "RssFile")
 	data := make([]byte, 300<<20)
 	seed := uint64(1)
@@ -107,21 +108,85 @@ func readTables(t *testing.T, p *Page) {
 	}
 }
 
-// Tables read through their mappings leave the process at a trim.
+// Tables read through their mappings leave the process at a trim if the
+// file-backed RSS is above the limit once the value logs' pages are gone;
+// below it they stay, as every get reads them.
 func TestTablePagesAreTrimmed(t *testing.T) {
 	p := testPage(t)
-	p.repo.trim.running.Lock() // only this test's trim
+	p.repo.trim.running.Lock() // only this test's trims
 	defer p.repo.trim.running.Unlock()
+	writeValue(t, p, benchBytes(8<<20))
 	readTables(t, p)
 	dir := p.repo.trim.dir
-	before := mappedKiB(t, dir, ".sst")
-	if err := p.repo.trim.trim(); err != nil {
-		t.Fatal(err)
+	trim := func(limit int64) (sst, vlog int) {
+		t.Helper()
+		p.repo.trim.above.Store(limit)
+		if err := p.repo.trim.trim(); err != nil {
+			t.Fatal(err)
+		}
+		return mappedKiB(t, dir, ".sst"), mappedKiB(t, dir, ".vlog")
 	}
-	after := mappedKiB(t, dir, ".sst")
-	t.Logf("resident table pages: %d KiB before the trim, %d KiB after", before, after)
-	if before < 4<<10 || after > before/8 {
-		t.Fatalf("resident table pages: %d KiB before the trim, %d KiB after", before, after)
+	before := mappedKiB(t, dir, ".sst")
+	kept, vlog := trim(fileRSS() + 256<<20)
+	t.Logf("below the limit: resident table pages %d KiB before the trim, %d KiB after; value log %d KiB after", before, kept, vlog)
+	if before < 4<<10 || kept < before*3/4 || vlog > 1<<10 {
+		t.Fatalf("below the limit: resident table pages %d KiB before the trim, %d KiB after; value log %d KiB after", before, kept, vlog)
+	}
+	after, _ := trim(1)
+	t.Logf("above the limit: resident table pages %d KiB after the trim", after)
+	if after > before/8 {
+		t.Fatalf("above the limit: resident table pages %d KiB before the trim, %d KiB after", before, after)
+	}
+}
+
+// A reader whose pages fit under the limit keeps them mapped however much
+// it reads: a fault costs more than the read. Above the limit its traffic
+// trims them.
+func TestReadsTrimOnlyAboveTheLimit(t *testing.T) {
+	p := testPage(t)
+	chunks := storedChunks(t, p, writeValue(t, p, benchBytes(8<<20)))
+	readAll := func(times int) {
+		t.Helper()
+		for range times {
+			for _, d := range chunks {
+				if _, err := p.Get(d, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		p.repo.trim.running.Lock() // wait for a trim the reads started
+		p.repo.trim.running.Unlock()
+	}
+	p.repo.trim.above.Store(fileRSS() + 256<<20)
+	readAll(1)
+	mapped := vlogMapped(t, p)
+	// Each plain get counts the read-around: this is many trims' worth.
+	readAll(8)
+	kept := vlogMapped(t, p)
+	t.Logf("below the limit: value log mapped %d KiB after one read of each chunk, %d KiB after eight more", mapped>>10, kept>>10)
+	if mapped < 6<<20 || kept < mapped*3/4 {
+		t.Fatalf("below the limit: value log mapped %d KiB after one read of each chunk, %d KiB after eight more", mapped>>10, kept>>10)
+	}
+	// Above the limit, read until a trim starts (it starts the count
+	// anew), then let it finish.
+	p.repo.trim.above.Store(1)
+	trimmed := false
+	for _, d := range chunks {
+		before := p.repo.trim.traffic.Load()
+		if _, err := p.Get(d, nil); err != nil {
+			t.Fatal(err)
+		}
+		if p.repo.trim.traffic.Load() < before {
+			trimmed = true
+			break
+		}
+	}
+	p.repo.trim.running.Lock()
+	p.repo.trim.running.Unlock()
+	left := vlogMapped(t, p)
+	t.Logf("above the limit: value log mapped %d KiB after a trim the reads started", left>>10)
+	if !trimmed || left > mapped/4 {
+		t.Fatalf("above the limit: reads of %d chunks started a trim: %v; value log mapped %d KiB after it, %d KiB before", len(chunks), trimmed, left>>10, mapped>>10)
 	}
 }
 
@@ -129,7 +194,8 @@ func TestTablePagesAreTrimmed(t *testing.T) {
 // leave the process at the next periodic check.
 func TestPeriodicTrim(t *testing.T) {
 	p := testPage(t)
-	p.repo.trim.running.Lock() // no trim until the pages are counted
+	p.repo.trim.above.Store(trimAbove) // what a writer's heap leaves it
+	p.repo.trim.running.Lock()         // no trim until the pages are counted
 	readTables(t, p)
 	dir := p.repo.trim.dir
 	before := mappedKiB(t, dir, ".sst")
@@ -146,6 +212,23 @@ func TestPeriodicTrim(t *testing.T) {
 	t.Logf("resident table pages: %d KiB after reading, %d KiB after the periodic check", before, after)
 	if before < 4<<10 || after > before/8 {
 		t.Fatalf("resident table pages: %d KiB after reading, %d KiB after the periodic check", before, after)
+	}
+}
+
+// The limit leaves mapped pages what the rest of the process leaves of the
+// budget, and never less than trimAbove.
+func TestLimitFollowsTheRestOfTheProcess(t *testing.T) {
+	for _, anon := range []int64{0, 16 << 20, rssBudget / 2, rssBudget - trimAbove, rssBudget, 4 * rssBudget} {
+		for _, file := range []int64{0, 8 << 20, rssBudget} {
+			l := limit(anon+file, file)
+			if l < trimAbove || anon+l > max(rssBudget, anon+trimAbove) {
+				t.Errorf("%d MiB heap and %d MiB mapped: limit %d MiB, want at least %d MiB and at most what the heap leaves of %d MiB",
+					anon>>20, file>>20, l>>20, trimAbove>>20, rssBudget>>20)
+			}
+			if anon+trimAbove <= rssBudget && anon+l != rssBudget {
+				t.Errorf("%d MiB heap: limit %d MiB leaves part of the %d MiB budget unused", anon>>20, l>>20, rssBudget>>20)
+			}
+		}
 	}
 }
 
