@@ -292,7 +292,7 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) (err error) {
 		w.New = append(w.New, d)
 	}
 	w.pending += len(stored)
-	w.p.repo.trim.add(len(stored))
+	w.p.repo.trim.addWritten(len(stored))
 	if w.pending >= flushBytes {
 		return w.commitAsync()
 	}
@@ -549,7 +549,7 @@ func (p *Page) IsTransient(d cas.Digest) (bool, error) {
 	// A large value's commit looks up the status of each of its chunks, in
 	// no order the tables know: each lookup maps a block and the pages the
 	// kernel maps around it, 150 MiB of RSS for 4 GiB before the next trim.
-	p.repo.trim.add(readAround)
+	p.repo.trim.addWritten(readAround)
 	err := p.view(func(txn *badger.Txn) error {
 		_, err := txn.Get(StatusKey(Transient, d))
 		return err

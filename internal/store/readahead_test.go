@@ -20,7 +20,7 @@ func vlogResident(t *testing.T, p *Page, evict bool) int {
 		if err := p.Sync(); err != nil {
 			t.Fatal(err)
 		}
-		p.repo.trim.trim() // Badger's own mappings keep pages in the cache
+		p.repo.trim.trim(true) // Badger's own mappings keep pages in the cache
 	}
 	files, err := filepath.Glob(filepath.Join(p.db.Opts().ValueDir, "*.vlog"))
 	if err != nil {
@@ -125,7 +125,7 @@ func TestGetStreamingMapsAhead(t *testing.T) {
 	done := make(chan struct{}, 1)
 	raDone = func() { done <- struct{}{} }
 	t.Cleanup(func() { raDone = nil })
-	p.repo.trim.trim()
+	p.repo.trim.trim(true)
 	// No periodic trim drops what the read-ahead maps meanwhile: it runs
 	// whenever the process's file-backed RSS is above trimAbove, as a test
 	// binary built with -race alone may be.
