@@ -36,6 +36,10 @@ var noPopulate atomic.Bool
 // raDone, when set by a test, is called once a read-ahead has been asked for.
 var raDone func()
 
+// raClock tells when a region was asked for; a test moves it on past
+// raFresh.
+var raClock = time.Now
+
 // readAhead is a page's record of the value-log regions it asked for.
 type readAhead struct {
 	mu   sync.Mutex
@@ -69,7 +73,7 @@ func (ra *readAhead) near(v []byte) {
 	}
 	var todo [2*raAround + 1][2]uintptr
 	n := 0
-	r, now := addr/raRegion, time.Now()
+	r, now := addr/raRegion, raClock()
 	for b := r - raAround; b <= r+raAround; b++ {
 		start, end := max(b*raRegion, ra.m.start), min((b+1)*raRegion, ra.m.end)
 		if start >= end || ra.askedLately(b, now) {

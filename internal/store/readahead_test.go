@@ -98,7 +98,9 @@ func TestGetStreamingReadsAhead(t *testing.T) {
 	// A later read of the same stretch, once the pages left the cache,
 	// is read ahead again.
 	vlogResident(t, p, true)
-	time.Sleep(raFresh)
+	later := time.Now().Add(raFresh)
+	raClock = func() time.Time { return later }
+	t.Cleanup(func() { raClock = time.Now })
 	if _, err := p.GetStreaming(d, nil); err != nil {
 		t.Fatal(err)
 	}
