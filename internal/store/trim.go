@@ -83,11 +83,6 @@ func (t *trimmer) count(n int, writing bool) {
 	if !t.running.TryLock() {
 		return
 	}
-	if !t.over(writing) {
-		t.traffic.Store(0)
-		t.running.Unlock()
-		return
-	}
 	// The caller trims: random gets map 2 MiB each, and while a trim
 	// waited for a goroutine of its own a random read of 4 GiB took the
 	// RSS to 357-404 MiB (200 MiB when the caller trims, at more IOPS).
@@ -115,12 +110,13 @@ func limit(total, file int64) int64 {
 	return max(trimAbove, rssBudget-(total-file))
 }
 
-// trimLocked trims, with t.running held, and starts counting traffic anew.
+// trimLocked trims, with t.running held, if the file-backed RSS is above
+// the limit (of a writer, if writing), and starts counting traffic anew.
 func (t *trimmer) trimLocked(writing bool) {
-	// The count starts anew even when trimming is off, or every later get
-	// would start a goroutine that does nothing.
+	// The count starts anew even when there is nothing to trim, or every
+	// later get would read the RSS again.
 	t.traffic.Store(0)
-	if t.off.Load() {
+	if t.off.Load() || !t.over(writing) {
 		return
 	}
 	if err := t.trim(writing); err != nil {
@@ -146,13 +142,6 @@ func (t *trimmer) run(stop <-chan struct{}) {
 		t.trimLocked(writing)
 		t.running.Unlock()
 	}
-}
-
-// fileRSS returns the process's resident file-backed and shared memory in
-// bytes (statm's third field), or 0 if it cannot tell.
-func fileRSS() int64 {
-	_, file := rss()
-	return file
 }
 
 // rss returns the process's resident memory and the file-backed and shared
@@ -188,10 +177,6 @@ func (t *trimmer) settle() {
 		return
 	}
 	defer t.running.Unlock()
-	if !t.over(true) {
-		t.traffic.Store(0)
-		return
-	}
 	t.trimLocked(true)
 }
 

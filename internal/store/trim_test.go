@@ -165,7 +165,7 @@ func TestReadsTrimOnlyAboveTheLimit(t *testing.T) {
 				}
 			}
 		}
-		p.repo.trim.running.Lock() // wait for a trim the reads started
+		p.repo.trim.running.Lock() // wait for a periodic trim under way
 		p.repo.trim.running.Unlock()
 	}
 	p.repo.trim.above.Store(fileRSS() + 256<<20)
@@ -178,8 +178,8 @@ func TestReadsTrimOnlyAboveTheLimit(t *testing.T) {
 	if mapped < 6<<20 || kept < mapped*3/4 {
 		t.Fatalf("below the limit: value log mapped %d KiB after one read of each chunk, %d KiB after eight more", mapped>>10, kept>>10)
 	}
-	// Above the limit, read until a trim starts (it starts the count
-	// anew), then let it finish.
+	// Above the limit, read until a get trims (it starts the count anew),
+	// and let a periodic trim under way finish.
 	p.repo.trim.above.Store(1)
 	trimmed := false
 	for _, d := range chunks {
@@ -241,6 +241,13 @@ func TestLimitFollowsTheRestOfTheProcess(t *testing.T) {
 			}
 		}
 	}
+}
+
+// fileRSS returns the process's resident file-backed and shared memory in
+// bytes.
+func fileRSS() int64 {
+	_, file := rss()
+	return file
 }
 
 func TestFileRSS(t *testing.T) {
