@@ -1,0 +1,158 @@
+package synclog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// A Record is one change of an entry: a delete, or a put whose value is
+// the bytes Keep of the value Base, zeros up to Size, and Extents over
+// them. Base is a value that was durable when the record was appended, or
+// the Result of the key's previous record in the same epoch; a record with
+// Keep 0 needs no base. Result is the digest of the value that content
+// makes, Op the journal row of the put (value and metadata).
+type Record struct {
+	Key     string
+	Delete  bool
+	Op      []byte
+	Base    []byte
+	Keep    uint64
+	Size    uint64
+	Result  []byte
+	Extents []Extent
+}
+
+// An Extent is bytes at an offset.
+type Extent struct {
+	Off  uint64
+	Data []byte
+}
+
+const (
+	kindPut    = 1
+	kindDelete = 2
+)
+
+// Len is an upper bound of the record's encoded size.
+func (r *Record) Len() int {
+	n := 1 + 4*binary.MaxVarintLen64 + len(r.Key) + len(r.Op) + len(r.Base) + len(r.Result) + 2*8
+	for _, e := range r.Extents {
+		n += 8 + binary.MaxVarintLen64 + len(e.Data)
+	}
+	return n + binary.MaxVarintLen64
+}
+
+// MarshalBinary encodes the record: a kind byte, then for a put the
+// length-prefixed key, op, base and result, keep and size (8 bytes each,
+// little-endian), the extent count and each extent's offset (8 bytes) and
+// length-prefixed bytes; for a delete the key alone.
+func (r *Record) MarshalBinary() ([]byte, error) {
+	if r.Delete {
+		b := []byte{kindDelete}
+		return appendBytes(b, []byte(r.Key)), nil
+	}
+	for i, e := range r.Extents {
+		if e.Off+uint64(len(e.Data)) > r.Size || e.Off+uint64(len(e.Data)) < e.Off {
+			return nil, fmt.Errorf("synclog: extent %d past the value's size %d", i, r.Size)
+		}
+	}
+	b := make([]byte, 0, r.Len())
+	b = append(b, kindPut)
+	b = appendBytes(b, []byte(r.Key))
+	b = appendBytes(b, r.Op)
+	b = appendBytes(b, r.Base)
+	b = appendBytes(b, r.Result)
+	b = binary.LittleEndian.AppendUint64(b, r.Keep)
+	b = binary.LittleEndian.AppendUint64(b, r.Size)
+	b = binary.AppendUvarint(b, uint64(len(r.Extents)))
+	for _, e := range r.Extents {
+		b = binary.LittleEndian.AppendUint64(b, e.Off)
+		b = appendBytes(b, e.Data)
+	}
+	return b, nil
+}
+
+func appendBytes(b, v []byte) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
+}
+
+var errMalformed = errors.New("synclog: malformed record")
+
+// UnmarshalBinary decodes a record; its byte slices alias b.
+func (r *Record) UnmarshalBinary(b []byte) error {
+	*r = Record{}
+	d := decoder{b: b}
+	kind := d.byte()
+	r.Key = string(d.bytes())
+	switch kind {
+	case kindDelete:
+		r.Delete = true
+	case kindPut:
+		r.Op, r.Base, r.Result = d.bytes(), d.bytes(), d.bytes()
+		r.Keep, r.Size = d.u64(), d.u64()
+		n := d.uvarint()
+		if n > uint64(len(d.b)) {
+			return errMalformed
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			e := Extent{Off: d.u64(), Data: d.bytes()}
+			if e.Off+uint64(len(e.Data)) > r.Size || e.Off+uint64(len(e.Data)) < e.Off {
+				return errMalformed
+			}
+			r.Extents = append(r.Extents, e)
+		}
+	default:
+		return errMalformed
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return errMalformed
+	}
+	return nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) < 1 {
+		d.err = errMalformed
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) u64() uint64 {
+	if len(d.b) < 8 {
+		d.err = errMalformed
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errMalformed
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(d.b)) {
+		d.err = errMalformed
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}

@@ -1,0 +1,246 @@
+package synclog
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"testing/quick"
+)
+
+func randRecord(rng *rand.Rand) Record {
+	if rng.IntN(4) == 0 {
+		return Record{Key: randString(rng, 40), Delete: true}
+	}
+	r := Record{Key: randString(rng, 40), Op: randBytes(rng, 60), Base: randBytes(rng, 33),
+		Result: randBytes(rng, 33), Keep: rng.Uint64N(1 << 30), Size: 1 << 20}
+	for range rng.IntN(4) {
+		data := randBytes(rng, 300)
+		r.Extents = append(r.Extents, Extent{Off: rng.Uint64N(r.Size - uint64(len(data))), Data: data})
+	}
+	return r
+}
+
+func randBytes(rng *rand.Rand, n int) []byte {
+	b := make([]byte, rng.IntN(n+1))
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+func randString(rng *rand.Rand, n int) string { return string(randBytes(rng, n)) }
+
+// equal compares records treating nil and empty byte slices alike, as the
+// encoding does.
+func equal(a, b Record) bool {
+	norm := func(r Record) Record {
+		for _, p := range []*[]byte{&r.Op, &r.Base, &r.Result} {
+			if len(*p) == 0 {
+				*p = nil
+			}
+		}
+		for i := range r.Extents {
+			if len(r.Extents[i].Data) == 0 {
+				r.Extents[i].Data = nil
+			}
+		}
+		return r
+	}
+	return reflect.DeepEqual(norm(a), norm(b))
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	f := func(seed uint64) bool {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		r := randRecord(rng)
+		b, err := r.MarshalBinary()
+		if err != nil || len(b) > r.Len() {
+			t.Logf("marshal: %v, %d bytes against Len %d", err, len(b), r.Len())
+			return false
+		}
+		var got Record
+		if err := got.UnmarshalBinary(b); err != nil {
+			t.Logf("unmarshal: %v", err)
+			return false
+		}
+		return equal(r, got)
+	}
+	if err := quick.Check(f, &quick.Config{MaxCount: 2000}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExtentPastSizeRefused(t *testing.T) {
+	r := Record{Key: "k", Size: 10, Extents: []Extent{{Off: 8, Data: []byte("abc")}}}
+	if _, err := r.MarshalBinary(); err == nil {
+		t.Fatal("an extent past the value's end was encoded")
+	}
+}
+
+func openLog(t *testing.T, path string) (*Log, []Record) {
+	t.Helper()
+	l, recs, err := Open(path, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, recs
+}
+
+func TestAppendReopenReset(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	l, recs := openLog(t, path)
+	if len(recs) != 0 || !l.Empty() {
+		t.Fatalf("new log: %d records, empty %v", len(recs), l.Empty())
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Size() != 64<<10 {
+		t.Fatalf("new log: %v, size %d, want it allocated whole", err, st.Size())
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var want []Record
+	for range 20 {
+		r := randRecord(rng)
+		if err := l.Append(&r); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, r)
+	}
+	must(t, l.Sync())
+	_, got := openLog(t, path)
+	if len(got) != len(want) {
+		t.Fatalf("reopened: %d records, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !equal(want[i], got[i]) {
+			t.Fatalf("record %d differs after reopening", i)
+		}
+	}
+	// A reset drops them all, though their bytes are still in the file;
+	// a record appended after is the only one read back.
+	must(t, l.Reset())
+	one := randRecord(rng)
+	must(t, l.Append(&one))
+	must(t, l.Sync())
+	l2, got := openLog(t, path)
+	if len(got) != 1 || !equal(got[0], one) {
+		t.Fatalf("after reset: %d records, want the one appended since", len(got))
+	}
+	if l2.Epoch() != l.Epoch() {
+		t.Fatalf("epoch %d read back, %d written", l2.Epoch(), l.Epoch())
+	}
+}
+
+func TestTornRecordEndsTheLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	l, _ := openLog(t, path)
+	rng := rand.New(rand.NewPCG(3, 4))
+	var want []Record
+	var ends []int64
+	for range 5 {
+		r := randRecord(rng)
+		must(t, l.Append(&r))
+		want = append(want, r)
+		ends = append(ends, l.off)
+	}
+	must(t, l.Sync())
+	data, err := os.ReadFile(path)
+	must(t, err)
+	// Damage one byte inside the fourth record: the first three remain.
+	bad := bytes.Clone(data)
+	bad[ends[2]+frameSize+1] ^= 0xff
+	_, recs, end, err := Parse(bad)
+	must(t, err)
+	if len(recs) != 3 || end != ends[2] {
+		t.Fatalf("damaged fourth record: %d records read, ending at %d; want 3 ending at %d", len(recs), end, ends[2])
+	}
+	// A length running past the file ends it too.
+	bad = bytes.Clone(data)
+	bad[ends[3]] = 0xff
+	bad[ends[3]+3] = 0x7f
+	if _, recs, _, _ = Parse(bad); len(recs) != 4 {
+		t.Fatalf("length past the end: %d records, want 4", len(recs))
+	}
+	// A damaged header is an error, not an empty log.
+	bad = bytes.Clone(data)
+	bad[9] ^= 1
+	if _, _, _, err := Parse(bad); err == nil {
+		t.Fatal("damaged header parsed")
+	}
+}
+
+func TestFull(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	l, _ := openLog(t, path)
+	big := Record{Key: "k", Size: 40 << 10, Extents: []Extent{{Data: make([]byte, 40<<10)}}}
+	if err := l.Append(&big); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(&big); err != ErrFull {
+		t.Fatalf("second 40 KiB record in a 64 KiB log: %v, want ErrFull", err)
+	}
+	must(t, l.Reset())
+	if err := l.Append(&big); err != nil {
+		t.Fatalf("after reset: %v", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FuzzParse feeds arbitrary bytes after a valid header: parsing never
+// panics, and what it returns encodes back to records that parse alike.
+func FuzzParse(f *testing.F) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 4 {
+		r := randRecord(rng)
+		b, _ := r.MarshalBinary()
+		f.Add(b)
+	}
+	f.Add([]byte{kindPut, 0, 0})
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		var r Record
+		if r.UnmarshalBinary(payload) != nil {
+			return
+		}
+		b, err := r.MarshalBinary()
+		if err != nil {
+			t.Fatalf("a decoded record does not encode: %v", err)
+		}
+		var again Record
+		if err := again.UnmarshalBinary(b); err != nil || !equal(r, again) {
+			t.Fatalf("re-encoded record differs: %v", err)
+		}
+		l := &Log{epoch: 7}
+		data := append(l.header(), make([]byte, 2*headerSize)...)
+		frame := make([]byte, frameSize)
+		frame[0], frame[1], frame[2], frame[3] = byte(len(payload)), byte(len(payload)>>8), byte(len(payload)>>16), byte(len(payload)>>24)
+		sum := checksum(7, payload)
+		frame[4], frame[5], frame[6], frame[7] = byte(sum), byte(sum>>8), byte(sum>>16), byte(sum>>24)
+		data = append(append(data[:headerSize], frame...), payload...)
+		data = append(data, make([]byte, headerSize)...)
+		if _, recs, _, err := Parse(data); err != nil || len(recs) != 1 {
+			t.Fatalf("a valid frame parsed as %d records (%v)", len(recs), err)
+		}
+	})
+}
+
+// FuzzParseFile parses arbitrary bytes as a whole log: never a panic, and
+// never a record past the end.
+func FuzzParseFile(f *testing.F) {
+	l := &Log{epoch: 3}
+	f.Add(append(l.header(), make([]byte, 2*headerSize)...))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, _, end, err := Parse(data)
+		if err == nil && end > int64(len(data)) {
+			t.Fatalf("end %d past %d bytes", end, len(data))
+		}
+	})
+}
