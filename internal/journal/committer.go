@@ -159,7 +159,9 @@ func (c *Committer) Apply(sync bool, ops ...Op) error {
 		if err := c.Wait(); err != nil || !sync {
 			return err
 		}
-		return c.p.Sync()
+		// Through the sync log alone if it holds every change since the
+		// db's last sync.
+		return c.p.SyncUnder("")
 	}
 	if len(ops) > maxImplicitOps {
 		if err := c.Wait(); err != nil {
@@ -347,7 +349,7 @@ func (c *Committer) run() {
 		_, err := j.Commit()
 		took := clock().Sub(start)
 		if err == nil && sync {
-			err = c.p.Sync()
+			err = c.p.SyncUnder("")
 		}
 		c.p.Settle()
 		c.mu.Lock()

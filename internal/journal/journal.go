@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/cas"
 	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/internal/synclog"
 )
 
 // Journal is a set of uncommitted changes to a page, kept in the page's db.
@@ -57,6 +59,13 @@ type Op struct {
 	// commit landed), so that the commit does not look each one up. It
 	// is not recorded: a journal read back from its rows has none.
 	Local []cas.Digest
+	// Log, if not nil, returns the sync log's record of the change
+	// (store.Page.AppendLog), called once the change's rows are written;
+	// LogSize bounds its size. Neither is recorded in the rows. A change
+	// without one, of a key with records in the log, checkpoints the log
+	// first (deletes alone excepted: their records are made here).
+	Log     func() (*synclog.Record, error)
+	LogSize int
 }
 
 // ApplyTo makes the change in tree t.
@@ -221,20 +230,98 @@ func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 	}
 	ops = j.mergeAtimes(ops)
 	es := make([]store.JournalEntry, len(ops))
+	keys := make([]string, 0, len(ops))
 	for i, op := range ops {
 		es[i] = store.JournalEntry{Key: op.Key, Value: EncodeOp(op)}
+		if !op.Atime {
+			keys = append(keys, op.Key)
+		}
 	}
 	if commit == nil {
 		commit = j.p.PutJournalEntries
 	}
-	err := commit(j.ID, es)
-	if err == nil && j.ops != nil {
+	logDeletes, err := j.beforeLogged(ops)
+	if err != nil {
+		return err
+	}
+	written := j.p.NoteChanges(keys, false)
+	err = commit(j.ID, es)
+	written()
+	if err != nil {
+		return err
+	}
+	if j.ops != nil {
 		for _, op := range ops {
 			j.ops[op.Key] = op
 		}
 	}
-	return err
+	return j.log(ops, logDeletes)
 }
+
+// beforeLogged checkpoints the page's sync log if ops would change a key
+// that has records there without a record of their own, or if their
+// records do not fit. It reports whether the deletes among ops are to be
+// logged: an unlink of a logged key, not a rename's delete (replaying a
+// rename's delete alone would lose both names).
+func (j *Journal) beforeLogged(ops []Op) (logDeletes bool, err error) {
+	logDeletes = !j.explicit() && !slices.ContainsFunc(ops, func(op Op) bool { return !op.Delete && !op.Atime })
+	need, checkpoint := 0, false
+	for _, op := range ops {
+		switch {
+		case op.Atime:
+			// An access time may be lost by a crash: a replay
+			// setting the time back is no loss.
+		case op.Log != nil && !j.explicit():
+			need += op.LogSize
+		case op.Delete && logDeletes:
+			if j.p.LogHas(op.Key) {
+				need += len(op.Key) + 16
+			}
+		default:
+			checkpoint = checkpoint || j.p.LogHas(op.Key)
+		}
+	}
+	if checkpoint || need > 0 && !j.p.LogRoom(need) {
+		if err := j.p.Sync(); err != nil {
+			return false, fmt.Errorf("journal: checkpoint the sync log: %w", err)
+		}
+	}
+	return logDeletes, nil
+}
+
+// log appends the records of ops to the page's sync log, once their rows
+// are written. One that does not fit checkpoints the log instead.
+func (j *Journal) log(ops []Op, logDeletes bool) error {
+	for _, op := range ops {
+		var rec *synclog.Record
+		switch {
+		case op.Log != nil && !j.explicit():
+			r, err := op.Log()
+			if err != nil {
+				return err
+			}
+			rec = r
+		case op.Delete && logDeletes && j.p.LogHas(op.Key):
+			rec = &synclog.Record{Key: op.Key, Delete: true}
+		}
+		if rec == nil {
+			continue
+		}
+		if err := j.p.AppendLog(rec); err != nil {
+			if !errors.Is(err, synclog.ErrFull) {
+				slog.Warn("sync log append failed; syncing the page instead", "page", j.p.Ledger+"/"+j.p.Name, "err", err)
+			}
+			if err := j.p.Sync(); err != nil {
+				return fmt.Errorf("journal: checkpoint the sync log: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// explicit reports whether j is a transaction's journal, whose changes a
+// crash drops: they are never logged.
+func (j *Journal) explicit() bool { return strings.HasPrefix(string(j.ID), "E") }
 
 // mergeAtimes folds access times into the changes of their keys already in
 // the journal: into a put (its row carries the time), not after a delete.
@@ -275,12 +362,19 @@ func (j *Journal) Clear() error {
 	if err := j.p.CheckSpace(); err != nil {
 		return err
 	}
+	if !j.p.LogEmpty() { // a clear changes every logged key
+		if err := j.p.Sync(); err != nil {
+			return fmt.Errorf("journal: checkpoint the sync log: %w", err)
+		}
+	}
 	if err := j.deleteOwnRows(); err != nil {
 		return err
 	}
 	if j.ops != nil {
 		clear(j.ops)
 	}
+	written := j.p.NoteChanges(nil, true)
+	defer written()
 	return j.p.ClearJournal(j.ID)
 }
 

@@ -50,6 +50,10 @@ func Recover(p *store.Page) error {
 	if err := p.DropJournals(false); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
+	// What an fsync made durable through the sync log, on top.
+	if err := replayLog(p); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
 	if err := collectTransient(p); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}

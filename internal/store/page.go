@@ -60,6 +60,8 @@ type Page struct {
 	damaged  bool
 
 	ra readAhead
+
+	slog syncLog
 }
 
 // Dir is the directory of the page's db.
@@ -588,7 +590,7 @@ func (p *Page) Sync() error {
 	if p.readOnly != nil {
 		return nil // opened read-only: nothing was written
 	}
-	return p.db.Sync()
+	return p.checkpoint()
 }
 
 // RunGC reclaims value log space; it runs until no file is worth

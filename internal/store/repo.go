@@ -859,6 +859,10 @@ func (r *Repository) newPage(ledger, page string, id PageID, readOnly bool) (*Pa
 	}
 	p := &Page{Ledger: ledger, Name: page, ID: id, db: db, pol: r.pol, repo: r}
 	p.nodes = btree.NewStore(p, r.pol, r.nodes)
+	if err := p.openSyncLog(); err != nil {
+		db.Close()
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -899,7 +903,9 @@ func (r *Repository) closeDB(p *Page) error {
 	}
 	p.mu.Lock()
 	p.closed.Store(true)
-	errs = append(errs, r.closeBadger(p.db))
+	err := r.closeBadger(p.db)
+	err = errors.Join(err, p.closeSyncLog(err == nil && p.readOnly == nil && !r.opts.ReadOnly))
+	errs = append(errs, err)
 	p.mu.Unlock()
 	if !r.opts.ReadOnly && p.readOnly == nil {
 		errs = append(errs, r.db.Update(func(txn *badger.Txn) error {

@@ -18,11 +18,16 @@ type Stats struct {
 	// small write's commit); EditChunked and EditProbed the bytes those
 	// edits chunked and hashed, and chunked again to learn old cuts.
 	Edits, EditChunked, EditProbed uint64
+	// DBSyncs are the syncs of page dbs (checkpoints of their sync logs);
+	// LogSyncs the syncs of sync logs alone, each an fsync or a
+	// directory's fsync that did not need the db synced.
+	DBSyncs, LogSyncs uint64
 }
 
 type counters struct {
 	piecesStored, bytesStored, piecesDedup, bytesDedup atomic.Uint64
 	edits, editChunked, editProbed                     atomic.Uint64
+	dbSyncs, logSyncs                                  atomic.Uint64
 }
 
 // CacheStats are the hits and misses of the repository's caches of decoded
@@ -46,6 +51,7 @@ func (r *Repository) Stats() Stats {
 		PiecesStored: c.piecesStored.Load(), BytesStored: c.bytesStored.Load(),
 		PiecesDeduplicated: c.piecesDedup.Load(), BytesDeduplicated: c.bytesDedup.Load(),
 		Edits: c.edits.Load(), EditChunked: c.editChunked.Load(), EditProbed: c.editProbed.Load(),
+		DBSyncs: c.dbSyncs.Load(), LogSyncs: c.logSyncs.Load(),
 	}
 }
 

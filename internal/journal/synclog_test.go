@@ -1,0 +1,179 @@
+package journal
+
+import (
+	"bytes"
+	"maps"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/ledgerfs/ledgerfs/internal/synclog"
+)
+
+// copyTree copies the files under src to dst, as they are now; Badger's
+// logs are sparse, and stay so.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	if out, err := exec.Command("cp", "-a", "--sparse=always", src, dst).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+}
+
+// loggedPut is a put of key to content, recorded in the sync log as the
+// extents of content that differ from base's (the whole content when base
+// is nil).
+func (e *env) loggedPut(key string, base *Op, baseContent, content []byte, extents []synclog.Extent) Op {
+	op := Op{Key: key, Entry: e.value(string(content))}
+	rec := &synclog.Record{Key: key, Size: uint64(len(content)), Result: []byte(op.Entry.Value.Digest)}
+	if base != nil {
+		rec.Base, rec.Keep = []byte(base.Entry.Value.Digest), uint64(len(baseContent))
+		rec.Extents = extents
+	} else if len(content) > 0 {
+		rec.Extents = []synclog.Extent{{Data: content}}
+	}
+	rec.Op = EncodeOp(op)
+	op.Log, op.LogSize = func() (*synclog.Record, error) { return rec, nil }, rec.Len()
+	return op
+}
+
+// TestSyncLogReplaysWhatTheDbLost copies a repository as a power loss
+// leaves it after changes that only the sync log made durable: the db as
+// of its last sync, the log as synced. Recovery must bring those changes
+// back, and only once.
+func TestSyncLogReplaysWhatTheDbLost(t *testing.T) {
+	e := newEnv(t)
+	rng := rand.New(rand.NewPCG(1, 1))
+	big := make([]byte, 600<<10)
+	for i := range big {
+		big[i] = byte(rng.Uint32())
+	}
+	c := CommitterFor(e.p)
+	f0 := e.put("f", string(big))
+	if err := c.Apply(true, f0, e.put("kept", "unchanged"), e.put("old", "replaced by a logged put")); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(t.TempDir(), "snap")
+	copyTree(t, e.dir, snap)
+
+	// f edited twice (the second record chains from the first), a new
+	// small file, and a logged file unlinked.
+	patch := bytes.Repeat([]byte("x"), 4096)
+	f1 := bytes.Clone(big)
+	copy(f1[100<<10:], patch)
+	f1 = append(f1, "tail"...)
+	op1 := e.loggedPut("f", &f0, big, f1, []synclog.Extent{{Off: 100 << 10, Data: patch}, {Off: uint64(len(big)), Data: []byte("tail")}})
+	f2 := f1[:300<<10] // truncated
+	op2 := e.loggedPut("f", &op1, f2, f2, nil)
+	newOp := e.loggedPut("new", nil, nil, []byte("written and fsynced"), nil)
+	oldOp := e.loggedPut("old", nil, nil, []byte("new content"), nil)
+	for _, op := range []Op{op1, op2, newOp, oldOp} {
+		if err := c.Queue(nil, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Queue(nil, Op{Key: "old", Delete: true}); err != nil {
+		t.Fatal(err)
+	}
+	if !e.p.Durable("f") || !e.p.Durable("old") {
+		t.Fatal("logged changes not durable through the log")
+	}
+	if e.p.Durable("kept") != true {
+		t.Fatal("a change synced with the db is not durable")
+	}
+	if err := e.p.SyncLog(); err != nil {
+		t.Fatal(err)
+	}
+	pageDir := e.p.Dir()
+	rel, _ := filepath.Rel(e.dir, pageDir)
+	copyTree(t, filepath.Join(pageDir, synclog.FileName), filepath.Join(snap, rel, synclog.FileName))
+
+	want := map[string]string{"f": string(f2), "kept": "unchanged", "new": "written and fsynced"}
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.state(); !maps.Equal(got, want) {
+		t.Fatalf("before the copy's recovery the page itself holds %d keys, want %v", len(got), slicesKeys(want))
+	}
+	lost := &env{t: t, dir: snap}
+	lost.open()
+	defer lost.repo.Close()
+	lost.acquire()
+	if got := lost.state(); !maps.Equal(got, want) {
+		t.Fatalf("after recovery from the log: keys %v, f %d bytes; want keys %v, f %d bytes",
+			slicesKeys(got), len(got["f"]), slicesKeys(want), len(f2))
+	}
+	if recs := lost.p.LoggedRecords(); len(recs) != 0 {
+		t.Fatalf("%d records left for the next recovery", len(recs))
+	}
+	lost.verify()
+	// A change after recovery is not undone by the records replayed.
+	if err := CommitterFor(lost.p).Apply(false, Op{Key: "new", Delete: true}); err != nil {
+		t.Fatal(err)
+	}
+	lost.repo.Close()
+	lost.open()
+	lost.acquire()
+	delete(want, "new")
+	if got := lost.state(); !maps.Equal(got, want) {
+		t.Fatalf("second open: keys %v, want %v", slicesKeys(got), slicesKeys(want))
+	}
+}
+
+// TestUnloggedChangeOfLoggedKeyCheckpoints: a change of a key the log
+// holds, made without a record (a rename's put, a chmod), syncs the db
+// and empties the log first, so that no replay can undo it.
+func TestUnloggedChangeOfLoggedKeyCheckpoints(t *testing.T) {
+	e := newEnv(t)
+	c := CommitterFor(e.p)
+	if err := c.Apply(true, e.put("a", "1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Queue(nil, e.loggedPut("a", nil, nil, []byte("2"), nil)); err != nil {
+		t.Fatal(err)
+	}
+	if !e.p.LogHas("a") {
+		t.Fatal("logged put not in the log")
+	}
+	if err := c.Queue(nil, e.put("a", "3")); err != nil {
+		t.Fatal(err)
+	}
+	if e.p.LogHas("a") || !e.p.LogEmpty() {
+		t.Fatal("an unlogged put of a logged key left the log's records")
+	}
+}
+
+// TestCanLogNeedsADurableBase: a record may build on the key's value only
+// if that value is durable or the key's latest record's result.
+func TestCanLogNeedsADurableBase(t *testing.T) {
+	e := newEnv(t)
+	c := CommitterFor(e.p)
+	a := e.put("a", "closed, not synced")
+	if err := c.Apply(false, a); err != nil {
+		t.Fatal(err)
+	}
+	if e.p.CanLog("a", []byte(a.Entry.Value.Digest)) {
+		t.Fatal("a record may build on a value never synced")
+	}
+	if err := e.p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if !e.p.CanLog("a", []byte(a.Entry.Value.Digest)) {
+		t.Fatal("a synced value may not be built on")
+	}
+	op := e.loggedPut("a", &a, []byte("closed, not synced"), []byte("closed, not synced!"), []synclog.Extent{{Off: 18, Data: []byte("!")}})
+	if err := c.Queue(nil, op); err != nil {
+		t.Fatal(err)
+	}
+	if !e.p.CanLog("a", []byte(op.Entry.Value.Digest)) || e.p.CanLog("a", []byte(a.Entry.Value.Digest)) {
+		t.Fatal("the next record must chain from the latest one")
+	}
+}
+
+func slicesKeys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
