@@ -66,6 +66,14 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 	if !ok {
 		return 0 // deleted meanwhile
 	}
+	// An fsync on the live page is queued as a close is, and made durable
+	// by a record in the page's sync log rather than a sync of its db; a
+	// close of a key the log holds is recorded too (see journal.Op.Log).
+	var logged func(*journal.Op)
+	queues := f.pg.v.queues()
+	if queues && (sync || f.c.p.LogHas(key)) {
+		logged = f.logChange(f.c.p, key)
+	}
 	id, size, w, err := f.c.value()
 	if err != nil {
 		return errno("commit", err)
@@ -76,12 +84,20 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 	m := f.meta
 	m.Size = uint64(size)
 	op := journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: m}, Local: f.c.kept}
-	queued := mode == commitQueue && f.pg.v.queues()
+	if logged != nil {
+		logged(&op)
+	}
+	queued := queues && (mode == commitQueue || sync && logged != nil)
 	if queued {
 		// The value's last pieces land with its journal entry, or
 		// neither does.
 		if err := f.queue(key, op, w); err != nil {
 			return errno("commit", f.c.stored(err))
+		}
+		if sync {
+			if err := f.syncLogged(key); err != nil {
+				return errno("fsync", err)
+			}
 		}
 	} else {
 		if w != nil {
@@ -106,6 +122,18 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 		f.pg.unpend(key, f)
 	}
 	return 0
+}
+
+// syncLogged makes the change of key just queued durable: through the
+// sync log if its record is there, else by syncing the db. The commit
+// lands with the next batch, as a close's does: durable, the change need
+// not be in history yet (a view of history waits for it).
+func (f *fileNode) syncLogged(key string) error {
+	p := f.c.p
+	if p.Durable(key) {
+		return p.SyncLog()
+	}
+	return f.pg.apply(true)
 }
 
 // queue records op in the page's journal, in one db transaction with the

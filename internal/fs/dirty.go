@@ -35,6 +35,9 @@ type content struct {
 	kept      []cas.Digest
 	size      int64
 	dirty     bool
+	// streamed is set while the base is a value streamed since the
+	// last commit, not the committed one.
+	streamed bool
 
 	stream    *store.ValueWriter
 	streamPos int64
@@ -76,7 +79,7 @@ func (c *content) reset(id cas.ObjectIdentifier, size int64) {
 	c.failed, c.unstored = nil, false
 	c.base, c.baseID, c.baseSize, c.size, c.dirty = nil, id, size, size, false
 	c.baseFull, c.baseLen = true, size
-	c.baseLocal, c.kept = false, nil
+	c.baseLocal, c.kept, c.streamed = false, nil, false
 }
 
 // baseReader opens the base value at its first read: after a close, reading
@@ -190,7 +193,7 @@ func (c *content) endStreamLater() (*store.ValueWriter, error) {
 	}
 	c.base, c.baseID, c.baseSize, c.baseFull = nil, id, int64(size), true
 	c.baseLen, c.baseLocal = int64(size), false
-	c.unstored = true
+	c.unstored, c.streamed = true, true
 	return w, nil
 }
 
