@@ -2,6 +2,7 @@ package mount_test
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -64,4 +65,81 @@ func TestFsyncGoesThroughTheSyncLog(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(s.page("s", "p"), "db")); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("after remount the file differs (%v)", err)
 	}
+}
+
+// A change made after an fsync that only the sync log made durable is not
+// undone by the log's replay after a kill -9: a rename, an unlink, a chmod
+// and a close with more bytes, each of a file whose write the log holds.
+func TestChangeAfterLoggedFsyncSurvivesKill(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo)
+	s.page("l", "p")
+	path := func(name string) string { return filepath.Join(s.mnt, "l", "p", name) }
+	for _, c := range []struct {
+		kind   string
+		change func(name string)
+		check  func(name string) error
+	}{
+		{"rename", func(name string) {
+			must(t, os.Rename(path(name), path(name+".moved")))
+		}, func(name string) error {
+			if _, err := os.Lstat(path(name)); !os.IsNotExist(err) {
+				return fmt.Errorf("the old name is back (%v)", err)
+			}
+			if b, err := os.ReadFile(path(name + ".moved")); err != nil || string(b) != "logged" {
+				return fmt.Errorf("the new name holds %q (%v)", b, err)
+			}
+			return nil
+		}},
+		{"unlink", func(name string) {
+			must(t, os.Remove(path(name)))
+		}, func(name string) error {
+			if _, err := os.Lstat(path(name)); !os.IsNotExist(err) {
+				return fmt.Errorf("the file is back (%v)", err)
+			}
+			return nil
+		}},
+		{"chmod", func(name string) {
+			must(t, os.Chmod(path(name), 0o600))
+		}, func(name string) error {
+			if fi, err := os.Stat(path(name)); err != nil || fi.Mode().Perm() != 0o600 {
+				return fmt.Errorf("mode %v (%v)", fi.Mode(), err)
+			}
+			return nil
+		}},
+		{"close with more bytes", func(name string) {
+			f, err := os.OpenFile(path(name), os.O_WRONLY|os.O_APPEND, 0)
+			must(t, err)
+			_, err = f.Write([]byte(" and closed"))
+			must(t, err)
+			must(t, f.Close())
+		}, func(name string) error {
+			if b, err := os.ReadFile(path(name)); err != nil || string(b) != "logged and closed" {
+				return fmt.Errorf("holds %q (%v)", b, err)
+			}
+			return nil
+		}},
+	} {
+		name := "f-" + c.kind[:5]
+		pg := path("")
+		must(t, os.WriteFile(path(name), []byte("old"), 0o644))
+		syncDir(t, pg)
+		f, err := os.OpenFile(path(name), os.O_RDWR|os.O_TRUNC, 0)
+		must(t, err)
+		_, err = f.Write([]byte("logged"))
+		must(t, err)
+		must(t, f.Sync())
+		must(t, f.Close())
+		c.change(name)
+		// A view of history waits for the change to land without syncing
+		// anything: the kill finds it in the db's unsynced writes.
+		ls(t, filepath.Join(pg, ".ledger", "commits"))
+		s.kill()
+		s = mount(t, repo)
+		if err := c.check(name); err != nil {
+			t.Errorf("%s after a logged fsync, then kill -9: %v", c.kind, err)
+		}
+	}
+	s.stop()
 }

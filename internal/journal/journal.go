@@ -290,30 +290,29 @@ func (j *Journal) beforeLogged(ops []Op) (logDeletes bool, err error) {
 }
 
 // log appends the records of ops to the page's sync log, once their rows
-// are written. One that does not fit checkpoints the log instead.
+// are written. A record that cannot be made or does not fit checkpoints
+// the log instead: the change is then durable with the db, and no earlier
+// record of its key is left to undo it.
 func (j *Journal) log(ops []Op, logDeletes bool) error {
 	for _, op := range ops {
-		var rec *synclog.Record
+		var err error
 		switch {
 		case op.Log != nil && !j.explicit():
-			r, err := op.Log()
-			if err != nil {
-				return err
+			var rec *synclog.Record
+			if rec, err = op.Log(); err == nil {
+				err = j.p.AppendLog(rec)
 			}
-			rec = r
 		case op.Delete && logDeletes && j.p.LogHas(op.Key):
-			rec = &synclog.Record{Key: op.Key, Delete: true}
+			err = j.p.AppendLog(&synclog.Record{Key: op.Key, Delete: true})
 		}
-		if rec == nil {
+		if err == nil {
 			continue
 		}
-		if err := j.p.AppendLog(rec); err != nil {
-			if !errors.Is(err, synclog.ErrFull) {
-				slog.Warn("sync log append failed; syncing the page instead", "page", j.p.Ledger+"/"+j.p.Name, "err", err)
-			}
-			if err := j.p.Sync(); err != nil {
-				return fmt.Errorf("journal: checkpoint the sync log: %w", err)
-			}
+		if !errors.Is(err, synclog.ErrFull) {
+			slog.Warn("no sync log record of a change; syncing the page instead", "page", j.p.Ledger+"/"+j.p.Name, "key", op.Key, "err", err)
+		}
+		if err := j.p.Sync(); err != nil {
+			return fmt.Errorf("journal: checkpoint the sync log: %w", err)
 		}
 	}
 	return nil

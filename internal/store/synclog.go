@@ -40,6 +40,9 @@ type syncLog struct {
 	// results holds the Result of each key's latest record in the
 	// current epoch (empty for a delete).
 	results map[string]string
+	// failed is why the log could not be created: the page syncs its db
+	// instead until it is opened again.
+	failed error
 }
 
 // keyChange is the latest change of a key the page knows of: the
@@ -165,9 +168,14 @@ func (p *Page) AppendLog(r *synclog.Record) error {
 	l := &p.slog
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.failed != nil {
+		return synclog.ErrFull // said once; the db's syncs do the work
+	}
 	if l.log == nil {
 		log, recs, err := synclog.Open(l.path, synclog.DefaultSize)
 		if err != nil {
+			// A full disk, say: the page goes on syncing its db.
+			l.failed = err
 			return err
 		}
 		if len(recs) > 0 {
