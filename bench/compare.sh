@@ -196,15 +196,16 @@ for t in "${order[@]}"; do
   fi
 
   # Small synchronous writes: a commit each on ledgerfs. On ledgerfs the
-  # bytes its edits chunked per commit are read from the mount's .stats.
-  edited() { awk '/^ledgerfs_value_edit_bytes_total/{b+=$2} /^ledgerfs_value_edits_total/{n=$2} END{printf "%d %d\n", b, n}' "$work/lf/.stats"; }
+  # bytes its edits chunked per commit, and the syncs of its sync log and of
+  # its db, are read from the mount's .stats.
+  edited() { awk '/^ledgerfs_value_edit_bytes_total/{b+=$2} /^ledgerfs_value_edits_total/{n=$2} /^ledgerfs_syncs_total\{what="log"\}/{l=$2} /^ledgerfs_syncs_total\{what="db"\}/{d=$2} END{printf "%d %d %d %d\n", b, n, l, d}' "$work/lf/.stats"; }
   syncfield() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$@"; }
   for mib in 4 "$SIZE_MIB"; do
-    [ "$t" = ledgerfs ] && read -r b0 n0 < <(edited)
+    [ "$t" = ledgerfs ] && read -r b0 n0 l0 d0 < <(edited)
     python3 bench/syncwrite.py pwrite "$d/sync$mib" "$mib" "$SYNC_OPS" >"$work/sync-$t-$mib.json"
     if [ "$t" = ledgerfs ]; then
-      read -r b1 n1 < <(edited)
-      echo "$(( (b1 - b0) / (n1 > n0 ? n1 - n0 : 1) )) bytes chunked per commit in $((n1 - n0)) edits" >"$work/sync-edit-$mib.txt"
+      read -r b1 n1 l1 d1 < <(edited)
+      echo "$(( (b1 - b0) / (n1 > n0 ? n1 - n0 : 1) )) bytes chunked per commit in $((n1 - n0)) edits; $((l1 - l0)) syncs of the sync log, $((d1 - d0)) of the db" >"$work/sync-edit-$mib.txt"
     fi
     measure "4 KiB pwrite+fdatasync, ${mib} MiB file: p50" ms "$t" "$(syncfield "$work/sync-$t-$mib.json" p50_ms)"
     measure "4 KiB pwrite+fdatasync, ${mib} MiB file: p99" ms "$t" "$(syncfield "$work/sync-$t-$mib.json" p99_ms)"
