@@ -39,6 +39,19 @@ func (j *Journal) Commit() (*store.Commit, error) {
 		return nil, ErrDone
 	}
 	p := j.p
+	if j.ID.Explicit() {
+		// A logged fsync of one of the transaction's keys may have come
+		// since its changes were recorded: its record must not outlive
+		// the transaction's change on replay.
+		for k := range j.ops {
+			if p.LogHas(k) {
+				if err := p.Sync(); err != nil {
+					return nil, fmt.Errorf("journal: checkpoint the sync log: %w", err)
+				}
+				break
+			}
+		}
+	}
 	p.Lock()
 	defer p.Unlock()
 	c, err := j.commitLocked()

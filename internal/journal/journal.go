@@ -264,14 +264,14 @@ func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 // logged: an unlink of a logged key, not a rename's delete (replaying a
 // rename's delete alone would lose both names).
 func (j *Journal) beforeLogged(ops []Op) (logDeletes bool, err error) {
-	logDeletes = !j.explicit() && !slices.ContainsFunc(ops, func(op Op) bool { return !op.Delete && !op.Atime })
+	logDeletes = !j.ID.Explicit() && !slices.ContainsFunc(ops, func(op Op) bool { return !op.Delete && !op.Atime })
 	need, checkpoint := 0, false
 	for _, op := range ops {
 		switch {
 		case op.Atime:
 			// An access time may be lost by a crash: a replay
 			// setting the time back is no loss.
-		case op.Log != nil && !j.explicit():
+		case op.Log != nil && !j.ID.Explicit():
 			need += op.LogSize
 		case op.Delete && logDeletes:
 			if j.p.LogHas(op.Key) {
@@ -297,7 +297,7 @@ func (j *Journal) log(ops []Op, logDeletes bool) error {
 	for _, op := range ops {
 		var err error
 		switch {
-		case op.Log != nil && !j.explicit():
+		case op.Log != nil && !j.ID.Explicit():
 			var rec *synclog.Record
 			if rec, err = op.Log(); err == nil {
 				err = j.p.AppendLog(rec)
@@ -317,10 +317,6 @@ func (j *Journal) log(ops []Op, logDeletes bool) error {
 	}
 	return nil
 }
-
-// explicit reports whether j is a transaction's journal, whose changes a
-// crash drops: they are never logged.
-func (j *Journal) explicit() bool { return strings.HasPrefix(string(j.ID), "E") }
 
 // mergeAtimes folds access times into the changes of their keys already in
 // the journal: into a put (its row carries the time), not after a delete.

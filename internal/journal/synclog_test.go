@@ -177,3 +177,36 @@ func slicesKeys(m map[string]string) []string {
 	}
 	return out
 }
+
+// A transaction that changes a key a logged fsync changed after the
+// transaction recorded its own change checkpoints at its commit: the
+// record must not undo the transaction's change on replay.
+func TestTransactionCommitCheckpointsLoggedKeys(t *testing.T) {
+	e := newEnv(t)
+	c := CommitterFor(e.p)
+	if err := c.Apply(true, e.put("a", "1")); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := Begin(e.p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Apply(e.put("a", "from the transaction")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Queue(nil, e.loggedPut("a", nil, nil, []byte("fsynced meanwhile"), nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !e.p.LogHas("a") {
+		t.Fatal("the fsync's record is not in the log")
+	}
+	if _, err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if e.p.LogHas("a") {
+		t.Fatal("the transaction committed over a key the log still holds")
+	}
+}
