@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -142,4 +143,33 @@ func TestChangeAfterLoggedFsyncSurvivesKill(t *testing.T) {
 		}
 	}
 	s.stop()
+}
+
+// After a kill -9, reading the repository without a mount recovers the
+// page (replaying its sync log if need be) and leaves no log behind.
+func TestReadAfterKillRemovesTheSyncLog(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("l", "p")
+	f, err := os.Create(filepath.Join(pg, "f"))
+	must(t, err)
+	_, err = f.Write([]byte("hello world"))
+	must(t, err)
+	must(t, f.Sync())
+	_, err = f.WriteAt([]byte("HELLO"), 0)
+	must(t, err)
+	must(t, unix.Fdatasync(int(f.Fd())))
+	if logs := syncLogs(t, repo); len(logs) != 1 {
+		t.Fatalf("sync logs after the fsyncs: %v", logs)
+	}
+	s.kill()
+	f.Close()
+	out, err := exec.Command(binary, "cat", repo, "l", "p", "f").Output()
+	if err != nil || string(out) != "HELLO world" {
+		t.Fatalf("ledgerfs cat after kill -9: %q, %v", out, err)
+	}
+	if logs := syncLogs(t, repo); len(logs) != 0 {
+		t.Errorf("sync logs left after recovery: %v", logs)
+	}
 }

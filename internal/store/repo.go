@@ -891,7 +891,10 @@ func (r *Repository) recoverPage(ledger, page string, id PageID) error {
 	if r.opts.OnOpen != nil {
 		err = r.opts.OnOpen(p)
 	}
-	return errors.Join(err, p.db.Close())
+	err = errors.Join(err, p.db.Close())
+	// Closed cleanly after recovery, the db holds every change: its sync
+	// log, replayed, has nothing left to give.
+	return errors.Join(err, p.closeSyncLog(err == nil))
 }
 
 // closeDB closes a page's db, no longer in r.open, and records when it was
