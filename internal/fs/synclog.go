@@ -42,8 +42,8 @@ func (f *fileNode) logChange(p *store.Page, key string) func(op *journal.Op) {
 		return func(op *journal.Op) {
 			op.LogSize = int(n) + 64*len(ext) + len(key) + 512
 			op.Log = func() (*synclog.Record, error) {
-				r := &synclog.Record{Key: key, Op: journal.EncodeOp(*op), Base: base, Keep: keep,
-					Size: op.Entry.Meta.Size, Result: []byte(op.Entry.Value.Digest)}
+				r := record(key, op)
+				r.Base, r.Keep = base, keep
 				for _, x := range ext {
 					b := make([]byte, x.end-x.start)
 					if _, err := spool.ReadAt(b, x.start); err != nil {
@@ -61,8 +61,7 @@ func (f *fileNode) logChange(p *store.Page, key string) func(op *journal.Op) {
 	return func(op *journal.Op) {
 		op.LogSize = int(c.size) + len(key) + 512
 		op.Log = func() (*synclog.Record, error) {
-			r := &synclog.Record{Key: key, Op: journal.EncodeOp(*op), Size: op.Entry.Meta.Size,
-				Result: []byte(op.Entry.Value.Digest)}
+			r := record(key, op)
 			if r.Size > 0 {
 				b, err := readValue(p, op.Entry.Value, r.Size)
 				if err != nil {
@@ -73,6 +72,13 @@ func (f *fileNode) logChange(p *store.Page, key string) func(op *journal.Op) {
 			return r, nil
 		}
 	}
+}
+
+// record is the sync log's record of op, a put of key, with no base and
+// no extents yet.
+func record(key string, op *journal.Op) *synclog.Record {
+	return &synclog.Record{Key: key, Op: journal.EncodeOp(*op), Size: op.Entry.Meta.Size,
+		Result: []byte(op.Entry.Value.Digest)}
 }
 
 func readValue(p *store.Page, id cas.ObjectIdentifier, size uint64) ([]byte, error) {

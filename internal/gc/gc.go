@@ -138,8 +138,10 @@ func Collect(p *store.Page, o Options) (Result, error) {
 	defer p.Unlock()
 	// The sync log's records are built from values the collection may
 	// drop: after a checkpoint no record needs them.
-	if err := p.Sync(); err != nil {
-		return r, err
+	if !p.LogEmpty() {
+		if err := p.Sync(); err != nil {
+			return r, err
+		}
 	}
 	if has, err := p.HasJournals(); err != nil {
 		return r, err

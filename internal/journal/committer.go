@@ -161,7 +161,7 @@ func (c *Committer) Apply(sync bool, ops ...Op) error {
 		}
 		// Through the sync log alone if it holds every change since the
 		// db's last sync.
-		return c.p.SyncUnder("")
+		return c.p.SyncChanges()
 	}
 	if len(ops) > maxImplicitOps {
 		if err := c.Wait(); err != nil {
@@ -349,7 +349,7 @@ func (c *Committer) run() {
 		_, err := j.Commit()
 		took := clock().Sub(start)
 		if err == nil && sync {
-			err = c.p.SyncUnder("")
+			err = c.p.SyncChanges()
 		}
 		c.p.Settle()
 		c.mu.Lock()

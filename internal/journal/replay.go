@@ -1,11 +1,9 @@
 package journal
 
 import (
-	"cmp"
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/cas"
@@ -127,7 +125,9 @@ func rebuild(p *store.Page, r *synclog.Record) (cas.ObjectIdentifier, error) {
 		if r.Size > r.Keep {
 			changed = append(changed, cas.Range{Start: r.Keep, End: r.Size})
 		}
-		w, id, err := p.EditValue(base, c, r.Size, mergeRanges(changed))
+		// As a file's commit passes them: unsorted, the last range
+		// overlapping extents past Keep; cas.Edit sorts and clips.
+		w, id, err := p.EditValue(base, c, r.Size, changed)
 		if err != nil {
 			return cas.ObjectIdentifier{}, err
 		}
@@ -140,23 +140,6 @@ func rebuild(p *store.Page, r *synclog.Record) (cas.ObjectIdentifier, error) {
 	}
 	id, _, err := w.Close()
 	return id, err
-}
-
-// mergeRanges sorts ranges and joins those that overlap or touch.
-func mergeRanges(rs []cas.Range) []cas.Range {
-	slices.SortFunc(rs, func(a, b cas.Range) int { return cmp.Compare(a.Start, b.Start) })
-	var out []cas.Range
-	for _, r := range rs {
-		if r.End <= r.Start {
-			continue
-		}
-		if n := len(out); n > 0 && r.Start <= out[n-1].End {
-			out[n-1].End = max(out[n-1].End, r.End)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
 }
 
 // recordContent reads the content a put record describes: the base's

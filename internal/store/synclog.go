@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/ledgerfs/ledgerfs/internal/synclog"
@@ -120,9 +119,14 @@ func (p *Page) CanLog(key string, base []byte) bool {
 	if r, ok := l.results[key]; ok {
 		return r == string(base)
 	}
+	return l.syncedLocked(key) && l.syncedLocked(clearKey)
+}
+
+// syncedLocked reports whether the latest change of key was written before
+// the last finished checkpoint began.
+func (l *syncLog) syncedLocked(key string) bool {
 	c, ok := l.changed[key]
-	cl, cleared := l.changed[clearKey]
-	return (!ok || c.gen <= l.durable) && (!cleared || cl.gen <= l.durable)
+	return !ok || c.gen <= l.durable
 }
 
 // NoteChanges records that the entries at keys are about to change
@@ -222,18 +226,17 @@ func (p *Page) Durable(key string) bool {
 }
 
 func (l *syncLog) durableLocked(key string) bool {
-	c, ok := l.changed[key]
-	return !ok || c.gen <= l.durable || l.log != nil && c.epoch == l.log.Epoch()
+	return l.syncedLocked(key) || l.log != nil && l.changed[key].epoch == l.log.Epoch()
 }
 
-// SyncUnder makes every change of the entries under prefix durable:
-// through the log when each has a record there, else by a checkpoint.
-func (p *Page) SyncUnder(prefix string) error {
+// SyncChanges makes every change of the page's entries durable: through
+// the log when each has a record there, else by a checkpoint.
+func (p *Page) SyncChanges() error {
 	l := &p.slog
 	l.mu.Lock()
 	logged := true
 	for k := range l.changed {
-		if (k == clearKey || strings.HasPrefix(k, prefix)) && !l.durableLocked(k) {
+		if !l.durableLocked(k) {
 			logged = false
 			break
 		}
