@@ -15,6 +15,7 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/journal"
 	"github.com/ledgerfs/ledgerfs/internal/retention"
 	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/internal/synclog"
 )
 
 func openPage(t testing.TB) (*store.Repository, *store.Page) {
@@ -271,5 +272,43 @@ func TestKeepUnsynced(t *testing.T) {
 	unsynced = 0
 	if err := p.UnsyncedCommits(func(store.CommitID) error { unsynced++; return nil }); err != nil || unsynced != 1 {
 		t.Fatalf("%d unsynced rows after pruning (%v): a pruned commit's row must go with it", unsynced, err)
+	}
+}
+
+// A collection may delete the value a sync log record is built from: it
+// checkpoints the log first, so that no record names a base it deleted.
+func TestCollectCheckpointsTheSyncLog(t *testing.T) {
+	_, p := openPage(t)
+	c := journal.CommitterFor(p)
+	value := func(i int) journal.Op {
+		w := p.NewValueWriter()
+		w.Write(content(i, 70_000))
+		id, size, err := w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return journal.Op{Key: "f", Entry: btree.Entry{Value: id, Meta: btree.Meta{Size: size}}}
+	}
+	base := value(1)
+	if err := c.Apply(true, base); err != nil {
+		t.Fatal(err)
+	}
+	next := value(2)
+	rec := &synclog.Record{Key: "f", Op: journal.EncodeOp(next), Base: []byte(base.Entry.Value.Digest),
+		Keep: 70_000, Size: 70_000, Result: []byte(next.Entry.Value.Digest),
+		Extents: []synclog.Extent{{Data: content(2, 70_000)}}}
+	next.Log, next.LogSize = func() (*synclog.Record, error) { return rec, nil }, rec.Len()
+	if err := c.Apply(false, next); err != nil {
+		t.Fatal(err)
+	}
+	if !p.LogHas("f") {
+		t.Fatal("the change's record is not in the log")
+	}
+	r, err := gc.Collect(p, gc.Options{Policy: retention.Policy{Last: 1}})
+	if err != nil || r.Pruned != 1 {
+		t.Fatalf("collection: pruned %d (%v), want the base's commit pruned", r.Pruned, err)
+	}
+	if p.LogHas("f") || !p.LogEmpty() {
+		t.Fatal("the collection left a record whose base it may have deleted")
 	}
 }
