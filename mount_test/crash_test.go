@@ -432,3 +432,57 @@ func TestKillRightAfterFsync(t *testing.T) {
 	s.stop()
 	verifySchema(t, repo)
 }
+
+// A directory's new times survive a kill -9 with the change that made
+// them: they ride with that change's journal rows, not after it. Another
+// close just before each change keeps a commit in flight, so the times wait
+// for a change to carry them rather than being queued at once.
+func TestDirectoryTimesSurviveKill(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo)
+	mnt := s.mnt
+	s.page("l", "p")
+	path := func(name string) string { return filepath.Join(mnt, "l", "p", name) }
+	must(t, os.Mkdir(path("d"), 0o755))
+	must(t, os.WriteFile(path("d/doomed"), []byte("x"), 0o644))
+	syncDir(t, path(""))
+	past := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	for _, c := range []struct {
+		what  string
+		do    func() error
+		check func() error
+	}{
+		{"create", func() error { return os.WriteFile(path("d/new"), []byte("new"), 0o644) }, func() error {
+			_, err := os.Stat(path("d/new"))
+			return err
+		}},
+		{"mkdir", func() error { return os.Mkdir(path("d/sub"), 0o755) }, func() error {
+			_, err := os.Stat(path("d/sub"))
+			return err
+		}},
+		{"unlink", func() error { return os.Remove(path("d/doomed")) }, func() error {
+			if _, err := os.Stat(path("d/doomed")); !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("doomed after its unlink: %v", err)
+			}
+			return nil
+		}},
+	} {
+		must(t, os.Chtimes(path("d"), past, past))
+		syncDir(t, path(""))
+		before := time.Now().Add(-time.Second) // ctime is the server's clock
+		must(t, os.WriteFile(path("in-flight"), []byte(c.what), 0o644))
+		must(t, c.do())
+		s.kill()
+		s = mountAt(t, repo, mnt)
+		if err := c.check(); err != nil {
+			t.Fatalf("%s after kill -9: %v", c.what, err)
+		}
+		st := stat(t, path("d"))
+		if st.Mtim.Sec < before.Unix() || st.Ctim.Sec < before.Unix() {
+			t.Errorf("%s: after kill -9 the directory has mtime %v ctime %v, want the change's", c.what,
+				time.Unix(st.Mtim.Unix()), time.Unix(st.Ctim.Unix()))
+		}
+	}
+	s.stop()
+}

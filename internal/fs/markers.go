@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"slices"
 	"strings"
 	"syscall"
 
@@ -115,14 +116,17 @@ func (pg *pageRef) touchOp(prefix string) (journal.Op, bool, error) {
 	return journal.Op{Key: prefix, Entry: e}, true, nil
 }
 
-// touch gives the directory at prefix mtime and ctime now (see touchOp),
-// queued like a chmod of it. A failure is logged: the entry's own change
-// has been made.
+// touch gives the directory at prefix mtime and ctime now (see touchOp). A
+// failure is logged: the entry's own change has been made. On the live page
+// the new times show at once, as a queued marker, and ride with the page's
+// next change (see takeTouches): the entry's own close, or the next unlink
+// of an rm. A commit of their own per entry doubled the db writes of
+// removing a directory's files.
 func (pg *pageRef) touch(prefix string) {
 	op, ok, err := pg.touchOp(prefix)
 	if err == nil && ok {
 		if pg.v.queues() {
-			err = pg.queueMarker(op.Key, op.Entry)
+			err = pg.noteTouch(op)
 		} else {
 			err = pg.apply(false, op)
 		}
@@ -130,6 +134,75 @@ func (pg *pageRef) touch(prefix string) {
 	if err != nil {
 		errno("directory times", err)
 	}
+}
+
+// noteTouch shows op, a directory marker with new times, until the change
+// that carries it lands. With no change in flight, none may come for a
+// while (a file created and kept open), so it is queued at once; otherwise
+// the next change carries it, or the landing of the last one in flight
+// queues it (see queueWith).
+func (pg *pageRef) noteTouch(op journal.Op) error {
+	pg.mu.Lock()
+	pg.q.seq++
+	pg.q.markers.Set(op.Key, queuedMarker{op.Entry, pg.q.seq})
+	if pg.q.touched == nil {
+		pg.q.touched = map[string]uint64{}
+	}
+	pg.q.touched[op.Key] = pg.q.seq
+	idle := pg.q.inflight == 0
+	pg.mu.Unlock()
+	if idle {
+		return pg.queue(func(error) {})
+	}
+	return nil
+}
+
+// takeTouches returns up to room of the touches waiting, as ops, except
+// those of the keys of ops, which replace them; and the function that stops
+// showing them once their change has landed or failed. Called with pg.mu
+// held.
+func (pg *pageRef) takeTouches(ops []journal.Op, room int) ([]journal.Op, func()) {
+	if len(pg.q.touched) == 0 {
+		return nil, func() {}
+	}
+	type touched struct {
+		key string
+		seq uint64
+	}
+	var out []journal.Op
+	var taken []touched
+	for key, seq := range pg.q.touched {
+		if len(taken) >= room {
+			break
+		}
+		delete(pg.q.touched, key)
+		taken = append(taken, touched{key, seq})
+		m, ok := pg.q.markers.Get(key)
+		if ok && m.seq == seq && !slices.ContainsFunc(ops, func(op journal.Op) bool { return op.Key == key }) {
+			out = append(out, journal.Op{Key: key, Entry: m.e})
+		}
+	}
+	return out, func() {
+		pg.mu.Lock()
+		defer pg.mu.Unlock()
+		for _, t := range taken {
+			if m, ok := pg.q.markers.Get(t.key); ok && m.seq == t.seq {
+				pg.q.markers.Delete(t.key)
+			}
+		}
+	}
+}
+
+// sendTouches queues the touches waiting, if any, so that a change applied
+// or a wait for what is queued comes after them.
+func (pg *pageRef) sendTouches() error {
+	pg.mu.Lock()
+	waiting := len(pg.q.touched) > 0
+	pg.mu.Unlock()
+	if !waiting {
+		return nil
+	}
+	return pg.queue(func(error) {})
 }
 
 // withTouch returns ops with the op that touches the directory at prefix,

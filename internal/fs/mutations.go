@@ -51,6 +51,7 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 		return nil, eno
 	}
 	marker := dirMarker(created(ctx, syscall.S_IFDIR|mode&0o7777, parent, d.pg.fs))
+	d.touch() // first, for the new marker's commit to carry (see pageRef.touch)
 	var err error
 	if d.pg.v.queues() {
 		err = d.pg.queueMarker(key+"/", marker)
@@ -60,7 +61,6 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	if err != nil {
 		return nil, errno("mkdir", err)
 	}
-	d.touch()
 	ch := d.newDir(ctx, key+"/")
 	return ch, ch.Operations().(*dirNode).attr(key+"/", &out.Attr)
 }
@@ -220,11 +220,12 @@ func (d *dirNode) unlink(key, prefix string) syscall.Errno {
 	d.pg.dropPending(key)
 	if d.pg.v.queues() && len(keep) == 0 {
 		// A pending file's close may still be queued: the delete goes
-		// after it even if the tree does not have the key yet.
+		// after it even if the tree does not have the key yet. The touch
+		// goes first, for the delete to carry it.
+		d.pg.touch(prefix)
 		if err := d.pg.queueDelete(key); err != nil {
 			return errno("unlink", err)
 		}
-		d.pg.touch(prefix)
 		return 0
 	}
 	ops, err := d.pg.withTouch(prefix, append([]journal.Op{{Key: key, Delete: true}}, keep...))

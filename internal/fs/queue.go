@@ -33,6 +33,10 @@ type queuedChanges struct {
 	// atimes are access times whose commit is queued (see
 	// journal.Op.Atime), by key, with the change's number.
 	atimes keyMap[queuedAtime]
+	// touched holds the directory markers whose new times (see
+	// pageRef.touch) wait to ride with the page's next change, by key, with
+	// the number of the change that shows them in markers.
+	touched map[string]uint64
 	// seq numbers queued changes, so that a change landing does not clear
 	// what a later change of the same key shows.
 	seq uint64
@@ -201,14 +205,26 @@ func (pg *pageRef) queueWith(w *store.ValueWriter, done func(error), ops ...jour
 	pg.mu.Lock()
 	pg.q.inflight++
 	atimes, sent := pg.takeAtimes(ops)
+	touches, touched := pg.takeTouches(ops, journal.MaxQueued-len(ops)-len(atimes))
 	pg.mu.Unlock()
 	// First in the rows, so that nothing of this change comes after them.
-	ops = append(atimes, ops...)
+	ops = append(append(atimes, touches...), ops...)
 	landed := func() {
 		sent()
+		touched()
 		pg.mu.Lock()
 		pg.q.inflight--
+		carry := pg.q.inflight == 0 && len(pg.q.touched) > 0
 		pg.mu.Unlock()
+		if carry {
+			// No change in flight will be followed by one that carries
+			// the touches noted since.
+			pg.fs.background.Go(func() {
+				if err := pg.queue(func(error) {}); err != nil {
+					errno("directory times", err)
+				}
+			})
+		}
 	}
 	err = journal.CommitterFor(p).QueueWith(commit, func(err error) {
 		done(err)
@@ -229,6 +245,9 @@ func (pg *pageRef) queueWith(w *store.ValueWriter, done func(error), ops ...jour
 func (pg *pageRef) settle() error {
 	if !pg.v.queues() {
 		return nil // a snapshot never changes; a transaction applies at once
+	}
+	if err := pg.sendTouches(); err != nil {
+		return err
 	}
 	pg.mu.Lock()
 	idle := pg.q.inflight == 0 && pg.q.ending == 0

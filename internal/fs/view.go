@@ -66,12 +66,22 @@ func (liveView) read(pg *pageRef, fn func(p *store.Page, head *store.Commit, t *
 }
 
 func (liveView) apply(pg *pageRef, sync bool, ops []journal.Op) error {
+	if len(ops) == 0 {
+		// A wait for what is queued: the touches waiting are part of it.
+		if err := pg.sendTouches(); err != nil {
+			return err
+		}
+	}
 	p, err := pg.acquire()
 	if err != nil {
 		return err
 	}
 	defer pg.release(p)
-	return journal.CommitterFor(p).Apply(sync, ops...)
+	pg.mu.Lock()
+	touches, touched := pg.takeTouches(ops, len(pg.q.touched))
+	pg.mu.Unlock()
+	defer touched()
+	return journal.CommitterFor(p).Apply(sync, append(touches, ops...)...)
 }
 
 func (liveView) queues() bool       { return true }
