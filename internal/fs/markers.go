@@ -152,7 +152,7 @@ func (pg *pageRef) noteTouch(op journal.Op) error {
 	idle := pg.q.inflight == 0
 	pg.mu.Unlock()
 	if idle {
-		return pg.queue(func(error) {})
+		return pg.sendTouches()
 	}
 	return nil
 }
@@ -193,8 +193,8 @@ func (pg *pageRef) takeTouches(ops []journal.Op, room int) ([]journal.Op, func()
 	}
 }
 
-// sendTouches queues the touches waiting, if any, so that a change applied
-// or a wait for what is queued comes after them.
+// sendTouches queues the touches waiting, if any, in a change of their own:
+// when nothing else will carry them, or before a wait for what is queued.
 func (pg *pageRef) sendTouches() error {
 	pg.mu.Lock()
 	waiting := len(pg.q.touched) > 0

@@ -220,7 +220,7 @@ func (pg *pageRef) queueWith(w *store.ValueWriter, done func(error), ops ...jour
 			// No change in flight will be followed by one that carries
 			// the touches noted since.
 			pg.fs.background.Go(func() {
-				if err := pg.queue(func(error) {}); err != nil {
+				if err := pg.sendTouches(); err != nil {
 					errno("directory times", err)
 				}
 			})

@@ -67,7 +67,8 @@ func (liveView) read(pg *pageRef, fn func(p *store.Page, head *store.Commit, t *
 
 func (liveView) apply(pg *pageRef, sync bool, ops []journal.Op) error {
 	if len(ops) == 0 {
-		// A wait for what is queued: the touches waiting are part of it.
+		// A wait for what is queued: the touches waiting are part of it,
+		// and go first, so the wait stays one (see journal.Committer.Apply).
 		if err := pg.sendTouches(); err != nil {
 			return err
 		}
@@ -77,11 +78,15 @@ func (liveView) apply(pg *pageRef, sync bool, ops []journal.Op) error {
 		return err
 	}
 	defer pg.release(p)
-	pg.mu.Lock()
-	touches, touched := pg.takeTouches(ops, len(pg.q.touched))
-	pg.mu.Unlock()
-	defer touched()
-	return journal.CommitterFor(p).Apply(sync, append(touches, ops...)...)
+	if len(ops) > 0 {
+		// The touches waiting ride with the change.
+		pg.mu.Lock()
+		touches, touched := pg.takeTouches(ops, len(pg.q.touched))
+		pg.mu.Unlock()
+		defer touched()
+		ops = append(touches, ops...)
+	}
+	return journal.CommitterFor(p).Apply(sync, ops...)
 }
 
 func (liveView) queues() bool       { return true }
