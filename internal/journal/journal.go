@@ -262,9 +262,13 @@ func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 // that has records there without a record of their own, or if their
 // records do not fit. It reports whether the deletes among ops are to be
 // logged: an unlink of a logged key, not a rename's delete (replaying a
-// rename's delete alone would lose both names).
+// rename's delete alone would lose both names). A rename puts the entry's
+// new key; the puts of directory markers (keys ending in "/") that ride
+// with an unlink, its directory's new times, move no entry.
 func (j *Journal) beforeLogged(ops []Op) (logDeletes bool, err error) {
-	logDeletes = !j.ID.Explicit() && !slices.ContainsFunc(ops, func(op Op) bool { return !op.Delete && !op.Atime })
+	logDeletes = !j.ID.Explicit() && !slices.ContainsFunc(ops, func(op Op) bool {
+		return !op.Delete && !op.Atime && !strings.HasSuffix(op.Key, "/")
+	})
 	need, checkpoint := 0, false
 	for _, op := range ops {
 		switch {

@@ -210,3 +210,25 @@ func TestTransactionCommitCheckpointsLoggedKeys(t *testing.T) {
 		t.Fatal("the transaction committed over a key the log still holds")
 	}
 }
+
+// TestUnlinkWithItsDirectoryTimesIsLogged: an unlink of a logged key that
+// carries its directory marker's new times is recorded as a delete, with
+// no checkpoint: a marker's put moves no entry, as a rename's put does.
+func TestUnlinkWithItsDirectoryTimesIsLogged(t *testing.T) {
+	e := newEnv(t)
+	c := CommitterFor(e.p)
+	dir := Op{Key: "d/", Entry: e.value("")}
+	if err := c.Apply(true, dir, e.put("d/f", "1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Queue(nil, e.loggedPut("d/f", nil, nil, []byte("2"), nil)); err != nil {
+		t.Fatal(err)
+	}
+	before := e.repo.Stats().DBSyncs
+	if err := c.Queue(nil, dir, Op{Key: "d/f", Delete: true}); err != nil {
+		t.Fatal(err)
+	}
+	if syncs := e.repo.Stats().DBSyncs - before; syncs != 0 || !e.p.LogHas("d/f") {
+		t.Fatalf("unlink with its directory's times: %d db syncs, delete recorded %v; want none and a record", syncs, e.p.LogHas("d/f"))
+	}
+}
