@@ -19,10 +19,10 @@ import (
 // value-log pages in the mount's RSS, and after a long run the tables held
 // read by compactions added ~150 MiB more. After every checkEvery bytes of
 // value-log traffic, the repository reads its RSS, and above a limit drops
-// the pages of both from the process with madvise(MADV_DONTNEED). For a
-// shared file mapping that only unmaps the pages: dirty data stays in the
-// page cache and is written back as usual, and a later read faults the page
-// back from the page cache.
+// the pages of both from the process with madvise(MADV_PAGEOUT) (see
+// advise): dirty data stays in the page cache and is written back as usual,
+// clean pages leave the page cache, and a later read faults them back from
+// the disk.
 const checkEvery = 8 << 20
 
 // readAround is what one random read of a mapped table makes resident, at
@@ -197,12 +197,37 @@ func (t *trimmer) trim(writing bool) error {
 // drop drops the resident pages of the shared mappings of files under t.dir
 // whose names end in suffix.
 func (t *trimmer) drop(suffix string) error {
-	return eachMapping(func(m mapping) bool {
+	ranges, err := t.mappings(suffix)
+	advise(ranges)
+	return err
+}
+
+// mappings lists the shared mappings of files under t.dir whose names end
+// in suffix, as /proc/self/maps shows them now.
+func (t *trimmer) mappings(suffix string) ([]mapping, error) {
+	var out []mapping
+	err := eachMapping(func(m mapping) bool {
 		if m.shared && strings.HasSuffix(m.path, suffix) && strings.HasPrefix(m.path, t.dir) {
-			// A mapping unmapped meanwhile makes madvise fail with
-			// ENOMEM: harmless.
-			unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, unix.MADV_DONTNEED)
+			out = append(out, m)
 		}
 		return true
 	})
+	return out, err
+}
+
+// advise takes the resident pages of ranges out of the process with
+// MADV_PAGEOUT. The ranges were read from /proc/self/maps earlier, and
+// Badger unmaps tables (compaction) and value logs (GC) whenever it likes:
+// by now an address may hold other memory, the Go heap's say. So the advice
+// must be one that cannot lose data whatever it lands on. MADV_DONTNEED
+// would zero private anonymous memory mapped at a freed address; PAGEOUT
+// only reclaims: a page of a shared file mapping is unmapped (a dirty one
+// stays in the page cache for writeback, a clean one leaves the cache and
+// is read from disk if needed again), and anonymous memory is swapped out
+// if there is swap, else left as it is. A range with nothing mapped any
+// more makes madvise fail with ENOMEM: harmless.
+func advise(ranges []mapping) {
+	for _, m := range ranges {
+		unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, unix.MADV_PAGEOUT)
+	}
 }

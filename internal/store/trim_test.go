@@ -7,8 +7,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/dgraph-io/badger/v4"
+	"golang.org/x/sys/unix"
 )
 
 // procStatusKiB reads a KiB figure (VmRSS, RssFile, ...) of this process.
@@ -258,5 +260,61 @@ func TestFileRSS(t *testing.T) {
 	// between the two reads.
 	if got <= 0 || got < want-(4<<20) || got > want+(4<<20) {
 		t.Fatalf("fileRSS %d KiB, /proc/self/status RssFile+RssShmem %d KiB", got>>10, want>>10)
+	}
+}
+
+// A trim whose mapping was unmapped after /proc/self/maps was read, and
+// whose addresses now hold this process's private memory, leaves that
+// memory as it is: Badger unmaps tables and value logs whenever it likes,
+// and the Go heap or anything else may take the addresses.
+func TestTrimLeavesReusedAddressesAlone(t *testing.T) {
+	dir := t.TempDir()
+	const size = 4 << 20
+	f, err := os.Create(dir + "/000001.vlog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	shared, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < size; i += 4096 {
+		shared[i] = 1
+	}
+	tr := &trimmer{dir: dir}
+	ranges, err := tr.mappings(".vlog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ranges) != 1 || ranges[0].end-ranges[0].start != size {
+		t.Fatalf("mappings of the value log: %+v, want one of %d bytes", ranges, size)
+	}
+	base := unsafe.Pointer(&shared[0])
+	if ranges[0].start != uintptr(base) {
+		t.Fatalf("mapping listed at %#x, mapped at %p", ranges[0].start, base)
+	}
+	// The log goes; private memory takes its addresses.
+	if err := unix.Munmap(shared); err != nil {
+		t.Fatal(err)
+	}
+	p, err := unix.MmapPtr(-1, 0, base, size, unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE)
+	if err != nil || p != base {
+		t.Fatalf("map private memory at %p: got %p, %v", base, p, err)
+	}
+	mem := unsafe.Slice((*byte)(unsafe.Pointer(p)), size)
+	defer unix.MunmapPtr(p, size)
+	for i := range mem {
+		mem[i] = byte(i%251) + 1
+	}
+	advise(ranges)
+	for i := range mem {
+		if mem[i] != byte(i%251)+1 {
+			t.Fatalf("byte %d of private memory at a trimmed log's old address is %d after the trim, was %d", i, mem[i], byte(i%251)+1)
+		}
 	}
 }
