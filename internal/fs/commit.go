@@ -46,11 +46,19 @@ const (
 
 // commit commits the file's changes, if any.
 func (f *fileNode) commit(mode commitMode) syscall.Errno {
+	f.pg.keys.RLock()
+	defer f.pg.keys.RUnlock()
+	return f.commitHeld(mode)
+}
+
+// commitHeld is commit by a caller holding f.pg.keys.
+func (f *fileNode) commitHeld(mode commitMode) syscall.Errno {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.commitLocked(mode)
 }
 
+// commitLocked is commit with f.pg.keys and f.mu held.
 func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 	sync := mode == commitSync
 	if f.unlinked || f.c == nil || !(f.c.dirty || f.changed) {

@@ -69,7 +69,7 @@ func pathFrom(n *gofs.Inode, pg *pageRef) ([]string, bool) {
 		if d, ok := n.Operations().(*dirNode); ok && !d.below && d.pg == pg {
 			break
 		}
-		name, parent := n.Parent()
+		name, parent := pg.moves.parent(n)
 		if parent == nil {
 			return nil, false
 		}

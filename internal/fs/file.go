@@ -316,6 +316,8 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	if f.StableAttr().Mode&syscall.S_IFMT != syscall.S_IFREG {
 		return f.setEntryAttr(in, out)
 	}
+	f.pg.keys.RLock()
+	defer f.pg.keys.RUnlock()
 	f.mu.Lock()
 	if f.unlinked && f.c == nil {
 		// Only its descriptors still see it, and nothing commits it (a
@@ -380,6 +382,8 @@ func (f *fileNode) setEntryAttr(in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.E
 }
 
 func (f *fileNode) changeEntry(in *fuse.SetAttrIn) syscall.Errno {
+	f.pg.keys.RLock()
+	defer f.pg.keys.RUnlock()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.unlinked {

@@ -141,6 +141,8 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 		return 0
 	}
 	f := h.f
+	f.pg.keys.RLock()
+	defer f.pg.keys.RUnlock()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if k, ok := f.key(); ok {
@@ -171,6 +173,8 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		f.pg.release(h.p)
 		return 0
 	}
+	f.pg.keys.RLock()
+	defer f.pg.keys.RUnlock()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if h.write {

@@ -42,6 +42,8 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	if d.pg.readOnly() {
 		return nil, syscall.EROFS
 	}
+	d.pg.keys.RLock() // the key stays where it is until the entry is made
+	defer d.pg.keys.RUnlock()
 	key, eno := d.freeName("mkdir", name)
 	if eno != 0 {
 		return nil, eno
@@ -174,6 +176,8 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if d.pg.readOnly() {
 		return syscall.EROFS
 	}
+	d.pg.keys.RLock()
+	defer d.pg.keys.RUnlock()
 	key, _, err := d.childKey(name)
 	if err != nil {
 		return nameErrno(err, syscall.ENOENT)
@@ -239,6 +243,8 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	if d.pg.readOnly() {
 		return nil, nil, 0, syscall.EROFS
 	}
+	d.pg.keys.RLock() // the key stays where it is until the entry is made
+	defer d.pg.keys.RUnlock()
 	key, coll, err := d.childKey(name)
 	if err != nil || coll {
 		return nil, nil, 0, nameErrno(err, syscall.EINVAL)
@@ -276,6 +282,8 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 	if d.pg.readOnly() {
 		return nil, syscall.EROFS
 	}
+	d.pg.keys.RLock() // the key stays where it is until the entry is made
+	defer d.pg.keys.RUnlock()
 	key, eno := d.freeName("symlink", name)
 	if eno != 0 {
 		return nil, eno
@@ -318,6 +326,8 @@ func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint3
 	if d.pg.readOnly() {
 		return nil, syscall.EROFS
 	}
+	d.pg.keys.RLock() // the key stays where it is until the entry is made
+	defer d.pg.keys.RUnlock()
 	switch mode & syscall.S_IFMT {
 	case syscall.S_IFIFO, syscall.S_IFSOCK, syscall.S_IFCHR, syscall.S_IFBLK:
 	case syscall.S_IFREG, 0:

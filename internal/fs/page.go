@@ -23,6 +23,15 @@ type pageRef struct {
 	// tag sets the inode ids of a snapshot's or transaction's nodes apart.
 	tag string
 
+	// keys is held shared by what finds a node's key from its place and
+	// records a change at it (a close's commit, a setattr, an unlink, a
+	// create), and exclusively by a rename from before it commits what it
+	// moves until it has recorded the move in moves: a change at a key the
+	// rename moves lands before it, at the old key, and is moved with it,
+	// or after it at the new key. Taken before fileNode.mu.
+	keys  sync.RWMutex
+	moves movedNodes
+
 	mu     sync.Mutex
 	txns   map[string]*pageRef // the live page's open transactions, by name
 	logs   logCache            // the live page's .ledger/log

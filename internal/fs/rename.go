@@ -24,9 +24,6 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	if d.pg.readOnly() {
 		return syscall.EROFS
 	}
-	if err := d.pg.settle(); err != nil {
-		return errno("rename", err)
-	}
 	nd, ok := newParent.(*dirNode)
 	if !ok || nd.pg != d.pg {
 		return syscall.EXDEV
@@ -49,19 +46,30 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	if err != nil {
 		return errno("rename", err)
 	}
+	// No change lands at a key being moved until the move is recorded (see
+	// pageRef.keys): a close racing the rename is moved with the file or
+	// commits at its new key.
+	d.pg.keys.Lock()
+	defer d.pg.keys.Unlock()
 	// Commit what is written to the files being moved, so that the rename
 	// moves their content.
-	if ch := d.GetChild(name); ch != nil {
-		if f, ok := ch.Operations().(*fileNode); ok {
-			if eno := f.commit(commitWait); eno != 0 {
+	moved := d.GetChild(name)
+	if moved != nil {
+		if f, ok := moved.Operations().(*fileNode); ok {
+			if eno := f.commitHeld(commitWait); eno != 0 {
 				return eno
 			}
 		}
 	}
 	for _, f := range d.pg.pendingUnder(src + "/") {
-		if eno := f.commit(commitWait); eno != 0 {
+		if eno := f.commitHeld(commitWait); eno != 0 {
 			return eno
 		}
+	}
+	// After those commits: a close that returned before the rename, or
+	// that these commits waited for, has queued its commit by now.
+	if err := d.pg.settle(); err != nil {
+		return errno("rename", err)
 	}
 
 	dstParent, _, err := nd.prefix()
@@ -173,6 +181,9 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 		return errno("rename", err)
 	}
 	removedDir(false)
+	if moved != nil {
+		d.pg.moves.add(moved, d.EmbeddedInode(), name, nd.EmbeddedInode(), newName)
+	}
 	d.pg.forgetAtimes(src)
 	d.pg.forgetAtimes(dst)
 	inos := &d.pg.fs.inos
