@@ -44,7 +44,9 @@ func daemonize(logFile string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(exe, os.Args[1:]...)
+	// The command itself, not a helper's call: the server's parent is
+	// this process, not mount(8) or mount.fuse3.
+	cmd := exec.Command(exe, commandLine()...)
 	cmd.Env = append(os.Environ(), readyEnv+"=3")
 	cmd.ExtraFiles = []*os.File{w} // descriptor 3
 	cmd.Stdout, cmd.Stderr = log, log

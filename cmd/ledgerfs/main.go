@@ -15,10 +15,25 @@ import (
 
 func main() {
 	root := newRoot()
-	if args, ok := helperArgs(os.Args); ok {
-		root.SetArgs(args)
+	args := commandLine()
+	root.SetArgs(args)
+	// An unknown command is a mistake, never a mount: cobra says so, with
+	// the commands it may have meant. Its help and completion commands
+	// are added at Execute; shell completion's hidden requests are
+	// answered there too.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	if _, _, err := root.Find(args); err != nil && !completionRequest(args) {
+		fmt.Fprintln(os.Stderr, "ledgerfs:", err)
+		fmt.Fprintln(os.Stderr, "Run 'ledgerfs --help' for the commands.")
+		os.Exit(2)
 	}
 	if err := root.Execute(); err != nil {
+		var usage usageError
+		if errors.As(err, &usage) {
+			fmt.Fprintln(os.Stderr, "ledgerfs:", err)
+			os.Exit(2)
+		}
 		reportFailure(err)
 		fmt.Fprintln(os.Stderr, "ledgerfs:", err)
 		if errors.Is(err, store.ErrLocked) {
@@ -36,6 +51,7 @@ func newRoot() *cobra.Command {
 		Long: `ledgerfs serves a repository of ledgers and pages as a FUSE filesystem:
 ledgers and pages are directories, a page's entries are files, every close
 is a commit, and contents are deduplicated chunks.`,
+		Version:       version(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRun: func(cmd *cobra.Command, args []string) {
@@ -47,6 +63,21 @@ is a commit, and contents are deduplicated chunks.`,
 		},
 	}
 	root.PersistentFlags().BoolVar(&debug, "debug", false, "log debug messages (with mount: every FUSE request)")
-	root.AddCommand(newMount(), newUmount(), newStats(), newFsck(), newGC(), newRetention(), newConfig(), newDu(), newLog(), newCat(), newBench(), newGuard())
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageError{fmt.Errorf("%w\nRun '%s --help' for usage.", err, cmd.CommandPath())}
+	})
+	root.AddCommand(newVersion(), newMount(), newUmount(), newStats(), newFsck(), newGC(), newRetention(), newConfig(), newDu(), newLog(), newCat(), newBench(), newGuard())
 	return root
+}
+
+// usageError is a command line the commands do not take: exit status 2,
+// as for other commands' usage errors.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// completionRequest reports whether args are a shell completion script's
+// request (cobra's hidden __complete commands), which Execute answers.
+func completionRequest(args []string) bool {
+	return len(args) > 0 && (args[0] == cobra.ShellCompRequestCmd || args[0] == cobra.ShellCompNoDescRequestCmd)
 }

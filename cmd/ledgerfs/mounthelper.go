@@ -9,6 +9,15 @@ import (
 	"github.com/spf13/pflag"
 )
 
+// commandLine returns the arguments of the command to run: this process's,
+// or for a call as a mount helper the mount command it stands for.
+func commandLine() []string {
+	if args, ok := helperArgs(os.Args, calledByMountFuse()); ok {
+		return args
+	}
+	return os.Args[1:]
+}
+
 // helperArgs returns the command line of mount -d for a call as a mount
 // helper, and false for any other call. mount(8) runs /sbin/mount.ledgerfs
 // (a link to this binary) for type ledgerfs in fstab as
@@ -16,13 +25,16 @@ import (
 //	mount.ledgerfs REPO MOUNTPOINT [-sfnv] [-N NS] [-t TYPE] [-o OPTIONS]
 //
 // and mount.fuse3 runs "ledgerfs REPO MOUNTPOINT -o OPTIONS" for type
-// fuse.ledgerfs. Both expect the command to return once the mount serves.
-func helperArgs(argv []string) ([]string, bool) {
+// fuse.ledgerfs (byMountFuse). Both expect the command to return once the
+// mount serves. Any other command line is one of ledgerfs's commands: two
+// words that are not a command are a mistake (a typo, shell completion's
+// "__complete"), never a mount.
+func helperArgs(argv []string, byMountFuse bool) ([]string, bool) {
 	if len(argv) < 3 {
 		return nil, false
 	}
 	if filepath.Base(argv[0]) != "mount.ledgerfs" {
-		if strings.HasPrefix(argv[1], "-") || isCommand(argv[1]) {
+		if !byMountFuse || strings.HasPrefix(argv[1], "-") || isCommand(argv[1]) {
 			return nil, false
 		}
 	}
@@ -53,6 +65,17 @@ func helperArgs(argv []string) ([]string, bool) {
 		args = append(args, "-o", strings.Join(opts, ","))
 	}
 	return append(args, pos...), true
+}
+
+// calledByMountFuse reports whether the parent process is mount.fuse3 (or
+// FUSE 2's mount.fuse), which runs the binary named by a fuse.TYPE entry.
+func calledByMountFuse() bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", os.Getppid()))
+	if err != nil {
+		return false
+	}
+	comm := strings.TrimSpace(string(b))
+	return comm == "mount.fuse3" || comm == "mount.fuse"
 }
 
 // isCommand reports whether name is one of ledgerfs's commands.

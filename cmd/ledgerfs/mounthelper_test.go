@@ -10,19 +10,25 @@ import (
 // a command line of its own.
 func TestHelperArgs(t *testing.T) {
 	for _, c := range []struct {
-		argv []string
-		want string // "" for no helper call
+		argv        []string
+		byMountFuse bool
+		want        string // "" for no helper call
 	}{
-		{[]string{"/sbin/mount.ledgerfs", "/srv/r", "/mnt/l", "-o", "rw,allow_other"}, "mount --daemon -o rw,allow_other /srv/r /mnt/l"},
-		{[]string{"/sbin/mount.ledgerfs", "/srv/r", "/mnt/l", "-n", "-s", "-v", "-t", "ledgerfs", "-orw"}, "mount --daemon -o rw /srv/r /mnt/l"},
-		{[]string{"/sbin/mount.ledgerfs", "/srv/r", "/mnt/l"}, "mount --daemon /srv/r /mnt/l"},
-		{[]string{"ledgerfs", "/srv/r", "/mnt/l", "-o", "ro"}, "mount --daemon -o ro /srv/r /mnt/l"},
-		{[]string{"ledgerfs", "mount", "/srv/r", "/mnt/l"}, ""},
-		{[]string{"ledgerfs", "log", "/srv/r", "l", "p"}, ""},
-		{[]string{"ledgerfs", "--debug", "mount", "/mnt/l"}, ""},
-		{[]string{"/sbin/mount.ledgerfs", "/srv/r"}, ""},
+		{[]string{"/sbin/mount.ledgerfs", "/srv/r", "/mnt/l", "-o", "rw,allow_other"}, false, "mount --daemon -o rw,allow_other /srv/r /mnt/l"},
+		{[]string{"/sbin/mount.ledgerfs", "/srv/r", "/mnt/l", "-n", "-s", "-v", "-t", "ledgerfs", "-orw"}, false, "mount --daemon -o rw /srv/r /mnt/l"},
+		{[]string{"/sbin/mount.ledgerfs", "/srv/r", "/mnt/l"}, false, "mount --daemon /srv/r /mnt/l"},
+		{[]string{"ledgerfs", "/srv/r", "/mnt/l", "-o", "ro"}, true, "mount --daemon -o ro /srv/r /mnt/l"},
+		// The same words typed in a shell are a mistake, not a mount.
+		{[]string{"ledgerfs", "/srv/r", "/mnt/l", "-o", "ro"}, false, ""},
+		{[]string{"ledgerfs", "stas", "/tmp/x"}, false, ""},
+		{[]string{"ledgerfs", "__complete", "m"}, false, ""},
+		{[]string{"ledgerfs", "stats", "/mnt/l"}, true, ""},
+		{[]string{"ledgerfs", "mount", "/srv/r", "/mnt/l"}, false, ""},
+		{[]string{"ledgerfs", "log", "/srv/r", "l", "p"}, false, ""},
+		{[]string{"ledgerfs", "--debug", "mount", "/mnt/l"}, false, ""},
+		{[]string{"/sbin/mount.ledgerfs", "/srv/r"}, false, ""},
 	} {
-		args, ok := helperArgs(c.argv)
+		args, ok := helperArgs(c.argv, c.byMountFuse)
 		if got := strings.Join(args, " "); ok != (c.want != "") || got != c.want {
 			t.Errorf("%q: %q %v, want %q", c.argv, got, ok, c.want)
 		}
