@@ -795,3 +795,23 @@ func TestRelatime(t *testing.T) {
 		}
 	}
 }
+
+// The root, a ledger and .ledger/latest show times of the repository and
+// the page, not the epoch: ls -l and find -newer read them.
+func TestTimesOfRootLedgersAndLatest(t *testing.T) {
+	t.Parallel()
+	start := time.Now().Add(-time.Second) // file times are whole seconds on some filesystems
+	s := mount(t, t.TempDir())
+	pg := s.page("l", "p")
+	must(t, os.WriteFile(filepath.Join(pg, "f"), []byte("x"), 0o644))
+	syncDir(t, pg)
+	for _, path := range []string{s.mnt, filepath.Join(s.mnt, "l"), filepath.Join(pg, ".ledger", "latest")} {
+		var st syscall.Stat_t
+		must(t, syscall.Lstat(path, &st))
+		for name, ts := range map[string]syscall.Timespec{"mtime": st.Mtim, "ctime": st.Ctim, "atime": st.Atim} {
+			if when := time.Unix(ts.Unix()); when.Before(start) || when.After(time.Now().Add(time.Minute)) {
+				t.Errorf("%s: %s %v, want a time since the test began (%v)", path, name, when, start)
+			}
+		}
+	}
+}

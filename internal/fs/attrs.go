@@ -11,10 +11,18 @@ import (
 )
 
 // attrOwner shows the mount's owner, for what stores none.
-func (f *FS) attrOwner(a *fuse.Attr) { f.showMeta(a, btree.Meta{}, 0) }
+func (f *FS) attrOwner(a *fuse.Attr) { f.showOwner(a, btree.Meta{}) }
 
 // showMeta fills a's owner and times (see shownTimes) from m.
 func (f *FS) showMeta(a *fuse.Attr, m btree.Meta, ts int64) {
+	f.showOwner(a, m)
+	atime, mtime, ctime := shownTimes(m, ts)
+	at, mt, ct := time.Unix(0, atime), time.Unix(0, mtime), time.Unix(0, ctime)
+	a.SetTimes(&at, &mt, &ct)
+}
+
+// showOwner fills a's owner from m, or the mount's if m stores none.
+func (f *FS) showOwner(a *fuse.Attr, m btree.Meta) {
 	a.Uid, a.Gid = f.opts.UID, f.opts.GID
 	if m.HasOwner {
 		a.Uid, a.Gid = m.Uid, m.Gid
@@ -25,9 +33,6 @@ func (f *FS) showMeta(a *fuse.Attr, m btree.Meta, ts int64) {
 	if f.opts.ShowGID != nil {
 		a.Gid = *f.opts.ShowGID
 	}
-	atime, mtime, ctime := shownTimes(m, ts)
-	at, mt, ct := time.Unix(0, atime), time.Unix(0, mtime), time.Unix(0, ctime)
-	a.SetTimes(&at, &mt, &ct)
 }
 
 // shownTimes returns the times an entry with metadata m shows: its own

@@ -58,6 +58,7 @@ func (r *rootNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.Att
 	out.Mode = fuse.S_IFDIR | 0o755
 	out.Nlink = 2
 	r.fs.attrOwner(&out.Attr)
+	setTime(&out.Attr, r.fs.repo.ModTime("").UnixNano())
 	return 0
 }
 
@@ -114,8 +115,7 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		return nil, syscall.ENOENT
 	}
 	ch := r.ledger(ctx, name)
-	dirAttr(r.fs, &out.Attr, ch.StableAttr().Ino, 0o755)
-	return ch, 0
+	return ch, getattr(ctx, ch, &out.Attr)
 }
 
 func (r *rootNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
@@ -138,8 +138,7 @@ func (r *rootNode) Mkdir(ctx context.Context, name string, mode uint32, out *fus
 		return nil, errno("mkdir", err)
 	}
 	ch := r.ledger(ctx, name)
-	dirAttr(r.fs, &out.Attr, ch.StableAttr().Ino, 0o755)
-	return ch, 0
+	return ch, getattr(ctx, ch, &out.Attr)
 }
 
 func (r *rootNode) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -219,6 +218,7 @@ func (l *ledgerNode) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32)
 
 func (l *ledgerNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	dirAttr(l.fs, &out.Attr, l.StableAttr().Ino, 0o755)
+	setTime(&out.Attr, l.fs.repo.ModTime(l.ledgerName()).UnixNano())
 	return 0
 }
 

@@ -358,6 +358,25 @@ func isNew(dir string) (bool, error) {
 // Dir is the repository directory.
 func (r *Repository) Dir() string { return r.dir }
 
+// ModTime returns when ledger's list of pages last changed, as the
+// modification time of its folder, or with ledger "" when the list of
+// ledgers last changed. A ledger with no page yet has no folder and shows
+// the repository's time. For what a filesystem shows as these
+// directories' times.
+func (r *Repository) ModTime(ledger string) time.Time {
+	ledgers := filepath.Join(r.dir, SerializationVersion, "ledgers")
+	paths := []string{ledgers, r.dir}
+	if ledger != "" {
+		paths = append([]string{filepath.Join(ledgers, ledgerFolder(ledger))}, paths...)
+	}
+	for _, p := range paths {
+		if st, err := os.Stat(p); err == nil {
+			return st.ModTime()
+		}
+	}
+	return time.Time{}
+}
+
 // Sync makes the repository db's changes (ledger and page names) durable.
 func (r *Repository) Sync() error {
 	if err := r.db.Sync(); err != nil {
