@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -60,4 +61,64 @@ func TestCommandLineMistakes(t *testing.T) {
 		t.Fatalf("--version (exit %d): %q; version (exit %d): %q", code1, v1, code2, v2)
 	}
 	nothingMade("ledgerfs version")
+}
+
+// A mount that fails removes the mount point it created, and leaves one it
+// did not create; each background mount logs to a file of its own by
+// default, named after its mount point.
+func TestMountPointAndLogOfEachMount(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	notRepo := filepath.Join(dir, "not-a-repo")
+	must(t, os.MkdirAll(notRepo, 0o755))
+	must(t, os.WriteFile(filepath.Join(notRepo, "notes.txt"), []byte("mine"), 0o644))
+	made := filepath.Join(dir, "new", "deeper", "mnt")
+	out, err := exec.Command(plainBinary, "mount", "-d", "--log-file", filepath.Join(dir, "log"), notRepo, made).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "not a ledgerfs repository") {
+		t.Fatalf("mount -d of a directory with other files: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a failed mount left the mount point it made: %v", err)
+	}
+	existing := filepath.Join(dir, "existing")
+	must(t, os.Mkdir(existing, 0o755))
+	if exec.Command(plainBinary, "mount", "-d", "--log-file", filepath.Join(dir, "log"), notRepo, existing).Run() == nil {
+		t.Fatal("mount -d of a directory with other files succeeded")
+	}
+	if _, err := os.Stat(existing); err != nil {
+		t.Fatalf("a failed mount removed a mount point it did not make: %v", err)
+	}
+
+	// Two mounts, two logs.
+	state := filepath.Join(dir, "state")
+	var logs []string
+	for _, name := range []string{"a", "b"} {
+		mnt := filepath.Join(dir, "mounts", name)
+		daemonCleanup(t, mnt)
+		cmd := exec.Command(plainBinary, "mount", "-d", filepath.Join(dir, "repo-"+name), mnt)
+		// Where a user who is not root has the logs; root's go to
+		// /var/log/ledgerfs, which a test should not fill.
+		cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+state)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("mount -d %s: %v\n%s", mnt, err, out)
+		}
+		logs = append(logs, strings.ReplaceAll(strings.Trim(mnt, "/"), "/", "-")+".log")
+	}
+	for _, name := range []string{"a", "b"} {
+		if out, err := exec.Command(plainBinary, "umount", filepath.Join(dir, "mounts", name)).CombinedOutput(); err != nil {
+			t.Fatalf("umount: %v\n%s", err, out)
+		}
+	}
+	logDir := "/var/log/ledgerfs"
+	if os.Geteuid() != 0 {
+		logDir = filepath.Join(state, "ledgerfs")
+	}
+	for i, l := range logs {
+		path := filepath.Join(logDir, l)
+		b, err := os.ReadFile(path)
+		os.Remove(path)
+		if err != nil || !strings.Contains(string(b), "msg=serving") || !strings.Contains(string(b), "repo-"+[]string{"a", "b"}[i]) {
+			t.Errorf("log of mount %d (%s): %v\n%s", i, path, err, b)
+		}
+	}
 }

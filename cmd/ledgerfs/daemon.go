@@ -30,6 +30,9 @@ func background() bool { return os.Getenv(readyEnv) != "" }
 // serves (nil) or has failed (its error). The server is this same binary,
 // not a fork: a Go process cannot fork.
 func daemonize(logFile string) error {
+	if err := os.MkdirAll(filepath.Dir(logFile), 0o755); err != nil {
+		return fmt.Errorf("log file: %w", err)
+	}
 	log, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("log file: %w", err)
@@ -115,14 +118,29 @@ func notifySystemd(state string) {
 	}
 }
 
-// defaultLogFile is where mount -d logs unless told: JuiceFS's places.
-func defaultLogFile() string {
-	if os.Geteuid() == 0 {
-		return "/var/log/ledgerfs.log"
+// defaultLogFile is where mount -d at mnt logs unless told: a file of its
+// own per mount point, named after it as systemd names mount units
+// (/mnt/l logs to mnt-l.log), in /var/log/ledgerfs as root and in
+// $XDG_STATE_HOME/ledgerfs (~/.local/state/ledgerfs) otherwise.
+func defaultLogFile(mnt string) string {
+	if abs, err := filepath.Abs(mnt); err == nil {
+		mnt = abs
 	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join(os.TempDir(), "ledgerfs.log")
+	name := strings.ReplaceAll(strings.Trim(filepath.Clean(mnt), "/"), "/", "-")
+	if name == "" {
+		name = "root"
 	}
-	return filepath.Join(home, ".ledgerfs.log")
+	dir := "/var/log/ledgerfs"
+	if os.Geteuid() != 0 {
+		state := os.Getenv("XDG_STATE_HOME")
+		if state == "" {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				home = os.TempDir()
+			}
+			state = filepath.Join(home, ".local", "state")
+		}
+		dir = filepath.Join(state, "ledgerfs")
+	}
+	return filepath.Join(dir, name+".log")
 }

@@ -87,6 +87,9 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 				return err
 			}
 			if daemonMode && !background() {
+				if logFile == "" {
+					logFile = defaultLogFile(mnt)
+				}
 				return daemonize(logFile)
 			}
 			debugLog, _ := cmd.Flags().GetBool("debug") // registered below: no error
@@ -147,7 +150,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f := cmd.Flags()
 	f.BoolVarP(&readOnly, "read-only", "r", false, "mount read-only")
 	f.BoolVarP(&daemonMode, "daemon", "d", false, "serve in the background: return once the mount serves (exit 0) or failed (exit 1, with the reason), logging to --log-file")
-	f.StringVar(&logFile, "log-file", defaultLogFile(), "where the background server (-d) logs")
+	f.StringVar(&logFile, "log-file", "", "where the background server (-d) logs (default /var/log/ledgerfs/MOUNTPOINT.log as root, ~/.local/state/ledgerfs/MOUNTPOINT.log otherwise, MOUNTPOINT's slashes as dashes)")
 	f.StringSliceVarP(&options, "option", "o", nil, "mount options as mount(8) passes them: any flag of this command with _ for - (cache_timeout=2, allow_other, ro, uid=1000), and rw, ro, dev, suid; _netdev, defaults, noauto, nofail, x-systemd.* and the like are for mount(8) and systemd and are ignored")
 	f.BoolVar(&nonEmpty, "allow-non-empty", false, "mount over a directory that holds files, hiding them while mounted")
 	f.BoolVar(&allowOther, "allow-other", false, "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root); the kernel checks every access against the files' owners and modes")
@@ -196,9 +199,16 @@ func serve(c serveConfig) error {
 	if err := checkApart(c.repo, mnt); err != nil {
 		return err
 	}
-	if err := checkMountpoint(mnt); err != nil {
+	made, err := checkMountpoint(mnt)
+	if err != nil {
 		return err
 	}
+	serving := false
+	defer func() {
+		if !serving {
+			removeMade(made)
+		}
+	}()
 	if !c.nonEmpty {
 		if es, err := os.ReadDir(mnt); err != nil {
 			return fmt.Errorf("mount point: %w", err)
@@ -309,6 +319,7 @@ func serve(c serveConfig) error {
 	if err := setReadAhead(mnt, readAheadKiB); err != nil {
 		slog.Info("kernel read-ahead left at its default", "err", err)
 	}
+	serving = true
 	slog.Info("serving", "repo", c.repo, "mountpoint", mnt)
 	reportReady()
 
@@ -359,35 +370,57 @@ func mountFS(mnt string, raw fuse.RawFileSystem, opts *fuse.MountOptions) (*fuse
 }
 
 // checkMountpoint creates the mount point if missing and refuses one that
-// is not a directory or is already a mount point.
-func checkMountpoint(mnt string) error {
+// is not a directory or is already a mount point. It returns the
+// directories it created, deepest first, for a failed mount to remove.
+func checkMountpoint(mnt string) (made []string, err error) {
 	fi, err := os.Stat(mnt)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return os.MkdirAll(mnt, 0o755)
+		for d := mnt; ; d = filepath.Dir(d) {
+			if _, err := os.Lstat(d); err == nil || d == filepath.Dir(d) {
+				break
+			}
+			made = append(made, d)
+		}
+		if err := os.MkdirAll(mnt, 0o755); err != nil {
+			removeMade(made)
+			return nil, err
+		}
+		return made, nil
 	case err != nil:
 		var errno syscall.Errno
 		if errors.As(err, &errno) && errno == syscall.ENOTCONN {
-			return fmt.Errorf("mount point %s is a dead FUSE mount: unmount it first (fusermount3 -u %s)", mnt, mnt)
+			return nil, fmt.Errorf("mount point %s is a dead FUSE mount: unmount it first (fusermount3 -u %s)", mnt, mnt)
 		}
-		return fmt.Errorf("mount point: %w", err)
+		return nil, fmt.Errorf("mount point: %w", err)
 	case !fi.IsDir():
-		return fmt.Errorf("mount point %s is not a directory", mnt)
+		return nil, fmt.Errorf("mount point %s is not a directory", mnt)
 	}
 	mounted, err := isMountpoint(mnt)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if mounted {
 		// A dead FUSE mount can still answer stat from the kernel's cache;
 		// statfs always asks its server.
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(mnt, &st); errors.Is(err, syscall.ENOTCONN) {
-			return fmt.Errorf("mount point %s is a dead FUSE mount: unmount it first (fusermount3 -u %s)", mnt, mnt)
+			return nil, fmt.Errorf("mount point %s is a dead FUSE mount: unmount it first (fusermount3 -u %s)", mnt, mnt)
 		}
-		return fmt.Errorf("mount point %s is busy: something is already mounted there", mnt)
+		return nil, fmt.Errorf("mount point %s is busy: something is already mounted there", mnt)
 	}
-	return nil
+	return nil, nil
+}
+
+// removeMade removes the directories checkMountpoint made, deepest first,
+// as long as they are empty: a mount that failed leaves no mount point
+// behind that it created.
+func removeMade(made []string) {
+	for _, d := range made {
+		if err := os.Remove(d); err != nil {
+			return
+		}
+	}
 }
 
 // checkApart refuses a mount point inside the repository or a repository
