@@ -265,6 +265,8 @@ func serve(c serveConfig) error {
 	}
 	if collector != nil {
 		collector.Busy = fsys.Busy
+		collector.Pinned = fsys.Pinned
+		collector.WaitIdle = fsys.WaitIdle
 		go collector.Run()
 		defer collector.Close() // on a failed mount; after serving, below
 	}

@@ -446,21 +446,26 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 			}
 		}
 		f.readers++
+		f.pg.reading(p, h.id)
 		return h, 0, 0
 	}
-	e, ts, err := f.entry()
-	if err != nil {
-		return nil, 0, errno("open", err)
-	}
-	if e.Meta.Mode&syscall.S_IFMT == syscall.S_IFLNK {
-		return nil, 0, syscall.ELOOP
-	}
-	f.meta, f.metaTs = e.Meta, ts
-	f.advanceAtime(e.Meta, ts)
+	// Held before the entry is read, so that no collection drops its
+	// value before the value is pinned (see pins.go).
 	p, err := f.pg.acquire()
 	if err != nil {
 		return nil, 0, errno("open", err)
 	}
+	e, ts, err := f.entry()
+	if err != nil {
+		f.pg.release(p)
+		return nil, 0, errno("open", err)
+	}
+	if e.Meta.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		f.pg.release(p)
+		return nil, 0, syscall.ELOOP
+	}
+	f.meta, f.metaTs = e.Meta, ts
+	f.advanceAtime(e.Meta, ts)
 	var r *cas.Reader
 	if e.Meta.Size > 0 {
 		if r, err = p.OpenValue(e.Value); err != nil {
@@ -468,6 +473,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 			return nil, 0, errno("open", err)
 		}
 	}
+	f.pg.reading(p, e.Value)
 	// The kernel may keep its cached pages if the content is the one it
 	// cached at the last open.
 	var fl uint32

@@ -169,6 +169,15 @@ func (f *FS) Busy(ledger, name string) bool {
 	return ok && p.busy()
 }
 
+// WaitIdle waits up to d until Busy(ledger, name) is false, and reports
+// whether it is: closes on their way are released and queued commits land.
+func (f *FS) WaitIdle(ledger, name string, d time.Duration) bool {
+	f.mu.Lock()
+	p, ok := f.pages[ledger+"/"+name]
+	f.mu.Unlock()
+	return !ok || p.idleWithin(d)
+}
+
 // renamePage follows a page rename in the open state.
 func (f *FS) renamePage(ledger, from, to string) {
 	f.mu.Lock()

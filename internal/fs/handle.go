@@ -47,6 +47,8 @@ func (h *handle) current() (bool, error) {
 	if f.latest == h.id {
 		return false, nil
 	}
+	f.pg.pin(f.latest)
+	f.pg.unpin(h.id)
 	h.id, h.size, h.r = f.latest, f.latestSize, nil
 	if h.size > 0 {
 		r, err := h.p.OpenValue(f.latest)
@@ -169,8 +171,9 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		if f.unlinked {
 			f.endChange()
 		}
+		id := h.id
 		f.mu.Unlock()
-		f.pg.release(h.p)
+		f.pg.doneReading(h.p, id)
 		return 0
 	}
 	f.pg.keys.RLock()

@@ -6,6 +6,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/cas"
 	"github.com/ledgerfs/ledgerfs/internal/journal"
 	"github.com/ledgerfs/ledgerfs/internal/store"
 )
@@ -42,6 +43,9 @@ type pageRef struct {
 	// closed or leaves q.files (see idleWithin).
 	endCond *sync.Cond
 	opens   int // files with content loaded (open for writing, or queued)
+	// pins counts the values read-only handles of the page's views read
+	// (see pins.go); the live page's only.
+	pins map[cas.ObjectIdentifier]int
 }
 
 // names returns the ledger and page names, which a rename changes.

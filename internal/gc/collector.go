@@ -12,6 +12,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
+	"github.com/ledgerfs/ledgerfs/internal/cas"
 	"github.com/ledgerfs/ledgerfs/internal/store"
 )
 
@@ -26,7 +27,13 @@ type Collector struct {
 	Repo *store.Repository
 	// Busy reports whether the mount uses a page beyond what the store
 	// sees: queued changes, open transactions.
-	Busy         func(ledger, page string) bool
+	Busy func(ledger, page string) bool
+	// WaitIdle, if set, waits up to d until Busy would be false, and
+	// reports whether it is.
+	WaitIdle func(ledger, page string, d time.Duration) bool
+	// Pinned lists the values the mount's readers of a page hold open
+	// (read-only files), which a collection of the page keeps.
+	Pinned       func(ledger, page string) []cas.ObjectIdentifier
 	Every        time.Duration
 	After        uint64
 	KeepUnsynced bool
@@ -38,6 +45,9 @@ type Collector struct {
 	mu      sync.Mutex
 	removed map[[2]string]uint64
 	due     map[[2]string]bool // collect soon
+	// reclaim holds the pages collected while readers held them open,
+	// whose space is still to give back (Result.ReclaimLater).
+	reclaim map[[2]string]bool
 	last    map[[2]string]string
 	// finished is each page's Result.Done: a scheduled collection of a
 	// page left as it was does nothing.
@@ -48,6 +58,10 @@ type Collector struct {
 	once     sync.Once
 }
 
+// idleWait bounds how long an explicit request (Now) waits for a page
+// whose files are being closed or whose closes' commits are queued.
+const idleWait = 10 * time.Second
+
 // retry is how often pages due but busy are tried again: the check of a
 // page in use costs a lookup.
 const retry = time.Second
@@ -56,6 +70,7 @@ func (c *Collector) init() {
 	c.once.Do(func() {
 		c.removed = map[[2]string]uint64{}
 		c.due = map[[2]string]bool{}
+		c.reclaim = map[[2]string]bool{}
 		c.last = map[[2]string]string{}
 		c.finished = map[[2]string]string{}
 		c.wake = make(chan struct{}, 1)
@@ -258,12 +273,23 @@ func (c *Collector) collect(k [2]string, wait bool) error {
 	c.running.Lock()
 	defer c.running.Unlock()
 	if c.Busy != nil && c.Busy(k[0], k[1]) {
-		return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy)
+		// An explicit request waits a while for closes on their way:
+		// releases and queued commits land within moments.
+		if !wait || c.WaitIdle == nil || !c.WaitIdle(k[0], k[1], idleWait) {
+			return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy)
+		}
+	}
+	if err := c.reclaimPending(k, wait); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	finished := c.finished[k]
 	c.mu.Unlock()
-	r, err := CollectPage(c.Repo, k[0], k[1], PageOptions{KeepUnsynced: c.KeepUnsynced, Stop: c.stopped, Gentle: true, Done: finished, Wait: wait})
+	var pinned func() []cas.ObjectIdentifier
+	if c.Pinned != nil {
+		pinned = func() []cas.ObjectIdentifier { return c.Pinned(k[0], k[1]) }
+	}
+	r, err := CollectPage(c.Repo, k[0], k[1], PageOptions{KeepUnsynced: c.KeepUnsynced, Stop: c.stopped, Gentle: true, Done: finished, Wait: wait, Pinned: pinned})
 	switch {
 	case errors.Is(err, store.ErrBusy) || errors.Is(err, ErrJournals) || err == nil && r.Stopped:
 		err = fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy) // later
@@ -282,7 +308,11 @@ func (c *Collector) collect(k [2]string, wait bool) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.due, k)
+	if r.ReclaimLater {
+		c.reclaim[k] = true // stays due
+	} else {
+		delete(c.due, k)
+	}
 	c.removed[k] = 0
 	if r.Unchanged {
 		return nil
@@ -296,8 +326,39 @@ func (c *Collector) collect(k [2]string, wait bool) error {
 		c.last[k] = fmt.Sprintf("%s pruned %d of %d commits, deleted %d of %d pieces (%s of %s), compressed %d (saving %s) in %s",
 			time.Now().UTC().Format(time.RFC3339), r.Pruned, r.Commits, r.Deleted, r.Objects,
 			humanize.IBytes(uint64(r.Freed)), humanize.IBytes(uint64(r.Bytes)), r.Compressed, humanize.IBytes(uint64(r.CompressSaved)), r.Took.Round(time.Millisecond))
+		if r.ReclaimLater {
+			c.last[k] += "; the space is given back once the page's open files are closed"
+		}
 	}
 	return err
+}
+
+// reclaimPending gives back the space of a page collected while readers
+// held it, if it has any to give back: store.ErrBusy while they still do.
+func (c *Collector) reclaimPending(k [2]string, wait bool) error {
+	c.mu.Lock()
+	pending := c.reclaim[k]
+	c.mu.Unlock()
+	if !pending {
+		return nil
+	}
+	complete, err := c.Repo.Reclaim(k[0], k[1], !wait)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, store.ErrBusy) && wait:
+		return nil // readers still hold it: collect, and the space waits for them
+	case err != nil:
+		if !errors.Is(err, store.ErrBusy) {
+			slog.Warn("giving back a collected page's space failed", "page", k[0]+"/"+k[1], "err", err)
+		}
+		return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy) // later
+	case !complete:
+		return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy)
+	}
+	c.mu.Lock()
+	delete(c.reclaim, k)
+	c.mu.Unlock()
+	return nil
 }
 
 // Status is the text of the mount's .collect file: each page's last

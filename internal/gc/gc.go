@@ -39,6 +39,9 @@ type Options struct {
 	// before the cloud has it. Without sync every commit has the row, and
 	// keeping them would keep everything.
 	KeepUnsynced bool
+	// Pinned are values readers of the page hold open (read-only files):
+	// their pieces are kept whether or not a kept commit reaches them.
+	Pinned []cas.ObjectIdentifier
 	// Stop, polled between steps, ends the collection early.
 	Stop func() bool
 	// Progress, if set, is told each phase's progress.
@@ -94,6 +97,10 @@ type Result struct {
 	// policy were, for the next one.
 	Unchanged bool
 	Done      string
+	// ReclaimLater: the page's readers kept it open, so the space of what
+	// was deleted is given back at a later collection, once they are
+	// gone.
+	ReclaimLater bool
 }
 
 // Add adds o's counts to r's.
@@ -168,6 +175,11 @@ func Collect(p *store.Page, o Options) (Result, error) {
 		if r.Stopped {
 			r.Took = time.Since(start)
 			return r, nil
+		}
+	}
+	for _, v := range o.Pinned {
+		if err := reach.value(v); err != nil {
+			return r, err
 		}
 	}
 	step(p, "marked what kept commits reach")
@@ -315,6 +327,14 @@ func (m *marker) add(d cas.Digest) bool {
 	return true
 }
 
+// value marks the pieces of a value.
+func (m *marker) value(v cas.ObjectIdentifier) error {
+	if err := cas.Walk(m.p, v, func(d cas.Digest) (bool, error) { return m.add(d), nil }, nil); err != nil {
+		return fmt.Errorf("gc: walk value %s: %w", v.Digest, err)
+	}
+	return nil
+}
+
 func (m *marker) node(id cas.ObjectIdentifier) error {
 	if id.Digest.IsInline() {
 		return nil
@@ -335,9 +355,8 @@ func (m *marker) node(id cas.ObjectIdentifier) error {
 		return err
 	}
 	for _, v := range values {
-		err := cas.Walk(m.p, v, func(d cas.Digest) (bool, error) { return m.add(d), nil }, nil)
-		if err != nil {
-			return fmt.Errorf("value %s: %w", v.Digest, err)
+		if err := m.value(v); err != nil {
+			return err
 		}
 	}
 	for _, c := range children {

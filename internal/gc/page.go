@@ -1,9 +1,11 @@
 package gc
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/ledgerfs/ledgerfs/internal/cas"
 	"github.com/ledgerfs/ledgerfs/internal/retention"
 	"github.com/ledgerfs/ledgerfs/internal/store"
 )
@@ -44,6 +46,9 @@ type PageOptions struct {
 	// Done, if set, is the Result.Done of the page's last collection: if
 	// the page and its policy are as they were then, nothing is done.
 	Done string
+	// Pinned, if set, lists the values the page's readers hold open, once
+	// the collection holds the page (see Options.Pinned).
+	Pinned func() []cas.ObjectIdentifier
 }
 
 // CollectPage collects one idle page of repo with its policy and has the
@@ -77,7 +82,12 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 		repo.ReleaseIdle(p)
 		return Result{Unchanged: true, Done: done}, nil
 	}
+	var pinned []cas.ObjectIdentifier
+	if o.Pinned != nil {
+		pinned = o.Pinned()
+	}
 	r, err := Collect(p, Options{
+		Pinned:       pinned,
 		Policy:       policy,
 		DryRun:       o.DryRun,
 		KeepUnsynced: o.KeepUnsynced,
@@ -101,6 +111,12 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 	if (r.Deleted > 0 || r.Compressed > 0 || o.Reclaim) && !r.Stopped {
 		start := time.Now()
 		complete, err := repo.Reclaim(ledger, page, !o.Wait)
+		if errors.Is(err, store.ErrBusy) {
+			// Readers hold the page open: its db cannot be reopened
+			// to compact it. What was pruned and deleted stays so;
+			// the space is for a later Reclaim.
+			r.ReclaimLater, complete, err = true, true, nil
+		}
 		if err != nil {
 			return r, err
 		}

@@ -150,16 +150,18 @@ func (p *Page) recovering(fn func() error) (err error) {
 // ErrBusy is the error of AcquireIdle on a page someone uses.
 var ErrBusy = errors.New("store: page is in use")
 
-// AcquireIdle takes a page that nobody uses, for the caller alone (a
-// collection): until ReleaseIdle, Acquire and evict wait, and ask the
-// holder to end soon (Yielding). A page in use gives ErrBusy.
+// AcquireIdle takes a page that nobody uses but readers (AsReader),
+// for the caller alone (a collection): until ReleaseIdle, Acquire and
+// evict wait, and ask the holder to end soon (Yielding). A page in use
+// gives ErrBusy. Readers go on reading meanwhile: the collection keeps
+// what they read (gc's pins).
 func (r *Repository) AcquireIdle(ledger, page string) (*Page, error) {
 	p, err := r.Acquire(ledger, page)
 	if err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
-	if p.refs > 1 {
+	if p.refs-p.readers > 1 {
 		r.mu.Unlock()
 		r.Release(p)
 		return nil, fmt.Errorf("page %s/%s: %w", ledger, page, ErrBusy)
@@ -168,6 +170,26 @@ func (r *Repository) AcquireIdle(ledger, page string) (*Page, error) {
 	p.yield.Store(false)
 	r.mu.Unlock()
 	return p, nil
+}
+
+// AsReader makes the caller's ref of p (from Acquire) a reader's: a reader
+// of committed values that holds the page a long time (an open read-only
+// file), which does not keep a collection from the page. The collection
+// must keep what the reader reads (gc's pins): the caller records that
+// before, while its ref still keeps collections off. It is given back with
+// ReleaseReader.
+func (r *Repository) AsReader(p *Page) {
+	r.mu.Lock()
+	p.readers++
+	r.mu.Unlock()
+}
+
+// ReleaseReader gives back a ref made a reader's with AsReader.
+func (r *Repository) ReleaseReader(p *Page) {
+	r.mu.Lock()
+	p.readers--
+	r.mu.Unlock()
+	r.Release(p)
 }
 
 // ReleaseIdle gives back a page taken with AcquireIdle.

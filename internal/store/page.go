@@ -46,6 +46,9 @@ type Page struct {
 
 	repo *Repository
 	refs int // guarded by repo.mu
+	// readers counts the refs made readers' with AsReader, which do not
+	// keep a collection from the page; guarded by repo.mu.
+	readers int
 	// exclusive is set (guarded by repo.mu) while a collection holds the
 	// page alone (AcquireIdle); done is closed when it ends. yield asks it
 	// to end soon: someone else wants the page.
