@@ -2,8 +2,11 @@ package mount_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	be "encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -317,5 +320,47 @@ func TestDiskFullRandomWrites(t *testing.T) {
 	waitForContent(t, name, old)
 	if err := os.WriteFile(filepath.Join(pg, "new"), content(200, 4<<20), 0o644); err != nil {
 		t.Errorf("write once the spool is gone: %v", err)
+	}
+}
+
+// History yields to live data: on a 400 MiB filesystem, overwriting a
+// 60 MiB file 30 times fills it with history by the 7th write unless the
+// oldest history goes first. Every write succeeds, the last content is
+// whole, the newest versions are still browsable, and the log says once
+// what went and why.
+func TestHistoryYieldsToLiveData(t *testing.T) {
+	t.Parallel()
+	disk := smallDisk(t, 400<<20)
+	s := mountPlain(t, filepath.Join(disk, "repo"), "--collect-every", "0")
+	pg := s.page("l", "p")
+	const size = 60 << 20
+	buf := make([]byte, size)
+	var last [32]byte
+	writes := 30
+	for i := range writes {
+		r := rand.New(rand.NewPCG(uint64(i), 11))
+		for j := 0; j+8 <= len(buf); j += 8 {
+			be.LittleEndian.PutUint64(buf[j:], r.Uint64())
+		}
+		if err := os.WriteFile(filepath.Join(pg, "f"), buf, 0o644); err != nil {
+			var st unix.Statfs_t
+			unix.Statfs(disk, &st)
+			t.Fatalf("write %d of %d: %v (%d MiB free)\n%s", i+1, writes, err, st.Bavail*uint64(st.Bsize)>>20, s.log)
+		}
+		last = sha256.Sum256(buf)
+	}
+	syncDir(t, pg)
+	if got := sha(t, filepath.Join(pg, "f")); got != fmt.Sprintf("%x", last) {
+		t.Fatalf("the last write reads back as %s, want %x", got, last)
+	}
+	vs := ls(t, filepath.Join(pg, ".ledger", "versions", "f"))
+	if len(vs) < 2 {
+		t.Fatalf("versions of f after the writes: %v, want the newest ones kept", vs)
+	}
+	if got := sha(t, filepath.Join(pg, ".ledger", "versions", "f", vs[len(vs)-1])); got != fmt.Sprintf("%x", last) {
+		t.Fatalf("the newest version %s is %s, want the last write's %x", vs[len(vs)-1], got, last)
+	}
+	if n := strings.Count(s.log.String(), "pruned history beyond the newest commits"); n != 1 {
+		t.Fatalf("the log says %d times that history was pruned for space, want once:\n%s", n, s.log)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/moby/sys/mountinfo"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/ledgerfs/ledgerfs/internal/fs"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
@@ -65,6 +67,7 @@ func newMount() *cobra.Command {
 		metricsAt    string
 		collectEvery time.Duration
 		collectAfter string
+		pruneBelow   string
 	)
 	cmd := &cobra.Command{
 		Use:   "mount [flags] [REPO] MOUNTPOINT",
@@ -138,7 +141,11 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			if err != nil {
 				return err
 			}
+			if _, _, err := parseShare("--prune-below", pruneBelow); err != nil {
+				return err
+			}
 			return serve(serveConfig{
+				pruneBelow:   pruneBelow,
 				collectEvery: collectEvery, collectAfter: after,
 				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther, nonEmpty: nonEmpty,
 				debug: debugLog, idlePages: idlePages, cache: time.Duration(cacheSecs * float64(time.Second)),
@@ -166,6 +173,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.DurationVar(&gcInterval, "gc-interval", 10*time.Minute, "how often to reclaim value-log space of open pages")
 	f.StringVar(&reserve, "reserve", "", fmt.Sprintf("free space to keep on the repository's filesystem, at least %s (default 5 %% of the filesystem, at most %s); changes fail with ENOSPC (\"no space left on device\") rather than fill it, since the database cannot survive a full disk", humanize.IBytes(store.MinReserve), humanize.IBytes(store.MaxDefaultReserve)))
 	f.DurationVar(&collectEvery, "collect-every", time.Hour, "how often to collect the pages changed since their last collection: prune the commits their retention policy does not keep and delete what no kept commit reaches (0: only when --collect-after or .collect says)")
+	f.StringVar(&pruneBelow, "prune-below", "10%", "when less than this is free on the repository's filesystem (a size, or a share of the filesystem; at least 4 times --reserve), a page is pruned to its newest 2 commits before a file of it is written; 0: never")
 	f.StringVar(&collectAfter, "collect-after", "256MiB", "collect a page soon after its changes deleted or replaced this much content (0: never)")
 	f.DurationVar(&closeWait, "close-timeout", 30*time.Second, "how long to wait for one page database to close (at unmount or when idle) before giving up on it")
 	return cmd
@@ -186,6 +194,7 @@ type serveConfig struct {
 	metricsAddr          string
 	collectEvery         time.Duration
 	collectAfter         uint64
+	pruneBelow           string // a size or a share of the filesystem
 }
 
 func serve(c serveConfig) error {
@@ -258,6 +267,13 @@ func serve(c serveConfig) error {
 		collector = &gc.Collector{Repo: repo, Every: c.collectEvery, After: c.collectAfter, Observe: m.ObserveCollection}
 		fo.Collector = collector
 		journal.RemovedObserver = collector.Removed
+		below, err := pruneThreshold(repo, c.pruneBelow)
+		if err != nil {
+			return err
+		}
+		if below > 0 {
+			fo.Pressure = &gc.Pressure{Repo: repo, Below: below}
+		}
 	}
 	fsys, err := fs.New(repo, fo)
 	if err != nil {
@@ -267,6 +283,9 @@ func serve(c serveConfig) error {
 		collector.Busy = fsys.Busy
 		collector.Pinned = fsys.Pinned
 		collector.WaitIdle = fsys.WaitIdle
+		if fo.Pressure != nil {
+			fo.Pressure.Pinned = fsys.Pinned
+		}
 		go collector.Run()
 		defer collector.Close() // on a failed mount; after serving, below
 	}
@@ -483,3 +502,37 @@ func mountOf(dir string) string {
 
 // fsName is the source a mount of the repository at abs shows.
 func fsName(abs string) string { return "ledgerfs:" + abs }
+
+// parseShare parses a size ("2G") or a share of something ("10%"): the
+// share in percent, or the size.
+func parseShare(flag, v string) (pct float64, size uint64, err error) {
+	if n, ok := strings.CutSuffix(v, "%"); ok {
+		pct, err = strconv.ParseFloat(n, 64)
+		if err != nil || pct < 0 || pct > 100 {
+			return 0, 0, fmt.Errorf("%s %q: want a size such as 2G or a share such as 10%%", flag, v)
+		}
+		return pct, 0, nil
+	}
+	size, err = parseSize(flag, v)
+	return 0, size, err
+}
+
+// pruneThreshold is --prune-below in bytes for repo's filesystem: never
+// below 4 times the reserve, which writes cannot use, unless 0.
+func pruneThreshold(repo *store.Repository, v string) (uint64, error) {
+	pct, size, err := parseShare("--prune-below", v)
+	if err != nil {
+		return 0, err
+	}
+	if pct > 0 {
+		var st unix.Statfs_t
+		if err := unix.Statfs(repo.Dir(), &st); err != nil {
+			return 0, fmt.Errorf("--prune-below: size of the repository's filesystem: %w", err)
+		}
+		size = uint64(pct / 100 * float64(st.Blocks*uint64(st.Bsize)))
+	}
+	if size == 0 {
+		return 0, nil
+	}
+	return max(size, 4*repo.Reserve()), nil
+}

@@ -409,6 +409,9 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if write && f.pg.readOnly() {
 		return nil, 0, syscall.EROFS
 	}
+	if write {
+		f.pg.yieldHistory()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if write {

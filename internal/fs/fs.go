@@ -82,6 +82,10 @@ type Options struct {
 	TmpDir string
 	// Stats, if set, gives the text of the .stats file at the root.
 	Stats func() []byte
+	// Pressure, if set, prunes a page's history when the repository's
+	// filesystem runs short, before a file of the page is opened for
+	// writing (see gc.Pressure).
+	Pressure *gc.Pressure
 	// Collector, if set, collects pages in the background; the .collect
 	// file at the root shows and starts its collections.
 	Collector *gc.Collector

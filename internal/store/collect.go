@@ -271,8 +271,13 @@ func (r *Repository) Reclaim(ledger, page string, yield bool) (bool, error) {
 	}
 	// Open again with compactors: rewriting value logs writes rows.
 	complete := true
-	err := reclaimWith(badgerOptions(dir, false), key, func(db *badger.DB) error {
-		for db.RunValueLogGC(reclaimRatio) == nil {
+	o = badgerOptions(dir, false)
+	err := reclaimWith(o, key, func(db *badger.DB) error {
+		// A rewrite copies up to (1-reclaimRatio) of a log into the
+		// current one before the old goes: Badger writes it through a
+		// mapping, and a full filesystem would kill the process.
+		rewrite := uint64(float64(o.ValueLogFileSize) * (1 - reclaimRatio))
+		for r.space.room(rewrite) && db.RunValueLogGC(reclaimRatio) == nil {
 			slog.Debug("collection step", "page", key, "step", "rewrote a value log")
 			if yield && wanted.Load() {
 				complete = false

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
+	"golang.org/x/sys/unix"
 )
 
 // badgerOptions are sized for many small dbs in one process: one db per page.
@@ -27,7 +28,7 @@ func badgerOptions(dir string, readOnly bool) badger.Options {
 		WithBaseTableSize(1 << 20).
 		WithBaseLevelSize(4 << 20).
 		WithValueThreshold(1 << 10).
-		WithValueLogFileSize(valueLogFileSize).
+		WithValueLogFileSize(valueLogSizeFor(dir)).
 		WithBlockCacheSize(1 << 20).
 		WithIndexCacheSize(0).
 		WithCompression(options.None).
@@ -53,6 +54,27 @@ func badgerOptions(dir string, readOnly bool) badger.Options {
 // against 7.2 s at 256 MiB. The file is mapped and created sparse, so the
 // size costs address space, not memory or disk.
 const valueLogFileSize = 256 << 20
+
+// minValueLogFileSize bounds how small valueLogSizeFor makes value logs.
+const minValueLogFileSize = 16 << 20
+
+// valueLogSizeFor is the value-log file size of a db in dir: valueLogFileSize,
+// or on a small filesystem a 32nd of it, at least minValueLogFileSize.
+// Giving a deleted value's space back rewrites the live rest of its log
+// (up to half of it, see reclaimRatio) before the old log goes: on a
+// 400 MiB filesystem 256 MiB logs needed 128 MiB free to shrink at all.
+func valueLogSizeFor(dir string) int64 {
+	var st unix.Statfs_t
+	for unix.Statfs(dir, &st) != nil {
+		// Not made yet: the filesystem it will be made on.
+		if dir == filepath.Dir(dir) {
+			return valueLogFileSize
+		}
+		dir = filepath.Dir(dir)
+	}
+	size := int64(st.Blocks) * st.Bsize / 32
+	return max(min(valueLogFileSize, size&^(1<<20-1)), minValueLogFileSize)
+}
 
 // repoDBOptions are for the small repository db.
 func repoDBOptions(dir string, readOnly bool) badger.Options {

@@ -127,3 +127,23 @@ func (s *space) statfs() error {
 	s.since = 0
 	return nil
 }
+
+// room reports whether n bytes can be written by Badger's own work (a value
+// log rewritten to give space back) and leave half the reserve, what
+// changes without content keep; it says once when there is not.
+func (s *space) room(n uint64) bool {
+	if s == nil {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.statfs(); err != nil {
+		return false
+	}
+	if s.left() >= s.reserve/2+n {
+		return true
+	}
+	slog.Warn("too little free space to rewrite a value log and give its space back", "dir", s.dir,
+		"free", humanize.IBytes(s.left()), "needed", humanize.IBytes(s.reserve/2+n))
+	return false
+}

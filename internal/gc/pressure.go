@@ -1,0 +1,99 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	"github.com/dustin/go-humanize"
+	"golang.org/x/sys/unix"
+
+	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/internal/retention"
+	"github.com/ledgerfs/ledgerfs/internal/store"
+)
+
+// PressureKeep is how many of a page's newest commits a collection for
+// space keeps, whatever the retention policy says: a write that fits on
+// the filesystem must not fail for history, and the newest versions stay
+// browsable.
+const PressureKeep = 2
+
+// Pressure prunes history when the repository's filesystem runs short, as
+// APFS thins local snapshots: a page about to be written while less than
+// Below bytes are free on that filesystem is first collected keeping only
+// its PressureKeep newest commits (and, with KeepUnsynced, every unsynced
+// one; heads always). Open transactions and files open for writing keep
+// their page from it, as from any collection; readers do not.
+type Pressure struct {
+	Repo         *store.Repository
+	Below        uint64
+	KeepUnsynced bool
+	// Pinned: see Collector.Pinned.
+	Pinned func(ledger, page string) []cas.ObjectIdentifier
+
+	mu     sync.Mutex
+	logged map[[2]string]bool // pages whose pruning for space was logged
+}
+
+// Low reports whether less than Below bytes are free on the repository's
+// filesystem.
+func (s *Pressure) Low() bool {
+	if s == nil || s.Below == 0 {
+		return false
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(s.Repo.Dir(), &st); err != nil {
+		return false
+	}
+	return st.Bavail*uint64(st.Bsize) < s.Below
+}
+
+// Yield collects the page for space if the filesystem runs short. The
+// caller must not hold the page: a page in use is left as it is.
+func (s *Pressure) Yield(ledger, page string) {
+	if !s.Low() {
+		return
+	}
+	keep := retention.Policy{Last: PressureKeep}
+	var pinned func() []cas.ObjectIdentifier
+	if s.Pinned != nil {
+		pinned = func() []cas.ObjectIdentifier { return s.Pinned(ledger, page) }
+	}
+	free := s.free()
+	r, err := CollectPage(s.Repo, ledger, page, PageOptions{Policy: &keep, KeepUnsynced: s.KeepUnsynced, Wait: true, Reclaim: true, Pinned: pinned})
+	switch {
+	case errors.Is(err, store.ErrBusy) || errors.Is(err, ErrJournals) || errors.Is(err, store.ErrNotFound):
+		return
+	case err != nil:
+		slog.Warn("pruning history for space failed", "page", ledger+"/"+page, "err", err)
+		return
+	case r.Pruned == 0:
+		return
+	}
+	k := [2]string{ledger, page}
+	s.mu.Lock()
+	first := !s.logged[k]
+	if s.logged == nil {
+		s.logged = map[[2]string]bool{}
+	}
+	s.logged[k] = true
+	s.mu.Unlock()
+	level := slog.LevelDebug
+	if first {
+		level = slog.LevelWarn // once per page: the log says what went and why
+	}
+	slog.Log(context.Background(), level, "filesystem nearly full: pruned history beyond the newest commits",
+		"page", ledger+"/"+page, "kept", PressureKeep, "pruned", r.Pruned, "of", r.Commits,
+		"freed", humanize.IBytes(uint64(r.Freed)), "free before", humanize.IBytes(free),
+		"free after", humanize.IBytes(s.free()), "below", humanize.IBytes(s.Below))
+}
+
+func (s *Pressure) free() uint64 {
+	var st unix.Statfs_t
+	if err := unix.Statfs(s.Repo.Dir(), &st); err != nil {
+		return 0
+	}
+	return st.Bavail * uint64(st.Bsize)
+}
