@@ -354,3 +354,43 @@ func stat(t *testing.T, path string) unix.Stat_t {
 func timeAfter(a, b unix.Timespec) bool {
 	return a.Sec > b.Sec || a.Sec == b.Sec && a.Nsec > b.Nsec
 }
+
+// Writing to, truncating or chowning a set-user-ID file drops the bit (and
+// a group-executable file's set-group-ID bit) unless root does it, as on
+// Linux: the mount does it itself, the kernel having left it to the
+// filesystem so that writes need no request for security.capability.
+func TestChangesDropSetID(t *testing.T) {
+	t.Parallel()
+	s := mount(t, t.TempDir(), "--allow-other")
+	pg := s.page("setid", "p")
+	reachable(t, pg)
+	mode := func(name string) uint32 { return stat(t, filepath.Join(pg, name)).Mode & 0o7777 }
+	for _, c := range []struct{ name, script string }{
+		{"written", "echo x >> written"},
+		{"truncated", "truncate -s 0 truncated"},
+		{"rewritten", "echo x > rewritten"},
+	} {
+		must(t, os.WriteFile(filepath.Join(pg, c.name), []byte("data"), 0o644))
+		must(t, unix.Chmod(filepath.Join(pg, c.name), 0o6777))
+		if got := mode(c.name); got != 0o6777 {
+			t.Fatalf("chmod 6777: mode %o", got)
+		}
+		if err := runAs(t, 1001, 1001, nil, pg, c.script); err != nil {
+			t.Fatalf("as 1001: %s: %v", c.script, err)
+		}
+		if got := mode(c.name); got != 0o777 {
+			t.Errorf("%s by another user: mode %o, want 777", c.script, got)
+		}
+	}
+	// Root keeps them.
+	must(t, os.WriteFile(filepath.Join(pg, "root"), []byte("data"), 0o644))
+	must(t, unix.Chmod(filepath.Join(pg, "root"), 0o6755))
+	f, err := os.OpenFile(filepath.Join(pg, "root"), os.O_WRONLY|os.O_APPEND, 0)
+	must(t, err)
+	_, err = f.WriteString("more")
+	must(t, err)
+	must(t, f.Close())
+	if got := mode("root"); got != 0o6755 {
+		t.Errorf("a write by root: mode %o, want 6755", got)
+	}
+}

@@ -25,8 +25,6 @@ import (
 var posixRefused = map[string]string{
 	"Link":             "hard links are refused (EPERM)",
 	"LinkUnlinkRename": "hard links are refused (EPERM)",
-	"XAttr":            "extended attributes are refused (EOPNOTSUPP)",
-	"XAttrLarge":       "extended attributes are refused (EOPNOTSUPP)",
 	// It expects a second descriptor of the same process to be refused a
 	// lock the first holds; POSIX record locks belong to the process, and
 	// the case fails on ext4 too.

@@ -8,8 +8,8 @@ import (
 )
 
 // stressors are stress-ng's filesystem stressors run against a page, all at
-// once, with sizes small enough for a few seconds. Left out: link and xattr
-// (hard links and extended attributes are refused, as the README says),
+// once, with sizes small enough for a few seconds. Left out: link (hard
+// links are refused, as the README says),
 // fiemap, chattr, inode-flags, verity, file-ioctl's relatives and
 // bind-mount (ioctls and mounts of other filesystems), procfs, ioprio, dup
 // and eventfd (nothing of a filesystem's).
@@ -17,7 +17,7 @@ var stressors = []string{
 	"access", "chdir", "chmod", "chown", "copy-file", "dentry", "dir", "dirdeep", "dirmany",
 	"dnotify", "fallocate", "fcntl", "file-ioctl", "filename", "flock", "fpunch", "fsize", "fstat",
 	"getdent", "handle", "hdd", "inotify", "io", "iomix", "lease", "locka", "lockf", "lockofd",
-	"mknod", "open", "readahead", "rename", "seek", "symlink", "sync-file", "touch", "utime",
+	"mknod", "open", "readahead", "rename", "seek", "symlink", "sync-file", "touch", "utime", "xattr",
 }
 
 // TestStressNG runs stress-ng's filesystem stressors with --verify in a

@@ -297,14 +297,23 @@ func serve(c serveConfig) error {
 		UID:             uint32(os.Getuid()),
 		GID:             uint32(os.Getgid()),
 		MountOptions: fuse.MountOptions{
-			FsName:        fsName(c.repo),
-			Name:          "ledgerfs",
-			DirectMount:   os.Geteuid() == 0,
-			AllowOther:    c.allowOther,
-			Debug:         c.debug,
-			MaxWrite:      1 << 20,
-			MaxReadAhead:  readAheadKiB << 10,
-			DisableXAttrs: true,
+			FsName:       fsName(c.repo),
+			Name:         "ledgerfs",
+			DirectMount:  os.Geteuid() == 0,
+			AllowOther:   c.allowOther,
+			Debug:        c.debug,
+			MaxWrite:     1 << 20,
+			MaxReadAhead: readAheadKiB << 10,
+			// The kernel asks for security.capability before every write
+			// (file_remove_privs): go-fuse answers that, and POSIX ACLs,
+			// with ENODATA itself, so the request never reaches the
+			// filesystem's code. A nosuid mount ignores file capabilities.
+			IgnoreSecurityLabels: true,
+			// The filesystem drops set-user-ID bits itself on writes,
+			// truncations and chowns (fs's killPriv): the kernel then
+			// asks for security.capability once per file, not at every
+			// write.
+			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
 			// Reads reply with bytes, never a descriptor: go-fuse's splice
 			// attempt only cost syscalls per reply, and for 1 MiB replies
 			// failed (pipe too small) and logged every time.

@@ -373,9 +373,56 @@ func TestMetaEncodingProperty(t *testing.T) {
 		if m.HasCtime = rapid.Bool().Draw(rt, "hasCtime"); m.HasCtime {
 			m.CtimeNs = rapid.Int64().Draw(rt, "ctime")
 		}
+		xs := rapid.MapOf(rapid.String(), rapid.String()).Draw(rt, "xattrs")
+		for name, value := range xs {
+			if err := m.SetXattr(name, value); err != nil {
+				rt.Fatal(err)
+			}
+		}
 		got, err := DecodeMeta(EncodeMeta(m))
 		if err != nil || got != m {
 			rt.Fatalf("decoded %+v, %v; want %+v", got, err, m)
+		}
+	})
+}
+
+// Extended attributes read back as set, in name order, whatever order
+// they were set in; removing one leaves the others.
+func TestXattrsProperty(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		want := rapid.MapOf(rapid.String(), rapid.String()).Draw(rt, "xattrs")
+		var m Meta
+		for _, name := range rapid.Permutation(slices.Collect(maps.Keys(want))).Draw(rt, "order") {
+			if err := m.SetXattr(name, "old"); err != nil {
+				rt.Fatal(err)
+			}
+			if err := m.SetXattr(name, want[name]); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		xs, err := m.XattrList()
+		if err != nil || len(xs) != len(want) {
+			rt.Fatalf("list %v, %v; want %d attributes", xs, err, len(want))
+		}
+		for i, x := range xs {
+			if v, ok := want[x.Name]; !ok || v != x.Value || i > 0 && xs[i-1].Name >= x.Name {
+				rt.Fatalf("attribute %d %q=%q: want %q, sorted", i, x.Name, x.Value, v)
+			}
+			if v, ok := m.Xattr(x.Name); !ok || v != x.Value {
+				rt.Fatalf("Xattr(%q) = %q, %v", x.Name, v, ok)
+			}
+		}
+		if len(xs) > 0 {
+			gone := xs[rapid.IntRange(0, len(xs)-1).Draw(rt, "gone")].Name
+			if ok, err := m.RemoveXattr(gone); !ok || err != nil {
+				rt.Fatalf("remove %q: %v, %v", gone, ok, err)
+			}
+			if _, ok := m.Xattr(gone); ok {
+				rt.Fatalf("%q still there after its removal", gone)
+			}
+			if rest, _ := m.XattrList(); len(rest) != len(xs)-1 {
+				rt.Fatalf("%d attributes after removing one of %d", len(rest), len(xs))
+			}
 		}
 	})
 }

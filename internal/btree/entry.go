@@ -54,6 +54,9 @@ type Meta struct {
 	HasCtime bool
 	// Symlink is the target of a symbolic link.
 	Symlink string
+	// Xattrs are the extended attributes, encoded (see xattr.go): read
+	// them with XattrList and Xattr, change them with SetXattr.
+	Xattrs string
 }
 
 // Entry is one key of a page and what it maps to.

@@ -3,6 +3,7 @@ package btree
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	flatbuffers "github.com/google/flatbuffers/go"
@@ -93,9 +94,22 @@ func vector(b *flatbuffers.Builder, offs []flatbuffers.UOffsetT) flatbuffers.UOf
 
 // BuildMeta adds m to b; the journal stores the same table.
 func buildMeta(b *flatbuffers.Builder, m Meta) flatbuffers.UOffsetT {
-	var target flatbuffers.UOffsetT
+	var target, xattrs flatbuffers.UOffsetT
 	if m.Symlink != "" {
 		target = b.CreateString(m.Symlink)
+	}
+	if m.Xattrs != "" {
+		// Meta's own encoding was made by SetXattrs: it parses.
+		xs, _ := m.XattrList()
+		offs := make([]flatbuffers.UOffsetT, len(xs))
+		for i, x := range xs {
+			name, value := b.CreateString(x.Name), b.CreateString(x.Value)
+			format.XattrStorageStart(b)
+			format.XattrStorageAddName(b, name)
+			format.XattrStorageAddValue(b, value)
+			offs[i] = format.XattrStorageEnd(b)
+		}
+		xattrs = vector(b, offs)
 	}
 	format.EntryMetaStorageStart(b)
 	format.EntryMetaStorageAddSize(b, m.Size)
@@ -120,6 +134,9 @@ func buildMeta(b *flatbuffers.Builder, m Meta) flatbuffers.UOffsetT {
 	}
 	if m.HasCtime {
 		format.EntryMetaStorageAddCtimeNs(b, m.CtimeNs)
+	}
+	if m.Xattrs != "" {
+		format.EntryMetaStorageAddXattrs(b, xattrs)
 	}
 	return format.EntryMetaStorageEnd(b)
 }
@@ -155,6 +172,26 @@ func metaFrom(s *format.EntryMetaStorage) Meta {
 	}
 	if p := s.CtimeNs(); p != nil {
 		m.CtimeNs, m.HasCtime = *p, true
+	}
+	if n := s.XattrsLength(); n > 0 {
+		var xs []Xattr // not made n long: n is untrusted
+		var x format.XattrStorage
+		for i := range n {
+			if s.Xattrs(&x, i) {
+				xs = append(xs, Xattr{Name: string(x.NameBytes()), Value: string(x.ValueBytes())})
+			}
+		}
+		// Stored sorted and unique; whatever a damaged row holds is
+		// made so, the last of a name winning.
+		slices.SortStableFunc(xs, func(a, b Xattr) int { return strings.Compare(a.Name, b.Name) })
+		unique := xs[:0]
+		for i, x := range xs {
+			if i+1 < len(xs) && xs[i+1].Name == x.Name {
+				continue
+			}
+			unique = append(unique, x)
+		}
+		m.SetXattrs(unique)
 	}
 	return m
 }

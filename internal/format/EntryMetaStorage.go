@@ -170,8 +170,28 @@ func (rcv *EntryMetaStorage) MutateCtimeNs(n int64) bool {
 	return rcv._tab.MutateInt64Slot(20, n)
 }
 
+func (rcv *EntryMetaStorage) Xattrs(obj *XattrStorage, j int) bool {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(22))
+	if o != 0 {
+		x := rcv._tab.Vector(o)
+		x += flatbuffers.UOffsetT(j) * 4
+		x = rcv._tab.Indirect(x)
+		obj.Init(rcv._tab.Bytes, x)
+		return true
+	}
+	return false
+}
+
+func (rcv *EntryMetaStorage) XattrsLength() int {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(22))
+	if o != 0 {
+		return rcv._tab.VectorLen(o)
+	}
+	return 0
+}
+
 func EntryMetaStorageStart(builder *flatbuffers.Builder) {
-	builder.StartObject(9)
+	builder.StartObject(10)
 }
 func EntryMetaStorageAddSize(builder *flatbuffers.Builder, size uint64) {
 	builder.PrependUint64Slot(0, size, 0)
@@ -209,6 +229,12 @@ func EntryMetaStorageAddAtimeNs(builder *flatbuffers.Builder, atimeNs int64) {
 func EntryMetaStorageAddCtimeNs(builder *flatbuffers.Builder, ctimeNs int64) {
 	builder.PrependInt64(ctimeNs)
 	builder.Slot(8)
+}
+func EntryMetaStorageAddXattrs(builder *flatbuffers.Builder, xattrs flatbuffers.UOffsetT) {
+	builder.PrependUOffsetTSlot(9, flatbuffers.UOffsetT(xattrs), 0)
+}
+func EntryMetaStorageStartXattrsVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
+	return builder.StartVector(4, numElems, 4)
 }
 func EntryMetaStorageEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

@@ -131,3 +131,30 @@ func relatimeDue(m btree.Meta, ts, now int64) bool {
 	atime, mtime, ctime := shownTimes(m, ts)
 	return atime <= mtime || atime <= ctime || now-atime >= int64(24*time.Hour)
 }
+
+// killPriv drops the set-user-ID bit, and the set-group-ID bit of a
+// group-executable file, as Linux does when someone without CAP_FSETID
+// writes to, truncates or chowns a file; and reports whether it dropped
+// any. The mount asks the kernel to leave that to the filesystem
+// (FUSE_HANDLE_KILLPRIV_V2), which spares every write a request for the
+// file's security.capability.
+func killPriv(m *btree.Meta) bool {
+	mode := m.FileMode()
+	groupExec := mode&syscall.S_IXGRP != 0
+	if mode&syscall.S_ISUID == 0 && !(groupExec && mode&syscall.S_ISGID != 0) {
+		return false
+	}
+	m.Mode = mode &^ syscall.S_ISUID
+	if groupExec {
+		m.Mode &^= syscall.S_ISGID
+	}
+	return true
+}
+
+// privileged reports whether the caller of ctx may keep a file's
+// set-user-ID and set-group-ID bits while changing it: root, as the
+// kernel's CAP_FSETID would say for most callers.
+func privileged(ctx context.Context) bool {
+	c, ok := fuse.FromContext(ctx)
+	return !ok || c.Uid == 0
+}

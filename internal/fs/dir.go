@@ -293,6 +293,26 @@ func pathHasPrefix(p, prefix []string) bool {
 }
 
 func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	// A page's root has no marker: its attributes are the page's, and a
+	// change of them succeeds and is not kept.
+	eno := d.changeMarker(0, func(m *btree.Meta) (bool, syscall.Errno) {
+		return d.pg.fs.setAttrs(m, in), 0
+	})
+	if eno != 0 {
+		return eno
+	}
+	prefix, _, err := d.prefix()
+	if err != nil {
+		return errno("setattr", err)
+	}
+	return d.attr(prefix, &out.Attr)
+}
+
+// changeMarker applies change to the directory's marker, which holds its
+// permission bits, owner, times and extended attributes, and whose mode is
+// always a directory's; change reports whether it changed them. A page's
+// root has no marker: onRoot is the answer there.
+func (d *dirNode) changeMarker(onRoot syscall.Errno, change func(m *btree.Meta) (bool, syscall.Errno)) syscall.Errno {
 	if d.pg.readOnly() {
 		return syscall.EROFS
 	}
@@ -301,11 +321,8 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 		return errno("setattr", err)
 	}
 	if !strings.HasSuffix(prefix, "/") {
-		// A page's root has no marker: its attributes are the page's.
-		return d.attr(prefix, &out.Attr)
+		return onRoot
 	}
-	// Permission bits, owner and times of a directory live in its
-	// marker, whose mode is always a directory's.
 	marker, queued := d.pg.queuedMarker(prefix)
 	if !queued {
 		err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
@@ -321,16 +338,14 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 			return errno("setattr", err)
 		}
 	}
-	if d.pg.fs.setAttrs(&marker.Meta, in) {
-		var err error
-		if d.pg.v.queues() {
-			err = d.pg.queueMarker(prefix, marker)
-		} else {
-			err = d.pg.apply(false, journal.Op{Key: prefix, Entry: marker})
-		}
-		if err != nil {
-			return errno("setattr", err)
-		}
+	changed, eno := change(&marker.Meta)
+	if eno != 0 || !changed {
+		return eno
 	}
-	return d.attr(prefix, &out.Attr)
+	if d.pg.v.queues() {
+		err = d.pg.queueMarker(prefix, marker)
+	} else {
+		err = d.pg.apply(false, journal.Op{Key: prefix, Entry: marker})
+	}
+	return errno("setattr", err)
 }

@@ -310,41 +310,81 @@ func (f *fileNode) create(ctx context.Context, key string, m btree.Meta) (gofs.F
 }
 
 func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	regular := f.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFREG
+	eno := f.changeMeta(commitWait, func(m *btree.Meta, c *content) (bool, syscall.Errno) {
+		if sz, ok := in.GetSize(); ok {
+			switch {
+			case !regular:
+				return false, syscall.EINVAL
+			case c == nil:
+				// Unlinked: a size change needs a writer, whose
+				// content would be loaded.
+				return false, syscall.EBADF
+			}
+			if err := c.truncate(int64(sz)); err != nil {
+				return false, errno("truncate", err)
+			}
+			m.MtimeNs, m.HasMtime = nowNs(), true
+		}
+		changed := f.pg.fs.setAttrs(m, in)
+		// A truncation or chown by someone without CAP_FSETID (see
+		// killPriv).
+		if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 && killPriv(m) {
+			changed = true
+		}
+		return changed, 0
+	})
+	if eno != 0 {
+		return eno
+	}
+	return f.fillAttr(&out.Attr)
+}
+
+// changeMeta applies change to the file's metadata: for a regular file
+// with its content loaded (c, which a truncation changes), for a symbolic
+// link, a fifo, a socket or a device node to its entry (c nil). Unlinked
+// with no content, only its descriptors still see it, and nothing commits
+// the change. change reports whether it changed the metadata. A regular
+// file's change is committed as mode says (a queued one shows at once, as
+// a close's does).
+func (f *fileNode) changeMeta(mode commitMode, change func(m *btree.Meta, c *content) (bool, syscall.Errno)) syscall.Errno {
 	if f.pg.readOnly() {
 		return syscall.EROFS
-	}
-	if f.StableAttr().Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return f.setEntryAttr(in, out)
 	}
 	f.pg.keys.RLock()
 	defer f.pg.keys.RUnlock()
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.unlinked && f.c == nil {
-		// Only its descriptors still see it, and nothing commits it (a
-		// size change needs a writer, whose content would be loaded).
-		_, sized := in.GetSize()
-		if !sized {
-			f.pg.fs.setAttrs(&f.meta, in)
-		}
-		f.mu.Unlock()
-		if sized {
-			return syscall.EBADF
-		}
-		return f.fillAttrAt("", &out.Attr)
-	}
-	if eno := f.beginChange(); eno != 0 {
-		f.mu.Unlock()
+		_, eno := change(&f.meta, nil)
 		return eno
 	}
-	if sz, ok := in.GetSize(); ok {
-		if err := f.c.truncate(int64(sz)); err != nil {
-			f.endChange()
-			f.mu.Unlock()
-			return errno("truncate", err)
+	if f.StableAttr().Mode&syscall.S_IFMT != syscall.S_IFREG {
+		// cp -a, tar and rsync set a symlink's times (lutimes) and
+		// owner (lchown); its mode is 0777, as on Linux.
+		key, ok := f.key()
+		if !ok {
+			return syscall.ENOENT
 		}
-		f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
+		e, _, err := f.entryAt(key)
+		if err != nil {
+			return errno("setattr", err)
+		}
+		changed, eno := change(&e.Meta, nil)
+		if eno != 0 || !changed {
+			return eno
+		}
+		return errno("setattr", f.pg.apply(false, journal.Op{Key: key, Entry: e}))
 	}
-	if f.pg.fs.setAttrs(&f.meta, in) {
+	if eno := f.beginChange(); eno != 0 {
+		return eno
+	}
+	changed, eno := change(&f.meta, f.c)
+	if eno != 0 {
+		f.endChange()
+		return eno
+	}
+	if changed {
 		f.changed = true
 	}
 	// While the file has changes no flush has committed (bytes written, a
@@ -355,53 +395,11 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	// commits now, even if the file is still open for writing: the kernel
 	// releases a closed descriptor asynchronously, so a chmod right after
 	// close may arrive while the server still counts its writer.
-	var eno syscall.Errno
 	if f.writers == 0 || !(f.c.dirty || f.created) {
-		eno = f.commitLocked(commitWait)
+		eno = f.commitLocked(mode)
 		f.endChange()
 	}
-	f.mu.Unlock()
-	if eno != 0 {
-		return eno
-	}
-	return f.fillAttr(&out.Attr)
-}
-
-// setEntryAttr is Setattr of an entry with no content to load: a symbolic
-// link, a fifo, a socket or a device node. cp -a, tar and rsync set a
-// symlink's times (lutimes) and owner (lchown); its mode is 0777, as on
-// Linux.
-func (f *fileNode) setEntryAttr(in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if _, ok := in.GetSize(); ok {
-		return syscall.EINVAL
-	}
-	if eno := f.changeEntry(in); eno != 0 {
-		return eno
-	}
-	return f.fillAttr(&out.Attr)
-}
-
-func (f *fileNode) changeEntry(in *fuse.SetAttrIn) syscall.Errno {
-	f.pg.keys.RLock()
-	defer f.pg.keys.RUnlock()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.unlinked {
-		f.pg.fs.setAttrs(&f.meta, in) // only its descriptors still see it
-		return 0
-	}
-	key, ok := f.key()
-	if !ok {
-		return syscall.ENOENT
-	}
-	e, _, err := f.entryAt(key)
-	if err != nil {
-		return errno("setattr", err)
-	}
-	if !f.pg.fs.setAttrs(&e.Meta, in) {
-		return 0
-	}
-	return errno("setattr", f.pg.apply(false, journal.Op{Key: key, Entry: e}))
+	return eno
 }
 
 func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
@@ -426,6 +424,9 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 				return nil, 0, errno("open", err)
 			}
 			f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
+			if !privileged(ctx) && killPriv(&f.meta) {
+				f.changed = true
+			}
 		}
 		return &handle{f: f, write: true, opener: callerPid(ctx)}, 0, 0
 	}

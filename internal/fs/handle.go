@@ -119,6 +119,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		return 0, errno("write", err)
 	}
 	f.meta.MtimeNs, f.meta.HasMtime = nowNs(), true
+	if !privileged(ctx) && killPriv(&f.meta) {
+		f.changed = true
+	}
 	return uint32(len(data)), 0
 }
 
