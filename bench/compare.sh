@@ -143,7 +143,7 @@ benchfield() { python3 -c 'import json,sys,re; r=json.load(open(sys.argv[1]))["r
 # The chunker+hash ceiling, measured now on this machine: restic's chunker
 # and SHA-256 of every chunk in one stream (cas.BenchmarkChunkAndHash).
 # ledgerfs's own writer chunks on every core (cas.BenchmarkWriter).
-benchmb() { go test -run '^$' -bench "^$1\$" -benchtime 3x ./internal/cas | awk '/MB\/s/{for(i=1;i<=NF;i++) if($i=="MB/s") print $(i-1)}'; }
+benchmb() { go test -run '^$' -bench "^$1\$" -benchtime 3x ./cas | awk '/MB\/s/{for(i=1;i<=NF;i++) if($i=="MB/s") print $(i-1)}'; }
 ceiling=$(benchmb BenchmarkChunkAndHash)
 writer=$(benchmb BenchmarkWriter)
 echo "chunker+hash (cas.BenchmarkChunkAndHash): $ceiling MB/s; cas.BenchmarkWriter: $writer MB/s" >&2

@@ -11,7 +11,7 @@ import (
 
 	"github.com/restic/chunker"
 
-	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/cas"
 )
 
 func TestRun(t *testing.T) {

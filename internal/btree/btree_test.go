@@ -12,7 +12,7 @@ import (
 	"github.com/restic/chunker"
 	"pgregory.net/rapid"
 
-	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/cas"
 )
 
 const testPol = chunker.Pol(0x3DA3358B4DC173)

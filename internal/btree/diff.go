@@ -1,6 +1,6 @@
 package btree
 
-import "github.com/ledgerfs/ledgerfs/internal/cas"
+import "github.com/ledgerfs/ledgerfs/cas"
 
 // Change is one difference between two trees: Before is nil for a key added,
 // After is nil for a key removed.

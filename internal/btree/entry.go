@@ -18,7 +18,7 @@ import (
 
 	"github.com/twmb/murmur3"
 
-	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/cas"
 )
 
 // Priority is Ledger's per-entry priority: eager values are kept on the

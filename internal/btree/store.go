@@ -9,7 +9,7 @@ import (
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/restic/chunker"
 
-	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/cas"
 )
 
 // Pieces is where a tree's nodes are read from and written to: a page's

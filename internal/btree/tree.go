@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/cas"
 )
 
 // Tree is a tree being read or edited. Edits are in memory until Write; a

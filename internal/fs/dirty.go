@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/btree"
 
-	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/store"
 )
 

@@ -1,7 +1,7 @@
 package fs
 
 import (
-	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/store"
 )
 

@@ -3,7 +3,7 @@ package fs
 import (
 	"io"
 
-	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/journal"
 	"github.com/ledgerfs/ledgerfs/internal/store"
 	"github.com/ledgerfs/ledgerfs/internal/synclog"

@@ -9,7 +9,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"golang.org/x/sys/unix"
 
-	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/retention"
 	"github.com/ledgerfs/ledgerfs/internal/store"
 )

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
-	"github.com/ledgerfs/ledgerfs/internal/cas"
 )
 
 func benchBytes(n int) []byte {

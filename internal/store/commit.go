@@ -9,8 +9,8 @@ import (
 
 	flatbuffers "github.com/google/flatbuffers/go"
 
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
-	"github.com/ledgerfs/ledgerfs/internal/cas"
 	"github.com/ledgerfs/ledgerfs/internal/format"
 )
 

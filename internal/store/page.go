@@ -13,8 +13,8 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/restic/chunker"
 
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
-	"github.com/ledgerfs/ledgerfs/internal/cas"
 )
 
 // ErrClosed reports an operation on a page that has been closed.

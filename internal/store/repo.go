@@ -29,8 +29,8 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/restic/chunker"
 
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
-	"github.com/ledgerfs/ledgerfs/internal/cas"
 )
 
 // SerializationVersion is the on-disk format version, the first path

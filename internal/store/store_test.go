@@ -15,8 +15,8 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
-	"github.com/ledgerfs/ledgerfs/internal/cas"
 )
 
 func openRepo(t testing.TB, dir string, opts Options) *Repository {

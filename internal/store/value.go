@@ -6,7 +6,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
-	"github.com/ledgerfs/ledgerfs/internal/cas"
+	"github.com/ledgerfs/ledgerfs/cas"
 )
 
 // ValueWriter streams a value into a page's pieces.
