@@ -15,7 +15,7 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // A kill -9 while the server starts leaves a process that exits and a dead

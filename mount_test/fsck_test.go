@@ -11,7 +11,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/ledgerfs/ledgerfs/cas"
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // fsckRepo makes a repository with history through a mount: files

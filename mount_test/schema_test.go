@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/ledgerfs/ledgerfs/internal/journal"
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // verifySchema opens every page db of an unmounted repository directly with

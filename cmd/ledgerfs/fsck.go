@@ -10,7 +10,7 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/internal/check"
 	"github.com/ledgerfs/ledgerfs/internal/journal"
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // errFsck is fsck's error when it found problems: they are printed, and the

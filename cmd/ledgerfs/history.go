@@ -16,7 +16,7 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/history"
 	"github.com/ledgerfs/ledgerfs/internal/journal"
 	"github.com/ledgerfs/ledgerfs/internal/keypath"
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 func newLog() *cobra.Command {

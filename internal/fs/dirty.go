@@ -9,7 +9,7 @@ import (
 	"github.com/google/btree"
 
 	"github.com/ledgerfs/ledgerfs/cas"
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // content is the content of an open file while it is written: the last

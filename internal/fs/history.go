@@ -10,7 +10,7 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/history"
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // The .ledger directory of a page (store.ReservedName), like ZFS's .zfs:

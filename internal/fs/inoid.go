@@ -1,6 +1,6 @@
 package fs
 
-import "github.com/ledgerfs/ledgerfs/internal/store"
+import "github.com/ledgerfs/ledgerfs/store"
 
 // Inode ids are the strings the inode table numbers (see inoTable): one per
 // object the kernel may hold, the same at every lookup, so that a node keeps

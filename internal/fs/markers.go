@@ -7,7 +7,7 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/journal"
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // isMarker reports whether an entry only keeps an empty directory.

@@ -2,7 +2,7 @@ package fs
 
 import (
 	"github.com/ledgerfs/ledgerfs/cas"
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // A read-only handle holds its page as a reader (store.Repository.AsReader),

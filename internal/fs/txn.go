@@ -16,7 +16,7 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/journal"
 	"github.com/ledgerfs/ledgerfs/internal/keypath"
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // txn is an open transaction: an explicit journal on a base commit, and the

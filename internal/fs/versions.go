@@ -12,7 +12,7 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/history"
 	"github.com/ledgerfs/ledgerfs/internal/keypath"
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // versionsDir is .ledger/versions or a directory below it: it follows the

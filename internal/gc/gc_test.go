@@ -14,8 +14,8 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/journal"
 	"github.com/ledgerfs/ledgerfs/internal/retention"
-	"github.com/ledgerfs/ledgerfs/internal/store"
 	"github.com/ledgerfs/ledgerfs/internal/synclog"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 func openPage(t testing.TB) (*store.Repository, *store.Page) {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/retention"
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // PressureKeep is how many of a page's newest commits a collection for

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/journal"
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 const benchCommits = 10000

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // ErrNoCommit reports a commit id or time that names no commit of the page.

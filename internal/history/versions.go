@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // Version is one distinct version of an entry: the entry as a commit set it.

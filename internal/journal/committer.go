@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // Committer commits a page's ordinary writes through implicit journals, with

@@ -7,8 +7,8 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
-	"github.com/ledgerfs/ledgerfs/internal/store"
 	"github.com/ledgerfs/ledgerfs/internal/synclog"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // replayLog commits what the page's sync log holds and the head does not:

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/ledgerfs/ledgerfs/internal/gc"
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // Metrics are a mount's metrics, in a registry of their own.

@@ -6,7 +6,7 @@ import (
 	"log"
 	"os"
 
-	"github.com/ledgerfs/ledgerfs/internal/store"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // Opening a repository, making a ledger and a page, and storing and reading
