@@ -14,8 +14,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/ledgerfs/ledgerfs/internal/history"
-	"github.com/ledgerfs/ledgerfs/internal/journal"
 	"github.com/ledgerfs/ledgerfs/internal/keypath"
+	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
