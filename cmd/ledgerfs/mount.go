@@ -26,7 +26,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/ledgerfs/ledgerfs/internal/fs"
+	"github.com/ledgerfs/ledgerfs/fs"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/metrics"
 	"github.com/ledgerfs/ledgerfs/journal"
