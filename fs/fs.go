@@ -167,18 +167,22 @@ func (f *FS) page(ledger, name string) *pageRef {
 // Busy reports whether the mount uses a page beyond what the store sees:
 // files open or queued, transactions open. A collection waits for that.
 func (f *FS) Busy(ledger, name string) bool {
-	f.mu.Lock()
-	p, ok := f.pages[ledger+"/"+name]
-	f.mu.Unlock()
+	p, ok := f.known(ledger, name)
 	return ok && p.busy()
+}
+
+// known returns the state of a page the mount has used, if any.
+func (f *FS) known(ledger, name string) (*pageRef, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.pages[ledger+"/"+name]
+	return p, ok
 }
 
 // WaitIdle waits up to d until Busy(ledger, name) is false, and reports
 // whether it is: closes on their way are released and queued commits land.
 func (f *FS) WaitIdle(ledger, name string, d time.Duration) bool {
-	f.mu.Lock()
-	p, ok := f.pages[ledger+"/"+name]
-	f.mu.Unlock()
+	p, ok := f.known(ledger, name)
 	return !ok || p.idleWithin(d)
 }
 

@@ -54,9 +54,7 @@ func (pg *pageRef) doneReading(p *store.Page, v cas.ObjectIdentifier) {
 // Pinned lists the values the page's read-only handles read, for its
 // collection (gc.Collector.Pinned).
 func (f *FS) Pinned(ledger, name string) []cas.ObjectIdentifier {
-	f.mu.Lock()
-	p, ok := f.pages[ledger+"/"+name]
-	f.mu.Unlock()
+	p, ok := f.known(ledger, name)
 	if !ok {
 		return nil
 	}

@@ -141,20 +141,35 @@ func removeXattr(name string) func(*btree.Meta) syscall.Errno {
 	}
 }
 
-func (f *fileNode) Getxattr(ctx context.Context, name string, dest []byte) (uint32, syscall.Errno) {
-	m, eno := f.shownMeta()
+// metaShower is a node whose metadata holds extended attributes.
+type metaShower interface {
+	shownMeta() (btree.Meta, syscall.Errno)
+}
+
+// getXattrOf answers getxattr(2) for n.
+func getXattrOf(n metaShower, name string, dest []byte) (uint32, syscall.Errno) {
+	m, eno := n.shownMeta()
 	if eno != 0 {
 		return 0, eno
 	}
 	return getXattr(m, name, dest)
 }
 
-func (f *fileNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	m, eno := f.shownMeta()
+// listXattrsOf answers listxattr(2) for n.
+func listXattrsOf(n metaShower, dest []byte) (uint32, syscall.Errno) {
+	m, eno := n.shownMeta()
 	if eno != 0 {
 		return 0, eno
 	}
 	return listXattrs(m, dest)
+}
+
+func (f *fileNode) Getxattr(ctx context.Context, name string, dest []byte) (uint32, syscall.Errno) {
+	return getXattrOf(f, name, dest)
+}
+
+func (f *fileNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	return listXattrsOf(f, dest)
 }
 
 func (f *fileNode) Setxattr(ctx context.Context, name string, value []byte, flags uint32) syscall.Errno {
@@ -195,19 +210,11 @@ func (f *fileNode) shownMeta() (btree.Meta, syscall.Errno) {
 }
 
 func (d *dirNode) Getxattr(ctx context.Context, name string, dest []byte) (uint32, syscall.Errno) {
-	m, eno := d.shownMeta()
-	if eno != 0 {
-		return 0, eno
-	}
-	return getXattr(m, name, dest)
+	return getXattrOf(d, name, dest)
 }
 
 func (d *dirNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	m, eno := d.shownMeta()
-	if eno != 0 {
-		return 0, eno
-	}
-	return listXattrs(m, dest)
+	return listXattrsOf(d, dest)
 }
 
 func (d *dirNode) Setxattr(ctx context.Context, name string, value []byte, flags uint32) syscall.Errno {
