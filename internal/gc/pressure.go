@@ -35,7 +35,18 @@ type Pressure struct {
 
 	mu     sync.Mutex
 	logged map[[2]string]bool // pages whose pruning for space was logged
+	// after is the free space each page's last pruning for space left,
+	// and done its Result.Done: a page is pruned again only once writes
+	// have taken Step more of the filesystem, so that a disk filled
+	// with live data, not history, does not collect a page at every
+	// open for writing.
+	after map[[2]string]uint64
+	done  map[[2]string]string
 }
+
+// step is how much more of the filesystem writes must take before a page
+// is pruned for space again.
+func (s *Pressure) step() uint64 { return max(s.Repo.Reserve(), s.Below/8) }
 
 // Low reports whether less than Below bytes are free on the repository's
 // filesystem.
@@ -56,30 +67,42 @@ func (s *Pressure) Yield(ledger, page string) {
 	if !s.Low() {
 		return
 	}
+	k := [2]string{ledger, page}
+	free := s.free()
+	s.mu.Lock()
+	after, pruned := s.after[k]
+	done := s.done[k]
+	s.mu.Unlock()
+	if pruned && free+s.step() > after {
+		return
+	}
 	keep := retention.Policy{Last: PressureKeep}
 	var pinned func() []cas.ObjectIdentifier
 	if s.Pinned != nil {
 		pinned = func() []cas.ObjectIdentifier { return s.Pinned(ledger, page) }
 	}
-	free := s.free()
-	r, err := CollectPage(s.Repo, ledger, page, PageOptions{Policy: &keep, KeepUnsynced: s.KeepUnsynced, Wait: true, Reclaim: true, Pinned: pinned})
+	r, err := CollectPage(s.Repo, ledger, page, PageOptions{Policy: &keep, KeepUnsynced: s.KeepUnsynced, Wait: true, Reclaim: true, Pinned: pinned, Done: done})
 	switch {
 	case errors.Is(err, store.ErrBusy) || errors.Is(err, ErrJournals) || errors.Is(err, store.ErrNotFound):
 		return
 	case err != nil:
 		slog.Warn("pruning history for space failed", "page", ledger+"/"+page, "err", err)
 		return
-	case r.Pruned == 0:
+	}
+	s.mu.Lock()
+	if s.after == nil {
+		s.after, s.done, s.logged = map[[2]string]uint64{}, map[[2]string]string{}, map[[2]string]bool{}
+	}
+	s.after[k] = s.free()
+	if r.Done != "" {
+		s.done[k] = r.Done
+	}
+	first := !s.logged[k] && r.Pruned > 0
+	s.logged[k] = s.logged[k] || r.Pruned > 0
+	s.mu.Unlock()
+	if r.Pruned == 0 {
 		return
 	}
-	k := [2]string{ledger, page}
-	s.mu.Lock()
-	first := !s.logged[k]
-	if s.logged == nil {
-		s.logged = map[[2]string]bool{}
-	}
-	s.logged[k] = true
-	s.mu.Unlock()
 	level := slog.LevelDebug
 	if first {
 		level = slog.LevelWarn // once per page: the log says what went and why
