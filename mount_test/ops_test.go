@@ -278,3 +278,52 @@ func TestStatsFile(t *testing.T) {
 		t.Errorf("ledgerfs stats printed:\n%s", out)
 	}
 }
+
+// mount -t fuse.ledgerfs runs mount.fuse3, which runs "ledgerfs REPO
+// MOUNTPOINT -o OPTIONS" through the shell: the binary takes that for a
+// mount, though the same words typed in a shell are an error.
+func TestFuseTypeMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mount(8) needs root")
+	}
+	if _, err := exec.LookPath("mount.fuse3"); err != nil {
+		t.Fatalf("mount.fuse3 is needed (package fuse3, which .ci/run installs): %v", err)
+	}
+	// mount(8) runs its helpers with a PATH of its own: the binary goes
+	// where a package would put it.
+	const installed = "/sbin/ledgerfs"
+	if old, err := os.Readlink(installed); err == nil {
+		t.Cleanup(func() { os.Remove(installed); os.Symlink(old, installed) })
+	} else if _, err := os.Lstat(installed); err == nil {
+		t.Fatalf("%s exists and is no link: the test would replace it", installed)
+	} else {
+		t.Cleanup(func() { os.Remove(installed) })
+	}
+	os.Remove(installed)
+	must(t, os.Symlink(plainBinary, installed))
+	dir := t.TempDir()
+	repo, mnt, logFile := filepath.Join(dir, "repo"), filepath.Join(dir, "mnt"), filepath.Join(dir, "log")
+	must(t, os.Mkdir(mnt, 0o755))
+	daemonCleanup(t, mnt)
+	cmd := exec.Command("mount", "-t", "fuse.ledgerfs", repo, mnt, "-o", "log_file="+logFile)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mount -t fuse.ledgerfs: %v\n%s", err, out)
+	}
+	if !mounted(mnt) {
+		t.Fatal("mount returned before the mount served")
+	}
+	pg := filepath.Join(mnt, "l", "p")
+	must(t, os.MkdirAll(pg, 0o755))
+	must(t, os.WriteFile(filepath.Join(pg, "f"), []byte("through mount.fuse3"), 0o644))
+	if out, err := exec.Command(plainBinary, "umount", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("ledgerfs umount: %v\n%s", err, out)
+	}
+	if got := run(t, "/", plainBinary, "cat", repo, "l", "p", "f"); got != "through mount.fuse3" {
+		t.Errorf("ledgerfs cat after umount: %q", got)
+	}
+	// Typed in a shell, the same words mount nothing.
+	out, err := exec.Command(plainBinary, repo, mnt).CombinedOutput()
+	if err == nil || mounted(mnt) || !strings.Contains(string(out), "unknown command") {
+		t.Fatalf("ledgerfs REPO MNT in a shell: %v, mounted %v\n%s", err, mounted(mnt), out)
+	}
+}

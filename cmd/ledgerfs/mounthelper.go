@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -67,15 +69,50 @@ func helperArgs(argv []string, byMountFuse bool) ([]string, bool) {
 	return append(args, pos...), true
 }
 
-// calledByMountFuse reports whether the parent process is mount.fuse3 (or
-// FUSE 2's mount.fuse), which runs the binary named by a fuse.TYPE entry.
+// calledByMountFuse reports whether mount.fuse3 (or FUSE 2's mount.fuse)
+// runs this process for a fuse.TYPE entry. It runs the command through
+// "/bin/sh -c", as the shell's child or, if the shell execs it, directly;
+// the shell runs with mount.fuse3's process id, so its parent is mount(8).
 func calledByMountFuse() bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", os.Getppid()))
-	if err != nil {
-		return false
+	parent := os.Getppid()
+	switch comm(parent) {
+	case "mount.fuse3", "mount.fuse":
+		return true
+	case "sh", "dash", "bash":
+		switch comm(ppidOf(parent)) {
+		case "mount", "mount.fuse3", "mount.fuse":
+			return true
+		}
 	}
-	comm := strings.TrimSpace(string(b))
-	return comm == "mount.fuse3" || comm == "mount.fuse"
+	return false
+}
+
+// comm is the command name of process pid, or "" if it cannot be read.
+func comm(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// ppidOf is the parent of process pid, or 0.
+func ppidOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
 }
 
 // isCommand reports whether name is one of ledgerfs's commands.
