@@ -159,3 +159,12 @@ func landedLast(p *store.Page, heads []*store.Commit) ([]*store.Commit, error) {
 	}
 	return out, nil
 }
+
+// Hooks returns o with the journal's hooks for pages opening and closing:
+// Recover of what a crash left, and Close of the page's committer. Every
+// program that opens a repository whose pages it reads or changes opens it
+// with them; this is the one place the store and the journal are wired.
+func Hooks(o store.Options) store.Options {
+	o.OnOpen, o.OnClose = Recover, Close
+	return o
+}

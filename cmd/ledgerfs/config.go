@@ -27,7 +27,7 @@ compression  how new content is stored: zstd (the default) compresses each
 }
 
 func config(w io.Writer, repoDir string, set []string) error {
-	repo, err := openUnmounted(repoDir, writable, "unmount it to change its options (ledgerfs umount %s)")
+	repo, err := openUnmounted(repoDir, writable(), "unmount it to change its options (ledgerfs umount %s)")
 	if err != nil {
 		return err
 	}

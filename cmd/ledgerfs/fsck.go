@@ -49,7 +49,7 @@ reported, never repaired: copy the repository aside first.`,
 func fsck(w io.Writer, repoDir string, only []string, repair bool) error {
 	opts := store.Options{ReadOnly: true}
 	if repair {
-		opts = writable
+		opts = writable()
 	}
 	repo, names, err := openPages(repoDir, opts, "unmount it first (ledgerfs umount %[1]s)", only)
 	if err != nil {

@@ -90,10 +90,10 @@ func openPages(repoDir string, opts store.Options, how string, only []string) (*
 	return repo, names, nil
 }
 
-// writable are the options of a command that changes a repository: pages
-// are recovered on open, and their journals committed on close, as a
+// writable returns the options of a command that changes a repository:
+// pages are recovered on open, and their journals committed on close, as a
 // mount does.
-var writable = store.Options{OnOpen: journal.Recover, OnClose: journal.Close}
+func writable() store.Options { return journal.Hooks(store.Options{}) }
 
 func newGC() *cobra.Command {
 	var dry bool
@@ -138,7 +138,7 @@ mount's root collects it now.`,
 func collect(w io.Writer, repoDir string, only []string, override *retention.Policy, dry bool) error {
 	start := time.Now()
 	before := diskUsage(repoDir)
-	repo, names, err := openPages(repoDir, writable, "the mount collects idle pages on its own; to collect now, echo LEDGER/PAGE > %s/.collect", only)
+	repo, names, err := openPages(repoDir, writable(), "the mount collects idle pages on its own; to collect now, echo LEDGER/PAGE > %s/.collect", only)
 	if err != nil {
 		return err
 	}

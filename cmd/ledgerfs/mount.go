@@ -230,15 +230,13 @@ func serve(c serveConfig) error {
 	// and leave a dead mount.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	repo, err := store.Open(c.repo, store.Options{
+	repo, err := store.Open(c.repo, journal.Hooks(store.Options{
 		MaxIdlePages:   c.idlePages,
 		NodeCacheBytes: c.nodeCache,
 		ReadOnly:       c.readOnly,
-		OnOpen:         journal.Recover,
-		OnClose:        journal.Close,
 		CloseTimeout:   c.closeTimeout,
 		Reserve:        c.reserve,
-	})
+	}))
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
 			return fmt.Errorf("repository %s is already served by another process: %w", c.repo, store.ErrLocked)

@@ -56,7 +56,7 @@ On a mounted repository, a page's policy is read from and written to its
 }
 
 func retentionCmd(w io.Writer, repoDir string, scope []string, text string, set bool) error {
-	repo, err := openUnmounted(repoDir, writable, "a page's policy is its file .ledger/retention under %s/LEDGER/PAGE")
+	repo, err := openUnmounted(repoDir, writable(), "a page's policy is its file .ledger/retention under %s/LEDGER/PAGE")
 	if err != nil {
 		return err
 	}
