@@ -63,9 +63,11 @@ func BenchmarkHash(b *testing.B) {
 // BenchmarkWriter is the streaming writer: chunking on every core, hashing
 // and index building, pipelined, into a sink that stores nothing.
 func BenchmarkWriter(b *testing.B) {
+	cutters := NewCutters()
+	defer cutters.Close()
 	b.SetBytes(int64(len(benchData)))
 	for b.Loop() {
-		w := NewWriter(discard{}, testPol, KindBlob)
+		w := cutters.NewWriter(discard{}, testPol, KindBlob)
 		for i := 0; i < len(benchData); i += 1 << 20 {
 			if _, err := w.Write(benchData[i : i+1<<20]); err != nil {
 				b.Fatal(err)
@@ -80,11 +82,13 @@ func BenchmarkWriter(b *testing.B) {
 // BenchmarkWriterSmallValue is one small file's value, as cp -a writes
 // thousands of them: the writer's fixed cost per value.
 func BenchmarkWriterSmallValue(b *testing.B) {
+	cutters := NewCutters()
+	defer cutters.Close()
 	data := benchData[:14<<10]
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	for b.Loop() {
-		w := NewWriter(discard{}, testPol, KindBlob)
+		w := cutters.NewWriter(discard{}, testPol, KindBlob)
 		if _, err := w.Write(data); err != nil {
 			b.Fatal(err)
 		}

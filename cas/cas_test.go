@@ -72,9 +72,13 @@ func randBytes(seed uint64, n int) []byte {
 	return b
 }
 
+// write stores data through a writer whose segments cut finders chunk on
+// every core, in writes of blocks bytes.
 func write(t tb, s Sink, data []byte, blocks int) ObjectIdentifier {
 	t.Helper()
-	w := NewWriter(s, testPol, KindBlob)
+	cutters := NewCutters()
+	defer cutters.Close()
+	w := cutters.NewWriter(s, testPol, KindBlob)
 	for len(data) > 0 {
 		n := min(blocks, len(data))
 		if _, err := w.Write(data[:n]); err != nil {

@@ -77,32 +77,64 @@ func (s *segment) findCuts(c *chunker.Chunker, buf *[]byte) {
 	}
 }
 
-// cutJobs feeds the cut finders, one per core, shared by all writers.
-var (
-	cutJobs      = make(chan *segment)
-	startCutters sync.Once
-)
+// Cutters find the chunk boundaries of writers' segments, one goroutine
+// per core, shared by the writers made with them (Cutters.NewWriter).
+// Whoever makes them closes them; the goroutines end then, and a writer
+// still running chunks its segments itself.
+type Cutters struct {
+	jobs chan *segment
+	stop chan struct{}
+	once sync.Once
+	wg   sync.WaitGroup
+}
 
-// dispatch has the segment's cuts found on another core. A short last
+// NewCutters starts the cut finders.
+func NewCutters() *Cutters {
+	c := &Cutters{jobs: make(chan *segment), stop: make(chan struct{})}
+	for range runtime.GOMAXPROCS(0) {
+		c.wg.Go(func() {
+			ch := getChunker(nil, 0)
+			defer chunkers.Put(ch)
+			buf := make([]byte, 0, MaxChunkSize)
+			for {
+				select {
+				case s := <-c.jobs:
+					s.findCuts(ch, &buf)
+				case <-c.stop:
+					return
+				}
+			}
+		})
+	}
+	return c
+}
+
+// Close stops the cut finders and waits for them to end.
+func (c *Cutters) Close() {
+	c.once.Do(func() { close(c.stop) })
+	c.wg.Wait()
+}
+
+// dispatch has the segment's cuts found on another core, or by a writer
+// made without cutters on the chunking goroutine itself. A short last
 // segment (a small value, the end of any) is left to the stitcher, which
 // would chunk much of it again anyway.
-func dispatch(s *segment) {
+func (c *Cutters) dispatch(s *segment) {
 	if s.last && len(s.data()) < 4*MaxChunkSize {
 		close(s.done)
 		return
 	}
-	startCutters.Do(func() {
-		for range runtime.GOMAXPROCS(0) {
-			go func() {
-				c := getChunker(nil, 0)
-				buf := make([]byte, 0, MaxChunkSize)
-				for s := range cutJobs {
-					s.findCuts(c, &buf)
-				}
-			}()
+	if c != nil {
+		select {
+		case c.jobs <- s:
+			return
+		case <-c.stop:
 		}
-	})
-	cutJobs <- s
+	}
+	ch := getChunker(nil, 0)
+	defer chunkers.Put(ch)
+	buf := make([]byte, 0, MaxChunkSize)
+	s.findCuts(ch, &buf)
 }
 
 // stitcher turns segments, in stream order, into the stream's chunks.

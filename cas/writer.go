@@ -36,9 +36,19 @@ type chunkMsg struct {
 	lv   int
 }
 
-// NewWriter starts a streaming write of one object into sink.
+// NewWriter starts a streaming write of one object into sink, its
+// segments chunked one after another on the writer's chunking goroutine.
+// Cutters.NewWriter chunks them on every core.
 func NewWriter(sink Sink, pol chunker.Pol, kind Kind) *Writer {
-	return &Writer{q: newQueue(pol), sink: sink, kind: kind, done: make(chan struct{})}
+	return (*Cutters)(nil).NewWriter(sink, pol, kind)
+}
+
+// NewWriter starts a streaming write of one object into sink whose
+// segments c chunks.
+func (c *Cutters) NewWriter(sink Sink, pol chunker.Pol, kind Kind) *Writer {
+	q := newQueue(pol)
+	q.cutters = c
+	return &Writer{q: q, sink: sink, kind: kind, done: make(chan struct{})}
 }
 
 // start runs the pipeline: chunking on one goroutine (and the cut finders),
@@ -133,14 +143,15 @@ const queueSegments = 8
 // channel: unlike an io.Pipe, a write returns once its bytes are copied.
 // Writes must not be concurrent.
 type queue struct {
-	pol  chunker.Pol
-	size int // of a segment: segmentSize, less in tests
-	ch   chan *segment
-	cur  *segment
-	off  uint64
-	done chan struct{} // closed when the chunking side stops early
-	err  error         // why; set before done is closed
-	once sync.Once
+	cutters *Cutters // nil: segments are chunked on the chunking goroutine
+	pol     chunker.Pol
+	size    int // of a segment: segmentSize, less in tests
+	ch      chan *segment
+	cur     *segment
+	off     uint64
+	done    chan struct{} // closed when the chunking side stops early
+	err     error         // why; set before done is closed
+	once    sync.Once
 }
 
 func newQueue(pol chunker.Pol) *queue {
@@ -244,7 +255,7 @@ func (q *queue) chunk(emit func(data []byte, lv int) error) error {
 				}
 				return st.finish()
 			}
-			dispatch(s)
+			q.cutters.dispatch(s)
 			ahead = append(ahead, s)
 			if len(ahead) > runtime.GOMAXPROCS(0) {
 				s := ahead[0]

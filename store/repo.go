@@ -121,6 +121,7 @@ type Repository struct {
 	// pieces of values.
 	nodes    *btree.NodeCache
 	indexes  *cas.IndexCache
+	cutters  *cas.Cutters // chunk the values of every page's writers
 	trim     trimmer
 	stopTrim chan struct{}
 	space    *space // nil when read-only
@@ -222,6 +223,7 @@ func Open(dir string, opts Options) (*Repository, error) {
 	// No eviction callback: simplelru calls it on Remove too, and a page
 	// taken back into use must not be closed. Release evicts by hand.
 	r.idle, _ = simplelru.NewLRU[string, *Page](opts.MaxIdlePages+1, nil)
+	r.cutters = cas.NewCutters()
 	r.stopTrim = make(chan struct{})
 	go r.trim.run(r.stopTrim)
 	if !opts.ReadOnly {
@@ -1035,6 +1037,7 @@ func (r *Repository) Close() error {
 	}
 	r.nodes.Close()
 	r.indexes.Close()
+	r.cutters.Close()
 	errs = append(errs, r.closeBadger(r.db))
 	r.trim.running.Lock() // for good: the dbs are gone
 	return errors.Join(errs...)

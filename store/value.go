@@ -21,7 +21,7 @@ type ValueWriter struct {
 func (p *Page) NewValueWriter() *ValueWriter {
 	pw := p.NewPieceWriter()
 	pw.bulk = true
-	return &ValueWriter{pw: pw, w: cas.NewWriter(pw, p.pol, cas.KindBlob)}
+	return &ValueWriter{pw: pw, w: p.repo.cutters.NewWriter(pw, p.pol, cas.KindBlob)}
 }
 
 // EditValue stores the value base becomes when its content is content,
