@@ -97,7 +97,7 @@ func TestSyncLogReplaysWhatTheDbLost(t *testing.T) {
 	}
 	lost := &env{t: t, dir: snap}
 	lost.open()
-	defer lost.repo.Close()
+	defer func() { lost.repo.Close() }() // the one open at the end
 	lost.acquire()
 	if got := lost.state(); !maps.Equal(got, want) {
 		t.Fatalf("after recovery from the log: keys %v, f %d bytes; want keys %v, f %d bytes",

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -495,6 +496,18 @@ func TestCloseGivesUpOnStuckDB(t *testing.T) {
 	}
 	if !r.trim.off.Load() {
 		t.Fatal("trimming still on after a close was given up on")
+	}
+	// Given its directory back, the abandoned db finishes closing, and
+	// its goroutines end (TestMain checks that none outlives the tests).
+	must(t, os.MkdirAll(pageDir, 0o755))
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		buf := make([]byte, 1<<20)
+		if !bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("dgraph-io/badger")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned db's goroutines still run 30 s after its directory came back")
+		}
 	}
 }
 
