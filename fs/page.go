@@ -33,12 +33,15 @@ type pageRef struct {
 	keys  sync.RWMutex
 	moves movedNodes
 
-	mu     sync.Mutex
-	txns   map[string]*pageRef // the live page's open transactions, by name
-	logs   logCache            // the live page's .ledger/log
-	ledger string
-	name   string
-	q      queuedChanges // see queue.go
+	mu   sync.Mutex
+	txns map[string]*pageRef // the live page's open transactions, by name
+	logs logCache            // the live page's .ledger/log
+	// versions indexes the live page's versions of every key
+	// (.ledger/versions).
+	versions versionIndex
+	ledger   string
+	name     string
+	q        queuedChanges // see queue.go
 	// cond, on mu, is broadcast when q.ending reaches 0 and when a file is
 	// closed or leaves q.files (see idleWithin).
 	endCond *sync.Cond

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -215,11 +216,19 @@ func TestHistoryMatchesModel(t *testing.T) {
 		}
 
 		// Versions of each key: the states it took in successive commits,
-		// where the key's content changed.
+		// where the key's content changed; AllVersions gives the same in
+		// one walk.
+		all, err := AllVersions(p)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, k := range []string{"a", "b", "c/d", "c/e", "z"} {
 			vs, err := Versions(p, k)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !slices.EqualFunc(vs, all[k], func(a, b Version) bool { return a.Commit.ID == b.Commit.ID && a.Entry == b.Entry }) {
+				t.Fatalf("versions of %s: AllVersions %d, Versions %d", k, len(all[k]), len(vs))
 			}
 			// A version where the key is set and differs from every parent.
 			var want []string

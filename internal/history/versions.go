@@ -47,6 +47,60 @@ func Versions(p *store.Page, key string) ([]Version, error) {
 	return out, nil
 }
 
+// AllVersions returns the versions of every key, each oldest first, as
+// Versions gives them one key at a time, in one walk of the history: each
+// commit is diffed with its first parent (btree.Store.Diff), so the walk
+// costs what changed, not the number of keys. Listing the versions of many
+// names costs one walk instead of one each.
+func AllVersions(p *store.Page) (map[string][]Version, error) {
+	out := map[string][]Version{}
+	err := Walk(p, func(c *store.Commit, parents []*store.Commit) error {
+		if len(parents) == 0 {
+			it := p.Tree(c).Seek("")
+			for it.Next() {
+				e := it.Entry()
+				out[e.Key] = append(out[e.Key], Version{Commit: c, Entry: e})
+			}
+			return it.Err()
+		}
+		var changed []btree.Entry
+		err := p.Nodes().Diff(parents[0].Root, c.Root, func(ch btree.Change) error {
+			// A read's new access time is no new version.
+			if ch.After != nil && (ch.Before == nil || withoutAtime(*ch.Before) != withoutAtime(*ch.After)) {
+				changed = append(changed, *ch.After)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, e := range changed {
+			new := true
+			for _, pc := range parents[1:] {
+				pe, found, err := p.Tree(pc).Get(e.Key)
+				if err != nil {
+					return err
+				}
+				if found && withoutAtime(pe) == withoutAtime(e) {
+					new = false // carried over from this parent
+					break
+				}
+			}
+			if new {
+				out[e.Key] = append(out[e.Key], Version{Commit: c, Entry: e})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("history: versions: %w", err)
+	}
+	for _, vs := range out {
+		slices.Reverse(vs)
+	}
+	return out, nil
+}
+
 // changedFromParents reports key's entry in c and whether it differs from
 // the entry in every parent.
 func changedFromParents(p *store.Page, c *store.Commit, parents []*store.Commit, key string) (btree.Entry, bool, bool, error) {
