@@ -10,10 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // duBytes is du -sb of dir: what a user sees the repository take.
@@ -324,4 +326,62 @@ func collect(t *testing.T, mnt, pg, target string) {
 		syncDir(t, pg)
 	}
 	must(t, err)
+}
+
+// While the mount collects a page, other pages serve: a listing, a write
+// and an fsync in another page complete while the collection is still
+// running (.collect says which page it collects).
+func TestCollectionLeavesOtherPagesServing(t *testing.T) {
+	t.Parallel()
+	s := mountPlain(t, t.TempDir(), "--collect-every", "0")
+	old := s.page("l", "old")
+	// History for the collection to prune and sweep: many small files
+	// and a few large ones, written and removed.
+	dir := filepath.Join(old, "many")
+	must(t, os.MkdirAll(dir, 0o755))
+	for i := range 4000 {
+		must(t, os.WriteFile(filepath.Join(dir, fmt.Sprint(i)), content(i, 2000), 0o644))
+	}
+	for i := range 4 {
+		must(t, os.WriteFile(filepath.Join(old, fmt.Sprint("big", i)), content(10000+i, 32<<20), 0o644))
+	}
+	syncDir(t, old)
+	run(t, old, "sh", "-c", "rm -rf -- *")
+	syncDir(t, old)
+	must(t, os.WriteFile(filepath.Join(old, ".ledger", "retention"), []byte("keep-last=1\n"), 0))
+	other := s.page("l", "other")
+	must(t, os.WriteFile(filepath.Join(other, "before"), []byte("x"), 0o644))
+
+	done := make(chan error, 1)
+	go func() { done <- os.WriteFile(filepath.Join(s.mnt, ".collect"), []byte("l/old\n"), 0) }()
+	// The event: .collect names the page being collected.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		st, err := os.ReadFile(filepath.Join(s.mnt, ".collect"))
+		must(t, err)
+		if strings.Contains(string(st), "l/old: collecting since") {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the collection ended (%v) before .collect showed it running:\n%s", err, st)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf(".collect never showed the collection running:\n%s", st)
+		}
+	}
+	if got := ls(t, other); !slices.Equal(got, []string{"before"}) {
+		t.Fatalf("ls of another page during a collection: %v", got)
+	}
+	must(t, os.WriteFile(filepath.Join(other, "during"), []byte("written during a collection"), 0o644))
+	syncDir(t, other)
+	select {
+	case err := <-done:
+		t.Fatalf("a listing, a write and an fsync in another page waited for the collection (it ended first: %v)", err)
+	default:
+	}
+	must(t, <-done)
+	if b, err := os.ReadFile(filepath.Join(other, "during")); err != nil || string(b) != "written during a collection" {
+		t.Fatalf("the file written during the collection: %q, %v", b, err)
+	}
 }

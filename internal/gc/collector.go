@@ -43,8 +43,11 @@ type Collector struct {
 
 	running sync.Mutex // held by the one collection running
 	mu      sync.Mutex
-	removed map[[2]string]uint64
-	due     map[[2]string]bool // collect soon
+	// current is the page being collected, since when (Status).
+	current      [2]string
+	currentSince time.Time
+	removed      map[[2]string]uint64
+	due          map[[2]string]bool // collect soon
 	// reclaim holds the pages collected while readers held them open,
 	// whose space is still to give back (Result.ReclaimLater).
 	reclaim map[[2]string]bool
@@ -279,6 +282,14 @@ func (c *Collector) collect(k [2]string, wait bool) error {
 			return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy)
 		}
 	}
+	c.mu.Lock()
+	c.current, c.currentSince = k, time.Now()
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.currentSince = time.Time{}
+		c.mu.Unlock()
+	}()
 	if err := c.reclaimPending(k, wait); err != nil {
 		return err
 	}
@@ -368,6 +379,9 @@ func (c *Collector) Status() []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var b strings.Builder
+	if !c.currentSince.IsZero() {
+		fmt.Fprintf(&b, "%s/%s: collecting since %s\n", c.current[0], c.current[1], c.currentSince.UTC().Format(time.RFC3339))
+	}
 	keys := slices.Collect(maps.Keys(c.last))
 	slices.SortFunc(keys, func(a, b [2]string) int { return strings.Compare(a[0]+"/"+a[1], b[0]+"/"+b[1]) })
 	for _, k := range keys {
