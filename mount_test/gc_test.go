@@ -15,7 +15,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // duBytes is du -sb of dir: what a user sees the repository take.
@@ -354,21 +353,15 @@ func TestCollectionLeavesOtherPagesServing(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() { done <- os.WriteFile(filepath.Join(s.mnt, ".collect"), []byte("l/old\n"), 0) }()
-	// The event: .collect names the page being collected.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		st, err := os.ReadFile(filepath.Join(s.mnt, ".collect"))
-		must(t, err)
-		if strings.Contains(string(st), "l/old: collecting since") {
-			break
-		}
+	// The event: the server says it begins, and .collect names the page.
+	s.log.await(t, "msg=collecting page=l/old")
+	if st, err := os.ReadFile(filepath.Join(s.mnt, ".collect")); err != nil || !strings.Contains(string(st), "l/old: collecting since") {
 		select {
 		case err := <-done:
-			t.Fatalf("the collection ended (%v) before .collect showed it running:\n%s", err, st)
+			t.Fatalf("the collection ended (%v) before the other page was used; .collect:\n%s", err, st)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf(".collect never showed the collection running:\n%s", st)
-		}
+		t.Fatalf(".collect does not show the collection running (%v):\n%s", err, st)
 	}
 	if got := ls(t, other); !slices.Equal(got, []string{"before"}) {
 		t.Fatalf("ls of another page during a collection: %v", got)

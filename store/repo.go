@@ -126,12 +126,15 @@ type Repository struct {
 	stopTrim chan struct{}
 	space    *space // nil when read-only
 
-	mu       sync.Mutex
-	open     map[string]*Page // by ledger + "/" + page
-	counters counters
-	idle     *simplelru.LRU[string, *Page]
-	evicted  []*Page                  // dropped from idle, to close after unlocking
-	closing  map[string]chan struct{} // pages being closed; reopen waits
+	mu   sync.Mutex
+	open map[string]*Page // by ledger + "/" + page
+	// abandoned are the closes given up on (closeBadger): each gets the
+	// db's Close result if it ever ends.
+	abandoned []chan error
+	counters  counters
+	idle      *simplelru.LRU[string, *Page]
+	evicted   []*Page                  // dropped from idle, to close after unlocking
+	closing   map[string]chan struct{} // pages being closed; reopen waits
 	// reclaiming asks a Reclaim of a page to end: someone waits for it.
 	reclaiming map[string]*atomic.Bool
 	// pruned counts deletions of commits, in any page: views of history
@@ -1065,6 +1068,9 @@ func (r *Repository) closeBadger(db *badger.DB) error {
 	case <-time.After(r.opts.CloseTimeout):
 		r.trim.off.Store(true)
 		r.trim.running.Unlock()
+		r.mu.Lock()
+		r.abandoned = append(r.abandoned, done)
+		r.mu.Unlock()
 		return fmt.Errorf("db %s %w within %v (see Badger's errors); its write-ahead log is left for the next open",
 			db.Opts().Dir, errCloseStuck, r.opts.CloseTimeout)
 	}

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -500,14 +499,16 @@ func TestCloseGivesUpOnStuckDB(t *testing.T) {
 	// Given its directory back, the abandoned db finishes closing, and
 	// its goroutines end (TestMain checks that none outlives the tests).
 	must(t, os.MkdirAll(pageDir, 0o755))
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		buf := make([]byte, 1<<20)
-		if !bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("dgraph-io/badger")) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the abandoned db's goroutines still run 30 s after its directory came back")
-		}
+	r.mu.Lock()
+	abandoned := r.abandoned
+	r.mu.Unlock()
+	if len(abandoned) != 1 {
+		t.Fatalf("%d closes given up on, want 1", len(abandoned))
+	}
+	select {
+	case <-abandoned[0]:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the abandoned db did not finish closing 30 s after its directory came back")
 	}
 }
 

@@ -285,6 +285,10 @@ func (c *Collector) collect(k [2]string, wait bool) error {
 	c.mu.Lock()
 	c.current, c.currentSince = k, time.Now()
 	c.mu.Unlock()
+	if wait {
+		// An explicit request (.collect): its user may wait a while.
+		slog.Info("collecting", "page", k[0]+"/"+k[1])
+	}
 	defer func() {
 		c.mu.Lock()
 		c.currentSince = time.Time{}
