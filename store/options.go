@@ -9,7 +9,6 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
-	"golang.org/x/sys/unix"
 )
 
 // badgerOptions are sized for many small dbs in one process: one db per page.
@@ -64,16 +63,16 @@ const minValueLogFileSize = 16 << 20
 // (up to half of it, see reclaimRatio) before the old log goes: on a
 // 400 MiB filesystem 256 MiB logs needed 128 MiB free to shrink at all.
 func valueLogSizeFor(dir string) int64 {
-	var st unix.Statfs_t
-	for unix.Statfs(dir, &st) != nil {
+	_, size, err := statfs(dir)
+	for err != nil {
 		// Not made yet: the filesystem it will be made on.
 		if dir == filepath.Dir(dir) {
 			return valueLogFileSize
 		}
 		dir = filepath.Dir(dir)
+		_, size, err = statfs(dir)
 	}
-	size := int64(st.Blocks) * st.Bsize / 32
-	return max(min(valueLogFileSize, size&^(1<<20-1)), minValueLogFileSize)
+	return max(min(valueLogFileSize, int64(size/32)&^(1<<20-1)), minValueLogFileSize)
 }
 
 // repoDBOptions are for the small repository db.

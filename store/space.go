@@ -21,11 +21,46 @@ const (
 
 // defaultReserve is the reserve for the filesystem holding dir.
 func defaultReserve(dir string) (uint64, error) {
+	_, size, err := statfs(dir)
+	if err != nil {
+		return 0, err
+	}
+	return min(max(size/20, MinReserve), MaxDefaultReserve), nil
+}
+
+// statfs returns the bytes available to us and the size of the
+// filesystem holding dir.
+func statfs(dir string) (free, size uint64, err error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
-		return 0, fmt.Errorf("store: size of the filesystem of %s: %w", dir, err)
+		return 0, 0, fmt.Errorf("store: free space of %s: %w", dir, err)
 	}
-	return min(max(st.Blocks*uint64(st.Bsize)/20, MinReserve), MaxDefaultReserve), nil
+	return st.Bavail * uint64(st.Bsize), st.Blocks * uint64(st.Bsize), nil
+}
+
+// Free returns the bytes free on the repository's filesystem, less the
+// content taken and not yet written, from a statfs at most spaceRefresh
+// old: cheap enough to ask at every open for writing.
+func (r *Repository) Free() (uint64, error) {
+	s := r.space
+	if s == nil { // read-only
+		free, _, err := statfs(r.dir)
+		return free, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if time.Since(s.at) > spaceRefresh {
+		if err := s.statfs(); err != nil {
+			return 0, err
+		}
+	}
+	return s.left(), nil
+}
+
+// FilesystemSize returns the size of the filesystem holding the repository.
+func (r *Repository) FilesystemSize() (uint64, error) {
+	_, size, err := statfs(r.dir)
+	return size, err
 }
 
 // claimKind says how much of the reserve a claim must leave free.
@@ -118,11 +153,11 @@ func (s *space) landed(n uint64) {
 }
 
 func (s *space) statfs() error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(s.dir, &st); err != nil {
-		return fmt.Errorf("store: free space of %s: %w", s.dir, err)
+	free, _, err := statfs(s.dir)
+	if err != nil {
+		return err
 	}
-	s.free = st.Bavail * uint64(st.Bsize)
+	s.free = free
 	s.at = time.Now()
 	s.since = 0
 	return nil

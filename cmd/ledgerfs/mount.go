@@ -24,7 +24,6 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/moby/sys/mountinfo"
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/ledgerfs/ledgerfs/fs"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
@@ -532,11 +531,11 @@ func pruneThreshold(repo *store.Repository, v string) (uint64, error) {
 		return 0, err
 	}
 	if pct > 0 {
-		var st unix.Statfs_t
-		if err := unix.Statfs(repo.Dir(), &st); err != nil {
-			return 0, fmt.Errorf("--prune-below: size of the repository's filesystem: %w", err)
+		fsSize, err := repo.FilesystemSize()
+		if err != nil {
+			return 0, fmt.Errorf("--prune-below: %w", err)
 		}
-		size = uint64(pct / 100 * float64(st.Blocks*uint64(st.Bsize)))
+		size = uint64(pct / 100 * float64(fsSize))
 	}
 	if size == 0 {
 		return 0, nil

@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/dustin/go-humanize"
-	"golang.org/x/sys/unix"
 
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/retention"
@@ -49,16 +48,13 @@ type Pressure struct {
 func (s *Pressure) step() uint64 { return max(s.Repo.Reserve(), s.Below/8) }
 
 // Low reports whether less than Below bytes are free on the repository's
-// filesystem.
+// filesystem (store.Repository.Free).
 func (s *Pressure) Low() bool {
 	if s == nil || s.Below == 0 {
 		return false
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(s.Repo.Dir(), &st); err != nil {
-		return false
-	}
-	return st.Bavail*uint64(st.Bsize) < s.Below
+	free, err := s.Repo.Free()
+	return err == nil && free < s.Below
 }
 
 // Yield collects the page for space if the filesystem runs short. The
@@ -114,9 +110,6 @@ func (s *Pressure) Yield(ledger, page string) {
 }
 
 func (s *Pressure) free() uint64 {
-	var st unix.Statfs_t
-	if err := unix.Statfs(s.Repo.Dir(), &st); err != nil {
-		return 0
-	}
-	return st.Bavail * uint64(st.Bsize)
+	free, _ := s.Repo.Free()
+	return free
 }
