@@ -23,18 +23,12 @@ var ErrXattrs = errors.New("btree: malformed extended attributes")
 // XattrList returns m's extended attributes, sorted by name.
 func (m Meta) XattrList() ([]Xattr, error) {
 	var out []Xattr
-	s := m.Xattrs
-	for s != "" {
-		name, rest, ok := field(s)
-		if !ok {
-			return nil, ErrXattrs
-		}
-		value, rest, ok := field(rest)
-		if !ok {
-			return nil, ErrXattrs
-		}
+	err := records(m.Xattrs, func(name, value string, _, _ int) bool {
 		out = append(out, Xattr{name, value})
-		s = rest
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -46,25 +40,18 @@ func (m Meta) Xattr(name string) (string, bool) {
 }
 
 // findXattr finds attribute name in the encoding without decoding the
-// others: the span [start, end) of its record, and its value.
+// others: the span [start, end) of its record, and its value; else, in
+// start, where a record of name would go.
 func (m Meta) findXattr(name string) (start int, value string, end int, ok bool) {
-	s := m.Xattrs
-	for pos := 0; pos < len(s); {
-		n, rest, ok1 := field(s[pos:])
-		v, rest, ok2 := field(rest)
-		if !ok1 || !ok2 {
-			return 0, "", 0, false
+	start = len(m.Xattrs)
+	records(m.Xattrs, func(n, v string, s, e int) bool {
+		if n >= name { // sorted: it is here or nowhere
+			start, value, end, ok = s, v, e, n == name
+			return false
 		}
-		next := len(s) - len(rest)
-		switch {
-		case n == name:
-			return pos, v, next, true
-		case n > name:
-			return 0, "", 0, false // sorted: it is not further on
-		}
-		pos = next
-	}
-	return 0, "", 0, false
+		return true
+	})
+	return start, value, end, ok
 }
 
 // SetXattrs makes xs m's extended attributes; names must be unique.
@@ -73,10 +60,7 @@ func (m *Meta) SetXattrs(xs []Xattr) {
 	slices.SortFunc(xs, func(a, b Xattr) int { return strings.Compare(a.Name, b.Name) })
 	var b []byte
 	for _, x := range xs {
-		b = binary.AppendUvarint(b, uint64(len(x.Name)))
-		b = append(b, x.Name...)
-		b = binary.AppendUvarint(b, uint64(len(x.Value)))
-		b = append(b, x.Value...)
+		b = appendRecord(b, x.Name, x.Value)
 	}
 	m.Xattrs = string(b)
 }
@@ -84,36 +68,20 @@ func (m *Meta) SetXattrs(xs []Xattr) {
 // SetXattr sets attribute name to value, replacing any: the other
 // records are copied as they are, in place.
 func (m *Meta) SetXattr(name, value string) error {
-	if err := m.checkXattrs(); err != nil {
+	if err := records(m.Xattrs, func(string, string, int, int) bool { return true }); err != nil {
 		return err
 	}
-	var rec []byte
-	rec = binary.AppendUvarint(rec, uint64(len(name)))
-	rec = append(rec, name...)
-	rec = binary.AppendUvarint(rec, uint64(len(value)))
-	rec = append(rec, value...)
-	s := m.Xattrs
-	if start, _, end, ok := m.findXattr(name); ok {
-		m.Xattrs = s[:start] + string(rec) + s[end:]
-		return nil
+	start, _, end, ok := m.findXattr(name)
+	if !ok {
+		end = start
 	}
-	// Where it goes in name order.
-	pos := 0
-	for pos < len(s) {
-		n, rest, _ := field(s[pos:])
-		if n > name {
-			break
-		}
-		_, rest, _ = field(rest)
-		pos = len(s) - len(rest)
-	}
-	m.Xattrs = s[:pos] + string(rec) + s[pos:]
+	m.Xattrs = m.Xattrs[:start] + string(appendRecord(nil, name, value)) + m.Xattrs[end:]
 	return nil
 }
 
 // RemoveXattr removes attribute name and reports whether it was there.
 func (m *Meta) RemoveXattr(name string) (bool, error) {
-	if err := m.checkXattrs(); err != nil {
+	if err := records(m.Xattrs, func(string, string, int, int) bool { return true }); err != nil {
 		return false, err
 	}
 	start, _, end, ok := m.findXattr(name)
@@ -124,15 +92,29 @@ func (m *Meta) RemoveXattr(name string) (bool, error) {
 	return true, nil
 }
 
-// checkXattrs checks that m.Xattrs parses, without copying it.
-func (m Meta) checkXattrs() error {
-	for s := m.Xattrs; s != ""; {
-		_, rest, ok1 := field(s)
-		_, rest, ok2 := field(rest)
+// appendRecord appends one attribute's record to b.
+func appendRecord(b []byte, name, value string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	b = append(b, name...)
+	b = binary.AppendUvarint(b, uint64(len(value)))
+	return append(b, value...)
+}
+
+// records calls fn with each attribute record of the encoding s, in
+// order, with its span [start, end), until fn returns false; it returns
+// ErrXattrs if the records it reads do not parse.
+func records(s string, fn func(name, value string, start, end int) bool) error {
+	for pos := 0; pos < len(s); {
+		name, rest, ok1 := field(s[pos:])
+		value, rest, ok2 := field(rest)
 		if !ok1 || !ok2 {
 			return ErrXattrs
 		}
-		s = rest
+		end := len(s) - len(rest)
+		if !fn(name, value, pos, end) {
+			return nil
+		}
+		pos = end
 	}
 	return nil
 }
