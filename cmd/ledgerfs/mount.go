@@ -301,11 +301,6 @@ func serve(c serveConfig) error {
 			Debug:        c.debug,
 			MaxWrite:     1 << 20,
 			MaxReadAhead: readAheadKiB << 10,
-			// The kernel asks for security.capability before every write
-			// (file_remove_privs): go-fuse answers that, and POSIX ACLs,
-			// with ENODATA itself, so the request never reaches the
-			// filesystem's code. A nosuid mount ignores file capabilities.
-			IgnoreSecurityLabels: true,
 			// The filesystem drops set-user-ID bits itself on writes,
 			// truncations and chowns (fs's killPriv): the kernel then
 			// asks for security.capability once per file, not at every
