@@ -128,6 +128,9 @@ type Repository struct {
 
 	mu   sync.Mutex
 	open map[string]*Page // by ledger + "/" + page
+	// unused, on mu, is broadcast when a page's last user releases it
+	// (WaitUnused); made on first use.
+	unused *sync.Cond
 	// abandoned are the closes given up on (closeBadger): each gets the
 	// db's Close result if it ever ends.
 	abandoned []chan error
@@ -799,6 +802,9 @@ func (r *Repository) unlock() {
 func (r *Repository) Release(p *Page) {
 	r.mu.Lock()
 	p.refs--
+	if p.refs == 0 && r.unused != nil {
+		r.unused.Broadcast()
+	}
 	if p.refs == 0 && !r.closed {
 		r.idle.Add(p.Ledger+"/"+p.Name, p)
 		for r.idle.Len() > r.opts.MaxIdlePages {
@@ -807,6 +813,35 @@ func (r *Repository) Release(p *Page) {
 		}
 	}
 	r.unlock()
+}
+
+// WaitUnused waits up to d until nobody holds the page, so that Reclaim
+// can take its db, and reports whether that came: a descriptor closed just
+// before is released after close returns.
+func (r *Repository) WaitUnused(ledger, page string, d time.Duration) bool {
+	key := ledger + "/" + page
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.unused == nil {
+		r.unused = sync.NewCond(&r.mu)
+	}
+	expired := false
+	t := time.AfterFunc(d, func() {
+		r.mu.Lock()
+		expired = true
+		r.unused.Broadcast()
+		r.mu.Unlock()
+	})
+	defer t.Stop()
+	for {
+		if p, ok := r.open[key]; !ok || p.refs == 0 {
+			return true
+		}
+		if expired {
+			return false
+		}
+		r.unused.Wait()
+	}
 }
 
 // OpenPages is the number of page dbs open now.

@@ -39,20 +39,19 @@ func statfs(dir string) (free, size uint64, err error) {
 }
 
 // Free returns the bytes free on the repository's filesystem, less the
-// content taken and not yet written, from a statfs at most spaceRefresh
-// old: cheap enough to ask at every open for writing.
+// content taken and not yet written, from a statfs made now: a figure
+// taken while a write was still landing, or before space was given back,
+// would mislead a decision about history.
 func (r *Repository) Free() (uint64, error) {
 	s := r.space
-	if s == nil { // read-only
+	if s == nil {
 		free, _, err := statfs(r.dir)
 		return free, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if time.Since(s.at) > spaceRefresh {
-		if err := s.statfs(); err != nil {
-			return 0, err
-		}
+	if err := s.statfs(); err != nil {
+		return 0, err
 	}
 	return s.left(), nil
 }

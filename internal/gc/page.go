@@ -111,6 +111,12 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 	if (r.Deleted > 0 || r.Compressed > 0 || o.Reclaim) && !r.Stopped {
 		start := time.Now()
 		complete, err := repo.Reclaim(ledger, page, !o.Wait)
+		if errors.Is(err, store.ErrBusy) && o.Wait && repo.WaitUnused(ledger, page, reclaimWait) {
+			// An explicit request gives the space back before it
+			// returns: users on their way out (a release after
+			// close) are waited for.
+			complete, err = repo.Reclaim(ledger, page, false)
+		}
 		if errors.Is(err, store.ErrBusy) {
 			// Readers hold the page open: its db cannot be reopened
 			// to compact it. What was pruned and deleted stays so;
@@ -131,6 +137,11 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 	r.Done = done
 	return r, repo.SetCollected(ledger, page, time.Now())
 }
+
+// reclaimWait bounds how long an explicit collection waits for its page's
+// users to go before giving its space back; readers that stay leave it
+// for later (Result.ReclaimLater).
+const reclaimWait = 10 * time.Second
 
 // compress offers the pieces written since the page's last collection to
 // compression (store.Page.CompressNew), so that writes never wait for it.

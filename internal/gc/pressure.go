@@ -48,7 +48,8 @@ type Pressure struct {
 func (s *Pressure) step() uint64 { return max(s.Repo.Reserve(), s.Below/8) }
 
 // Low reports whether less than Below bytes are free on the repository's
-// filesystem (store.Repository.Free).
+// filesystem, by a statfs made now (a few µs at an open for writing): a
+// figure taken while the last write was still landing says too much.
 func (s *Pressure) Low() bool {
 	if s == nil || s.Below == 0 {
 		return false
@@ -109,6 +110,8 @@ func (s *Pressure) Yield(ledger, page string) {
 		"free after", humanize.IBytes(s.free()), "below", humanize.IBytes(s.Below))
 }
 
+// free is the space free now, for the decisions Yield makes once Low said
+// yes, and for what a pruning left.
 func (s *Pressure) free() uint64 {
 	free, _ := s.Repo.Free()
 	return free
