@@ -407,8 +407,11 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if write && f.pg.readOnly() {
 		return nil, 0, syscall.EROFS
 	}
-	if write {
-		f.pg.yieldHistory()
+	if write && f.pg.fs.opts.Pressure != nil {
+		// A rewrite is expected to take about the file's present size.
+		var a fuse.Attr
+		f.fillAttr(&a)
+		f.pg.yieldHistory(a.Size)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -269,7 +269,7 @@ func serve(c serveConfig) error {
 			return err
 		}
 		if below > 0 {
-			fo.Pressure = &gc.Pressure{Repo: repo, Below: below}
+			fo.Pressure = &gc.Pressure{Repo: repo, Below: below, Collector: collector}
 		}
 	}
 	fsys, err := fs.New(repo, fo)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -42,6 +43,9 @@ type Collector struct {
 	Observe func(Result, error)
 
 	running sync.Mutex // held by the one collection running
+	// preempt counts the callers of exclusively waiting for running: a
+	// scheduled collection stops for them.
+	preempt atomic.Int32
 	mu      sync.Mutex
 	// current is the page being collected, since when (Status).
 	current      [2]string
@@ -191,6 +195,20 @@ func (c *Collector) Close() {
 	<-c.done
 }
 
+// exclusively runs fn with no other collection running: one running in
+// the background stops at its next check, to go on later.
+func (c *Collector) exclusively(fn func()) {
+	c.preempt.Add(1)
+	c.running.Lock()
+	c.preempt.Add(-1)
+	defer c.running.Unlock()
+	fn()
+}
+
+// preempted reports whether a collection of the background should stop:
+// the mount stops, or a pruning for space waits.
+func (c *Collector) preempted() bool { return c.preempt.Load() > 0 || c.stopped() }
+
 func (c *Collector) stopped() bool {
 	select {
 	case <-c.stop:
@@ -304,7 +322,7 @@ func (c *Collector) collect(k [2]string, wait bool) error {
 	if c.Pinned != nil {
 		pinned = func() []cas.ObjectIdentifier { return c.Pinned(k[0], k[1]) }
 	}
-	r, err := CollectPage(c.Repo, k[0], k[1], PageOptions{KeepUnsynced: c.KeepUnsynced, Stop: c.stopped, Gentle: true, Done: finished, Wait: wait, Pinned: pinned})
+	r, err := CollectPage(c.Repo, k[0], k[1], PageOptions{KeepUnsynced: c.KeepUnsynced, Stop: c.preempted, Gentle: true, Done: finished, Wait: wait, Pinned: pinned})
 	switch {
 	case errors.Is(err, store.ErrBusy) || errors.Is(err, ErrJournals) || err == nil && r.Stopped:
 		err = fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy) // later

@@ -21,16 +21,24 @@ const PressureKeep = 2
 
 // Pressure prunes history when the repository's filesystem runs short, as
 // APFS thins local snapshots: a page about to be written while less than
-// Below bytes are free on that filesystem is first collected keeping only
-// its PressureKeep newest commits (and, with KeepUnsynced, every unsynced
-// one; heads always). Open transactions and files open for writing keep
-// their page from it, as from any collection; readers do not.
+// Below bytes (plus what the write is expected to take) are free on that
+// filesystem is first collected keeping only its PressureKeep newest
+// commits (and, with KeepUnsynced, every unsynced one; heads always). Open
+// transactions and files open for writing keep their page from it, as from
+// any collection; readers do not. A page's space comes back only while
+// nothing holds its db, so the decision is made before a file is opened:
+// a file's rewrite is expected to take about its present size.
 type Pressure struct {
 	Repo         *store.Repository
 	Below        uint64
 	KeepUnsynced bool
 	// Pinned: see Collector.Pinned.
 	Pinned func(ledger, page string) []cas.ObjectIdentifier
+	// Collector, if set, is the mount's background collector: a pruning
+	// for space stops its collection and keeps it off the page until the
+	// space is given back, which a collection taking the page between
+	// the pruning and the giving back would delay past the write.
+	Collector *Collector
 
 	mu     sync.Mutex
 	logged map[[2]string]bool // pages whose pruning for space was logged
@@ -47,21 +55,23 @@ type Pressure struct {
 // is pruned for space again.
 func (s *Pressure) step() uint64 { return max(s.Repo.Reserve(), s.Below/8) }
 
-// Low reports whether less than Below bytes are free on the repository's
-// filesystem, by a statfs made now (a few µs at an open for writing): a
-// figure taken while the last write was still landing says too much.
-func (s *Pressure) Low() bool {
+// Low reports whether less than Below bytes, plus need, are free on the
+// repository's filesystem, by a statfs made now (a few µs at an open for
+// writing): a figure taken while the last write was still landing says
+// too much.
+func (s *Pressure) Low(need uint64) bool {
 	if s == nil || s.Below == 0 {
 		return false
 	}
 	free, err := s.Repo.Free()
-	return err == nil && free < s.Below
+	return err == nil && free < s.Below+need
 }
 
-// Yield collects the page for space if the filesystem runs short. The
-// caller must not hold the page: a page in use is left as it is.
-func (s *Pressure) Yield(ledger, page string) {
-	if !s.Low() {
+// Yield collects the page for space if the filesystem runs short, for a
+// write expected to take need bytes. The caller must not hold the page: a
+// page in use is left as it is.
+func (s *Pressure) Yield(ledger, page string, need uint64) {
+	if !s.Low(need) {
 		return
 	}
 	k := [2]string{ledger, page}
@@ -78,7 +88,16 @@ func (s *Pressure) Yield(ledger, page string) {
 	if s.Pinned != nil {
 		pinned = func() []cas.ObjectIdentifier { return s.Pinned(ledger, page) }
 	}
-	r, err := CollectPage(s.Repo, ledger, page, PageOptions{Policy: &keep, KeepUnsynced: s.KeepUnsynced, Wait: true, Reclaim: true, Pinned: pinned, Done: done})
+	var r Result
+	var err error
+	collect := func() {
+		r, err = CollectPage(s.Repo, ledger, page, PageOptions{Policy: &keep, KeepUnsynced: s.KeepUnsynced, Wait: true, Reclaim: true, Pinned: pinned, Done: done})
+	}
+	if s.Collector != nil {
+		s.Collector.exclusively(collect)
+	} else {
+		collect()
+	}
 	switch {
 	case errors.Is(err, store.ErrBusy) || errors.Is(err, ErrJournals) || errors.Is(err, store.ErrNotFound):
 		return
