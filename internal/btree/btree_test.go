@@ -343,7 +343,8 @@ func TestMetaRoundTrip(t *testing.T) {
 	s, _ := newStore(t, false)
 	e := entry("f", 1)
 	e.Meta = Meta{Size: 7, Mode: 0o120777, MtimeNs: -5, HasMtime: true, Symlink: "../t",
-		Uid: 1000, Gid: 0, HasOwner: true, Rdev: 0x0801, AtimeNs: 3, HasAtime: true, CtimeNs: 9, HasCtime: true}
+		Uid: 1000, Gid: 0, HasOwner: true, Rdev: 0x0801, AtimeNs: 3, HasAtime: true, CtimeNs: 9, HasCtime: true,
+		Link: LinkPrefix + "0123456789abcdef", Nlink: 3}
 	e.Priority = Lazy
 	root := build(t, s, EmptyRoot, func(tr *Tree) { _ = tr.Put(e) })
 	s2 := NewStore(s.pieces, testPol, nil)
@@ -367,6 +368,8 @@ func TestMetaEncodingProperty(t *testing.T) {
 			m.Uid, m.Gid = rapid.Uint32().Draw(rt, "uid"), rapid.Uint32().Draw(rt, "gid")
 		}
 		m.Rdev = rapid.Uint32().Draw(rt, "rdev")
+		m.Link = rapid.String().Draw(rt, "link")
+		m.Nlink = rapid.Uint32().Draw(rt, "nlink")
 		if m.HasAtime = rapid.Bool().Draw(rt, "hasAtime"); m.HasAtime {
 			m.AtimeNs = rapid.Int64().Draw(rt, "atime")
 		}

@@ -15,6 +15,7 @@ package btree
 
 import (
 	"math/bits"
+	"strings"
 
 	"github.com/twmb/murmur3"
 
@@ -57,6 +58,12 @@ type Meta struct {
 	// Xattrs are the extended attributes, encoded (see xattr.go): read
 	// them with XattrList and Xattr, change them with SetXattr.
 	Xattrs string
+	// Link is set on a name of a file with hard links: the key of the
+	// entry that holds the file, which its names point at (see
+	// IsLinkKey).
+	Link string
+	// Nlink is set on the entry names point at: how many do.
+	Nlink uint32
 }
 
 // Entry is one key of a page and what it maps to.
@@ -108,4 +115,25 @@ func search(es []Entry, k string) (int, bool) {
 		}
 	}
 	return lo, lo < len(es) && es[lo].Key == k
+}
+
+// LinkPrefix starts the keys of the entries that hold files with hard
+// links (see Meta.Link): a NUL, which no file name has, so they sort before
+// every name, in one run a listing of the page's top skips.
+const LinkPrefix = "\x00links\x00"
+
+// LinkEnd is the first key after every link key.
+const LinkEnd = "\x00links\x01"
+
+// IsLinkKey reports whether key holds a file with hard links, rather than
+// being a name.
+func IsLinkKey(key string) bool { return strings.HasPrefix(key, LinkPrefix) }
+
+// Follow returns the entry a name's entry stands for in t: itself, or the
+// entry of the file with hard links its Link names.
+func (t *Tree) Follow(e Entry) (Entry, bool, error) {
+	if e.Meta.Link == "" {
+		return e, true, nil
+	}
+	return t.Get(e.Meta.Link)
 }

@@ -94,9 +94,12 @@ func vector(b *flatbuffers.Builder, offs []flatbuffers.UOffsetT) flatbuffers.UOf
 
 // BuildMeta adds m to b; the journal stores the same table.
 func buildMeta(b *flatbuffers.Builder, m Meta) flatbuffers.UOffsetT {
-	var target, xattrs flatbuffers.UOffsetT
+	var target, xattrs, link flatbuffers.UOffsetT
 	if m.Symlink != "" {
 		target = b.CreateString(m.Symlink)
+	}
+	if m.Link != "" {
+		link = b.CreateString(m.Link)
 	}
 	if m.Xattrs != "" {
 		// Meta's own encoding was made by SetXattrs: it parses.
@@ -138,6 +141,12 @@ func buildMeta(b *flatbuffers.Builder, m Meta) flatbuffers.UOffsetT {
 	if m.Xattrs != "" {
 		format.EntryMetaStorageAddXattrs(b, xattrs)
 	}
+	if m.Link != "" {
+		format.EntryMetaStorageAddLink(b, link)
+	}
+	if m.Nlink != 0 {
+		format.EntryMetaStorageAddNlink(b, m.Nlink)
+	}
 	return format.EntryMetaStorageEnd(b)
 }
 
@@ -145,7 +154,10 @@ func metaFrom(s *format.EntryMetaStorage) Meta {
 	if s == nil {
 		return Meta{}
 	}
-	m := Meta{Size: s.Size(), Symlink: string(s.SymlinkTargetBytes())}
+	m := Meta{Size: s.Size(), Symlink: string(s.SymlinkTargetBytes()), Link: string(s.LinkBytes())}
+	if p := s.Nlink(); p != nil {
+		m.Nlink = *p
+	}
 	if p := s.Mode(); p != nil {
 		m.Mode = *p
 	}

@@ -190,8 +190,55 @@ func (rcv *EntryMetaStorage) XattrsLength() int {
 	return 0
 }
 
+func (rcv *EntryMetaStorage) Link(j int) byte {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(24))
+	if o != 0 {
+		a := rcv._tab.Vector(o)
+		return rcv._tab.GetByte(a + flatbuffers.UOffsetT(j*1))
+	}
+	return 0
+}
+
+func (rcv *EntryMetaStorage) LinkLength() int {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(24))
+	if o != 0 {
+		return rcv._tab.VectorLen(o)
+	}
+	return 0
+}
+
+func (rcv *EntryMetaStorage) LinkBytes() []byte {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(24))
+	if o != 0 {
+		return rcv._tab.ByteVector(o + rcv._tab.Pos)
+	}
+	return nil
+}
+
+func (rcv *EntryMetaStorage) MutateLink(j int, n byte) bool {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(24))
+	if o != 0 {
+		a := rcv._tab.Vector(o)
+		return rcv._tab.MutateByte(a+flatbuffers.UOffsetT(j*1), n)
+	}
+	return false
+}
+
+func (rcv *EntryMetaStorage) Nlink() *uint32 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(26))
+	if o != 0 {
+		v := rcv._tab.GetUint32(o + rcv._tab.Pos)
+		return &v
+	}
+	return nil
+}
+
+func (rcv *EntryMetaStorage) MutateNlink(n uint32) bool {
+	return rcv._tab.MutateUint32Slot(26, n)
+}
+
 func EntryMetaStorageStart(builder *flatbuffers.Builder) {
-	builder.StartObject(10)
+	builder.StartObject(12)
 }
 func EntryMetaStorageAddSize(builder *flatbuffers.Builder, size uint64) {
 	builder.PrependUint64Slot(0, size, 0)
@@ -235,6 +282,16 @@ func EntryMetaStorageAddXattrs(builder *flatbuffers.Builder, xattrs flatbuffers.
 }
 func EntryMetaStorageStartXattrsVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
 	return builder.StartVector(4, numElems, 4)
+}
+func EntryMetaStorageAddLink(builder *flatbuffers.Builder, link flatbuffers.UOffsetT) {
+	builder.PrependUOffsetTSlot(10, flatbuffers.UOffsetT(link), 0)
+}
+func EntryMetaStorageStartLinkVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
+	return builder.StartVector(1, numElems, 1)
+}
+func EntryMetaStorageAddNlink(builder *flatbuffers.Builder, nlink uint32) {
+	builder.PrependUint32(nlink)
+	builder.Slot(11)
 }
 func EntryMetaStorageEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()
