@@ -91,6 +91,13 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 	}
 	m := f.meta
 	m.Size = uint64(size)
+	if btree.IsLinkKey(key) {
+		// Links made or removed through other names since the node
+		// last read its entry count, not the node's figure.
+		if e, _, err := f.entryAt(key); err == nil {
+			m.Nlink = e.Meta.Nlink
+		}
+	}
 	op := journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: m}, Local: f.c.kept}
 	if logged != nil {
 		logged(&op)

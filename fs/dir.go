@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -113,6 +114,9 @@ func (d *dirNode) childKey(name string) (string, bool, error) {
 	if err != nil {
 		return "", false, syscall.EINVAL
 	}
+	if btree.IsLinkKey(key) {
+		return "", false, syscall.EPERM // the name of a file's entry
+	}
 	return key, coll, nil
 }
 
@@ -163,9 +167,77 @@ func (d *dirNode) attr(prefix string, a *fuse.Attr) syscall.Errno {
 	if err != nil {
 		return errno("getattr", err)
 	}
+	n, err := d.subdirs(prefix)
+	if err != nil {
+		return errno("getattr", err)
+	}
 	dirAttr(d.pg.fs, a, d.StableAttr().Ino, m.Mode&0o7777)
+	a.Nlink += n
 	d.pg.fs.showMeta(a, m, ts)
 	return 0
+}
+
+// subdirs counts the directories in the directory at prefix, for its link
+// count: 2 and one per subdirectory's "..", as ext4 shows it (find and
+// rename tests rely on it). The listing skips each subdirectory's keys, so
+// it costs one step per name the directory holds.
+func (d *dirNode) subdirs(prefix string) (uint32, error) {
+	pg := d.pg
+	gen := pg.dirGen.Load()
+	pg.mu.Lock()
+	n, ok := pg.subdirs[prefix]
+	ok = ok && pg.subdirsAt == gen
+	pg.mu.Unlock()
+	if ok {
+		return n, nil
+	}
+	n, err := d.countSubdirs(prefix)
+	if err != nil {
+		return 0, err
+	}
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	if pg.subdirs == nil || pg.subdirsAt != gen || len(pg.subdirs) >= maxSubdirCounts {
+		if pg.dirGen.Load() != gen {
+			return n, nil // changed while counted: counted again next time
+		}
+		pg.subdirs, pg.subdirsAt = map[string]uint32{}, gen
+	}
+	pg.subdirs[prefix] = n
+	return n, nil
+}
+
+// maxSubdirCounts bounds the cache of subdirectory counts of a page.
+const maxSubdirCounts = 4096
+
+// countSubdirs is subdirs without its cache.
+func (d *dirNode) countSubdirs(prefix string) (uint32, error) {
+	seen := map[string]bool{}
+	note := func(key string) (skipTo string) {
+		rel := key[len(prefix):]
+		i := strings.IndexByte(rel, '/')
+		if i < 0 || btree.IsLinkKey(key) {
+			return ""
+		}
+		seen[rel[:i]] = true
+		return prefix + rel[:i] + "0" // '0' follows '/'
+	}
+	for _, k := range d.pg.queuedMarkersUnder(prefix) { // before the tree; see listDir
+		note(k)
+	}
+	for k := range d.pg.pendingUnder(prefix) {
+		note(k)
+	}
+	err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		it := t.Prefix(prefix)
+		for it.Next() {
+			if skip := note(it.Entry().Key); skip != "" {
+				it = t.SeekPrefix(skip, prefix)
+			}
+		}
+		return it.Err()
+	})
+	return uint32(len(seen)), err
 }
 
 // meta returns the metadata of the directory at prefix: its marker's, queued
@@ -239,14 +311,31 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if f := d.pg.pendingFile(key); f != nil && !coll {
 		return f.EmbeddedInode(), f.fillAttrAt(key, &out.Attr)
 	}
+	if btree.IsLinkKey(key) {
+		return nil, syscall.ENOENT // a file's entry, not a name
+	}
 	var entry btree.Entry
 	var isFile, isDir bool
 	var headTs int64
+	var linked *fileNode                   // pending at the link key the name points at
 	pendingDir := d.pg.dirShown(key + "/") // before the tree; see listDir
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		var err error
 		if entry, isFile, err = t.Get(key); err != nil {
 			return err
+		}
+		if g := entry.Meta.Link; isFile && g != "" {
+			if linked = d.pg.pendingFile(g); linked != nil {
+				return nil
+			}
+			e, found, err := t.Get(g)
+			if err != nil {
+				return err
+			}
+			if !found {
+				return fmt.Errorf("name %q points at %q, which the page does not hold: %w", key, g, syscall.EIO)
+			}
+			entry = e
 		}
 		if isFile && !entry.Meta.HasMtime {
 			headTs = d.pg.shownTime(p, head) // shown only without an mtime of its own
@@ -258,6 +347,9 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, errno("lookup", err)
 	}
 	isDir = isDir || pendingDir
+	if linked != nil && !(coll && !isDir) {
+		return linked.EmbeddedInode(), linked.fillAttrAt(entry.Meta.Link, &out.Attr)
+	}
 	switch {
 	case coll && isFile && isDir, !coll && isFile && !isDir:
 		// A file open for writing shows what is written, not what was
@@ -267,9 +359,12 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 				return ch, f.fillAttrAt(key, &out.Attr)
 			}
 		}
-		entry.Meta = d.pg.withQueuedAtime(key, entry.Meta)
-		ch := d.newFile(ctx, key, entry.Meta.FileMode())
+		entry.Meta = d.pg.withQueuedAtime(entry.Key, entry.Meta)
+		ch := d.newFile(ctx, entry.Key, entry.Meta.FileMode())
 		f := ch.Operations().(*fileNode)
+		if g := entry.Key; btree.IsLinkKey(g) {
+			f.setLinked(g)
+		}
 		f.shown(entry.Meta, headTs)
 		fileAttr(d.pg.fs, &out.Attr, ch.StableAttr().Ino, entry.Meta, headTs)
 		return ch, 0

@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -31,6 +32,9 @@ type fileNode struct {
 	// drops it from the tree: its key can no longer be found from its
 	// place.
 	placed string
+	// linked is the key of the file's entry once it has hard links (see
+	// links.go): the node works on it, whichever name it was found by.
+	linked atomic.Pointer[string]
 
 	mu      sync.Mutex
 	c       *content // open for writing, or being changed
@@ -69,12 +73,25 @@ var (
 
 // OnForget drops the node's inode number: the kernel no longer knows it,
 // and the table stays as large as what the kernel holds.
-func (f *fileNode) OnForget() { f.pg.fs.inos.forget(f.StableAttr().Ino) }
+func (f *fileNode) OnForget() {
+	f.pg.fs.inos.forget(f.StableAttr().Ino)
+	if g, ok := f.linkKey(); ok {
+		pg := f.pg
+		pg.mu.Lock()
+		if pg.linkNodes[g] == f {
+			delete(pg.linkNodes, g)
+		}
+		pg.mu.Unlock()
+	}
+}
 
 // key returns the node's key, from its current place in the tree.
 func (f *fileNode) key() (string, bool) {
 	if f.fixed {
 		return f.fixedKey, true
+	}
+	if g, ok := f.linkKey(); ok {
+		return g, true
 	}
 	comps, ok := pathFrom(f.EmbeddedInode(), f.pg)
 	if !ok {
@@ -207,7 +224,7 @@ func fileAttr(fs *FS, a *fuse.Attr, ino uint64, m btree.Meta, ts int64) {
 	a.Size = m.Size
 	a.Blocks = (m.Size + 511) / 512
 	a.Blksize = 4096
-	a.Nlink = 1
+	a.Nlink = max(1, m.Nlink)
 	a.Rdev = m.Rdev
 	fs.showMeta(a, m, ts)
 }

@@ -44,6 +44,7 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	}
 	d.pg.keys.RLock() // the key stays where it is until the entry is made
 	defer d.pg.keys.RUnlock()
+	defer d.pg.dirsChanged()
 	key, eno := d.freeName("mkdir", name)
 	if eno != 0 {
 		return nil, eno
@@ -88,6 +89,7 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if d.pg.readOnly() {
 		return syscall.EROFS
 	}
+	defer d.pg.dirsChanged()
 	if err := d.pg.settle(); err != nil {
 		return errno("rmdir", err)
 	}
@@ -176,8 +178,6 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if d.pg.readOnly() {
 		return syscall.EROFS
 	}
-	d.pg.keys.RLock()
-	defer d.pg.keys.RUnlock()
 	key, _, err := d.childKey(name)
 	if err != nil {
 		return nameErrno(err, syscall.ENOENT)
@@ -186,6 +186,13 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if err != nil {
 		return errno("unlink", err)
 	}
+	if g, err := d.pg.linkAt(key); err != nil {
+		return errno("unlink", err)
+	} else if g != "" {
+		return d.unlinkName(name, key, prefix)
+	}
+	d.pg.keys.RLock()
+	defer d.pg.keys.RUnlock()
 	var unlinked *fileNode
 	if ch := d.GetChild(name); ch != nil {
 		if f, ok := ch.Operations().(*fileNode); ok {
@@ -314,11 +321,6 @@ func (d *dirNode) makeEntry(ctx context.Context, op, key string, m btree.Meta, o
 	}
 	ch := d.newFile(ctx, key, m.Mode)
 	return ch, ch.Operations().(*fileNode).fillAttrAt(key, &out.Attr)
-}
-
-// Link refuses hard links: an entry is one key.
-func (d *dirNode) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return nil, syscall.EPERM
 }
 
 // Mknod makes a fifo, a socket or a device node: an entry with its mode and

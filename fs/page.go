@@ -2,6 +2,7 @@ package fs
 
 import (
 	"sync"
+	"sync/atomic"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
@@ -49,7 +50,21 @@ type pageRef struct {
 	// pins counts the values read-only handles of the page's views read
 	// (see pins.go); the live page's only.
 	pins map[cas.ObjectIdentifier]int
+	// subdirs caches directories' counts of subdirectories (see
+	// dirNode.subdirs), taken at generation subdirsAt of dirGen: only
+	// mkdir, rmdir, rename and transactions change them, and each
+	// counts a generation once its change shows.
+	// linkNodes are the nodes of files with hard links the kernel holds,
+	// by link key.
+	linkNodes map[string]*fileNode
+	subdirs   map[string]uint32
+	subdirsAt uint64
+	dirGen    atomic.Uint64
 }
+
+// dirsChanged says that directories may have come or gone: the counts of
+// subdirectories taken before are stale.
+func (pg *pageRef) dirsChanged() { pg.dirGen.Add(1) }
 
 // names returns the ledger and page names, which a rename changes.
 func (pg *pageRef) names() (string, string) {

@@ -54,7 +54,10 @@ func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error
 		order = append(order, by)
 		return len(es) - 1
 	}
-	addKey := func(key string, mode uint32, marker bool) (skipTo string) {
+	addKey := func(key string, mode uint32, marker bool, link string) (skipTo string) {
+		if btree.IsLinkKey(key) {
+			return btree.LinkEnd // files' entries, not names
+		}
 		p := keypath.Path(key, false)
 		if !pathHasPrefix(p, comps) {
 			return ""
@@ -71,7 +74,11 @@ func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error
 				add(cp[len(cp)-1], mode, pg.id('f', key), key)
 				return ""
 			}
-			add(rel[0], mode, pg.id('f', key), key)
+			id := pg.id('f', key)
+			if link != "" {
+				id = pg.id('f', link) // a name of a file with hard links
+			}
+			add(rel[0], mode, id, key)
 			files[rel[0]] = key
 			return ""
 		}
@@ -104,7 +111,7 @@ func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error
 		it := t.Prefix(prefix)
 		for it.Next() {
 			e := it.Entry()
-			if skip := addKey(e.Key, e.Meta.FileMode()&syscall.S_IFMT, isMarker(e)); skip != "" {
+			if skip := addKey(e.Key, e.Meta.FileMode()&syscall.S_IFMT, isMarker(e), e.Meta.Link); skip != "" {
 				it = t.SeekPrefix(skip, prefix)
 			}
 		}
@@ -114,10 +121,10 @@ func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error
 		return nil, err
 	}
 	for key, f := range pending {
-		addKey(key, f.mode()&syscall.S_IFMT, false)
+		addKey(key, f.mode()&syscall.S_IFMT, false, "")
 	}
 	for _, key := range markers {
-		addKey(key, fuse.S_IFDIR, true)
+		addKey(key, fuse.S_IFDIR, true, "")
 	}
 	if len(pending) > 0 || len(markers) > 0 {
 		// Listed in key order, as the tree lists them: ls -f, and programs

@@ -51,6 +51,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	// commits at its new key.
 	d.pg.keys.Lock()
 	defer d.pg.keys.Unlock()
+	defer d.pg.dirsChanged()
 	// Commit what is written to the files being moved, so that the rename
 	// moves their content.
 	moved := d.GetChild(name)
@@ -78,6 +79,10 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	}
 	var ops []journal.Op
 	srcIsDir, dstIsDir := false, false
+	// With hard links: the file the source name points at, and the one
+	// the target name did, which loses a name.
+	var srcLink, dstLink string
+	dstLeft, same := false, false
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		se, srcFile, err := t.Get(src)
 		if err != nil {
@@ -87,7 +92,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 		if err != nil {
 			return err
 		}
-		_, dstFile, err := t.Get(dst)
+		de, dstFile, err := t.Get(dst)
 		if err != nil {
 			return err
 		}
@@ -136,6 +141,18 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 			if dstFile && flags&renameNoReplace != 0 {
 				return syscall.EEXIST
 			}
+			srcLink, dstLink = se.Meta.Link, de.Meta.Link
+			if dstFile && dstLink != "" {
+				if dstLink == srcLink {
+					same = true // two names of one file: POSIX does nothing
+					return nil
+				}
+				more, left, err := dropName(t, dstLink)
+				if err != nil {
+					return err
+				}
+				ops, dstLeft = append(ops, more...), left
+			}
 			ops = append(ops, journal.Op{Key: src, Delete: true}, journal.Op{Key: dst, Entry: se})
 		default:
 			return syscall.ENOENT
@@ -160,13 +177,19 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	if err != nil {
 		return errno("rename", err)
 	}
+	if same {
+		return 0
+	}
 	// A file replaced by the rename must not commit itself back, nor show
-	// what its key holds once the rename lands.
-	var replaced *fileNode
+	// what its key holds once the rename lands; one with names left loses
+	// this one.
+	var replaced, renamed *fileNode
 	if ch := nd.GetChild(newName); ch != nil {
-		if f, ok := ch.Operations().(*fileNode); ok {
+		if f, ok := ch.Operations().(*fileNode); ok && !dstLeft {
 			f.setUnlinked(true)
 			replaced = f
+		} else if ok {
+			renamed = f
 		}
 	}
 	// So is an empty directory it replaces.
@@ -181,6 +204,11 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 		return errno("rename", err)
 	}
 	removedDir(false)
+	if renamed != nil {
+		renamed.mu.Lock()
+		renamed.meta.Nlink = max(1, renamed.meta.Nlink) - 1
+		renamed.mu.Unlock()
+	}
 	if moved != nil {
 		d.pg.moves.add(moved, d.EmbeddedInode(), name, nd.EmbeddedInode(), newName)
 	}
@@ -190,8 +218,15 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	if srcIsDir {
 		inos.move(d.pg.id('d', src+"/"), d.pg.id('d', dst+"/"), true)
 		inos.move(d.pg.id('f', src+"/"), d.pg.id('f', dst+"/"), true)
+	} else if srcLink != "" {
+		// The moved node's number is its file's; the replaced file's
+		// stays with it until the kernel forgets it.
+		inos.release(d.pg.id('f', dst))
 	} else {
 		inos.move(d.pg.id('f', src), d.pg.id('f', dst), false)
+	}
+	if dstLink != "" && !dstLeft {
+		inos.release(d.pg.id('f', dstLink))
 	}
 	return 0
 }

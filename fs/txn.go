@@ -200,6 +200,7 @@ func (pg *pageRef) endTxn(name string, commit bool) error {
 // other changes between from and to landed through the live page. The
 // caller holds no lock a FUSE operation of the page could wait for.
 func (pg *pageRef) landed(p *store.Page, from, to *store.Commit, touched func(key string) bool) {
+	pg.dirsChanged()
 	root := pg.rootInode()
 	if root == nil {
 		return // the kernel has not looked the page up
@@ -213,6 +214,10 @@ func (pg *pageRef) landed(p *store.Page, from, to *store.Commit, touched func(ke
 	ts := pg.shownTime(p, to)
 	err := p.Nodes().Diff(from.Root, to.Root, func(ch btree.Change) error {
 		if !touched(ch.Key) {
+			return nil
+		}
+		if btree.IsLinkKey(ch.Key) {
+			pg.linkChangedBehind(ch, ts) // the file of names, not a name
 			return nil
 		}
 		comps := keypath.Path(ch.Key, false)

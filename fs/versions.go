@@ -47,7 +47,7 @@ func (d *versionsDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errn
 func (d *versionsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	child := append(slices.Clone(d.comps), name)
 	key, coll, err := keypath.Key(child)
-	if err != nil {
+	if err != nil || btree.IsLinkKey(key) {
 		return nil, syscall.ENOENT
 	}
 	isDir := false
@@ -122,11 +122,15 @@ var (
 	_ gofs.NodeGetattrer = (*versionList)(nil)
 )
 
+// versions lists the versions of the name (history.OfName): each
+// version's Entry.Key is where its content is in its commit.
 func (l *versionList) versions() ([]history.Version, error) {
 	var vs []history.Version
 	err := l.withPage(func(p *store.Page) error {
 		var err error
-		vs, err = l.pg.owner.versions.of(p, l.key)
+		vs, err = history.OfName(p, l.key, func(key string) ([]history.Version, error) {
+			return l.pg.owner.versions.of(p, key)
+		})
 		return err
 	})
 	return vs, err
@@ -157,10 +161,10 @@ func (l *versionList) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 		if v.Name() != name {
 			continue
 		}
-		f := &fileNode{pg: l.pg.snapshot(v.Commit), fixed: true, fixedKey: l.key}
+		f := &fileNode{pg: l.pg.snapshot(v.Commit), fixed: true, fixedKey: v.Entry.Key}
 		mode := v.Entry.Meta.FileMode() & syscall.S_IFMT
 		ch := l.NewInode(ctx, f, gofs.StableAttr{Mode: mode, Ino: l.pg.fs.inos.get(l.pg.metaID(l.fileID(v)))})
-		return ch, f.fillAttrAt(l.key, &out.Attr)
+		return ch, f.fillAttrAt(v.Entry.Key, &out.Attr)
 	}
 	return nil, syscall.ENOENT
 }

@@ -67,7 +67,7 @@ func writeHistory(w io.Writer, p *store.Page, path []string) error {
 	if err != nil {
 		return err
 	}
-	vs, err := history.Versions(p, key)
+	vs, err := history.OfName(p, key, func(key string) ([]history.Version, error) { return history.Versions(p, key) })
 	if err != nil {
 		return err
 	}
@@ -111,7 +111,11 @@ content under the mount's LEDGER/PAGE/.ledger/ instead.`,
 				if err != nil {
 					return err
 				}
-				e, ok, err := p.Tree(c).Get(key)
+				t := p.Tree(c)
+				e, ok, err := t.Get(key)
+				if err == nil && ok {
+					e, ok, err = t.Follow(e) // a name of a file with hard links
+				}
 				if err != nil {
 					return err
 				}

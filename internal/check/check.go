@@ -10,6 +10,8 @@ package check
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -89,6 +91,9 @@ func Page(p *store.Page, decodeOp func(key string, v []byte) error) (*Report, er
 	if err != nil {
 		r.problem("heads: %v", err)
 		return r, nil
+	}
+	for _, h := range heads {
+		links(p.Tree(h), h.ID, r)
 	}
 	w := walker{p: p, r: r, nodes: map[cas.Digest]bool{}, pieces: map[cas.Digest]bool{}, seen: map[store.CommitID]bool{}}
 	w.commits(heads)
@@ -237,4 +242,49 @@ func (w *walker) value(id cas.ObjectIdentifier, c store.CommitID) bool {
 func short(d cas.Digest) string {
 	s := fmt.Sprintf("%x", []byte(d))
 	return strings.TrimSpace(s[:min(len(s), 16)])
+}
+
+// links checks a head's files with hard links: each name points at an
+// entry that is a file's (a link key), holds no value of its own, and
+// every such entry is pointed at by as many names as it counts.
+func links(t *btree.Tree, c store.CommitID, r *Report) {
+	names := map[string]uint32{}
+	files := map[string]uint32{}
+	it := t.Seek("")
+	for it.Next() {
+		e := it.Entry()
+		switch {
+		case btree.IsLinkKey(e.Key):
+			if e.Meta.Link != "" {
+				r.problem("commit %s: the entry of a file with hard links %q is itself a link", c, e.Key)
+			}
+			files[e.Key] = e.Meta.Nlink
+		case e.Meta.Link != "":
+			if !btree.IsLinkKey(e.Meta.Link) {
+				r.problem("commit %s: name %q points at %q, not a file's entry", c, e.Key, e.Meta.Link)
+			}
+			if e.Meta.Size != 0 || !e.Value.Digest.IsInline() {
+				r.problem("commit %s: name %q of a file with hard links holds a value of its own", c, e.Key)
+			}
+			names[e.Meta.Link]++
+		}
+	}
+	if err := it.Err(); err != nil {
+		r.problem("commit %s: list entries: %v", c, err)
+		return
+	}
+	for _, g := range slices.Sorted(maps.Keys(names)) {
+		n, ok := files[g]
+		switch {
+		case !ok:
+			r.problem("commit %s: %d names point at %q, which is missing", c, names[g], g)
+		case n != names[g]:
+			r.problem("commit %s: %q counts %d names, %d point at it", c, g, n, names[g])
+		}
+	}
+	for _, g := range slices.Sorted(maps.Keys(files)) {
+		if names[g] == 0 {
+			r.problem("commit %s: no name points at %q", c, g)
+		}
+	}
 }

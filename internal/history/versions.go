@@ -1,6 +1,7 @@
 package history
 
 import (
+	"cmp"
 	"encoding/hex"
 	"fmt"
 	"slices"
@@ -130,4 +131,58 @@ func changedFromParents(p *store.Page, c *store.Commit, parents []*store.Commit,
 func withoutAtime(e btree.Entry) btree.Entry {
 	e.Meta.AtimeNs, e.Meta.HasAtime = 0, false
 	return e
+}
+
+// OfName returns the versions a name showed, oldest first: its entry's,
+// and while it was a name of a file with hard links (btree.Meta.Link),
+// that file's entry's versions instead, each with the file's key as its
+// Entry.Key. of gives a key's versions (Versions, or an index of them).
+func OfName(p *store.Page, key string, of func(key string) ([]Version, error)) ([]Version, error) {
+	vs, err := of(key)
+	if err != nil {
+		return nil, err
+	}
+	var out []Version
+	seen := map[store.CommitID]bool{}
+	var links []string
+	for _, v := range vs {
+		seen[v.Commit.ID] = true
+		g := v.Entry.Meta.Link
+		if g == "" {
+			out = append(out, v)
+			continue
+		}
+		if !slices.Contains(links, g) {
+			links = append(links, g)
+		}
+		e, found, err := p.Tree(v.Commit).Get(g)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			out = append(out, Version{Commit: v.Commit, Entry: e})
+		}
+	}
+	for _, g := range links {
+		gvs, err := of(g)
+		if err != nil {
+			return nil, err
+		}
+		for _, gv := range gvs {
+			if seen[gv.Commit.ID] {
+				continue
+			}
+			// A version of the file while key was one of its names.
+			e, found, err := p.Tree(gv.Commit).Get(key)
+			if err != nil {
+				return nil, err
+			}
+			if found && e.Meta.Link == g {
+				seen[gv.Commit.ID] = true
+				out = append(out, gv)
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Version) int { return cmp.Compare(a.Commit.Generation, b.Commit.Generation) })
+	return out, nil
 }
