@@ -23,8 +23,6 @@ import (
 // posixRefused are the posixtest cases that need what the README lists as
 // refused.
 var posixRefused = map[string]string{
-	"Link":             "hard links are refused (EPERM)",
-	"LinkUnlinkRename": "hard links are refused (EPERM)",
 	// It expects a second descriptor of the same process to be refused a
 	// lock the first holds; POSIX record locks belong to the process, and
 	// the case fails on ext4 too.
