@@ -63,11 +63,15 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
 	"github.com/ledgerfs/ledgerfs/internal/gc"
+	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // Options configure the filesystem.
 type Options struct {
+	// Journals is the engine the repository was opened with (its Hooks):
+	// changes are committed through it.
+	Journals *journal.Engine
 	ReadOnly bool
 	// UID and GID own what stores no owner: the root, ledgers, pages,
 	// history and entries written before owners were stored. The mount
@@ -110,6 +114,9 @@ type FS struct {
 
 // New returns the filesystem of repo.
 func New(repo *store.Repository, opts Options) (*FS, error) {
+	if opts.Journals == nil {
+		return nil, errors.New("fs: no journal engine (Options.Journals)")
+	}
 	if opts.TmpDir == "" {
 		opts.TmpDir = filepath.Join(repo.Dir(), store.SerializationVersion, "tmp")
 		if opts.ReadOnly {

@@ -117,7 +117,9 @@ func (pg *pageRef) view(fn func(p *store.Page, head *store.Commit, t *btree.Tree
 
 // shownTime is the time a view shows for the page itself (its root, its
 // directories without a marker, .ledger).
-func (pg *pageRef) shownTime(p *store.Page, head *store.Commit) int64 { return pg.v.timeOf(p, head) }
+func (pg *pageRef) shownTime(p *store.Page, head *store.Commit) int64 {
+	return pg.v.timeOf(pg, p, head)
+}
 
 // apply commits ops through the page's implicit journal, or records them in
 // a transaction's journal.

@@ -226,7 +226,7 @@ func (pg *pageRef) queueWith(w *store.ValueWriter, done func(error), ops ...jour
 			})
 		}
 	}
-	err = journal.CommitterFor(p).QueueWith(commit, func(err error) {
+	err = pg.fs.opts.Journals.CommitterFor(p).QueueWith(commit, func(err error) {
 		done(err)
 		landed()
 	}, ops...)
@@ -259,7 +259,7 @@ func (pg *pageRef) settle() error {
 	if err != nil {
 		return err
 	}
-	err = journal.CommitterFor(p).Wait()
+	err = pg.fs.opts.Journals.CommitterFor(p).Wait()
 	pg.release(p)
 	pg.mu.Lock()
 	for pg.q.ending > 0 {

@@ -88,7 +88,7 @@ func (pg *pageRef) begin(name string) (*pageRef, error) {
 	if err != nil {
 		return nil, err
 	}
-	j, err := journal.Begin(p, true)
+	j, err := pg.fs.opts.Journals.Begin(p, true)
 	var base *store.Commit
 	if err == nil {
 		base, err = p.Commit(j.Base)

@@ -31,7 +31,7 @@ type view interface {
 	showsHistory() bool
 	// timeOf is the time the view shows for the page itself (its root, its
 	// directories without a marker, .ledger).
-	timeOf(p *store.Page, head *store.Commit) int64
+	timeOf(pg *pageRef, p *store.Page, head *store.Commit) int64
 }
 
 // liveView is the page as it is: the head, with what is queued.
@@ -86,7 +86,7 @@ func (liveView) apply(pg *pageRef, sync bool, ops []journal.Op) error {
 		defer touched()
 		ops = append(touches, ops...)
 	}
-	return journal.CommitterFor(p).Apply(sync, ops...)
+	return pg.fs.opts.Journals.CommitterFor(p).Apply(sync, ops...)
 }
 
 func (liveView) queues() bool       { return true }
@@ -96,8 +96,8 @@ func (liveView) showsHistory() bool { return true }
 // timeOf is the head's time, or the latest queued change's if later. That
 // is the time the change's commit takes (see journal.Committer.Latest), so
 // a batch landing moves no time a reader has seen.
-func (liveView) timeOf(p *store.Page, head *store.Commit) int64 {
-	return max(head.Timestamp, journal.CommitterFor(p).Latest())
+func (liveView) timeOf(pg *pageRef, p *store.Page, head *store.Commit) int64 {
+	return max(head.Timestamp, pg.fs.opts.Journals.CommitterFor(p).Latest())
 }
 
 // snapshotView is one commit of the page, read-only.
@@ -116,7 +116,7 @@ func (snapshotView) apply(*pageRef, bool, []journal.Op) error { return syscall.E
 func (snapshotView) queues() bool                             { return false }
 func (snapshotView) readOnly() bool                           { return true }
 func (snapshotView) showsHistory() bool                       { return false }
-func (snapshotView) timeOf(_ *store.Page, head *store.Commit) int64 {
+func (snapshotView) timeOf(_ *pageRef, _ *store.Page, head *store.Commit) int64 {
 	return head.Timestamp
 }
 
@@ -132,6 +132,6 @@ func (v txnView) apply(_ *pageRef, _ bool, ops []journal.Op) error { return v.t.
 func (txnView) queues() bool                                       { return false }
 func (txnView) readOnly() bool                                     { return false }
 func (txnView) showsHistory() bool                                 { return false }
-func (txnView) timeOf(_ *store.Page, head *store.Commit) int64 {
+func (txnView) timeOf(_ *pageRef, _ *store.Page, head *store.Commit) int64 {
 	return head.Timestamp
 }

@@ -18,7 +18,7 @@ func BenchmarkApplyDelete(b *testing.B) {
 		for _, order := range []string{"sorted", "random"} {
 			b.Run(strconv.Itoa(n)+"/"+order, func(b *testing.B) {
 				e := newEnv(b)
-				c := CommitterFor(e.p)
+				c := e.eng.CommitterFor(e.p)
 				v := e.value("x")
 				keys := make([]string, n)
 				for i := range keys {
@@ -63,7 +63,7 @@ func BenchmarkApplyDelete(b *testing.B) {
 // commits them in batches behind. The time per close includes the commits.
 func BenchmarkQueueClose(b *testing.B) {
 	e := newEnv(b)
-	c := CommitterFor(e.p)
+	c := e.eng.CommitterFor(e.p)
 	data := make([]byte, 4096)
 	rng := rand.New(rand.NewPCG(1, 2))
 	i := 0

@@ -9,17 +9,6 @@ import (
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
-// crashAt, when set by a test, is called at each step of a commit; an error
-// stops the commit there, as a crash would.
-var crashAt func(step string) error
-
-func step(name string) error {
-	if crashAt != nil {
-		return crashAt(name)
-	}
-	return nil
-}
-
 // Commit turns the journal into a commit and returns the page's new head
 // (nil if the journal changed nothing).
 //
@@ -57,24 +46,12 @@ func (j *Journal) Commit() (*store.Commit, error) {
 	c, err := j.commitLocked()
 	if err == nil {
 		j.done = true
-		if CommitObserver != nil && j.ops != nil {
-			CommitObserver(j.ID.Explicit(), len(j.ops))
+		if o := j.e.observing().Commit; o != nil && j.ops != nil {
+			o(j.ID.Explicit(), len(j.ops))
 		}
 	}
 	return c, err
 }
-
-// CommitObserver, when set before the first commit, is told of every
-// commit of a journal this process filled: whether a transaction's
-// (explicit) or of queued changes, and how many keys it changed. A mount
-// reports them as metrics. Recovery's commits are not told.
-var CommitObserver func(explicit bool, changes int)
-
-// RemovedObserver, when set before the first commit, is told of every
-// commit that deleted or replaced content: how many bytes of values its
-// page's head no longer holds (history may). A mount collects a page once
-// enough was removed.
-var RemovedObserver func(ledger, page string, bytes uint64)
 
 func (j *Journal) commitLocked() (*store.Commit, error) {
 	p := j.p
@@ -102,12 +79,13 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 	var values []cas.ObjectIdentifier
 	var local []cas.Digest
 	var removed uint64
+	observeRemoved := j.e.observing().Removed
 	err = j.Ops("", func(op Op) error {
 		if !op.Delete && !op.Atime {
 			values = append(values, op.Entry.Value)
 			local = append(local, op.Local...)
 		}
-		if RemovedObserver != nil && !op.Atime {
+		if observeRemoved != nil && !op.Atime {
 			old, found, err := tree.Get(op.Key)
 			if err != nil {
 				return err
@@ -132,7 +110,7 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 		pw.Discard()
 		return nil, fmt.Errorf("journal: write tree: %w", err)
 	}
-	if err := step("nodes-written"); err != nil {
+	if err := j.e.step("nodes-written"); err != nil {
 		return nil, err
 	}
 
@@ -167,18 +145,18 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 		tree.Forget()
 	}
 	if removed > 0 {
-		RemovedObserver(p.Ledger, p.Name, removed)
+		observeRemoved(p.Ledger, p.Name, removed)
 	}
-	if err := step("committed"); err != nil {
+	if err := j.e.step("committed"); err != nil {
 		return nil, err
 	}
 	if err := j.deleteOwnRows(); err != nil {
 		return nil, err
 	}
-	if err := step("journal-deleted"); err != nil {
+	if err := j.e.step("journal-deleted"); err != nil {
 		return nil, err
 	}
-	if err := markLocal(p, values, pw.New, local); err != nil {
+	if err := markLocal(p, j.e.step, values, pw.New, local); err != nil {
 		return nil, err
 	}
 	if final == head {
@@ -224,8 +202,8 @@ func merge(p *store.Page, pw *store.PieceWriter, head, base, c *store.Commit) (*
 // from transient to local, children before parents, so that a local piece
 // never has a transient one below it: recovery relies on that. The walk
 // does not descend into the pieces in local, known to be local already.
-func markLocal(p *store.Page, values []cas.ObjectIdentifier, nodes []cas.Digest, local []cas.Digest) error {
-	w := newTransientWalk(p)
+func markLocal(p *store.Page, step func(string) error, values []cas.ObjectIdentifier, nodes []cas.Digest, local []cas.Digest) error {
+	w := newTransientWalk(p, step)
 	if len(local) > 0 {
 		w.local = make(map[cas.Digest]bool, len(local))
 		for _, d := range local {
@@ -255,13 +233,14 @@ const statusBatch = 1000
 // a local piece is local.
 type transientWalk struct {
 	p      *store.Page
+	step   func(string) error  // Engine.step
 	local  map[cas.Digest]bool // known local: not looked up
 	batch  []cas.Digest
 	marked int
 }
 
-func newTransientWalk(p *store.Page) *transientWalk {
-	return &transientWalk{p: p}
+func newTransientWalk(p *store.Page, step func(string) error) *transientWalk {
+	return &transientWalk{p: p, step: step}
 }
 
 func (w *transientWalk) object(id cas.ObjectIdentifier) error {
@@ -296,5 +275,5 @@ func (w *transientWalk) flush() error {
 	}
 	w.marked += len(w.batch)
 	w.batch = w.batch[:0]
-	return step("status-batch")
+	return w.step("status-batch")
 }

@@ -26,6 +26,7 @@ import (
 // changes to be committed all the same.
 type Committer struct {
 	p *store.Page
+	e *Engine
 
 	mu      sync.Mutex
 	cur     *Journal
@@ -49,17 +50,14 @@ type Committer struct {
 	cost   time.Duration
 }
 
-// committers holds the committer of each open page that has one; Close
+// CommitterFor returns the page's committer, made on first use; Close
 // drops it.
-var committers sync.Map // *store.Page → *Committer
-
-// CommitterFor returns the page's committer, made on first use.
-func CommitterFor(p *store.Page) *Committer {
-	if c, ok := committers.Load(p); ok {
+func (e *Engine) CommitterFor(p *store.Page) *Committer {
+	if c, ok := e.committers.Load(p); ok {
 		return c.(*Committer)
 	}
 	d, n := pace(0)
-	c, _ := committers.LoadOrStore(p, &Committer{p: p, kick: make(chan struct{}, 1), delay: d, maxOps: n})
+	c, _ := e.committers.LoadOrStore(p, &Committer{p: p, e: e, kick: make(chan struct{}, 1), delay: d, maxOps: n})
 	return c.(*Committer)
 }
 
@@ -67,27 +65,27 @@ func CommitterFor(p *store.Page) *Committer {
 // committer and collects the pieces no commit took. It is the store's
 // OnClose hook: a page with no open file may be closed while a change
 // queued at a close has yet to commit.
-func Close(p *store.Page) error {
-	if c, ok := committers.LoadAndDelete(p); ok {
+func (e *Engine) Close(p *store.Page) error {
+	if c, ok := e.committers.LoadAndDelete(p); ok {
 		if err := c.(*Committer).Wait(); err != nil {
 			return err
 		}
 	}
-	return collectAtClose(p)
+	return e.collectAtClose(p)
 }
 
 // collectAtClose deletes the pieces of values that no commit took — a file
 // written and removed before its close, a write cut short — which would
 // otherwise take space until the page's next open. Nothing writes a page
 // while it closes, and with no journal left nothing else reaches them.
-func collectAtClose(p *store.Page) error {
+func (e *Engine) collectAtClose(p *store.Page) error {
 	if !p.Writable() {
 		return nil
 	}
 	if has, err := p.HasJournals(); err != nil || has {
 		return err
 	}
-	if err := collectTransient(p); err != nil {
+	if err := e.collectTransient(p); err != nil {
 		return fmt.Errorf("collect at close: %w", err)
 	}
 	return nil
@@ -136,10 +134,6 @@ const (
 	paceFactor    = 10
 	maxBatchDelay = 2 * time.Second
 )
-
-// clock times commits for the pace; a test moves it on to make a commit
-// look slow.
-var clock = time.Now
 
 // pace returns how long a batch may grow, and how many changes it may
 // hold, after a commit that took took.
@@ -240,7 +234,7 @@ func (c *Committer) record(ops []Op, commit CommitFunc, wait chan error, done fu
 	defer c.mu.Unlock()
 	now := time.Now()
 	if c.cur == nil {
-		j, err := Begin(c.p, false)
+		j, err := c.e.Begin(c.p, false)
 		if err != nil {
 			return err
 		}
@@ -294,7 +288,7 @@ func (c *Committer) hurry() {
 }
 
 func (c *Committer) applyExplicit(sync bool, ops []Op) error {
-	j, err := Begin(c.p, true)
+	j, err := c.e.Begin(c.p, true)
 	if err != nil {
 		return err
 	}
@@ -345,9 +339,9 @@ func (c *Committer) run() {
 			return
 		}
 		c.mu.Unlock()
-		start := clock()
+		start := c.e.clock()
 		_, err := j.Commit()
-		took := clock().Sub(start)
+		took := c.e.clock().Sub(start)
 		if err == nil && sync {
 			err = c.p.SyncChanges()
 		}

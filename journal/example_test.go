@@ -19,9 +19,10 @@ func ExampleCommitter() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	// Recover commits what a crash left in implicit journals when a page
-	// opens; Close commits what is queued before it closes.
-	repo, err := store.Open(dir, store.Options{OnOpen: journal.Recover, OnClose: journal.Close})
+	// The engine's hooks commit what a crash left in implicit journals
+	// when a page opens, and what is queued before it closes.
+	eng := journal.NewEngine()
+	repo, err := store.Open(dir, eng.Hooks(store.Options{}))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func ExampleCommitter() {
 		}
 		return journal.Op{Key: key, Entry: btree.Entry{Value: id, Meta: btree.Meta{Size: size}}}
 	}
-	c := journal.CommitterFor(p)
+	c := eng.CommitterFor(p)
 	for _, k := range []string{"b", "a", "c"} {
 		if err := c.Queue(nil, put(k, "value of "+k)); err != nil {
 			log.Fatal(err)

@@ -18,7 +18,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -30,6 +29,7 @@ import (
 // Journal is a set of uncommitted changes to a page, kept in the page's db.
 type Journal struct {
 	p    *store.Page
+	e    *Engine
 	ID   store.JournalID
 	Base store.CommitID
 	done bool
@@ -87,23 +87,20 @@ func (op Op) ApplyTo(t *btree.Tree) error {
 	return t.Put(e)
 }
 
-// lastImplicit is the time in the newest implicit journal id.
-var lastImplicit atomic.Int64
-
 // newID returns a new journal id. Implicit journal ids are the time they
 // begin, in big-endian hex, so that recovery commits them in order: a crash
 // may leave one being committed and the next one filling, and the same key
 // may be in both. Explicit ids are random.
-func newID(explicit bool) store.JournalID {
+func (e *Engine) newID(explicit bool) store.JournalID {
 	var b [8]byte
 	if explicit {
 		rand.Read(b[:])
 		return store.JournalID("E" + hex.EncodeToString(b[:]))
 	}
 	for {
-		last := lastImplicit.Load()
+		last := e.lastImplicit.Load()
 		now := max(time.Now().UnixNano(), last+1)
-		if lastImplicit.CompareAndSwap(last, now) {
+		if e.lastImplicit.CompareAndSwap(last, now) {
 			binary.BigEndian.PutUint64(b[:], uint64(now))
 			return store.JournalID("I" + hex.EncodeToString(b[:]))
 		}
@@ -127,12 +124,12 @@ func began(id store.JournalID) int64 {
 // Begin starts a journal on the page's current head. An implicit journal's
 // base is recorded in its metadata row, so that it can be committed after a
 // crash.
-func Begin(p *store.Page, explicit bool) (*Journal, error) {
+func (e *Engine) Begin(p *store.Page, explicit bool) (*Journal, error) {
 	head, err := p.Head()
 	if err != nil {
 		return nil, err
 	}
-	j := &Journal{p: p, ID: newID(explicit), Base: head.ID, ops: map[string]Op{}}
+	j := &Journal{p: p, e: e, ID: e.newID(explicit), Base: head.ID, ops: map[string]Op{}}
 	if !explicit {
 		if err := p.CheckSpace(); err != nil {
 			return nil, err

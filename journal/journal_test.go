@@ -22,12 +22,13 @@ import (
 type env struct {
 	t    testing.TB
 	dir  string
+	eng  *Engine // kept across reopen, as its test hooks are
 	repo *store.Repository
 	p    *store.Page
 }
 
 func newEnv(t testing.TB) *env {
-	e := &env{t: t, dir: t.TempDir()}
+	e := &env{t: t, dir: t.TempDir(), eng: NewEngine()}
 	e.open()
 	if err := e.repo.CreateLedger("l"); err != nil {
 		t.Fatal(err)
@@ -41,7 +42,7 @@ func newEnv(t testing.TB) *env {
 }
 
 func (e *env) open() {
-	r, err := store.Open(e.dir, store.Options{OnOpen: Recover, OnClose: Close})
+	r, err := store.Open(e.dir, e.eng.Hooks(store.Options{}))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -120,8 +121,9 @@ func (e *env) verify() map[string]int {
 }
 
 func TestImplicitCommit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	c := CommitterFor(e.p)
+	c := e.eng.CommitterFor(e.p)
 	if err := c.Apply(false, e.put("a", "1"), e.put("b/c", "2")); err != nil {
 		t.Fatal(err)
 	}
@@ -150,8 +152,9 @@ func TestImplicitCommit(t *testing.T) {
 }
 
 func TestGroupCommit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	c := CommitterFor(e.p)
+	c := e.eng.CommitterFor(e.p)
 	const n = 64
 	ops := make([]Op, n)
 	for i := range ops {
@@ -179,8 +182,9 @@ func TestGroupCommit(t *testing.T) {
 // A commit that takes long lets the next batch grow for longer and hold
 // more changes; cheap commits bring the pace back to the default.
 func TestPaceFollowsCommitCost(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	c := CommitterFor(e.p)
+	c := e.eng.CommitterFor(e.p)
 	pace := func() (time.Duration, int) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -192,16 +196,16 @@ func TestPaceFollowsCommitCost(t *testing.T) {
 	// The commit looks slow: the clock that times it moves on while it runs.
 	const slow = 60 * time.Millisecond
 	var ahead atomic.Int64
-	clock = func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
-	t.Cleanup(func() { clock = time.Now })
-	crashAt = func(step string) error {
+	e.eng.clock = func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	t.Cleanup(func() { e.eng.clock = time.Now })
+	e.eng.crashAt = func(step string) error {
 		if step == "nodes-written" {
 			ahead.Add(int64(slow))
 		}
 		return nil
 	}
 	err := c.Apply(false, e.put("slow", "1"))
-	crashAt = nil
+	e.eng.crashAt = nil
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,8 +229,9 @@ func TestPaceFollowsCommitCost(t *testing.T) {
 // A queued batch's commit takes the time of its latest change, which
 // Latest showed while the batch was queued.
 func TestQueuedCommitTakesLatestChangeTime(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	c := CommitterFor(e.p)
+	c := e.eng.CommitterFor(e.p)
 	if c.Latest() != 0 {
 		t.Fatalf("latest %d before any change", c.Latest())
 	}
@@ -258,12 +263,13 @@ func TestQueuedCommitTakesLatestChangeTime(t *testing.T) {
 }
 
 func TestTransactionCommitAndRollback(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	c := CommitterFor(e.p)
+	c := e.eng.CommitterFor(e.p)
 	if err := c.Apply(false, e.put("keep", "0")); err != nil {
 		t.Fatal(err)
 	}
-	j, err := Begin(e.p, true)
+	j, err := e.eng.Begin(e.p, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +291,7 @@ func TestTransactionCommitAndRollback(t *testing.T) {
 	if got := e.state(); !maps.Equal(got, map[string]string{"x": "1", "y": "2"}) {
 		t.Fatalf("after commit: %v", got)
 	}
-	j2, _ := Begin(e.p, true)
+	j2, _ := e.eng.Begin(e.p, true)
 	if err := j2.Apply(e.put("z", "3")); err != nil {
 		t.Fatal(err)
 	}
@@ -304,12 +310,13 @@ func TestTransactionCommitAndRollback(t *testing.T) {
 }
 
 func TestTransactionMerge(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	c := CommitterFor(e.p)
+	c := e.eng.CommitterFor(e.p)
 	if err := c.Apply(false, e.put("a", "base"), e.put("b", "base"), e.put("c", "base")); err != nil {
 		t.Fatal(err)
 	}
-	j, _ := Begin(e.p, true)
+	j, _ := e.eng.Begin(e.p, true)
 	if err := j.Apply(e.put("a", "txn"), e.put("b", "txn"), Op{Key: "c", Delete: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -348,11 +355,12 @@ func TestTransactionMerge(t *testing.T) {
 }
 
 func TestClear(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	if err := CommitterFor(e.p).Apply(false, e.put("a", "1"), e.put("b", "2")); err != nil {
+	if err := e.eng.CommitterFor(e.p).Apply(false, e.put("a", "1"), e.put("b", "2")); err != nil {
 		t.Fatal(err)
 	}
-	j, _ := Begin(e.p, true)
+	j, _ := e.eng.Begin(e.p, true)
 	if err := j.Apply(e.put("early", "dropped by clear")); err != nil {
 		t.Fatal(err)
 	}
@@ -374,16 +382,17 @@ func TestClear(t *testing.T) {
 }
 
 func TestRecoveryOnOpen(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	if err := CommitterFor(e.p).Apply(false, e.put("a", "1")); err != nil {
+	if err := e.eng.CommitterFor(e.p).Apply(false, e.put("a", "1")); err != nil {
 		t.Fatal(err)
 	}
 	// A transaction and an implicit journal left open by a crash.
-	tx, _ := Begin(e.p, true)
+	tx, _ := e.eng.Begin(e.p, true)
 	if err := tx.Apply(e.put("tx", "lost")); err != nil {
 		t.Fatal(err)
 	}
-	im, _ := Begin(e.p, false)
+	im, _ := e.eng.Begin(e.p, false)
 	if err := im.Apply(e.put("b", "kept"), Op{Key: "a", Delete: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -407,9 +416,10 @@ func TestRecoveryOnOpen(t *testing.T) {
 // their journal began, when the first of them was accepted, not when
 // recovery ran: history as of a time after a close returned shows it.
 func TestRecoveredChangesKeepTheirTime(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	before := time.Now().UnixNano()
-	j1, err := Begin(e.p, false)
+	j1, err := e.eng.Begin(e.p, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +427,7 @@ func TestRecoveredChangesKeepTheirTime(t *testing.T) {
 	if err := j1.Apply(e.put("a", "1")); err != nil {
 		t.Fatal(err)
 	}
-	j2, err := Begin(e.p, false)
+	j2, err := e.eng.Begin(e.p, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,20 +456,21 @@ var errCrash = errors.New("simulated crash")
 // Recovery commits them in the order they began, so the later change to a
 // key wins, and keeps every piece of the first one's commit.
 func TestRecoveryOfTwoImplicitJournals(t *testing.T) {
+	t.Parallel()
 	for k := range 8 {
 		e := newEnv(t)
 		var base []Op
 		for i := range 600 {
 			base = append(base, e.put(fmt.Sprintf("k%04d", i), fmt.Sprintf("base-%d-%0100d", i, i)))
 		}
-		if err := CommitterFor(e.p).Apply(false, base...); err != nil {
+		if err := e.eng.CommitterFor(e.p).Apply(false, base...); err != nil {
 			t.Fatal(err)
 		}
-		j1, _ := Begin(e.p, false)
+		j1, _ := e.eng.Begin(e.p, false)
 		if err := j1.Apply(e.put("same", "first"), e.put("k0300", fmt.Sprintf("first-%0100d", k))); err != nil {
 			t.Fatal(err)
 		}
-		j2, _ := Begin(e.p, false)
+		j2, _ := e.eng.Begin(e.p, false)
 		if err := j2.Apply(e.put("same", "second"), e.put("k0301", fmt.Sprintf("second-%0100d", k))); err != nil {
 			t.Fatal(err)
 		}
@@ -470,7 +481,7 @@ func TestRecoveryOfTwoImplicitJournals(t *testing.T) {
 		if k%2 == 1 {
 			// The first commit cut short after its atomic step: its pieces
 			// are still transient when the second commits on top.
-			crashAt = func(step string) error {
+			e.eng.crashAt = func(step string) error {
 				if step == "committed" {
 					return errCrash
 				}
@@ -479,7 +490,7 @@ func TestRecoveryOfTwoImplicitJournals(t *testing.T) {
 			if _, err := j1.Commit(); !errors.Is(err, errCrash) {
 				t.Fatalf("commit: %v", err)
 			}
-			crashAt = nil
+			e.eng.crashAt = nil
 		}
 		e.reopen()
 		if got := e.state(); !maps.Equal(got, want) {
@@ -499,6 +510,7 @@ func TestRecoveryOfTwoImplicitJournals(t *testing.T) {
 // that match the schema and every piece of the head readable and local, for
 // a large journal and for a small one (a file's fsync).
 func TestCrashAtEveryStep(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name  string
 		ops   int
@@ -514,7 +526,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 func crashAtEveryStep(t *testing.T, nops int, steps []string) {
 	for k := 0; ; k++ {
 		e := newEnv(t)
-		c := CommitterFor(e.p)
+		c := e.eng.CommitterFor(e.p)
 		var old []Op
 		for i := range 300 {
 			old = append(old, e.put(fmt.Sprintf("k%04d", i), fmt.Sprintf("old-%d-%0200d", i, i)))
@@ -524,7 +536,7 @@ func crashAtEveryStep(t *testing.T, nops int, steps []string) {
 		}
 		before := e.state()
 
-		j, _ := Begin(e.p, k%2 == 1) // alternate implicit and explicit
+		j, _ := e.eng.Begin(e.p, k%2 == 1) // alternate implicit and explicit
 		var ops []Op
 		rng := rand.New(rand.NewPCG(uint64(k), 1))
 		for i := range nops {
@@ -540,7 +552,7 @@ func crashAtEveryStep(t *testing.T, nops int, steps []string) {
 		n := 0
 		crashed := ""
 		var seen []string
-		crashAt = func(step string) error {
+		e.eng.crashAt = func(step string) error {
 			if len(seen) == 0 || seen[len(seen)-1] != step {
 				seen = append(seen, step)
 			}
@@ -552,7 +564,7 @@ func crashAtEveryStep(t *testing.T, nops int, steps []string) {
 			return nil
 		}
 		_, err := j.Commit()
-		crashAt = nil
+		e.eng.crashAt = nil
 		if crashed == "" {
 			if err != nil {
 				t.Fatal(err)
@@ -599,8 +611,9 @@ func crashAtEveryStep(t *testing.T, nops int, steps []string) {
 }
 
 func TestRowsAfterMixedWorkload(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	c := CommitterFor(e.p)
+	c := e.eng.CommitterFor(e.p)
 	big := make([]byte, 3<<20)
 	for i := range big {
 		big[i] = byte(i * 2654435761 >> 13)
@@ -616,14 +629,14 @@ func TestRowsAfterMixedWorkload(t *testing.T) {
 	if err := c.Apply(false, e.put("small", "x"), Op{Key: "link", Entry: btree.Entry{Value: cas.ObjectIdentifier{Digest: cas.ComputeDigest(cas.KindBlob, false, nil)}, Meta: btree.Meta{Mode: 0o120777, Symlink: "small"}}}); err != nil {
 		t.Fatal(err)
 	}
-	tx, _ := Begin(e.p, true)
+	tx, _ := e.eng.Begin(e.p, true)
 	if err := tx.Apply(e.put("pending", "p")); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Clear(); err != nil {
 		t.Fatal(err)
 	}
-	im, _ := Begin(e.p, false)
+	im, _ := e.eng.Begin(e.p, false)
 	if err := im.Apply(e.put("open", fmt.Sprintf("%0100d", 7)), Op{Key: "small", Delete: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -671,9 +684,10 @@ func FuzzDecodeOp(f *testing.F) {
 // A queued commit that fails is reported to its done callback and to the
 // next Apply, once; its change stays in the journal for the next start.
 func TestQueuedCommitFailureIsReported(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	c := CommitterFor(e.p)
-	crashAt = func(step string) error {
+	c := e.eng.CommitterFor(e.p)
+	e.eng.crashAt = func(step string) error {
 		if step == "nodes-written" {
 			return errCrash
 		}
@@ -684,7 +698,7 @@ func TestQueuedCommitFailureIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := <-done
-	crashAt = nil
+	e.eng.crashAt = nil
 	if !errors.Is(err, errCrash) {
 		t.Fatalf("done got %v", err)
 	}
@@ -707,8 +721,10 @@ func TestQueuedCommitFailureIsReported(t *testing.T) {
 // commit (a close does not hold the page open) commits the change before
 // its db closes, rather than failing it on a closed db.
 func TestIdlePageClosesAfterQueuedCommit(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	r, err := store.Open(dir, store.Options{OnOpen: Recover, OnClose: Close, MaxIdlePages: 1})
+	eng := NewEngine()
+	r, err := store.Open(dir, eng.Hooks(store.Options{MaxIdlePages: 1}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -727,7 +743,7 @@ func TestIdlePageClosesAfterQueuedCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	c := CommitterFor(p)
+	c := eng.CommitterFor(p)
 	if err := c.Queue(func(err error) { done <- err }, Op{Key: "k", Entry: btree.Entry{Value: id, Meta: btree.Meta{Size: size}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -752,10 +768,11 @@ func TestIdlePageClosesAfterQueuedCommit(t *testing.T) {
 // transaction's commit too, though no head's tree reaches them: history
 // reads every commit back whole.
 func TestCrashDuringMergeKeepsHistory(t *testing.T) {
+	t.Parallel()
 	for _, step := range []string{"committed", "journal-deleted"} {
 		t.Run(step, func(t *testing.T) {
 			e := newEnv(t)
-			c := CommitterFor(e.p)
+			c := e.eng.CommitterFor(e.p)
 			var base []Op
 			for i := range 300 {
 				base = append(base, e.put(fmt.Sprintf("k%04d", i), fmt.Sprintf("base-%d-%0200d", i, i)))
@@ -763,21 +780,21 @@ func TestCrashDuringMergeKeepsHistory(t *testing.T) {
 			if err := c.Apply(false, base...); err != nil {
 				t.Fatal(err)
 			}
-			j := must(Begin(e.p, true))
+			j := must(e.eng.Begin(e.p, true))
 			if err := j.Apply(e.put("k0001", "txn"), e.put("k0002", "txn")); err != nil {
 				t.Fatal(err)
 			}
 			if err := c.Apply(false, e.put("k0150", "moved")); err != nil { // the head moves on
 				t.Fatal(err)
 			}
-			crashAt = func(s string) error {
+			e.eng.crashAt = func(s string) error {
 				if s == step {
 					return errCrash
 				}
 				return nil
 			}
 			_, err := j.Commit()
-			crashAt = nil
+			e.eng.crashAt = nil
 			if !errors.Is(err, errCrash) {
 				t.Fatalf("commit: %v, want the simulated crash at %s", err, step)
 			}
@@ -830,8 +847,9 @@ func TestCrashDuringMergeKeepsHistory(t *testing.T) {
 // before its close) are deleted when the page closes, not left for its
 // next open; those a commit took stay.
 func TestCloseCollectsUntakenPieces(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	if err := CommitterFor(e.p).Apply(false, e.put("kept", strings.Repeat("kept ", 100000))); err != nil {
+	if err := e.eng.CommitterFor(e.p).Apply(false, e.put("kept", strings.Repeat("kept ", 100000))); err != nil {
 		t.Fatal(err)
 	}
 	e.value(strings.Repeat("dropped ", 100000))
@@ -879,19 +897,20 @@ func (e *env) headEntry(key string) (btree.Entry, bool) {
 // journal commits: it never brings back content, not after a put in the
 // same journal, a delete, or a transaction that landed first.
 func TestAtimeOps(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	c := CommitterFor(e.p)
+	c := e.eng.CommitterFor(e.p)
 	if err := c.Apply(false, e.put("b", "b1"), e.put("d", "d1"), e.put("k", "k1"), e.put("late", "l1")); err != nil {
 		t.Fatal(err)
 	}
 	if op, err := DecodeOp("k", EncodeOp(atimeOp("k", 42))); err != nil || !reflect.DeepEqual(op, atimeOp("k", 42)) {
 		t.Fatalf("round trip: %+v, %v", op, err)
 	}
-	j, err := Begin(e.p, false)
+	j, err := e.eng.Begin(e.p, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	txn, err := Begin(e.p, true)
+	txn, err := e.eng.Begin(e.p, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -936,11 +955,12 @@ func TestAtimeOps(t *testing.T) {
 
 // Recovery commits an access time a crash left in an implicit journal.
 func TestRecoveredAtime(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	if err := CommitterFor(e.p).Apply(false, e.put("f", "content")); err != nil {
+	if err := e.eng.CommitterFor(e.p).Apply(false, e.put("f", "content")); err != nil {
 		t.Fatal(err)
 	}
-	j, err := Begin(e.p, false)
+	j, err := e.eng.Begin(e.p, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 // rows of journals that did commit are deleted, reachable pieces still
 // marked transient become local and unreachable transient pieces are
 // deleted. It is the store's OnOpen hook.
-func Recover(p *store.Page) error {
+func (e *Engine) Recover(p *store.Page) error {
 	if err := p.DropJournals(true); err != nil {
 		return fmt.Errorf("recover: drop explicit journals: %w", err)
 	}
@@ -26,7 +26,7 @@ func Recover(p *store.Page) error {
 	// transient. They become local before any journal commits on top of
 	// them: a new local node above a transient one would hide it from the
 	// collection at the end, which would delete it.
-	if _, err := settleReachable(p); err != nil {
+	if _, err := e.settleReachable(p); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
 	implicit, err := p.ImplicitJournals()
@@ -38,7 +38,7 @@ func Recover(p *store.Page) error {
 	// accepted: a view of the page as of any time after a close returned
 	// shows that close's file, as it would have without the crash.
 	for _, id := range slices.Sorted(maps.Keys(implicit)) {
-		j := &Journal{p: p, ID: id, Base: implicit[id], at: began(id)}
+		j := &Journal{p: p, e: e, ID: id, Base: implicit[id], at: began(id)}
 		c, err := j.Commit()
 		if err != nil {
 			return fmt.Errorf("recover: commit implicit journal %s: %w", id, err)
@@ -51,10 +51,10 @@ func Recover(p *store.Page) error {
 		return fmt.Errorf("recover: %w", err)
 	}
 	// What an fsync made durable through the sync log, on top.
-	if err := replayLog(p); err != nil {
+	if err := e.replayLog(p); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
-	if err := collectTransient(p); err != nil {
+	if err := e.collectTransient(p); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
 	return nil
@@ -62,8 +62,8 @@ func Recover(p *store.Page) error {
 
 // collectTransient settles pieces left transient by a crash: those a head
 // reaches become local, the others are deleted.
-func collectTransient(p *store.Page) error {
-	found, err := settleReachable(p)
+func (e *Engine) collectTransient(p *store.Page) error {
+	found, err := e.settleReachable(p)
 	if err != nil || !found {
 		return err
 	}
@@ -73,7 +73,7 @@ func collectTransient(p *store.Page) error {
 // settleReachable marks the transient pieces that the commits of the last
 // landing reach as local. It reports whether the page has transient pieces
 // at all.
-func settleReachable(p *store.Page) (bool, error) {
+func (e *Engine) settleReachable(p *store.Page) (bool, error) {
 	if found, err := p.HasTransient(); err != nil || !found {
 		return false, err
 	}
@@ -81,7 +81,7 @@ func settleReachable(p *store.Page) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	w := newTransientWalk(p)
+	w := newTransientWalk(p, e.step)
 	// Walk each head's tree down to the first local pieces: below a local
 	// piece everything is local.
 	var walkNode func(id cas.ObjectIdentifier) error
@@ -158,13 +158,4 @@ func landedLast(p *store.Page, heads []*store.Commit) ([]*store.Commit, error) {
 		}
 	}
 	return out, nil
-}
-
-// Hooks returns o with the journal's hooks for pages opening and closing:
-// Recover of what a crash left, and Close of the page's committer. Every
-// program that opens a repository whose pages it reads or changes opens it
-// with them; this is the one place the store and the journal are wired.
-func Hooks(o store.Options) store.Options {
-	o.OnOpen, o.OnClose = Recover, Close
-	return o
 }

@@ -16,7 +16,7 @@ import (
 // from the db's unsynced writes. After a crash of the process alone the
 // head already holds them all, and nothing is written. The log is
 // checkpointed after, so that its records are never replayed again.
-func replayLog(p *store.Page) error {
+func (e *Engine) replayLog(p *store.Page) error {
 	recs := p.LoggedRecords()
 	if len(recs) == 0 {
 		return nil
@@ -46,7 +46,7 @@ func replayLog(p *store.Page) error {
 		}
 	}
 	if len(ops) > 0 {
-		j, err := Begin(p, false)
+		j, err := e.Begin(p, false)
 		if err != nil {
 			return err
 		}

@@ -42,13 +42,14 @@ func (e *env) loggedPut(key string, base *Op, baseContent, content []byte, exten
 // of its last sync, the log as synced. Recovery must bring those changes
 // back, and only once.
 func TestSyncLogReplaysWhatTheDbLost(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	rng := rand.New(rand.NewPCG(1, 1))
 	big := make([]byte, 600<<10)
 	for i := range big {
 		big[i] = byte(rng.Uint32())
 	}
-	c := CommitterFor(e.p)
+	c := e.eng.CommitterFor(e.p)
 	f0 := e.put("f", string(big))
 	if err := c.Apply(true, f0, e.put("kept", "unchanged"), e.put("old", "replaced by a logged put")); err != nil {
 		t.Fatal(err)
@@ -95,7 +96,7 @@ func TestSyncLogReplaysWhatTheDbLost(t *testing.T) {
 	if got := e.state(); !maps.Equal(got, want) {
 		t.Fatalf("before the copy's recovery the page itself holds %d keys, want %v", len(got), slicesKeys(want))
 	}
-	lost := &env{t: t, dir: snap}
+	lost := &env{t: t, dir: snap, eng: NewEngine()}
 	lost.open()
 	defer func() { lost.repo.Close() }() // the one open at the end
 	lost.acquire()
@@ -108,7 +109,7 @@ func TestSyncLogReplaysWhatTheDbLost(t *testing.T) {
 	}
 	lost.verify()
 	// A change after recovery is not undone by the records replayed.
-	if err := CommitterFor(lost.p).Apply(false, Op{Key: "new", Delete: true}); err != nil {
+	if err := lost.eng.CommitterFor(lost.p).Apply(false, Op{Key: "new", Delete: true}); err != nil {
 		t.Fatal(err)
 	}
 	lost.repo.Close()
@@ -124,8 +125,9 @@ func TestSyncLogReplaysWhatTheDbLost(t *testing.T) {
 // holds, made without a record (a rename's put, a chmod), syncs the db
 // and empties the log first, so that no replay can undo it.
 func TestUnloggedChangeOfLoggedKeyCheckpoints(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	c := CommitterFor(e.p)
+	c := e.eng.CommitterFor(e.p)
 	if err := c.Apply(true, e.put("a", "1")); err != nil {
 		t.Fatal(err)
 	}
@@ -146,8 +148,9 @@ func TestUnloggedChangeOfLoggedKeyCheckpoints(t *testing.T) {
 // TestCanLogNeedsADurableBase: a record may build on the key's value only
 // if that value is durable or the key's latest record's result.
 func TestCanLogNeedsADurableBase(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	c := CommitterFor(e.p)
+	c := e.eng.CommitterFor(e.p)
 	a := e.put("a", "closed, not synced")
 	if err := c.Apply(false, a); err != nil {
 		t.Fatal(err)
@@ -182,12 +185,13 @@ func slicesKeys(m map[string]string) []string {
 // transaction recorded its own change checkpoints at its commit: the
 // record must not undo the transaction's change on replay.
 func TestTransactionCommitCheckpointsLoggedKeys(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	c := CommitterFor(e.p)
+	c := e.eng.CommitterFor(e.p)
 	if err := c.Apply(true, e.put("a", "1")); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := Begin(e.p, true)
+	tx, err := e.eng.Begin(e.p, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,8 +219,9 @@ func TestTransactionCommitCheckpointsLoggedKeys(t *testing.T) {
 // carries its directory marker's new times is recorded as a delete, with
 // no checkpoint: a marker's put moves no entry, as a rename's put does.
 func TestUnlinkWithItsDirectoryTimesIsLogged(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	c := CommitterFor(e.p)
+	c := e.eng.CommitterFor(e.p)
 	dir := Op{Key: "d/", Entry: e.value("")}
 	if err := c.Apply(true, dir, e.put("d/f", "1")); err != nil {
 		t.Fatal(err)

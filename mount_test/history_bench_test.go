@@ -16,9 +16,13 @@ import (
 // buildPage fills page l/p of a new repository without a mount: first
 // commits of entries keys (one commit), then commits more commits each
 // changing one key. Values are short, so stored inline.
+// journals commits the tests' changes: one engine for the package's
+// repositories, each page with its own committer.
+var journals = journal.NewEngine()
+
 func buildPage(b *testing.B, keys, commits int) string {
 	repoDir := b.TempDir()
-	r, err := store.Open(repoDir, store.Options{OnOpen: journal.Recover, OnClose: journal.Close})
+	r, err := store.Open(repoDir, journals.Hooks(store.Options{}))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -38,7 +42,7 @@ func buildPage(b *testing.B, keys, commits int) string {
 		return btree.Entry{Value: id, Meta: btree.Meta{Size: size}}
 	}
 	commit := func(explicit bool, ops []journal.Op) {
-		j, err := journal.Begin(p, explicit)
+		j, err := journals.Begin(p, explicit)
 		must(b, err)
 		must(b, j.Apply(ops...))
 		_, err = j.Commit()

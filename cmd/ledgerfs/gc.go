@@ -93,7 +93,7 @@ func openPages(repoDir string, opts store.Options, how string, only []string) (*
 // writable returns the options of a command that changes a repository:
 // pages are recovered on open, and their journals committed on close, as a
 // mount does.
-func writable() store.Options { return journal.Hooks(store.Options{}) }
+func writable() store.Options { return journal.NewEngine().Hooks(store.Options{}) }
 
 func newGC() *cobra.Command {
 	var dry bool

@@ -159,7 +159,7 @@ func withPage(repoDir, ledger, page string, fn func(p *store.Page) error) error 
 		return fmt.Errorf("repository: %w", err)
 	}
 	// A page a crash left is recovered first, as the next mount would.
-	repo, err := store.Open(repoDir, journal.Hooks(store.Options{ReadOnly: true}))
+	repo, err := store.Open(repoDir, journal.NewEngine().Hooks(store.Options{ReadOnly: true}))
 	if errors.Is(err, store.ErrLocked) {
 		if at := mountOf(repoDir); at != "" {
 			return fmt.Errorf("repository %s is mounted at %s: read its history under %s/%s/%s/.ledger/ (%w)", repoDir, at, at, ledger, page, store.ErrLocked)

@@ -229,7 +229,8 @@ func serve(c serveConfig) error {
 	// and leave a dead mount.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	repo, err := store.Open(c.repo, journal.Hooks(store.Options{
+	journals := journal.NewEngine()
+	repo, err := store.Open(c.repo, journals.Hooks(store.Options{
 		MaxIdlePages:   c.idlePages,
 		NodeCacheBytes: c.nodeCache,
 		ReadOnly:       c.readOnly,
@@ -247,7 +248,7 @@ func serve(c serveConfig) error {
 	}
 	defer repo.Close()
 
-	fo := fs.Options{ReadOnly: c.readOnly, UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
+	fo := fs.Options{Journals: journals, ReadOnly: c.readOnly, UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
 	if c.showUID >= 0 {
 		id := uint32(c.showUID)
 		fo.ShowUID = &id
@@ -257,13 +258,13 @@ func serve(c serveConfig) error {
 		fo.ShowGID = &id
 	}
 	m := metrics.New(repo)
-	journal.CommitObserver = m.ObserveCommit
+	observers := journal.Observers{Commit: m.ObserveCommit}
 	fo.Stats = m.Text
 	var collector *gc.Collector
 	if !c.readOnly {
 		collector = &gc.Collector{Repo: repo, Every: c.collectEvery, After: c.collectAfter, Observe: m.ObserveCollection}
 		fo.Collector = collector
-		journal.RemovedObserver = collector.Removed
+		observers.Removed = collector.Removed
 		below, err := pruneThreshold(repo, c.pruneBelow)
 		if err != nil {
 			return err
@@ -272,6 +273,7 @@ func serve(c serveConfig) error {
 			fo.Pressure = &gc.Pressure{Repo: repo, Below: below, Collector: collector}
 		}
 	}
+	journals.Observe(observers)
 	fsys, err := fs.New(repo, fo)
 	if err != nil {
 		return err

@@ -48,7 +48,7 @@ func BenchmarkCollect20k(b *testing.B) {
 
 // longPage makes a repository whose page l/p has historyCommits commits.
 func longPage(b *testing.B) *store.Repository {
-	repo, err := store.Open(b.TempDir(), store.Options{OnOpen: journal.Recover, OnClose: journal.Close})
+	repo, err := store.Open(b.TempDir(), journals.Hooks(store.Options{}))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func longPage(b *testing.B) *store.Repository {
 		if err != nil {
 			b.Fatal(err)
 		}
-		j, err := journal.Begin(p, false)
+		j, err := journals.Begin(p, false)
 		if err != nil {
 			b.Fatal(err)
 		}

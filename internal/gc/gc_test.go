@@ -18,9 +18,13 @@ import (
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
+// journals commits the tests' changes: one engine for the package's
+// repositories, each page with its own committer.
+var journals = journal.NewEngine()
+
 func openPage(t testing.TB) (*store.Repository, *store.Page) {
 	t.Helper()
-	repo, err := store.Open(t.TempDir(), store.Options{OnOpen: journal.Recover, OnClose: journal.Close})
+	repo, err := store.Open(t.TempDir(), journals.Hooks(store.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +123,7 @@ func TestCollectRandomHistories(t *testing.T) {
 			}
 			switch {
 			case txn == nil && rapid.Bool().Draw(rt, "begin txn"):
-				j, err := journal.Begin(p, true)
+				j, err := journals.Begin(p, true)
 				if err != nil {
 					rt.Fatal(err)
 				}
@@ -128,7 +132,7 @@ func TestCollectRandomHistories(t *testing.T) {
 				}
 				txn = j
 			default:
-				j, err := journal.Begin(p, false)
+				j, err := journals.Begin(p, false)
 				if err != nil {
 					rt.Fatal(err)
 				}
@@ -240,7 +244,7 @@ func TestCollectRandomHistories(t *testing.T) {
 func TestKeepUnsynced(t *testing.T) {
 	_, p := openPage(t)
 	for i := range 4 {
-		j, err := journal.Begin(p, false)
+		j, err := journals.Begin(p, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,7 +283,7 @@ func TestKeepUnsynced(t *testing.T) {
 // checkpoints the log first, so that no record names a base it deleted.
 func TestCollectCheckpointsTheSyncLog(t *testing.T) {
 	_, p := openPage(t)
-	c := journal.CommitterFor(p)
+	c := journals.CommitterFor(p)
 	value := func(i int) journal.Op {
 		w := p.NewValueWriter()
 		w.Write(content(i, 70_000))

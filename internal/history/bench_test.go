@@ -29,7 +29,7 @@ func longHistory(b *testing.B) *store.Page {
 		}
 		p, _ := openPage(b, dir) // kept open for all benchmarks
 		for i := range benchCommits {
-			j, err := journal.Begin(p, false)
+			j, err := journals.Begin(p, false)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -21,8 +21,12 @@ import (
 type fataler interface{ Fatal(args ...any) }
 
 // openPage opens a new page in dir; close releases it.
+// journals commits the tests' changes: one engine for the package's
+// repositories, each page with its own committer.
+var journals = journal.NewEngine()
+
 func openPage(t fataler, dir string) (p *store.Page, close func()) {
-	r, err := store.Open(dir, store.Options{OnOpen: journal.Recover, OnClose: journal.Close})
+	r, err := store.Open(dir, journals.Hooks(store.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +96,7 @@ func build(t *rapid.T, p *store.Page, n int) []step {
 	}
 	for i := 0; i < n; i++ {
 		if rapid.IntRange(0, 4).Draw(t, "txn") > 0 {
-			j, err := journal.Begin(p, false)
+			j, err := journals.Begin(p, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,13 +108,13 @@ func build(t *rapid.T, p *store.Page, n int) []step {
 		}
 		// A transaction on the current head, then a plain commit on a
 		// different key, then the transaction's commit and its merge.
-		tx, err := journal.Begin(p, true)
+		tx, err := journals.Begin(p, true)
 		if err != nil {
 			t.Fatal(err)
 		}
 		txState := maps.Clone(state)
 		txOps := randomOps("txops", txState)
-		j, err := journal.Begin(p, false)
+		j, err := journals.Begin(p, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,7 +282,7 @@ func TestLogAndChanged(t *testing.T) {
 	defer close()
 	var commits []*store.Commit
 	for i := 0; i < 5; i++ {
-		j, err := journal.Begin(p, false)
+		j, err := journals.Begin(p, false)
 		if err != nil {
 			t.Fatal(err)
 		}

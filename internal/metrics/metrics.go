@@ -79,7 +79,7 @@ func New(repo *store.Repository) *Metrics {
 func (m *Metrics) Wrap(raw fuse.RawFileSystem) fuse.RawFileSystem { return &timedFS{raw, m} }
 
 // ObserveCommit records a commit of changes keys (see
-// journal.CommitObserver).
+// journal.Observers).
 func (m *Metrics) ObserveCommit(explicit bool, changes int) {
 	kind := "queued"
 	if explicit {

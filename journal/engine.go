@@ -1,0 +1,68 @@
+package journal
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ledgerfs/ledgerfs/store"
+)
+
+// Engine is the journal machinery of one program's repository: the
+// committer of each open page, what is told of commits, and the clock and
+// crash points tests move. A program makes one, opens its repository with
+// its Hooks and writes pages through it; nothing of it is global, so
+// engines (tests) run side by side.
+type Engine struct {
+	committers   sync.Map // *store.Page → *Committer
+	lastImplicit atomic.Int64
+	observers    atomic.Pointer[Observers]
+	// clock times commits for the pace; a test moves it on to make a
+	// commit look slow.
+	clock func() time.Time
+	// crashAt, when set by a test, is called at each step of a commit; an
+	// error stops the commit there, as a crash would.
+	crashAt func(step string) error
+}
+
+// Observers are told of commits of journals this engine filled (not of
+// recovery's).
+type Observers struct {
+	// Commit is told of every commit: whether a transaction's (explicit)
+	// or of queued changes, and how many keys it changed. A mount reports
+	// them as metrics.
+	Commit func(explicit bool, changes int)
+	// Removed is told of every commit that deleted or replaced content:
+	// how many bytes of values its page's head no longer holds (history
+	// may). A mount collects a page once enough was removed.
+	Removed func(ledger, page string, bytes uint64)
+}
+
+// NewEngine returns an engine with no observers.
+func NewEngine() *Engine { return &Engine{clock: time.Now} }
+
+// Observe sets who is told of commits from now on.
+func (e *Engine) Observe(o Observers) { e.observers.Store(&o) }
+
+func (e *Engine) observing() Observers {
+	if o := e.observers.Load(); o != nil {
+		return *o
+	}
+	return Observers{}
+}
+
+func (e *Engine) step(name string) error {
+	if e.crashAt != nil {
+		return e.crashAt(name)
+	}
+	return nil
+}
+
+// Hooks returns o with the engine's hooks for pages opening and closing:
+// Recover of what a crash left, and Close of the page's committer. Every
+// program that opens a repository whose pages it reads or changes opens it
+// with them; this is the one place the store and the journal are wired.
+func (e *Engine) Hooks(o store.Options) store.Options {
+	o.OnOpen, o.OnClose = e.Recover, e.Close
+	return o
+}
