@@ -81,16 +81,26 @@ func TestGetStreamingReadsAhead(t *testing.T) {
 	if left := vlogResident(t, p, true); left > 1<<20 {
 		t.Skipf("the value log stays in the page cache (%d KiB): cannot measure", left>>10)
 	}
-	if _, err := p.Get(d, nil); err != nil {
-		t.Fatal(err)
+	// The page cache is the machine's: under a loaded suite the kernel
+	// may read around a plain get's fault, or evict what was read ahead,
+	// so the pair is measured up to three times.
+	var plain, streaming int
+	for try := range 3 {
+		vlogResident(t, p, true)
+		if _, err := p.Get(d, nil); err != nil {
+			t.Fatal(err)
+		}
+		plain = settled(false)
+		vlogResident(t, p, true)
+		if _, err := p.GetStreaming(d, nil); err != nil {
+			t.Fatal(err)
+		}
+		streaming = settled(true)
+		t.Logf("try %d: resident after one get: plain %d KiB, streaming %d KiB", try+1, plain>>10, streaming>>10)
+		if streaming >= plain+8<<20 {
+			break
+		}
 	}
-	plain := settled(false)
-	vlogResident(t, p, true)
-	if _, err := p.GetStreaming(d, nil); err != nil {
-		t.Fatal(err)
-	}
-	streaming := settled(true)
-	t.Logf("resident after one get: plain %d KiB, streaming %d KiB", plain>>10, streaming>>10)
 	if streaming < plain+8<<20 {
 		t.Fatalf("streaming get: %d KiB of value log read in, plain get %d KiB", streaming>>10, plain>>10)
 	}
