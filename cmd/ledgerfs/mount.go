@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	_ "net/http/pprof"
 	"os"
@@ -26,9 +25,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ledgerfs/ledgerfs/fs"
-	"github.com/ledgerfs/ledgerfs/internal/gc"
-	"github.com/ledgerfs/ledgerfs/internal/metrics"
-	"github.com/ledgerfs/ledgerfs/journal"
+	"github.com/ledgerfs/ledgerfs/internal/server"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
@@ -226,29 +223,34 @@ func serve(c serveConfig) error {
 	}
 	// From here on SIGINT and SIGTERM end the server cleanly: a signal that
 	// came once the mount was visible but before this would kill the process
-	// and leave a dead mount.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	journals := journal.NewEngine()
-	repo, err := store.Open(c.repo, journals.Hooks(store.Options{
-		MaxIdlePages:   c.idlePages,
-		NodeCacheBytes: c.nodeCache,
-		ReadOnly:       c.readOnly,
-		CloseTimeout:   c.closeTimeout,
-		Reserve:        c.reserve,
-	}))
-	if err != nil {
-		if errors.Is(err, store.ErrLocked) {
-			return fmt.Errorf("repository %s is already served by another process: %w", c.repo, store.ErrLocked)
+	// and leave a dead mount. A second one detaches a busy mount.
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	detach := make(chan struct{})
+	go func() {
+		select {
+		case <-signals:
+		case <-ctx.Done():
+			return
 		}
-		return err
-	}
-	if repo.Created() {
-		slog.Info("created a new repository", "repo", c.repo)
-	}
-	defer repo.Close()
-
-	fo := fs.Options{Journals: journals, ReadOnly: c.readOnly, UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
+		cancel()
+		for {
+			select {
+			case <-signals:
+				select {
+				case detach <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	fo := fs.Options{ReadOnly: c.readOnly, UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
 	if c.showUID >= 0 {
 		id := uint32(c.showUID)
 		fo.ShowUID = &id
@@ -257,38 +259,7 @@ func serve(c serveConfig) error {
 		id := uint32(c.showGID)
 		fo.ShowGID = &id
 	}
-	m := metrics.New(repo)
-	observers := journal.Observers{Commit: m.ObserveCommit}
-	fo.Stats = m.Text
-	var collector *gc.Collector
-	if !c.readOnly {
-		collector = &gc.Collector{Repo: repo, Every: c.collectEvery, After: c.collectAfter, Observe: m.ObserveCollection}
-		fo.Collector = collector
-		observers.Removed = collector.Removed
-		below, err := pruneThreshold(repo, c.pruneBelow)
-		if err != nil {
-			return err
-		}
-		if below > 0 {
-			fo.Pressure = &gc.Pressure{Repo: repo, Below: below, Collector: collector}
-		}
-	}
-	journals.Observe(observers)
-	fsys, err := fs.New(repo, fo)
-	if err != nil {
-		return err
-	}
-	if collector != nil {
-		collector.Busy = fsys.Busy
-		collector.Pinned = fsys.Pinned
-		collector.WaitIdle = fsys.WaitIdle
-		if fo.Pressure != nil {
-			fo.Pressure.Pinned = fsys.Pinned
-		}
-		go collector.Run()
-		defer collector.Close() // on a failed mount; after serving, below
-	}
-	opts := &gofs.Options{
+	opts := gofs.Options{
 		EntryTimeout: &c.cache,
 		AttrTimeout:  &c.cache,
 		// A mode of 0000 is kept: go-fuse would show it as 0644 or 0755.
@@ -323,74 +294,43 @@ func serve(c serveConfig) error {
 		opts.MountOptions.Options = append(opts.MountOptions.Options, "ro")
 	}
 	opts.MountOptions.Options = append(opts.MountOptions.Options, c.kernelOpts...)
-	raw := m.Wrap(gofs.NewNodeFS(fsys.Root(), opts))
-	if c.metricsAddr != "" {
-		l, err := net.Listen("tcp", c.metricsAddr)
-		if err != nil {
-			return fmt.Errorf("--metrics: %w", err)
-		}
-		defer l.Close()
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", m.Handler())
-		go http.Serve(l, mux)
-		slog.Info("metrics listening", "addr", l.Addr().String())
-	}
-	server, err := mountFS(mnt, raw, &opts.MountOptions)
-	if err != nil {
-		return fmt.Errorf("mount %s: %w", mnt, err)
-	}
-	startGuard(mnt)
-	if err := setReadAhead(mnt, readAheadKiB); err != nil {
-		slog.Info("kernel read-ahead left at its default", "err", err)
-	}
-	serving = true
-	slog.Info("serving", "repo", c.repo, "mountpoint", mnt)
-	reportReady()
-
-	// A signal unmounts; an unmount from outside (umount, fusermount3 -u)
-	// ends the serving, and then there is nothing left to unmount.
-	served := make(chan struct{})
-	go unmountOnSignal(server, mnt, ctx.Done(), served)
-	if c.gcInterval > 0 && !c.readOnly {
-		go func() {
-			t := time.NewTicker(c.gcInterval)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					repo.RunGC()
-				}
+	srv, err := server.New(server.Config{
+		Repo: c.repo, Mountpoint: mnt,
+		Store: store.Options{
+			MaxIdlePages:   c.idlePages,
+			NodeCacheBytes: c.nodeCache,
+			ReadOnly:       c.readOnly,
+			CloseTimeout:   c.closeTimeout,
+			Reserve:        c.reserve,
+		},
+		FS:           fo,
+		Mount:        opts,
+		MetricsAddr:  c.metricsAddr,
+		CollectEvery: c.collectEvery,
+		CollectAfter: c.collectAfter,
+		PruneBelow:   func(repo *store.Repository) (uint64, error) { return pruneThreshold(repo, c.pruneBelow) },
+		GCInterval:   c.gcInterval,
+		Mounted: func() {
+			startGuard(mnt)
+			if err := setReadAhead(mnt, readAheadKiB); err != nil {
+				slog.Info("kernel read-ahead left at its default", "err", err)
 			}
-		}()
-	}
-	server.Wait()
-	notifySystemd(daemon.SdNotifyStopping)
-	close(served)
-	slog.Info("unmounted", "mountpoint", mnt)
-	if collector != nil {
-		collector.Close()
-	}
-	fsys.Close()
-	return repo.Close()
-}
-
-// mountFS mounts raw at mnt and serves it. It is go-fuse's fs.Mount
-// without WaitMount, whose poll hack opens a file on the new mount from
-// this process: a kill -9 that lands while that request is being served
-// leaves a process that can neither finish exiting (its thread waits,
-// uninterruptibly, for a reply only it could send) nor serve, and every
-// process that touches the mount hangs with it. The server never touches
-// its own mount: on Linux the mount exists once NewServer returns, and the
-// kernel stops sending POLL after the first ENOSYS, which go-fuse answers.
-func mountFS(mnt string, raw fuse.RawFileSystem, opts *fuse.MountOptions) (*fuse.Server, error) {
-	server, err := fuse.NewServer(raw, mnt, opts)
+			serving = true
+			slog.Info("serving", "repo", c.repo, "mountpoint", mnt)
+			reportReady()
+		},
+		Stopping: func() { notifySystemd(daemon.SdNotifyStopping) },
+		Detach:   detach,
+	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	go server.Serve()
-	return server, nil
+	defer srv.Close()
+	if err := srv.Run(ctx); err != nil {
+		return err
+	}
+	notifySystemd(daemon.SdNotifyStopping)
+	return srv.Close()
 }
 
 // checkMountpoint creates the mount point if missing and refuses one that

@@ -15,6 +15,8 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+
+	"github.com/ledgerfs/ledgerfs/internal/server"
 )
 
 func newUmount() *cobra.Command {
@@ -60,7 +62,7 @@ func umount(mnt string, timeout time.Duration) error {
 		err = fmt.Errorf("fusermount3 -u: %v: %s", e, strings.TrimSpace(string(out)))
 	}
 	if errors.Is(err, syscall.EBUSY) || err != nil && strings.Contains(err.Error(), "busy") {
-		return fmt.Errorf("%s is in use by %s: close what uses it and try again", mnt, strings.Join(holders(mnt), ", "))
+		return fmt.Errorf("%s is in use by %s: close what uses it and try again", mnt, strings.Join(server.Holders(mnt), ", "))
 	}
 	if err != nil {
 		return fmt.Errorf("unmount %s: %w", mnt, err)

@@ -1,11 +1,10 @@
-package main
+package server
 
 import (
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -13,25 +12,25 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// unmountOnSignal unmounts once a signal came (ctx is done), retrying while
-// the mount is busy and saying which processes hold it. A second SIGINT or
-// SIGTERM detaches the mount (a lazy unmount): it disappears from the
-// namespace at once, and the server keeps serving the files still open
-// until they are closed, then ends as after any unmount.
-func unmountOnSignal(server *fuse.Server, mnt string, signalled, served <-chan struct{}) {
+// unmountWhenDone unmounts once done is closed (Run's context ended),
+// retrying while the mount is busy and saying which processes hold it.
+// detach (a second signal) detaches the mount (a lazy unmount): it
+// disappears from the namespace at once, and the server keeps serving the
+// files still open until they are closed, then ends as after any unmount.
+// It returns once unmounted or detached, or once the serving ended
+// (served is closed).
+func unmountWhenDone(server *fuse.Server, mnt string, done, detach <-chan struct{}, served <-chan struct{}, stopping func()) {
 	select {
 	case <-served:
 		return
-	case <-signalled:
+	case <-done:
 	}
-	notifySystemd(daemon.SdNotifyStopping)
-	again := make(chan os.Signal, 1)
-	signal.Notify(again, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(again)
+	if stopping != nil {
+		stopping()
+	}
 	slog.Info("unmounting", "mountpoint", mnt)
 	for i := 0; ; i++ {
 		err := server.Unmount()
@@ -40,13 +39,13 @@ func unmountOnSignal(server *fuse.Server, mnt string, signalled, served <-chan s
 		}
 		if i%20 == 0 { // at once, then every 10 s
 			slog.Warn("the mount is in use; retrying. Close what uses it, or send the signal again to detach it now",
-				"mountpoint", mnt, "err", err, "users", strings.Join(holders(mnt), ", "))
+				"mountpoint", mnt, "err", err, "users", strings.Join(Holders(mnt), ", "))
 		}
 		select {
 		case <-served:
 			return
-		case <-again:
-			if err := detachMount(mnt); err != nil {
+		case <-detach:
+			if err := DetachMount(mnt); err != nil {
 				slog.Error("detach failed", "mountpoint", mnt, "err", err)
 				continue
 			}
@@ -57,9 +56,9 @@ func unmountOnSignal(server *fuse.Server, mnt string, signalled, served <-chan s
 	}
 }
 
-// detachMount is a lazy unmount: umount -l as root, fusermount3 -u -z
+// DetachMount is a lazy unmount: umount -l as root, fusermount3 -u -z
 // otherwise.
-func detachMount(mnt string) error {
+func DetachMount(mnt string) error {
 	if os.Geteuid() == 0 {
 		return syscall.Unmount(mnt, syscall.MNT_DETACH)
 	}
@@ -69,11 +68,11 @@ func detachMount(mnt string) error {
 	return nil
 }
 
-// holders lists the processes that use a path under mnt, as "pid (name,
+// Holders lists the processes that use a path under mnt, as "pid (name,
 // how)": their working or root directory, an open file or a mapping. The
 // paths come from /proc and never reach the mount, which this process must
 // not touch.
-func holders(mnt string) []string {
+func Holders(mnt string) []string {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
