@@ -136,10 +136,10 @@ func TestFsck(t *testing.T) {
 			k := objectKeys(t, db, func(cas.Digest) bool { return true })[0]
 			d := cas.Digest(k[len(store.PrefixObjects):])
 			must(t, db.Update(func(txn *badger.Txn) error {
-				if err := txn.Delete(store.StatusKey(store.Local, d)); err != nil {
+				if err := txn.Delete([]byte(store.StatusPrefix(store.Local) + string(d))); err != nil {
 					return err
 				}
-				return txn.Set(store.StatusKey(store.Local, cas.ComputeDigest(cas.KindBlob, false, []byte("never stored, but more than an inline digest holds"))), nil)
+				return txn.Set([]byte(store.StatusPrefix(store.Local)+string(cas.ComputeDigest(cas.KindBlob, false, []byte("never stored, but more than an inline digest holds")))), nil)
 			}))
 		})
 		if out, code := fsck(t, cp, "l", "p"); code != 1 || !strings.Contains(out, "no status row") || !strings.Contains(out, "not stored") {

@@ -63,10 +63,10 @@ func (p *Page) DeleteCommits(ids []CommitID) error {
 	}
 	err := p.recovering(func() error {
 		return batched(p.db, len(ids), func(txn *badger.Txn, i int) error {
-			if err := txn.Delete(CommitKey(ids[i])); err != nil {
+			if err := txn.Delete(commitKey(ids[i])); err != nil {
 				return err
 			}
-			return txn.Delete(UnsyncedCommitKey(ids[i]))
+			return txn.Delete(unsyncedCommitKey(ids[i]))
 		})
 	})
 	p.repo.pruned.Add(1)
@@ -127,11 +127,11 @@ func (p *Page) DeletePieces(ds []cas.Digest) error {
 	err := p.recovering(func() error {
 		return batched(p.db, len(ds), func(txn *badger.Txn, i int) error {
 			for _, s := range Statuses {
-				if err := txn.Delete(StatusKey(s, ds[i])); err != nil {
+				if err := txn.Delete(statusKey(s, ds[i])); err != nil {
 					return err
 				}
 			}
-			return txn.Delete(ObjectKey(ds[i]))
+			return txn.Delete(objectKey(ds[i]))
 		})
 	})
 	if err != nil {

@@ -19,7 +19,7 @@ func stored(t *testing.T, p *Page, d cas.Digest) (int, byte) {
 	var n int
 	var enc byte
 	err := p.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(ObjectKey(d))
+		it, err := txn.Get(objectKey(d))
 		if err != nil {
 			return err
 		}

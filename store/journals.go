@@ -37,7 +37,7 @@ type JournalEntry struct {
 // commits the journal if a crash interrupts it.
 func (p *Page) BeginImplicit(id JournalID, base CommitID) error {
 	return p.update(func(txn *badger.Txn) error {
-		return txn.Set(ImplicitMetaKey(id), base[:])
+		return txn.Set(implicitMetaKey(id), base[:])
 	})
 }
 
@@ -46,14 +46,14 @@ func (p *Page) BeginImplicit(id JournalID, base CommitID) error {
 // one, and an explicit journal is dropped whole by a crash.
 func (p *Page) PutJournalEntries(id JournalID, es []JournalEntry) error {
 	return batched(p.db, len(es), func(txn *badger.Txn, i int) error {
-		return txn.Set(JournalEntryKey(id, es[i].Key), es[i].Value)
+		return txn.Set(journalEntryKey(id, es[i].Key), es[i].Value)
 	})
 }
 
 // setJournalEntries writes entry rows of journal id in txn.
 func setJournalEntries(txn *badger.Txn, id JournalID, es []JournalEntry) error {
 	for _, e := range es {
-		if err := txn.Set(JournalEntryKey(id, e.Key), e.Value); err != nil {
+		if err := txn.Set(journalEntryKey(id, e.Key), e.Value); err != nil {
 			return err
 		}
 	}
@@ -63,14 +63,14 @@ func setJournalEntries(txn *badger.Txn, id JournalID, es []JournalEntry) error {
 // ClearJournal records that journal id clears the page.
 func (p *Page) ClearJournal(id JournalID) error {
 	return p.update(func(txn *badger.Txn) error {
-		return txn.Set(JournalClearKey(id), nil)
+		return txn.Set(journalClearKey(id), nil)
 	})
 }
 
 // JournalCleared reports whether journal id clears the page.
 func (p *Page) JournalCleared(id JournalID) (bool, error) {
 	err := p.view(func(txn *badger.Txn) error {
-		_, err := txn.Get(JournalClearKey(id))
+		_, err := txn.Get(journalClearKey(id))
 		return err
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
@@ -82,7 +82,7 @@ func (p *Page) JournalCleared(id JournalID) (bool, error) {
 // JournalEntry returns the value of journal id's entry row for key.
 func (p *Page) JournalEntry(id JournalID, key string) (v []byte, found bool, err error) {
 	err = p.view(func(txn *badger.Txn) error {
-		it, err := txn.Get(JournalEntryKey(id, key))
+		it, err := txn.Get(journalEntryKey(id, key))
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
 		}
@@ -99,8 +99,8 @@ func (p *Page) JournalEntry(id JournalID, key string) (v []byte, found bool, err
 // JournalEntries calls fn with journal id's entry rows whose keys start
 // with prefix, in key order.
 func (p *Page) JournalEntries(id JournalID, prefix string, fn func(key string, v []byte) error) error {
-	rowPrefix := []byte(JournalEntryPrefix(id) + prefix)
-	skip := len(JournalEntryPrefix(id))
+	rowPrefix := []byte(journalEntryPrefix(id) + prefix)
+	skip := len(journalEntryPrefix(id))
 	return p.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: rowPrefix, PrefetchValues: true, PrefetchSize: 64})
 		defer it.Close()
@@ -122,13 +122,13 @@ func (p *Page) JournalEntries(id JournalID, prefix string, fn func(key string, v
 // row; nil keys deletes every row of the journal.
 func (p *Page) DeleteJournalRows(id JournalID, keys []string) error {
 	if keys == nil {
-		return p.deletePrefix([]byte(JournalPrefix(id)))
+		return p.deletePrefix([]byte(journalPrefix(id)))
 	}
 	rows := make([][]byte, 0, len(keys)+1)
 	for _, k := range keys {
-		rows = append(rows, JournalEntryKey(id, k))
+		rows = append(rows, journalEntryKey(id, k))
 	}
-	rows = append(rows, JournalClearKey(id))
+	rows = append(rows, journalClearKey(id))
 	if err := batched(p.db, len(rows), func(txn *badger.Txn, i int) error {
 		return txn.Delete(rows[i])
 	}); err != nil {
@@ -141,7 +141,7 @@ func (p *Page) DeleteJournalRows(id JournalID, keys []string) error {
 // then leaves the journal's rows for deletion instead of committing them.
 func (p *Page) DropImplicitMeta(id JournalID) error {
 	return p.update(func(txn *badger.Txn) error {
-		return txn.Delete(ImplicitMetaKey(id))
+		return txn.Delete(implicitMetaKey(id))
 	})
 }
 
@@ -191,26 +191,26 @@ func (p *Page) Land(id JournalID, commits []*Commit, head *Commit) error {
 	}
 	err := p.update(func(txn *badger.Txn) error {
 		for _, c := range commits {
-			if err := txn.Set(CommitKey(c.ID), c.Bytes); err != nil {
+			if err := txn.Set(commitKey(c.ID), c.Bytes); err != nil {
 				return err
 			}
-			if err := txn.Set(UnsyncedCommitKey(c.ID), EncodeUint64(c.Generation)); err != nil {
+			if err := txn.Set(unsyncedCommitKey(c.ID), EncodeUint64(c.Generation)); err != nil {
 				return err
 			}
 		}
 		if head != nil {
 			for _, h := range old {
 				if h.ID != FirstCommitID {
-					if err := txn.Delete(HeadKey(h.ID)); err != nil {
+					if err := txn.Delete(headKey(h.ID)); err != nil {
 						return err
 					}
 				}
 			}
-			if err := txn.Set(HeadKey(head.ID), EncodeUint64(uint64(head.Timestamp))); err != nil {
+			if err := txn.Set(headKey(head.ID), EncodeUint64(uint64(head.Timestamp))); err != nil {
 				return err
 			}
 		}
-		return txn.Delete(ImplicitMetaKey(id))
+		return txn.Delete(implicitMetaKey(id))
 	})
 	if err != nil {
 		return fmt.Errorf("store: land %s: %w", id, err)
@@ -276,10 +276,10 @@ func (p *Page) DeleteTransient() (int, error) {
 			return total, err
 		}
 		err = batched(p.db, len(ds), func(txn *badger.Txn, i int) error {
-			if err := txn.Delete(StatusKey(Transient, ds[i])); err != nil {
+			if err := txn.Delete(statusKey(Transient, ds[i])); err != nil {
 				return err
 			}
-			return txn.Delete(ObjectKey(ds[i]))
+			return txn.Delete(objectKey(ds[i]))
 		})
 		if err != nil {
 			return total, fmt.Errorf("store: delete transient pieces: %w", err)

@@ -156,7 +156,7 @@ func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 	}
 	var out []byte
 	err := p.view(func(txn *badger.Txn) error {
-		it, err := txn.Get(ObjectKey(d))
+		it, err := txn.Get(objectKey(d))
 		if err != nil {
 			return err
 		}
@@ -244,13 +244,13 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) (err error) {
 	if w.txn == nil {
 		w.txn = w.p.db.NewTransaction(true)
 	}
-	key := ObjectKey(d)
+	key := objectKey(d)
 	switch _, err := w.txn.Get(key); {
 	case err == nil:
 		if w.Track {
 			// A piece still transient (left by a write that was never
 			// committed) must move to local with the pieces above it.
-			switch _, err := w.txn.Get(StatusKey(Transient, d)); {
+			switch _, err := w.txn.Get(statusKey(Transient, d)); {
 			case err == nil:
 				w.New = append(w.New, d)
 			case !errors.Is(err, badger.ErrKeyNotFound):
@@ -277,7 +277,7 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) (err error) {
 		if err := w.txn.Set(key, stored); err != nil {
 			return err
 		}
-		return w.txn.Set(StatusKey(Transient, d), nil)
+		return w.txn.Set(statusKey(Transient, d), nil)
 	}
 	err = set()
 	if errors.Is(err, badger.ErrTxnTooBig) {
@@ -428,7 +428,7 @@ func readCommit(txn *badger.Txn, id CommitID) (*Commit, error) {
 	if id == FirstCommitID {
 		return FirstCommit(), nil
 	}
-	it, err := txn.Get(CommitKey(id))
+	it, err := txn.Get(commitKey(id))
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, fmt.Errorf("store: commit %s: %w", id, ErrNotFound)
 	}
@@ -535,12 +535,12 @@ func (p *Page) SetStatus(s PieceStatus, ds []cas.Digest) error {
 	err := batched(p.db, len(ds), func(txn *badger.Txn, i int) error {
 		for _, o := range Statuses {
 			if o != s {
-				if err := txn.Delete(StatusKey(o, ds[i])); err != nil {
+				if err := txn.Delete(statusKey(o, ds[i])); err != nil {
 					return err
 				}
 			}
 		}
-		return txn.Set(StatusKey(s, ds[i]), nil)
+		return txn.Set(statusKey(s, ds[i]), nil)
 	})
 	if err != nil {
 		return fmt.Errorf("store: set piece status %s: %w", s, err)
@@ -556,7 +556,7 @@ func (p *Page) IsTransient(d cas.Digest) (bool, error) {
 	// kernel maps around it, 150 MiB of RSS for 4 GiB before the next trim.
 	p.repo.trim.addWritten(readAround)
 	err := p.view(func(txn *badger.Txn) error {
-		_, err := txn.Get(StatusKey(Transient, d))
+		_, err := txn.Get(statusKey(Transient, d))
 		return err
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
@@ -568,7 +568,7 @@ func (p *Page) IsTransient(d cas.Digest) (bool, error) {
 // Has reports whether the piece d is stored, reading its key only.
 func (p *Page) Has(d cas.Digest) (bool, error) {
 	err := p.view(func(txn *badger.Txn) error {
-		_, err := txn.Get(ObjectKey(d))
+		_, err := txn.Get(objectKey(d))
 		return err
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {

@@ -40,20 +40,20 @@ var Statuses = []PieceStatus{Transient, Local, Synced}
 // StatusPrefix returns the prefix of the status rows of s.
 func StatusPrefix(s PieceStatus) string { return string(s) + "/object_digests/" }
 
-// CommitKey is the row of a commit.
-func CommitKey(id CommitID) []byte { return []byte(PrefixCommits + string(id[:])) }
+// commitKey is the row of a commit.
+func commitKey(id CommitID) []byte { return []byte(PrefixCommits + string(id[:])) }
 
-// ObjectKey is the row of a piece.
-func ObjectKey(d cas.Digest) []byte { return []byte(PrefixObjects + string(d)) }
+// objectKey is the row of a piece.
+func objectKey(d cas.Digest) []byte { return []byte(PrefixObjects + string(d)) }
 
-// StatusKey is the status row of a piece.
-func StatusKey(s PieceStatus, d cas.Digest) []byte { return []byte(StatusPrefix(s) + string(d)) }
+// statusKey is the status row of a piece.
+func statusKey(s PieceStatus, d cas.Digest) []byte { return []byte(StatusPrefix(s) + string(d)) }
 
-// HeadKey is the row of a head commit.
-func HeadKey(id CommitID) []byte { return []byte(PrefixHeads + string(id[:])) }
+// headKey is the row of a head commit.
+func headKey(id CommitID) []byte { return []byte(PrefixHeads + string(id[:])) }
 
-// UnsyncedCommitKey is the row of a commit not yet synced.
-func UnsyncedCommitKey(id CommitID) []byte { return []byte(PrefixUnsyncedCommits + string(id[:])) }
+// unsyncedCommitKey is the row of a commit not yet synced.
+func unsyncedCommitKey(id CommitID) []byte { return []byte(PrefixUnsyncedCommits + string(id[:])) }
 
 // JournalID names a journal: 'E' (explicit) or 'I' (implicit) followed by
 // 16 hex digits, so that the rows' keys parse at a fixed offset.
@@ -78,22 +78,22 @@ func (j JournalID) Valid() bool {
 	return true
 }
 
-// JournalPrefix is the prefix of every row of journal j.
-func JournalPrefix(j JournalID) string { return PrefixJournals + string(j) + "/" }
+// journalPrefix is the prefix of every row of journal j.
+func journalPrefix(j JournalID) string { return PrefixJournals + string(j) + "/" }
 
-// JournalEntryPrefix is the prefix of journal j's entry rows.
-func JournalEntryPrefix(j JournalID) string { return JournalPrefix(j) + "entry/" }
+// journalEntryPrefix is the prefix of journal j's entry rows.
+func journalEntryPrefix(j JournalID) string { return journalPrefix(j) + "entry/" }
 
-// JournalEntryKey is the row of key in journal j.
-func JournalEntryKey(j JournalID, key string) []byte {
-	return []byte(JournalEntryPrefix(j) + key)
+// journalEntryKey is the row of key in journal j.
+func journalEntryKey(j JournalID, key string) []byte {
+	return []byte(journalEntryPrefix(j) + key)
 }
 
-// JournalClearKey is the row that marks journal j as clearing the page.
-func JournalClearKey(j JournalID) []byte { return []byte(JournalPrefix(j) + "C") }
+// journalClearKey is the row that marks journal j as clearing the page.
+func journalClearKey(j JournalID) []byte { return []byte(journalPrefix(j) + "C") }
 
-// ImplicitMetaKey is the row holding an implicit journal's base commit.
-func ImplicitMetaKey(j JournalID) []byte { return []byte(PrefixImplicitMeta + string(j)) }
+// implicitMetaKey is the row holding an implicit journal's base commit.
+func implicitMetaKey(j JournalID) []byte { return []byte(PrefixImplicitMeta + string(j)) }
 
 // ParseJournalRow splits a journals/ row key into the journal id and the rest
 // ("entry/{key}" or "C").

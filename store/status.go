@@ -48,7 +48,7 @@ func (p *Page) CheckStatus() (*StatusFaults, error) {
 				f.Missing = append(f.Missing, d)
 			case len(ss) > 1:
 				for _, s := range ss[1:] { // ss[0] is the most advanced
-					f.Doubled = append(f.Doubled, StatusKey(s, d))
+					f.Doubled = append(f.Doubled, statusKey(s, d))
 				}
 			}
 			delete(statuses, d)
@@ -57,7 +57,7 @@ func (p *Page) CheckStatus() (*StatusFaults, error) {
 	})
 	for d, ss := range statuses {
 		for _, s := range ss {
-			f.Orphans = append(f.Orphans, StatusKey(s, d))
+			f.Orphans = append(f.Orphans, statusKey(s, d))
 		}
 	}
 	return f, err

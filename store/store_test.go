@@ -402,7 +402,7 @@ func FuzzJournalRowKey(f *testing.F) {
 		if !ok {
 			return
 		}
-		if string(b) != JournalPrefix(id)+rest {
+		if string(b) != journalPrefix(id)+rest {
 			t.Fatalf("%q parsed as %q + %q", b, id, rest)
 		}
 	})
@@ -425,7 +425,7 @@ func TestValueCommitWithRows(t *testing.T) {
 	// As many rows as one transaction takes, by Badger's own count.
 	fit := 0
 	txn := p.db.NewTransaction(true)
-	for txn.Set(JournalEntryKey(jid("fit"), fmt.Sprintf("%05d", fit)), []byte("D")) == nil {
+	for txn.Set(journalEntryKey(jid("fit"), fmt.Sprintf("%05d", fit)), []byte("D")) == nil {
 		fit++
 	}
 	txn.Discard()
@@ -454,7 +454,7 @@ func TestValueCommitWithRows(t *testing.T) {
 				t.Fatal(err)
 			}
 			w.Discard() // a no-op after Commit
-			if got := countRows(t, p.db, JournalEntryPrefix(jid(tc.name))); got != tc.rows {
+			if got := countRows(t, p.db, journalEntryPrefix(jid(tc.name))); got != tc.rows {
 				t.Fatalf("%d rows after Commit, want %d", got, tc.rows)
 			}
 			r, err := p.OpenValue(id)
