@@ -70,3 +70,63 @@ func ExampleCommitter() {
 	fmt.Println("at generation", head.Generation)
 	// Output: a b c at generation 1
 }
+
+// A transaction (an explicit journal) sees the page as it began; its
+// commit merges with what landed meanwhile, entry by entry.
+func ExampleEngine_Begin() {
+	dir, err := os.MkdirTemp("", "ledgerfs-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	eng := journal.NewEngine()
+	repo, err := store.Open(dir, eng.Hooks(store.Options{}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer repo.Close()
+	if err := repo.CreateLedger("l"); err != nil {
+		log.Fatal(err)
+	}
+	if err := repo.CreatePage("l", "p"); err != nil {
+		log.Fatal(err)
+	}
+	p, err := repo.Acquire("l", "p")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer repo.Release(p)
+	put := func(key, content string) journal.Op {
+		w := p.NewValueWriter()
+		if _, err := io.WriteString(w, content); err != nil {
+			log.Fatal(err)
+		}
+		id, size, err := w.Close()
+		if err != nil {
+			log.Fatal(err)
+		}
+		return journal.Op{Key: key, Entry: btree.Entry{Value: id, Meta: btree.Meta{Size: size}}}
+	}
+
+	tx, err := eng.Begin(p, true)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := tx.Apply(put("draft", "moved"), journal.Op{Key: "inbox/draft", Delete: true}); err != nil {
+		log.Fatal(err)
+	}
+	// Meanwhile an ordinary write lands on the page.
+	if err := eng.CommitterFor(p).Apply(false, put("counter", "1")); err != nil {
+		log.Fatal(err)
+	}
+	head, err := tx.Commit()
+	if err != nil {
+		log.Fatal(err)
+	}
+	it := p.Tree(head).Seek("")
+	for it.Next() {
+		fmt.Print(it.Entry().Key, " ")
+	}
+	fmt.Println("with", len(head.Parents), "parents")
+	// Output: counter draft with 2 parents
+}
