@@ -230,10 +230,12 @@ func serve(c serveConfig) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	detach := make(chan struct{})
+	served := make(chan struct{}) // ends the signal loop
+	defer close(served)
 	go func() {
 		select {
 		case <-signals:
-		case <-ctx.Done():
+		case <-served:
 			return
 		}
 		cancel()
@@ -242,10 +244,10 @@ func serve(c serveConfig) error {
 			case <-signals:
 				select {
 				case detach <- struct{}{}:
-				case <-ctx.Done():
+				case <-served:
 					return
 				}
-			case <-ctx.Done():
+			case <-served:
 				return
 			}
 		}
