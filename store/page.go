@@ -165,7 +165,7 @@ func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 			var err error
 			out, err = decodePiece(buf[:0], v, enc)
 			if stream {
-				p.ra.near(v)
+				p.ra.near(p.repo.ra, v)
 			}
 			return err
 		})

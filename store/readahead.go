@@ -26,19 +26,72 @@ const (
 	raFresh = time.Second
 )
 
-// noPopulate is set once the kernel turned MADV_POPULATE_READ down (before
-// Linux 5.14). Populating maps the pages in ahead of the reader, where
-// MADV_WILLNEED only reads them into the page cache: the reader then takes
-// no fault of its own, where each fault of a cold read mapped at most 64
-// KiB (14 % of the mount's CPU).
-var noPopulate atomic.Bool
+// readAheads advises the kernel to read value-log regions in, on one
+// goroutine the repository owns (run, until stop): allocating the pages
+// and starting their reads costs the reader nothing. A request that finds
+// the goroutine busy with many is dropped, as advice may be.
+type readAheads struct {
+	reqs chan raRequest
+	stop chan struct{}
+	// noPopulate is set once the kernel turned MADV_POPULATE_READ down
+	// (before Linux 5.14). Populating maps the pages in ahead of the
+	// reader, where MADV_WILLNEED only reads them into the page cache:
+	// the reader then takes no fault of its own, where each fault of a
+	// cold read mapped at most 64 KiB (14 % of the mount's CPU).
+	noPopulate atomic.Bool
+	// done, when set by a test, is called once a read-ahead has been
+	// asked for.
+	done func()
+	// clock tells when a region was asked for; a test moves it on past
+	// raFresh.
+	clock func() time.Time
+}
 
-// raDone, when set by a test, is called once a read-ahead has been asked for.
-var raDone func()
+// raRequest is the address ranges of one read-ahead.
+type raRequest struct {
+	n      int
+	ranges [2*raAround + 1][2]uintptr
+}
 
-// raClock tells when a region was asked for; a test moves it on past
-// raFresh.
-var raClock = time.Now
+func newReadAheads() *readAheads {
+	return &readAheads{reqs: make(chan raRequest, 64), stop: make(chan struct{}), clock: time.Now}
+}
+
+// run advises what is asked until stop is closed.
+func (w *readAheads) run() {
+	for {
+		select {
+		case <-w.stop:
+			return
+		case req := <-w.reqs:
+			for _, t := range req.ranges[:req.n] {
+				// A mapping gone meanwhile makes madvise fail: harmless,
+				// and so is advice for memory mapped there since.
+				advice := uintptr(unix.MADV_POPULATE_READ)
+				if w.noPopulate.Load() {
+					advice = unix.MADV_WILLNEED
+				}
+				_, _, e := unix.Syscall(unix.SYS_MADVISE, t[0], t[1]-t[0], advice)
+				if e == unix.EINVAL && advice == unix.MADV_POPULATE_READ {
+					w.noPopulate.Store(true)
+					unix.Syscall(unix.SYS_MADVISE, t[0], t[1]-t[0], unix.MADV_WILLNEED)
+				}
+			}
+			if w.done != nil {
+				w.done()
+			}
+		}
+	}
+}
+
+// ask queues a read-ahead, unless the worker has many or has stopped.
+func (w *readAheads) ask(req raRequest) {
+	select {
+	case w.reqs <- req:
+	case <-w.stop:
+	default:
+	}
+}
 
 // readAhead is a page's record of the value-log regions it asked for.
 type readAhead struct {
@@ -53,11 +106,9 @@ type asked struct {
 	at     time.Time
 }
 
-// near asks the kernel to read in the regions around v, a value in a
-// mapped value log, that it was not asked for lately. The advice runs on
-// its own goroutine: allocating the pages and starting their reads costs
-// the caller nothing.
-func (ra *readAhead) near(v []byte) {
+// near asks the kernel, through w, to read in the regions around v, a
+// value in a mapped value log, that it was not asked for lately.
+func (ra *readAhead) near(w *readAheads, v []byte) {
 	if len(v) == 0 {
 		return
 	}
@@ -71,9 +122,8 @@ func (ra *readAhead) near(v []byte) {
 		}
 		ra.m = m
 	}
-	var todo [2*raAround + 1][2]uintptr
-	n := 0
-	r, now := addr/raRegion, raClock()
+	var req raRequest
+	r, now := addr/raRegion, w.clock()
 	for b := r - raAround; b <= r+raAround; b++ {
 		start, end := max(b*raRegion, ra.m.start), min((b+1)*raRegion, ra.m.end)
 		if start >= end || ra.askedLately(b, now) {
@@ -81,30 +131,13 @@ func (ra *readAhead) near(v []byte) {
 		}
 		ra.done[ra.next] = asked{b, now}
 		ra.next = (ra.next + 1) % len(ra.done)
-		todo[n] = [2]uintptr{start, end}
-		n++
+		req.ranges[req.n] = [2]uintptr{start, end}
+		req.n++
 	}
 	ra.mu.Unlock()
-	if n == 0 {
-		return
+	if req.n > 0 {
+		w.ask(req)
 	}
-	go func() {
-		for _, t := range todo[:n] {
-			// A mapping gone meanwhile makes madvise fail: harmless.
-			advice := uintptr(unix.MADV_POPULATE_READ)
-			if noPopulate.Load() {
-				advice = unix.MADV_WILLNEED
-			}
-			_, _, e := unix.Syscall(unix.SYS_MADVISE, t[0], t[1]-t[0], advice)
-			if e == unix.EINVAL && advice == unix.MADV_POPULATE_READ {
-				noPopulate.Store(true)
-				unix.Syscall(unix.SYS_MADVISE, t[0], t[1]-t[0], unix.MADV_WILLNEED)
-			}
-		}
-		if raDone != nil {
-			raDone()
-		}
-	}()
 }
 
 func (ra *readAhead) askedLately(region uintptr, now time.Time) bool {

@@ -64,8 +64,8 @@ func TestGetStreamingReadsAhead(t *testing.T) {
 	chunks := storedChunks(t, p, writeValue(t, p, benchBytes(32<<20)))
 	d := chunks[len(chunks)/2]
 	asked := make(chan struct{}, 1)
-	raDone = func() { asked <- struct{}{} }
-	t.Cleanup(func() { raDone = nil })
+	p.repo.ra.done = func() { asked <- struct{}{} }
+	t.Cleanup(func() { p.repo.ra.done = nil })
 	// The advice runs on its own goroutine: a streaming get waits for it.
 	settled := func(streaming bool) int {
 		if streaming {
@@ -109,8 +109,8 @@ func TestGetStreamingReadsAhead(t *testing.T) {
 	// is read ahead again.
 	vlogResident(t, p, true)
 	later := time.Now().Add(raFresh)
-	raClock = func() time.Time { return later }
-	t.Cleanup(func() { raClock = time.Now })
+	p.repo.ra.clock = func() time.Time { return later }
+	t.Cleanup(func() { p.repo.ra.clock = time.Now })
 	if _, err := p.GetStreaming(d, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -129,14 +129,11 @@ func vlogMapped(t *testing.T, p *Page) int {
 // A streaming get has the value log ahead of it mapped in on another
 // goroutine, so that the reader takes no page faults of its own.
 func TestGetStreamingMapsAhead(t *testing.T) {
-	if noPopulate.Load() {
-		t.Skip("the kernel cannot populate mappings (MADV_POPULATE_READ, Linux 5.14)")
-	}
 	p := testPage(t)
 	chunks := storedChunks(t, p, writeValue(t, p, benchBytes(32<<20)))
 	done := make(chan struct{}, 1)
-	raDone = func() { done <- struct{}{} }
-	t.Cleanup(func() { raDone = nil })
+	p.repo.ra.done = func() { done <- struct{}{} }
+	t.Cleanup(func() { p.repo.ra.done = nil })
 	p.repo.trim.trim(true)
 	// No periodic trim drops what the read-ahead maps meanwhile: it runs
 	// whenever the process's file-backed RSS is above trimAbove, as a test
@@ -151,6 +148,9 @@ func TestGetStreamingMapsAhead(t *testing.T) {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		t.Fatal("no read-ahead within 30 s")
+	}
+	if p.repo.ra.noPopulate.Load() {
+		t.Skip("the kernel cannot populate mappings (MADV_POPULATE_READ, Linux 5.14)")
 	}
 	after := vlogMapped(t, p)
 	t.Logf("value log mapped: %d KiB before the get, %d KiB after", before>>10, after>>10)

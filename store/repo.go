@@ -124,7 +124,11 @@ type Repository struct {
 	cutters  *cas.Cutters // chunk the values of every page's writers
 	trim     trimmer
 	stopTrim chan struct{}
-	space    *space // nil when read-only
+	ra       *readAheads
+	// loops are the repository's goroutines (the trimmer, the
+	// read-ahead worker): Close waits for them.
+	loops sync.WaitGroup
+	space *space // nil when read-only
 
 	mu   sync.Mutex
 	open map[string]*Page // by ledger + "/" + page
@@ -231,7 +235,9 @@ func Open(dir string, opts Options) (*Repository, error) {
 	r.idle, _ = simplelru.NewLRU[string, *Page](opts.MaxIdlePages+1, nil)
 	r.cutters = cas.NewCutters()
 	r.stopTrim = make(chan struct{})
-	go r.trim.run(r.stopTrim)
+	r.ra = newReadAheads()
+	r.loops.Go(func() { r.trim.run(r.stopTrim) })
+	r.loops.Go(r.ra.run)
 	if !opts.ReadOnly {
 		if err := r.recover(); err != nil {
 			r.Close()
@@ -1068,6 +1074,7 @@ func (r *Repository) Close() error {
 	r.open = map[string]*Page{}
 	r.unlock()
 	close(r.stopTrim)
+	close(r.ra.stop)
 	slices.SortFunc(pages, func(a, b *Page) int { return bytes.Compare([]byte(a.Name), []byte(b.Name)) })
 	var errs []error
 	for _, p := range pages {
@@ -1078,6 +1085,7 @@ func (r *Repository) Close() error {
 	r.cutters.Close()
 	errs = append(errs, r.closeBadger(r.db))
 	r.trim.running.Lock() // for good: the dbs are gone
+	r.loops.Wait()
 	return errors.Join(errs...)
 }
 
