@@ -42,8 +42,8 @@
 // inside the FUSE operation on the node they name: the kernel may hold that
 // node's locks while it waits for the operation.
 //
-// Layer: the top of the library, above journal, history and store; the
-// command line mounts it.
+// Layer: the top of the library, above journal, history and store;
+// internal/server serves it at a mount point.
 package fs
 
 import (

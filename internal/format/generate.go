@@ -7,8 +7,8 @@
 // after editing a .fbs file (needs flatc, Debian package
 // flatbuffers-compiler).
 //
-// Layers, from the top: cmd → fs → journal, history → store → btree, cas →
-// format. This package imports nothing of ledgerfs.
+// Layers, from the top: cmd → server → fs → journal, history → store →
+// btree, cas → format. This package imports nothing of ledgerfs.
 package format
 
 //go:generate sh -c "flatc --go --go-namespace format -o . object_identifier.fbs commit.fbs tree_node.fbs file_index.fbs && mv format/*.go . && rmdir format"

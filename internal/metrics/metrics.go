@@ -3,7 +3,7 @@
 // through the mount, commits and their sizes, and the repository's figures
 // (pieces stored and deduplicated, open pages and the size of their dbs).
 //
-// Layer: beside fs, above store and journal; the command line serves it.
+// Layer: beside fs, above store and journal; internal/server serves it.
 package metrics
 
 import (
