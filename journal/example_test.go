@@ -14,42 +14,9 @@ import (
 // A page's committer: queued changes are recorded in an implicit journal at
 // once and share one commit; Wait returns once they have landed.
 func ExampleCommitter() {
-	dir, err := os.MkdirTemp("", "ledgerfs-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	// The engine's hooks commit what a crash left in implicit journals
-	// when a page opens, and what is queued before it closes.
 	eng := journal.NewEngine()
-	repo, err := store.Open(dir, eng.Hooks(store.Options{}))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer repo.Close()
-	if err := repo.CreateLedger("l"); err != nil {
-		log.Fatal(err)
-	}
-	if err := repo.CreatePage("l", "p"); err != nil {
-		log.Fatal(err)
-	}
-	p, err := repo.Acquire("l", "p")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer repo.Release(p)
-
-	put := func(key, content string) journal.Op {
-		w := p.NewValueWriter()
-		if _, err := io.WriteString(w, content); err != nil {
-			log.Fatal(err)
-		}
-		id, size, err := w.Close()
-		if err != nil {
-			log.Fatal(err)
-		}
-		return journal.Op{Key: key, Entry: btree.Entry{Value: id, Meta: btree.Meta{Size: size}}}
-	}
+	p, put, done := examplePage(eng)
+	defer done()
 	c := eng.CommitterFor(p)
 	for _, k := range []string{"b", "a", "c"} {
 		if err := c.Queue(nil, put(k, "value of "+k)); err != nil {
@@ -74,39 +41,9 @@ func ExampleCommitter() {
 // A transaction (an explicit journal) sees the page as it began; its
 // commit merges with what landed meanwhile, entry by entry.
 func ExampleEngine_Begin() {
-	dir, err := os.MkdirTemp("", "ledgerfs-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
 	eng := journal.NewEngine()
-	repo, err := store.Open(dir, eng.Hooks(store.Options{}))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer repo.Close()
-	if err := repo.CreateLedger("l"); err != nil {
-		log.Fatal(err)
-	}
-	if err := repo.CreatePage("l", "p"); err != nil {
-		log.Fatal(err)
-	}
-	p, err := repo.Acquire("l", "p")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer repo.Release(p)
-	put := func(key, content string) journal.Op {
-		w := p.NewValueWriter()
-		if _, err := io.WriteString(w, content); err != nil {
-			log.Fatal(err)
-		}
-		id, size, err := w.Close()
-		if err != nil {
-			log.Fatal(err)
-		}
-		return journal.Op{Key: key, Entry: btree.Entry{Value: id, Meta: btree.Meta{Size: size}}}
-	}
+	p, put, done := examplePage(eng)
+	defer done()
 
 	tx, err := eng.Begin(p, true)
 	if err != nil {
@@ -129,4 +66,44 @@ func ExampleEngine_Begin() {
 	}
 	fmt.Println("with", len(head.Parents), "parents")
 	// Output: counter draft with 2 parents
+}
+
+// examplePage opens a new repository with one page, l/p, through eng; put
+// makes an op that sets key to content. done closes it all.
+func examplePage(eng *journal.Engine) (p *store.Page, put func(key, content string) journal.Op, done func()) {
+	dir, err := os.MkdirTemp("", "ledgerfs-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The engine's hooks commit what a crash left in implicit journals
+	// when a page opens, and what is queued before it closes.
+	repo, err := store.Open(dir, eng.Hooks(store.Options{}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := repo.CreateLedger("l"); err != nil {
+		log.Fatal(err)
+	}
+	if err := repo.CreatePage("l", "p"); err != nil {
+		log.Fatal(err)
+	}
+	if p, err = repo.Acquire("l", "p"); err != nil {
+		log.Fatal(err)
+	}
+	put = func(key, content string) journal.Op {
+		w := p.NewValueWriter()
+		if _, err := io.WriteString(w, content); err != nil {
+			log.Fatal(err)
+		}
+		id, size, err := w.Close()
+		if err != nil {
+			log.Fatal(err)
+		}
+		return journal.Op{Key: key, Entry: btree.Entry{Value: id, Meta: btree.Meta{Size: size}}}
+	}
+	return p, put, func() {
+		repo.Release(p)
+		repo.Close()
+		os.RemoveAll(dir)
+	}
 }

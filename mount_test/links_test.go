@@ -169,12 +169,7 @@ func TestHardLinks(t *testing.T) {
 	}
 
 	// Kept across a remount, and in the history.
-	syncDir(t, pg)
-	s.stop()
-	verifySchema(t, s.repo)
-	if out, code := fsck(t, s.repo); code != 0 {
-		t.Fatalf("fsck (exit %d):\n%s", code, out)
-	}
+	stopAndCheck(t, s, pg)
 	s = mount(t, s.repo)
 	pg = filepath.Join(s.mnt, "l", "p")
 	wantLinks(t, at("sym"), at("sym2"))
@@ -311,6 +306,13 @@ func TestHardLinksWithTools(t *testing.T) {
 	if got := readString(t, filepath.Join(pg, "tar", "g")); got != "changed" {
 		t.Errorf("after a write through cp -al's link, the original reads %q", got)
 	}
+	stopAndCheck(t, s, pg)
+}
+
+// stopAndCheck waits for the page's changes to land, unmounts, and checks
+// every row of the repository and, with fsck, every head's links.
+func stopAndCheck(t *testing.T, s *server, pg string) {
+	t.Helper()
 	syncDir(t, pg)
 	s.stop()
 	verifySchema(t, s.repo)

@@ -48,17 +48,7 @@ func BenchmarkCollect20k(b *testing.B) {
 
 // longPage makes a repository whose page l/p has historyCommits commits.
 func longPage(b *testing.B) *store.Repository {
-	repo, err := store.Open(b.TempDir(), journals.Hooks(store.Options{}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { repo.Close() })
-	if err := repo.CreateLedger("l"); err != nil {
-		b.Fatal(err)
-	}
-	if err := repo.CreatePage("l", "p"); err != nil {
-		b.Fatal(err)
-	}
+	repo := newRepo(b)
 	p, err := repo.Acquire("l", "p")
 	if err != nil {
 		b.Fatal(err)

@@ -22,7 +22,9 @@ import (
 // repositories, each page with its own committer.
 var journals = journal.NewEngine()
 
-func openPage(t testing.TB) (*store.Repository, *store.Page) {
+// newRepo opens a new repository with one empty page, l/p, until the test
+// ends.
+func newRepo(t testing.TB) *store.Repository {
 	t.Helper()
 	repo, err := store.Open(t.TempDir(), journals.Hooks(store.Options{}))
 	if err != nil {
@@ -35,6 +37,12 @@ func openPage(t testing.TB) (*store.Repository, *store.Page) {
 	if err := repo.CreatePage("l", "p"); err != nil {
 		t.Fatal(err)
 	}
+	return repo
+}
+
+func openPage(t testing.TB) (*store.Repository, *store.Page) {
+	t.Helper()
+	repo := newRepo(t)
 	p, err := repo.AcquireIdle("l", "p")
 	if err != nil {
 		t.Fatal(err)
