@@ -52,9 +52,36 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	d.pg.keys.Lock()
 	defer d.pg.keys.Unlock()
 	defer d.pg.dirsChanged()
-	// Commit what is written to the files being moved, so that the rename
-	// moves their content.
 	moved := d.GetChild(name)
+	if eno := d.commitMoving(moved, src); eno != 0 {
+		return eno
+	}
+	dstParent, _, err := nd.prefix()
+	if err != nil {
+		return errno("rename", err)
+	}
+	r := renaming{src: src, dst: dst, srcParent: srcParent, dstParent: dstParent, whole: !scoll, noReplace: flags&renameNoReplace != 0}
+	if err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error { return r.plan(t) }); err != nil {
+		return errno("rename", err)
+	}
+	if r.same {
+		return 0
+	}
+	// Both directories' mtime and ctime change.
+	for _, dir := range []string{srcParent, dstParent} {
+		if r.ops, err = d.pg.withTouch(dir, r.ops); err != nil {
+			return errno("rename", err)
+		}
+	}
+	return d.applyRename(&r, moved, name, nd, newName)
+}
+
+// commitMoving commits what is written to the files a rename of src moves
+// (the node moved, the files pending under it), so that the rename moves
+// their content, and waits for the commits queued before: a close that
+// returned before the rename, or that these commits waited for, has
+// queued its commit by now. Called with the page's keys held.
+func (d *dirNode) commitMoving(moved *gofs.Inode, src string) syscall.Errno {
 	if moved != nil {
 		if f, ok := moved.Operations().(*fileNode); ok {
 			if eno := f.commitHeld(commitWait); eno != 0 {
@@ -67,166 +94,170 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 			return eno
 		}
 	}
-	// After those commits: a close that returned before the rename, or
-	// that these commits waited for, has queued its commit by now.
-	if err := d.pg.settle(); err != nil {
-		return errno("rename", err)
-	}
+	return errno("rename", d.pg.settle())
+}
 
-	dstParent, _, err := nd.prefix()
-	if err != nil {
-		return errno("rename", err)
-	}
-	var ops []journal.Op
-	srcIsDir, dstIsDir := false, false
+// renaming is one rename: its keys, and what plan found it to be.
+type renaming struct {
+	src, dst             string
+	srcParent, dstParent string
+	whole                bool // src names a directory too, not only a file's collision name
+	noReplace            bool // RENAME_NOREPLACE
+	ops                  []journal.Op
+	srcIsDir, dstIsDir   bool
 	// With hard links: the file the source name points at, and the one
-	// the target name did, which loses a name.
-	var srcLink, dstLink string
-	dstLeft, same := false, false
-	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
-		se, srcFile, err := t.Get(src)
-		if err != nil {
-			return err
-		}
-		srcDir, err := hasPrefixKey(t, src+"/")
-		if err != nil {
-			return err
-		}
-		de, dstFile, err := t.Get(dst)
-		if err != nil {
-			return err
-		}
-		dstDir, err := hasPrefixKey(t, dst+"/")
-		if err != nil {
-			return err
-		}
-		switch {
-		case srcDir && !scoll:
-			srcIsDir = true
-			if dstFile {
-				return syscall.ENOTDIR
-			}
-			if strings.HasPrefix(dst+"/", src+"/") {
-				return syscall.EINVAL // into itself
-			}
-			if dstDir {
-				if flags&renameNoReplace != 0 {
-					return syscall.EEXIST
-				}
-				dstIsDir = true
-				it := t.Prefix(dst + "/")
-				for it.Next() {
-					if it.Entry().Key != dst+"/" {
-						return syscall.ENOTEMPTY
-					}
-					ops = append(ops, journal.Op{Key: dst + "/", Delete: true})
-				}
-				if it.Err() != nil {
-					return it.Err()
-				}
-			}
-			it := t.Prefix(src + "/")
-			for it.Next() {
-				e := it.Entry()
-				nk := dst + "/" + e.Key[len(src)+1:]
-				ops = append(ops, journal.Op{Key: e.Key, Delete: true}, journal.Op{Key: nk, Entry: e})
-			}
-			if it.Err() != nil {
-				return it.Err()
-			}
-		case srcFile:
-			if dstDir {
-				return syscall.EISDIR
-			}
-			if dstFile && flags&renameNoReplace != 0 {
-				return syscall.EEXIST
-			}
-			srcLink, dstLink = se.Meta.Link, de.Meta.Link
-			if dstFile && dstLink != "" {
-				if dstLink == srcLink {
-					same = true // two names of one file: POSIX does nothing
-					return nil
-				}
-				more, left, err := dropName(t, dstLink)
-				if err != nil {
-					return err
-				}
-				ops, dstLeft = append(ops, more...), left
-			}
-			ops = append(ops, journal.Op{Key: src, Delete: true}, journal.Op{Key: dst, Entry: se})
-		default:
-			return syscall.ENOENT
-		}
-		gone := src
-		if srcIsDir {
-			gone = src + "/"
-		}
-		keep, err := keepParent(t, srcParent, gone)
-		// The moved entry may land in the directory it leaves.
-		if len(keep) > 0 && !strings.HasPrefix(dst, srcParent) {
-			ops = append(ops, keep...)
-		}
-		return err
-	})
-	// Both directories' mtime and ctime change.
-	for _, dir := range []string{srcParent, dstParent} {
-		if err == nil {
-			ops, err = d.pg.withTouch(dir, ops)
-		}
-	}
+	// the target name did, which loses a name (dstLeft: it has others).
+	srcLink, dstLink string
+	dstLeft          bool
+	same             bool // two names of one file: POSIX does nothing
+}
+
+// plan reads the head t and makes the rename's ops, or says why it cannot
+// be done: the errnos rename(2) gives.
+func (r *renaming) plan(t *btree.Tree) error {
+	src, dst := r.src, r.dst
+	se, srcFile, err := t.Get(src)
 	if err != nil {
-		return errno("rename", err)
+		return err
 	}
-	if same {
-		return 0
+	srcDir, err := hasPrefixKey(t, src+"/")
+	if err != nil {
+		return err
 	}
-	// A file replaced by the rename must not commit itself back, nor show
-	// what its key holds once the rename lands; one with names left loses
-	// this one.
-	var replaced, renamed *fileNode
+	de, dstFile, err := t.Get(dst)
+	if err != nil {
+		return err
+	}
+	dstDir, err := hasPrefixKey(t, dst+"/")
+	if err != nil {
+		return err
+	}
+	switch {
+	case srcDir && r.whole:
+		if err := r.planDir(t, dstFile, dstDir); err != nil {
+			return err
+		}
+	case srcFile:
+		if dstDir {
+			return syscall.EISDIR
+		}
+		if dstFile && r.noReplace {
+			return syscall.EEXIST
+		}
+		r.srcLink, r.dstLink = se.Meta.Link, de.Meta.Link
+		if dstFile && r.dstLink != "" {
+			if r.dstLink == r.srcLink {
+				r.same = true
+				return nil
+			}
+			more, left, err := dropName(t, r.dstLink)
+			if err != nil {
+				return err
+			}
+			r.ops, r.dstLeft = append(r.ops, more...), left
+		}
+		r.ops = append(r.ops, journal.Op{Key: src, Delete: true}, journal.Op{Key: dst, Entry: se})
+	default:
+		return syscall.ENOENT
+	}
+	gone := src
+	if r.srcIsDir {
+		gone = src + "/"
+	}
+	keep, err := keepParent(t, r.srcParent, gone)
+	// The moved entry may land in the directory it leaves.
+	if len(keep) > 0 && !strings.HasPrefix(dst, r.srcParent) {
+		r.ops = append(r.ops, keep...)
+	}
+	return err
+}
+
+// planDir plans the move of directory src: every key under it, over an
+// empty directory dst if there is one.
+func (r *renaming) planDir(t *btree.Tree, dstFile, dstDir bool) error {
+	src, dst := r.src, r.dst
+	r.srcIsDir = true
+	if dstFile {
+		return syscall.ENOTDIR
+	}
+	if strings.HasPrefix(dst+"/", src+"/") {
+		return syscall.EINVAL // into itself
+	}
+	if dstDir {
+		if r.noReplace {
+			return syscall.EEXIST
+		}
+		r.dstIsDir = true
+		it := t.Prefix(dst + "/")
+		for it.Next() {
+			if it.Entry().Key != dst+"/" {
+				return syscall.ENOTEMPTY
+			}
+			r.ops = append(r.ops, journal.Op{Key: dst + "/", Delete: true})
+		}
+		if it.Err() != nil {
+			return it.Err()
+		}
+	}
+	it := t.Prefix(src + "/")
+	for it.Next() {
+		e := it.Entry()
+		nk := dst + "/" + e.Key[len(src)+1:]
+		r.ops = append(r.ops, journal.Op{Key: e.Key, Delete: true}, journal.Op{Key: nk, Entry: e})
+	}
+	return it.Err()
+}
+
+// applyRename commits the planned rename and brings the nodes and inode
+// numbers along: a file it replaced no longer commits itself back nor shows
+// what its key holds (one with names left loses this one), an empty
+// directory it replaced is removed, and the moved node's key is the new one
+// until go-fuse has moved it.
+func (d *dirNode) applyRename(r *renaming, moved *gofs.Inode, name string, nd *dirNode, newName string) syscall.Errno {
+	var replaced, thinned *fileNode
 	if ch := nd.GetChild(newName); ch != nil {
-		if f, ok := ch.Operations().(*fileNode); ok && !dstLeft {
+		if f, ok := ch.Operations().(*fileNode); ok && !r.dstLeft {
 			f.setUnlinked(true)
 			replaced = f
 		} else if ok {
-			renamed = f
+			thinned = f
 		}
 	}
-	// So is an empty directory it replaces.
 	removedDir := func(bool) {}
-	if dstIsDir {
-		removedDir = nd.removing(newName, dst+"/")
+	if r.dstIsDir {
+		removedDir = nd.removing(newName, r.dst+"/")
 	}
-	if err := d.pg.apply(false, ops...); err != nil {
+	if err := d.pg.apply(false, r.ops...); err != nil {
 		if replaced != nil {
 			replaced.setUnlinked(false)
 		}
 		return errno("rename", err)
 	}
 	removedDir(false)
-	if renamed != nil {
-		renamed.mu.Lock()
-		renamed.meta.Nlink = max(1, renamed.meta.Nlink) - 1
-		renamed.mu.Unlock()
+	if thinned != nil {
+		thinned.mu.Lock()
+		thinned.meta.Nlink = max(1, thinned.meta.Nlink) - 1
+		thinned.mu.Unlock()
 	}
 	if moved != nil {
 		d.pg.moves.add(moved, d.EmbeddedInode(), name, nd.EmbeddedInode(), newName)
 	}
-	d.pg.forgetAtimes(src)
-	d.pg.forgetAtimes(dst)
+	d.pg.forgetAtimes(r.src)
+	d.pg.forgetAtimes(r.dst)
 	inos := &d.pg.fs.inos
-	if srcIsDir {
-		inos.move(d.pg.id('d', src+"/"), d.pg.id('d', dst+"/"), true)
-		inos.move(d.pg.id('f', src+"/"), d.pg.id('f', dst+"/"), true)
-	} else if srcLink != "" {
+	switch {
+	case r.srcIsDir:
+		inos.move(d.pg.id('d', r.src+"/"), d.pg.id('d', r.dst+"/"), true)
+		inos.move(d.pg.id('f', r.src+"/"), d.pg.id('f', r.dst+"/"), true)
+	case r.srcLink != "":
 		// The moved node's number is its file's; the replaced file's
 		// stays with it until the kernel forgets it.
-		inos.release(d.pg.id('f', dst))
-	} else {
-		inos.move(d.pg.id('f', src), d.pg.id('f', dst), false)
+		inos.release(d.pg.id('f', r.dst))
+	default:
+		inos.move(d.pg.id('f', r.src), d.pg.id('f', r.dst), false)
 	}
-	if dstLink != "" && !dstLeft {
-		inos.release(d.pg.id('f', dstLink))
+	if r.dstLink != "" && !r.dstLeft {
+		inos.release(d.pg.id('f', r.dstLink))
 	}
 	return 0
 }
