@@ -13,13 +13,13 @@ import (
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
-// buildPage fills page l/p of a new repository without a mount: first
-// commits of entries keys (one commit), then commits more commits each
-// changing one key. Values are short, so stored inline.
 // journals commits the tests' changes: one engine for the package's
 // repositories, each page with its own committer.
 var journals = journal.NewEngine()
 
+// buildPage fills page l/p of a new repository without a mount: first
+// commits of entries keys (one commit), then commits more commits each
+// changing one key. Values are short, so stored inline.
 func buildPage(b *testing.B, keys, commits int) string {
 	repoDir := b.TempDir()
 	r, err := store.Open(repoDir, journals.Hooks(store.Options{}))

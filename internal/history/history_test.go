@@ -20,11 +20,11 @@ import (
 // fataler is what the helpers need of a *testing.T or *rapid.T.
 type fataler interface{ Fatal(args ...any) }
 
-// openPage opens a new page in dir; close releases it.
 // journals commits the tests' changes: one engine for the package's
 // repositories, each page with its own committer.
 var journals = journal.NewEngine()
 
+// openPage opens a new page in dir; close releases it.
 func openPage(t fataler, dir string) (p *store.Page, close func()) {
 	r, err := store.Open(dir, journals.Hooks(store.Options{}))
 	if err != nil {
@@ -371,4 +371,66 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(sharedDir)
 	}
 	os.Exit(code)
+}
+
+// A name's versions follow the file it names once it has hard links: the
+// versions written through its other names are its too, and a version's
+// Entry.Key is where its content is.
+func TestOfName(t *testing.T) {
+	p, done := openPage(t, t.TempDir())
+	defer done()
+	g := btree.LinkPrefix + "0123456789abcdef"
+	commit := func(ops ...journal.Op) {
+		t.Helper()
+		if err := journals.CommitterFor(p).Apply(false, ops...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := func(key string) journal.Op {
+		e := value(t, p, "")
+		e.Meta = btree.Meta{Mode: 0o100000, Link: g}
+		return journal.Op{Key: key, Entry: e}
+	}
+	file := func(content string, nlink uint32) journal.Op {
+		e := value(t, p, content)
+		e.Meta.Nlink = nlink
+		return journal.Op{Key: g, Entry: e}
+	}
+	commit(journal.Op{Key: "a", Entry: value(t, p, "v1")})
+	commit(file("v1", 2), name("a"), name("b")) // ln a b
+	commit(file("v2", 2))                       // a write through b
+	commit(journal.Op{Key: "c", Entry: value(t, p, "other")})
+	commit(file("v3", 2))
+	commit(journal.Op{Key: "b", Delete: true}, file("v3", 1)) // rm b
+	commit(file("v4", 1))                                     // a write through a
+
+	versions := func(key string) []string {
+		vs, err := OfName(p, key, func(k string) ([]Version, error) { return Versions(p, k) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, v := range vs {
+			r, err := p.OpenValue(v.Entry.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, v.Entry.Meta.Size)
+			if _, err := r.ReadAt(b, 0); err != nil && len(b) > 0 {
+				t.Fatal(err)
+			}
+			at := "own"
+			if v.Entry.Key == g {
+				at = "link"
+			}
+			out = append(out, fmt.Sprintf("%d:%s@%s", v.Commit.Generation, b, at))
+		}
+		return out
+	}
+	if got, want := versions("a"), []string{"1:v1@own", "2:v1@link", "3:v2@link", "5:v3@link", "6:v3@link", "7:v4@link"}; !slices.Equal(got, want) {
+		t.Errorf("versions of a: %v, want %v", got, want)
+	}
+	if got, want := versions("b"), []string{"2:v1@link", "3:v2@link", "5:v3@link"}; !slices.Equal(got, want) {
+		t.Errorf("versions of b: %v, want %v", got, want)
+	}
 }
