@@ -111,10 +111,15 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 	if (r.Deleted > 0 || r.Compressed > 0 || o.Reclaim) && !r.Stopped {
 		start := time.Now()
 		complete, err := repo.Reclaim(ledger, page, !o.Wait)
-		if errors.Is(err, store.ErrBusy) && o.Wait && repo.WaitUnused(ledger, page, reclaimWait) {
-			// An explicit request gives the space back before it
-			// returns: users on their way out (a release after
-			// close) are waited for.
+		// An explicit request gives the space back before it returns:
+		// users on their way out (a release after close, a getattr's
+		// read of the tree) are waited for, again if another came
+		// between the wait and the reclaim.
+		for deadline := time.Now().Add(reclaimWait); errors.Is(err, store.ErrBusy) && o.Wait; {
+			left := time.Until(deadline)
+			if left <= 0 || !repo.WaitUnused(ledger, page, left) {
+				break
+			}
 			complete, err = repo.Reclaim(ledger, page, false)
 		}
 		if errors.Is(err, store.ErrBusy) {
