@@ -209,19 +209,6 @@ func dropName(t *btree.Tree, g string) ([]journal.Op, bool, error) {
 	return []journal.Op{{Key: g, Entry: ge}}, true, nil
 }
 
-// linkAt returns the link key the name at key points at, if it does.
-func (pg *pageRef) linkAt(key string) (string, error) {
-	var g string
-	err := pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
-		e, found, err := t.Get(key)
-		if found {
-			g = e.Meta.Link
-		}
-		return err
-	})
-	return g, err
-}
-
 // unlinkName removes a name of a file with hard links: the name's entry
 // goes and the file's count of names drops, in one commit, with the page's
 // keys held as by a rename.

@@ -186,11 +186,19 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if err != nil {
 		return errno("unlink", err)
 	}
-	if g, err := d.pg.linkAt(key); err != nil {
-		return errno("unlink", err)
-	} else if g != "" {
+	eno, linked := d.unlinkShared(name, key, prefix)
+	if linked {
+		// A name of a file with hard links: the file's count of names
+		// changes too, with the page's keys held exclusively.
 		return d.unlinkName(name, key, prefix)
 	}
+	return eno
+}
+
+// unlinkShared is Unlink of a file without hard links, with the page's
+// keys held shared; it reports a name of a file with links, which it
+// leaves for unlinkName.
+func (d *dirNode) unlinkShared(name, key, prefix string) (syscall.Errno, bool) {
 	d.pg.keys.RLock()
 	defer d.pg.keys.RUnlock()
 	var unlinked *fileNode
@@ -200,33 +208,37 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 			unlinked = f
 		}
 	}
-	eno := d.unlink(key, prefix)
+	eno, linked := d.unlink(key, prefix)
 	switch {
-	case eno == 0:
+	case eno == 0 && !linked:
 		d.pg.fs.inos.release(d.pg.id('f', key))
 	case unlinked != nil:
 		unlinked.setUnlinked(false)
 	}
-	return eno
+	return eno, linked
 }
 
-// unlink deletes the file at key in the directory at prefix.
-func (d *dirNode) unlink(key, prefix string) syscall.Errno {
+// unlink deletes the file at key in the directory at prefix, unless it is
+// a name of a file with hard links, which it reports.
+func (d *dirNode) unlink(key, prefix string) (eno syscall.Errno, linked bool) {
 	pending := d.pg.pendingFile(key) != nil // before the tree; see listDir
 	var keep []journal.Op
 	err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
-		_, inTree, err := t.Get(key)
+		e, inTree, err := t.Get(key)
 		if err != nil {
 			return err
 		}
 		if !inTree && !pending {
 			return syscall.ENOENT
 		}
+		if linked = inTree && e.Meta.Link != ""; linked {
+			return nil
+		}
 		keep, err = keepParent(t, prefix, key)
 		return err
 	})
-	if err != nil {
-		return errno("unlink", err)
+	if err != nil || linked {
+		return errno("unlink", err), linked
 	}
 	d.pg.dropPending(key)
 	if d.pg.v.queues() && len(keep) == 0 {
@@ -234,16 +246,13 @@ func (d *dirNode) unlink(key, prefix string) syscall.Errno {
 		// after it even if the tree does not have the key yet. The touch
 		// goes first, for the delete to carry it.
 		d.pg.touch(prefix)
-		if err := d.pg.queueDelete(key); err != nil {
-			return errno("unlink", err)
-		}
-		return 0
+		return errno("unlink", d.pg.queueDelete(key)), false
 	}
 	ops, err := d.pg.withTouch(prefix, append([]journal.Op{{Key: key, Delete: true}}, keep...))
 	if err != nil {
-		return errno("unlink", err)
+		return errno("unlink", err), false
 	}
-	return errno("unlink", d.pg.apply(false, ops...))
+	return errno("unlink", d.pg.apply(false, ops...)), false
 }
 
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
