@@ -35,7 +35,7 @@ func linkName(key, g string, mode uint32) btree.Entry {
 }
 
 // setLinked gives the node its file's link key, and makes it the node a
-// transaction's change of that key reaches (pageRef.landed), unless the
+// transaction's change of that key reaches (pageRef.catchUp), unless the
 // kernel holds another: a lookup's new node of a file the kernel knows by
 // another name is dropped for the one it knows (go-fuse finds it by its
 // number).

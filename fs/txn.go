@@ -182,13 +182,13 @@ func (pg *pageRef) endTxn(name string, commit bool) error {
 	delete(pg.txns, name)
 	pg.mu.Unlock()
 	if to != nil {
-		pg.landed(t.p, from, to, touched)
+		pg.catchUp(t.p, from, to, touched)
 	}
 	pg.release(t.p)
 	return nil
 }
 
-// landed brings the live page up to date with a commit that reached it
+// catchUp brings the live page up to date with a commit that reached it
 // behind the kernel's back, a transaction's: for every entry changed
 // between from and to, the node the kernel holds and the kernel's caches
 // take the change. A file whose content or type changed, or that was
@@ -199,7 +199,7 @@ func (pg *pageRef) endTxn(name string, commit bool) error {
 // are removed as rmdir removes them. Only keys touched reports are taken:
 // other changes between from and to landed through the live page. The
 // caller holds no lock a FUSE operation of the page could wait for.
-func (pg *pageRef) landed(p *store.Page, from, to *store.Commit, touched func(key string) bool) {
+func (pg *pageRef) catchUp(p *store.Page, from, to *store.Commit, touched func(key string) bool) {
 	pg.dirsChanged()
 	root := pg.rootInode()
 	if root == nil {

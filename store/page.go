@@ -97,7 +97,7 @@ func (p *Page) CheckContentSpace(n int) error {
 	if err := p.repo.space.claim(uint64(n), forContent); err != nil {
 		return err
 	}
-	p.repo.space.landed(uint64(n))
+	p.repo.space.settled(uint64(n))
 	return nil
 }
 
@@ -290,7 +290,7 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) (err error) {
 		w.p.repo.counters.bytesStored.Add(uint64(len(data)))
 	}
 	if err != nil {
-		w.landed(len(data))
+		w.settled(len(data))
 		return fmt.Errorf("store: write piece %s: %w", d, err)
 	}
 	if w.Track {
@@ -310,7 +310,7 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) (err error) {
 // twice, which costs space until value-log GC and nothing else.
 //
 // The next batch's transaction starts before this one commits: Badger
-// starts a transaction only once every commit before it has landed, so
+// starts a transaction only once every commit before it is written, so
 // starting it afterwards would make hashing wait for this batch's write.
 func (w *PieceWriter) commitAsync() error {
 	txn, full, n := w.txn, w.pending >= flushBytes, w.pending
@@ -318,7 +318,7 @@ func (w *PieceWriter) commitAsync() error {
 	w.inflight <- struct{}{}
 	w.wg.Add(1)
 	txn.CommitWith(func(err error) {
-		w.landed(n)
+		w.settled(n)
 		if err != nil {
 			w.errMu.Lock()
 			if w.err == nil {
@@ -335,11 +335,11 @@ func (w *PieceWriter) commitAsync() error {
 	return w.firstErr()
 }
 
-// landed tells the space guard that n bytes of content claimed by Put are
+// settled tells the space guard that n bytes of content claimed by Put are
 // in the db's files, or dropped.
-func (w *PieceWriter) landed(n int) {
+func (w *PieceWriter) settled(n int) {
 	if w.bulk {
-		w.p.repo.space.landed(uint64(n))
+		w.p.repo.space.settled(uint64(n))
 	}
 }
 
@@ -355,8 +355,8 @@ func (w *PieceWriter) Flush() error { return w.flushWith(nil) }
 
 // flushWith commits the pieces written so far together with the rows that
 // rows (if not nil) sets, in one transaction after the batches already
-// committing have landed, and waits for it: rows that refer to the pieces
-// (a journal entry) land with them or not at all. Rows too many for the
+// committing are written, and waits for it: rows that refer to the pieces
+// (a journal entry) are written with them or not at all. Rows too many for the
 // transaction follow the pieces in one of their own.
 func (w *PieceWriter) flushWith(rows func(txn *badger.Txn) error) error {
 	w.wg.Wait()
@@ -366,7 +366,7 @@ func (w *PieceWriter) flushWith(rows func(txn *badger.Txn) error) error {
 	}
 	txn, n := w.txn, w.pending
 	w.txn, w.pending = nil, 0
-	defer w.landed(n)
+	defer w.settled(n)
 	if rows == nil {
 		if txn == nil {
 			return nil
@@ -401,7 +401,7 @@ func (w *PieceWriter) Discard() {
 		w.txn.Discard()
 		w.txn = nil
 	}
-	w.landed(w.pending)
+	w.settled(w.pending)
 	w.pending = 0
 	w.wg.Wait()
 }

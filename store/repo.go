@@ -1054,7 +1054,7 @@ func (r *Repository) RunGC() {
 			continue
 		}
 		p.RunGC(0.5)
-		r.space.landed(valueLogFileSize / 2)
+		r.space.settled(valueLogFileSize / 2)
 	}
 }
 

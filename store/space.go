@@ -100,7 +100,7 @@ type space struct {
 // spaceRefresh bounds how long a statfs result is trusted.
 const spaceRefresh = 100 * time.Millisecond
 
-// claim takes n bytes, to be given back with landed once they are written,
+// claim takes n bytes, to be given back with settled once they are written,
 // leaving the part of the reserve that kind keeps. A refusal wraps
 // syscall.ENOSPC, and is confirmed by a fresh statfs, so space freed on the
 // filesystem is seen at once.
@@ -140,9 +140,9 @@ func (s *space) claim(n uint64, kind claimKind) error {
 // held.
 func (s *space) left() uint64 { return s.free - min(s.free, s.inflight) }
 
-// landed gives back n bytes taken by claim once they are in the db's files
+// settled gives back n bytes taken by claim once they are in the db's files
 // (where statfs sees them) or dropped.
-func (s *space) landed(n uint64) {
+func (s *space) settled(n uint64) {
 	if s == nil {
 		return
 	}

@@ -79,7 +79,7 @@ func TestSpaceKeepsTheReserve(t *testing.T) {
 	if err := s.claim(free/4+free/8, forContent); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("claim beyond the reserve with a quarter in flight: %v, want ENOSPC", err)
 	}
-	s.landed(free / 4)
+	s.settled(free / 4)
 	if err := s.claim(free/4+free/8, forContent); err != nil {
 		t.Fatalf("the same claim once the quarter landed: %v", err)
 	}
