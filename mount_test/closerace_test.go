@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// A rename, an unlink or a rename of the parent directory begun while
+// A rename, an unlink, a link or a rename of the parent directory begun while
 // another thread is still inside close(2) of the file behaves as if the
 // close had finished or had not begun: never ENOENT for a name that exists
 // (npm's cache writes a temp file on one thread and renames it on another),
@@ -69,6 +69,20 @@ func TestChangesRacingClose(t *testing.T) {
 			gone(t, filepath.Join(dir, "unlink", fmt.Sprint(i)))
 		},
 	}, {
+		// A hard link made while the file closes names the file with
+		// everything written before the close, under both names.
+		name: "link",
+		setup: func(i int) string {
+			return filepath.Join(dir, "link", fmt.Sprint("a-", i))
+		},
+		change: func(i int) error {
+			return os.Link(filepath.Join(dir, "link", fmt.Sprint("a-", i)), filepath.Join(dir, "link", fmt.Sprint("b-", i)))
+		},
+		check: func(t *testing.T, i int, want []byte) {
+			holds(t, filepath.Join(dir, "link", fmt.Sprint("a-", i)), want)
+			holds(t, filepath.Join(dir, "link", fmt.Sprint("b-", i)), want)
+		},
+	}, {
 		// A file that exists, rewritten, in a directory renamed while
 		// the rewrite closes: the new content is in the new place, and
 		// nothing comes back at the old one.
@@ -87,7 +101,7 @@ func TestChangesRacingClose(t *testing.T) {
 			holds(t, filepath.Join(dir, "parents", fmt.Sprint("e-", i), "f"), want)
 		},
 	}}
-	for _, d := range []string{"same", "tmp", "content", "unlink", "parents"} {
+	for _, d := range []string{"same", "tmp", "content", "unlink", "link", "parents"} {
 		must(t, os.Mkdir(filepath.Join(dir, d), 0o755))
 	}
 	for ci, c := range cases {
