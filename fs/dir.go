@@ -325,17 +325,14 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 			return err
 		}
 		if g := entry.Meta.Link; isFile && g != "" {
-			if linked = d.pg.pendingFile(g); linked != nil {
-				return nil
+			if linked = d.pg.pendingFile(g); linked == nil {
+				var found bool
+				if entry, found, err = t.Follow(entry); err != nil {
+					return err
+				} else if !found {
+					return fmt.Errorf("name %q points at %q, which the page does not hold: %w", key, g, syscall.EIO)
+				}
 			}
-			e, found, err := t.Get(g)
-			if err != nil {
-				return err
-			}
-			if !found {
-				return fmt.Errorf("name %q points at %q, which the page does not hold: %w", key, g, syscall.EIO)
-			}
-			entry = e
 		}
 		if isFile && !entry.Meta.HasMtime {
 			headTs = d.pg.shownTime(p, head) // shown only without an mtime of its own
@@ -347,11 +344,11 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, errno("lookup", err)
 	}
 	isDir = isDir || pendingDir
-	if linked != nil && !(coll && !isDir) {
-		return linked.EmbeddedInode(), linked.fillAttrAt(entry.Meta.Link, &out.Attr)
-	}
 	switch {
 	case coll && isFile && isDir, !coll && isFile && !isDir:
+		if linked != nil {
+			return linked.EmbeddedInode(), linked.fillAttrAt(entry.Meta.Link, &out.Attr)
+		}
 		// A file open for writing shows what is written, not what was
 		// last committed: the kernel takes a lookup's size as the file's.
 		if ch := d.GetChild(name); ch != nil {
