@@ -26,12 +26,19 @@ func (f *fileNode) changedBehind(ch btree.Change, ts int64) (gone bool) {
 		f.unlinked = true
 		return true
 	}
-	if f.c != nil {
-		f.meta.Mode, f.meta.MtimeNs, f.meta.HasMtime = after.Meta.Mode, after.Meta.MtimeNs, after.Meta.HasMtime
-		return false
-	}
-	f.meta, f.metaTs = after.Meta, ts
+	f.takeMeta(after.Meta, ts)
 	return false
+}
+
+// takeMeta takes the metadata a commit behind the kernel's back left (a
+// transaction's): a node with content keeps what it holds and takes only
+// the mode, the mtime and the count of names; f.mu held.
+func (f *fileNode) takeMeta(m btree.Meta, ts int64) {
+	if f.c != nil {
+		f.meta.Mode, f.meta.MtimeNs, f.meta.HasMtime, f.meta.Nlink = m.Mode, m.MtimeNs, m.HasMtime, m.Nlink
+		return
+	}
+	f.meta, f.metaTs = m, ts
 }
 
 // How a change is committed: waiting for the commit, also for the disk, or

@@ -68,13 +68,10 @@ func (pg *pageRef) linkChangedBehind(ch btree.Change, ts int64) {
 		return
 	}
 	f.mu.Lock()
-	switch {
-	case ch.After == nil:
+	if ch.After == nil {
 		f.unlinked = true
-	case f.c != nil:
-		f.meta.Mode, f.meta.Nlink = ch.After.Meta.Mode, ch.After.Meta.Nlink
-	default:
-		f.meta, f.metaTs = ch.After.Meta, ts
+	} else {
+		f.takeMeta(ch.After.Meta, ts)
 	}
 	f.mu.Unlock()
 	f.EmbeddedInode().NotifyContent(0, 0)
@@ -116,11 +113,8 @@ func (d *dirNode) Link(ctx context.Context, target gofs.InodeEmbedder, name stri
 	// As a rename: no change computes a key while the file's entry moves.
 	d.pg.keys.Lock()
 	defer d.pg.keys.Unlock()
-	if eno := f.commitHeld(commitWait); eno != 0 {
+	if eno := d.pg.commitThenSettle("link", f); eno != 0 {
 		return nil, eno
-	}
-	if err := d.pg.settle(); err != nil {
-		return nil, errno("link", err)
 	}
 	if d.pg.pendingFile(key) != nil {
 		return nil, syscall.EEXIST
@@ -194,19 +188,39 @@ func orErr(err error, otherwise error) error {
 }
 
 // dropName returns the ops that take one name from the file at link key g
-// (the name's own delete is the caller's), and whether the file has names
+// (the name's own delete is the caller's), and how many names the file has
 // left. The last name takes the file's entry with it.
-func dropName(t *btree.Tree, g string) ([]journal.Op, bool, error) {
+func dropName(t *btree.Tree, g string) ([]journal.Op, uint32, error) {
 	ge, found, err := t.Get(g)
 	if err != nil || !found {
-		return nil, false, err
+		return nil, 0, err
 	}
 	if ge.Meta.Nlink <= 1 {
-		return []journal.Op{{Key: g, Delete: true}}, false, nil
+		return []journal.Op{{Key: g, Delete: true}}, 0, nil
 	}
 	ge.Meta.Nlink--
 	ge.Meta.CtimeNs, ge.Meta.HasCtime = nowNs(), true
-	return []journal.Op{{Key: g, Entry: ge}}, true, nil
+	return []journal.Op{{Key: g, Entry: ge}}, ge.Meta.Nlink, nil
+}
+
+// nameDropped brings the node of the file at link key g, if the kernel
+// holds one, to the nlink names a removal left it; with none left, the
+// file lives on only for its descriptors and its inode number is free.
+func (pg *pageRef) nameDropped(g string, nlink uint32) {
+	if nlink == 0 {
+		pg.fs.inos.release(pg.id('f', g))
+	}
+	f := pg.linkNode(g)
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if nlink == 0 {
+		f.unlinked = true
+	} else {
+		f.meta.Nlink = nlink
+	}
 }
 
 // unlinkName removes a name of a file with hard links: the name's entry
@@ -215,11 +229,11 @@ func dropName(t *btree.Tree, g string) ([]journal.Op, bool, error) {
 func (d *dirNode) unlinkName(name, key, prefix string) syscall.Errno {
 	d.pg.keys.Lock()
 	defer d.pg.keys.Unlock()
-	if err := d.pg.settle(); err != nil {
-		return errno("unlink", err)
+	if eno := d.pg.commitThenSettle("unlink"); eno != 0 {
+		return eno
 	}
 	var ops []journal.Op
-	var left bool
+	var left uint32
 	var g string
 	err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		e, found, err := t.Get(key)
@@ -248,35 +262,17 @@ func (d *dirNode) unlinkName(name, key, prefix string) syscall.Errno {
 	if err != nil {
 		return errno("unlink", err)
 	}
-	d.namesDropped(name, key, g, left)
-	return 0
-}
-
-// namesDropped tells the node at name, if the kernel knows it, that a name
-// of its file went: with none left, the file lives on only for its
-// descriptors.
-func (d *dirNode) namesDropped(name, key, g string, left bool) {
-	id := d.pg.id('f', key)
 	if g != "" {
-		id = d.pg.id('f', g)
+		d.pg.nameDropped(g, left)
+		return 0
 	}
-	var f *fileNode
+	// No longer a name of a linked file when its turn came: a file of its
+	// own, unlinked as Unlink does.
 	if ch := d.GetChild(name); ch != nil {
-		f, _ = ch.Operations().(*fileNode)
-	}
-	if !left {
-		if f != nil {
+		if f, ok := ch.Operations().(*fileNode); ok {
 			f.setUnlinked(true)
 		}
-		d.pg.fs.inos.release(id)
-		return
 	}
-	if f == nil {
-		return
-	}
-	f.mu.Lock()
-	if f.meta.Nlink > 1 {
-		f.meta.Nlink--
-	}
-	f.mu.Unlock()
+	d.pg.fs.inos.release(d.pg.id('f', key))
+	return 0
 }

@@ -3,6 +3,7 @@ package fs
 import (
 	"slices"
 	"sync"
+	"syscall"
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/journal"
@@ -234,6 +235,21 @@ func (pg *pageRef) queueWith(w *store.ValueWriter, done func(error), ops ...jour
 		landed()
 	}
 	return err
+}
+
+// commitThenSettle commits what is written to files and waits for the
+// commits queued before: a close that returned before the caller began, or
+// that these commits waited for, has queued its commit by now. For a
+// change of several keys (rename, link, unlink of a linked name) made with
+// the page's keys held exclusively, which then reads a head with nothing
+// in flight.
+func (pg *pageRef) commitThenSettle(op string, files ...*fileNode) syscall.Errno {
+	for _, f := range files {
+		if eno := f.commitHeld(commitWait); eno != 0 {
+			return eno
+		}
+	}
+	return errno(op, pg.settle())
 }
 
 // settle waits until the live page's queued commits have landed. A close

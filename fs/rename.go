@@ -78,23 +78,19 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 
 // commitMoving commits what is written to the files a rename of src moves
 // (the node moved, the files pending under it), so that the rename moves
-// their content, and waits for the commits queued before: a close that
-// returned before the rename, or that these commits waited for, has
-// queued its commit by now. Called with the page's keys held.
+// their content, and waits for the commits queued before (see
+// commitThenSettle).
 func (d *dirNode) commitMoving(moved *gofs.Inode, src string) syscall.Errno {
+	var files []*fileNode
 	if moved != nil {
 		if f, ok := moved.Operations().(*fileNode); ok {
-			if eno := f.commitHeld(commitWait); eno != 0 {
-				return eno
-			}
+			files = append(files, f)
 		}
 	}
 	for _, f := range d.pg.pendingUnder(src + "/") {
-		if eno := f.commitHeld(commitWait); eno != 0 {
-			return eno
-		}
+		files = append(files, f)
 	}
-	return errno("rename", d.pg.settle())
+	return d.pg.commitThenSettle("rename", files...)
 }
 
 // renaming is one rename: its keys, and what plan found it to be.
@@ -106,9 +102,10 @@ type renaming struct {
 	ops                  []journal.Op
 	srcIsDir, dstIsDir   bool
 	// With hard links: the file the source name points at, and the one
-	// the target name did, which loses a name (dstLeft: it has others).
+	// the target name did, which loses a name (dstLeft: the names it has
+	// left).
 	srcLink, dstLink string
-	dstLeft          bool
+	dstLeft          uint32
 	same             bool // two names of one file: POSIX does nothing
 }
 
@@ -214,13 +211,11 @@ func (r *renaming) planDir(t *btree.Tree, dstFile, dstDir bool) error {
 // directory it replaced is removed, and the moved node's key is the new one
 // until go-fuse has moved it.
 func (d *dirNode) applyRename(r *renaming, moved *gofs.Inode, name string, nd *dirNode, newName string) syscall.Errno {
-	var replaced, thinned *fileNode
+	var replaced *fileNode
 	if ch := nd.GetChild(newName); ch != nil {
-		if f, ok := ch.Operations().(*fileNode); ok && !r.dstLeft {
+		if f, ok := ch.Operations().(*fileNode); ok && r.dstLeft == 0 {
 			f.setUnlinked(true)
 			replaced = f
-		} else if ok {
-			thinned = f
 		}
 	}
 	removedDir := func(bool) {}
@@ -234,10 +229,8 @@ func (d *dirNode) applyRename(r *renaming, moved *gofs.Inode, name string, nd *d
 		return errno("rename", err)
 	}
 	removedDir(false)
-	if thinned != nil {
-		thinned.mu.Lock()
-		thinned.meta.Nlink = max(1, thinned.meta.Nlink) - 1
-		thinned.mu.Unlock()
+	if r.dstLink != "" {
+		d.pg.nameDropped(r.dstLink, r.dstLeft)
 	}
 	if moved != nil {
 		d.pg.moves.add(moved, d.EmbeddedInode(), name, nd.EmbeddedInode(), newName)
@@ -255,9 +248,6 @@ func (d *dirNode) applyRename(r *renaming, moved *gofs.Inode, name string, nd *d
 		inos.release(d.pg.id('f', r.dst))
 	default:
 		inos.move(d.pg.id('f', r.src), d.pg.id('f', r.dst), false)
-	}
-	if r.dstLink != "" && !r.dstLeft {
-		inos.release(d.pg.id('f', r.dstLink))
 	}
 	return 0
 }
