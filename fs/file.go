@@ -425,10 +425,15 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		return nil, 0, syscall.EROFS
 	}
 	if write && f.pg.fs.opts.Pressure != nil {
-		// A rewrite is expected to take about the file's present size.
-		var a fuse.Attr
-		f.fillAttr(&a)
-		f.pg.yieldHistory(a.Size)
+		// A rewrite is expected to take about the file's present size,
+		// as the lookup that found it showed (no read of the tree).
+		f.mu.Lock()
+		size := f.meta.Size
+		if f.c != nil {
+			size = uint64(f.c.size)
+		}
+		f.mu.Unlock()
+		f.pg.yieldHistory(size)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

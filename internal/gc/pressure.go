@@ -71,11 +71,14 @@ func (s *Pressure) Low(need uint64) bool {
 // write expected to take need bytes. The caller must not hold the page: a
 // page in use is left as it is.
 func (s *Pressure) Yield(ledger, page string, need uint64) {
-	if !s.Low(need) {
+	if s == nil || s.Below == 0 {
+		return
+	}
+	free, err := s.Repo.Free()
+	if err != nil || free >= s.Below+need {
 		return
 	}
 	k := [2]string{ledger, page}
-	free := s.free()
 	s.mu.Lock()
 	after, pruned := s.after[k]
 	done := s.done[k]
@@ -89,7 +92,6 @@ func (s *Pressure) Yield(ledger, page string, need uint64) {
 		pinned = func() []cas.ObjectIdentifier { return s.Pinned(ledger, page) }
 	}
 	var r Result
-	var err error
 	collect := func() {
 		r, err = CollectPage(s.Repo, ledger, page, PageOptions{Policy: &keep, KeepUnsynced: s.KeepUnsynced, Wait: true, Reclaim: true, Pinned: pinned, Done: done})
 	}
