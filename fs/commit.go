@@ -84,10 +84,13 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 	// An fsync on the live page is queued as a close is, and made durable
 	// by a record in the page's sync log rather than a sync of its db; a
 	// close of a key the log holds is recorded too (see journal.Op.Log).
-	var logged func(*journal.Op)
+	var logged *store.LogSource
 	queues := f.pg.v.queues()
-	if queues && (sync || f.c.p.LogHas(key)) {
-		logged = f.logChange(f.c.p, key)
+	if d := f.c.p.Durability(); queues && (sync || d.Has(key)) {
+		var err error
+		if logged, err = f.logSource(d, key); err != nil {
+			return errno("commit", err)
+		}
 	}
 	id, size, w, err := f.c.value()
 	if err != nil {
@@ -105,10 +108,7 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 			m.Nlink = e.Meta.Nlink
 		}
 	}
-	op := journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: m}, Local: f.c.kept}
-	if logged != nil {
-		logged(&op)
-	}
+	op := journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: m}, Local: f.c.kept, Log: logged}
 	queued := queues && (mode == commitQueue || sync && logged != nil)
 	if queued {
 		// The value's last pieces land with its journal entry, or
@@ -151,9 +151,8 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 // lands with the next batch, as a close's does: durable, the change need
 // not be in history yet (a view of history waits for it).
 func (f *fileNode) syncLogged(key string) error {
-	p := f.c.p
-	if p.Durable(key) {
-		return p.SyncLog()
+	if d := f.c.p.Durability(); d.Durable(key) {
+		return d.SyncLog()
 	}
 	return f.pg.apply(true)
 }

@@ -437,7 +437,7 @@ func (d *dirNode) changeMarker(onRoot syscall.Errno, change func(m *btree.Meta) 
 	if d.pg.v.queues() {
 		err = d.pg.queueMarker(prefix, marker)
 	} else {
-		err = d.pg.apply(false, journal.Op{Key: prefix, Entry: marker})
+		err = d.pg.apply(false, journal.Op{Key: prefix, Kind: store.OpMarker, Entry: marker})
 	}
 	return errno("setattr", err)
 }

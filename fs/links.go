@@ -196,7 +196,7 @@ func dropName(t *btree.Tree, g string) ([]journal.Op, uint32, error) {
 		return nil, 0, err
 	}
 	if ge.Meta.Nlink <= 1 {
-		return []journal.Op{{Key: g, Delete: true}}, 0, nil
+		return []journal.Op{{Key: g, Kind: store.OpRenameDelete}}, 0, nil
 	}
 	ge.Meta.Nlink--
 	ge.Meta.CtimeNs, ge.Meta.HasCtime = nowNs(), true
@@ -241,7 +241,7 @@ func (d *dirNode) unlinkName(name, key, prefix string) syscall.Errno {
 			return orErr(err, syscall.ENOENT)
 		}
 		g = e.Meta.Link
-		ops = []journal.Op{{Key: key, Delete: true}}
+		ops = []journal.Op{{Key: key, Kind: store.OpRenameDelete}}
 		if g != "" {
 			var more []journal.Op
 			if more, left, err = dropName(t, g); err != nil {

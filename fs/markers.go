@@ -47,7 +47,7 @@ func keepParent(t *btree.Tree, prefix string, gone ...string) ([]journal.Op, err
 	if it.Err() != nil {
 		return nil, it.Err()
 	}
-	return []journal.Op{{Key: prefix, Entry: dirMarker(btree.Meta{Mode: 0o755, MtimeNs: nowNs(), HasMtime: true})}}, nil
+	return []journal.Op{{Key: prefix, Kind: store.OpMarker, Entry: dirMarker(btree.Meta{Mode: 0o755, MtimeNs: nowNs(), HasMtime: true})}}, nil
 }
 
 type queuedMarker struct {
@@ -82,7 +82,7 @@ func (pg *pageRef) queuedMarkersUnder(prefix string) []string {
 // copies). Lookups, listings and name checks see a queued marker as the
 // directory it keeps.
 func (pg *pageRef) queueMarker(key string, e btree.Entry) error {
-	return pg.queueShown(journal.Op{Key: key, Entry: e}, func(seq uint64) {
+	return pg.queueShown(journal.Op{Key: key, Kind: store.OpMarker, Entry: e}, func(seq uint64) {
 		pg.q.markers.Set(key, queuedMarker{e, seq})
 	}, func(seq uint64) {
 		if m, ok := pg.q.markers.Get(key); ok && m.seq == seq {
@@ -113,7 +113,7 @@ func (pg *pageRef) touchOp(prefix string) (journal.Op, bool, error) {
 	}
 	now := nowNs()
 	e.Meta.MtimeNs, e.Meta.HasMtime, e.Meta.CtimeNs, e.Meta.HasCtime = now, true, now, true
-	return journal.Op{Key: prefix, Entry: e}, true, nil
+	return journal.Op{Key: prefix, Kind: store.OpMarker, Entry: e}, true, nil
 }
 
 // touch gives the directory at prefix mtime and ctime now (see touchOp). A
@@ -179,7 +179,7 @@ func (pg *pageRef) takeTouches(ops []journal.Op, room int) ([]journal.Op, func()
 		taken = append(taken, touched{key, seq})
 		m, ok := pg.q.markers.Get(key)
 		if ok && m.seq == seq && !slices.ContainsFunc(ops, func(op journal.Op) bool { return op.Key == key }) {
-			out = append(out, journal.Op{Key: key, Entry: m.e})
+			out = append(out, journal.Op{Key: key, Kind: store.OpMarker, Entry: m.e})
 		}
 	}
 	return out, func() {

@@ -59,7 +59,7 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	if d.pg.v.queues() {
 		err = d.pg.queueMarker(key+"/", marker)
 	} else {
-		err = d.pg.apply(false, journal.Op{Key: key + "/", Entry: marker})
+		err = d.pg.apply(false, journal.Op{Key: key + "/", Kind: store.OpMarker, Entry: marker})
 	}
 	if err != nil {
 		return nil, errno("mkdir", err)
@@ -114,7 +114,7 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 			if it.Entry().Key != dir {
 				return syscall.ENOTEMPTY
 			}
-			ops = append(ops, journal.Op{Key: dir, Delete: true})
+			ops = append(ops, journal.Op{Key: dir, Kind: store.OpDelete})
 		}
 		if it.Err() != nil {
 			return it.Err()
@@ -248,7 +248,7 @@ func (d *dirNode) unlink(key, prefix string) (eno syscall.Errno, linked bool) {
 		d.pg.touch(prefix)
 		return errno("unlink", d.pg.queueDelete(key)), false
 	}
-	ops, err := d.pg.withTouch(prefix, append([]journal.Op{{Key: key, Delete: true}}, keep...))
+	ops, err := d.pg.withTouch(prefix, append([]journal.Op{{Key: key, Kind: store.OpDelete}}, keep...))
 	if err != nil {
 		return errno("unlink", err), false
 	}

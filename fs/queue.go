@@ -51,7 +51,7 @@ type queuedChanges struct {
 // then shares commits as a stream of closes does, rather than waiting for
 // one commit per file.
 func (pg *pageRef) queueDelete(key string) error {
-	return pg.queueShown(journal.Op{Key: key, Delete: true}, func(seq uint64) {
+	return pg.queueShown(journal.Op{Key: key, Kind: store.OpDelete}, func(seq uint64) {
 		pg.q.gone.Set(key, seq)
 	}, func(seq uint64) {
 		if s, ok := pg.q.gone.Get(key); ok && s == seq {
@@ -102,7 +102,7 @@ func (pg *pageRef) takeAtimes(ops []journal.Op) ([]journal.Op, func()) {
 		if a.sent || slices.ContainsFunc(ops, func(op journal.Op) bool { return op.Key == key }) {
 			return true
 		}
-		op := journal.Op{Key: key, Atime: true}
+		op := journal.Op{Key: key, Kind: store.OpAtime}
 		op.Entry.Meta.AtimeNs, op.Entry.Meta.HasAtime = a.ns, true
 		out = append(out, op)
 		return true

@@ -153,7 +153,7 @@ func (r *renaming) plan(t *btree.Tree) error {
 			}
 			r.ops, r.dstLeft = append(r.ops, more...), left
 		}
-		r.ops = append(r.ops, journal.Op{Key: src, Delete: true}, journal.Op{Key: dst, Entry: se})
+		r.ops = append(r.ops, journal.Op{Key: src, Kind: store.OpRenameDelete}, journal.Op{Key: dst, Entry: se})
 	default:
 		return syscall.ENOENT
 	}
@@ -190,7 +190,7 @@ func (r *renaming) planDir(t *btree.Tree, dstFile, dstDir bool) error {
 			if it.Entry().Key != dst+"/" {
 				return syscall.ENOTEMPTY
 			}
-			r.ops = append(r.ops, journal.Op{Key: dst + "/", Delete: true})
+			r.ops = append(r.ops, journal.Op{Key: dst + "/", Kind: store.OpRenameDelete})
 		}
 		if it.Err() != nil {
 			return it.Err()
@@ -200,7 +200,7 @@ func (r *renaming) planDir(t *btree.Tree, dstFile, dstDir bool) error {
 	for it.Next() {
 		e := it.Entry()
 		nk := dst + "/" + e.Key[len(src)+1:]
-		r.ops = append(r.ops, journal.Op{Key: e.Key, Delete: true}, journal.Op{Key: nk, Entry: e})
+		r.ops = append(r.ops, journal.Op{Key: e.Key, Kind: store.OpRenameDelete}, journal.Op{Key: nk, Entry: e})
 	}
 	return it.Err()
 }

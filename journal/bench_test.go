@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // BenchmarkApplyDelete removes one entry per Apply from a directory of n, as
@@ -47,7 +48,7 @@ func BenchmarkApplyDelete(b *testing.B) {
 						i = 0
 						b.StartTimer()
 					}
-					if err := c.Apply(false, Op{Key: keys[i], Delete: true}); err != nil {
+					if err := c.Apply(false, Op{Key: keys[i], Kind: store.OpDelete}); err != nil {
 						b.Fatal(err)
 					}
 					i++

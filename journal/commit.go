@@ -32,10 +32,11 @@ func (j *Journal) Commit() (*store.Commit, error) {
 		// A logged fsync of one of the transaction's keys may have come
 		// since its changes were recorded: its record must not outlive
 		// the transaction's change on replay.
+		d := p.Durability()
 		for k := range j.ops {
-			if p.LogHas(k) {
-				if err := p.Sync(); err != nil {
-					return nil, fmt.Errorf("journal: checkpoint the sync log: %w", err)
+			if d.Has(k) {
+				if err := d.Checkpoint(); err != nil {
+					return nil, err
 				}
 				break
 			}
@@ -81,16 +82,16 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 	var removed uint64
 	observeRemoved := j.e.observing().Removed
 	err = j.Ops("", func(op Op) error {
-		if !op.Delete && !op.Atime {
+		if !op.IsDelete() && op.Kind != store.OpAtime {
 			values = append(values, op.Entry.Value)
 			local = append(local, op.Local...)
 		}
-		if observeRemoved != nil && !op.Atime {
+		if observeRemoved != nil && op.Kind != store.OpAtime {
 			old, found, err := tree.Get(op.Key)
 			if err != nil {
 				return err
 			}
-			if found && (op.Delete || old.Value != op.Entry.Value) {
+			if found && (op.IsDelete() || old.Value != op.Entry.Value) {
 				removed += old.Meta.Size
 			}
 		}

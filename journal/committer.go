@@ -155,7 +155,7 @@ func (c *Committer) Apply(sync bool, ops ...Op) error {
 		}
 		// Through the sync log alone if it holds every change since the
 		// db's last sync.
-		return c.p.SyncChanges()
+		return c.p.Durability().SyncChanges()
 	}
 	if len(ops) > maxImplicitOps {
 		if err := c.Wait(); err != nil {
@@ -300,7 +300,7 @@ func (c *Committer) applyExplicit(sync bool, ops []Op) error {
 	}
 	c.p.Settle()
 	if sync {
-		return c.p.Sync()
+		return c.p.Durability().Checkpoint()
 	}
 	return nil
 }
@@ -343,7 +343,7 @@ func (c *Committer) run() {
 		_, err := j.Commit()
 		took := c.e.clock().Sub(start)
 		if err == nil && sync {
-			err = c.p.SyncChanges()
+			err = c.p.Durability().SyncChanges()
 		}
 		c.p.Settle()
 		c.mu.Lock()

@@ -49,7 +49,7 @@ func ExampleEngine_Begin() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := tx.Apply(put("draft", "moved"), journal.Op{Key: "inbox/draft", Delete: true}); err != nil {
+	if err := tx.Apply(put("draft", "moved"), journal.Op{Key: "inbox/draft", Kind: store.OpDelete}); err != nil {
 		log.Fatal(err)
 	}
 	// Meanwhile an ordinary write lands on the page.

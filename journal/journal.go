@@ -14,7 +14,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
-	"github.com/ledgerfs/ledgerfs/internal/synclog"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
@@ -43,38 +41,36 @@ type Journal struct {
 	at int64
 }
 
-// Op is one change: a put of Entry, a delete when Delete is set, or with
-// Atime set an access time.
+// Op is one change of the entry at Key; Kind says which. A put (OpPut,
+// OpMarker) puts Entry; OpAtime sets only the access time
+// (Entry.Meta.AtimeNs) of the entry the key holds when the journal commits,
+// if it holds one: a read's update must not bring back content or metadata
+// that a change queued or landed meanwhile replaced.
 type Op struct {
-	Key    string
-	Entry  btree.Entry // Entry.Key is ignored; Key is used
-	Delete bool
-	// Atime sets only the access time (Entry.Meta.AtimeNs) of the entry
-	// the key holds when the journal commits, if it holds one: a read's
-	// update must not bring back content or metadata that a change queued
-	// or landed meanwhile replaced.
-	Atime bool
+	Key   string
+	Kind  store.OpKind
+	Entry btree.Entry // Entry.Key is ignored; Key is used
 	// Local lists pieces under Entry.Value that the caller knows are
 	// local already (an edited value's subtrees kept from a value whose
 	// commit landed), so that the commit does not look each one up. It
 	// is not recorded: a journal read back from its rows has none.
 	Local []cas.Digest
-	// Log, if not nil, returns the sync log's record of the change
-	// (store.Page.AppendLog), called once the change's rows are written;
-	// LogSize bounds its size. Neither is recorded in the rows. A change
-	// without one, of a key with records in the log, checkpoints the log
-	// first (deletes alone excepted: their records are made here).
-	Log     func() (*synclog.Record, error)
-	LogSize int
+	// Log, if not nil, is what the sync log's record of a put holds (see
+	// store.Durability). It is not recorded in the rows. A put without
+	// one, of a key with records in the log, checkpoints the log first.
+	Log *store.LogSource
 }
+
+// IsDelete reports whether the change removes its entry.
+func (op Op) IsDelete() bool { return op.Kind.IsDelete() }
 
 // ApplyTo makes the change in tree t.
 func (op Op) ApplyTo(t *btree.Tree) error {
 	switch {
-	case op.Delete:
+	case op.IsDelete():
 		_, err := t.Delete(op.Key)
 		return err
-	case op.Atime:
+	case op.Kind == store.OpAtime:
 		e, ok, err := t.Get(op.Key)
 		if err != nil || !ok {
 			return err
@@ -157,9 +153,9 @@ const (
 // metadata follows as a size-prefixed EntryMetaStorage.
 func EncodeOp(op Op) []byte {
 	switch {
-	case op.Delete:
+	case op.IsDelete():
 		return []byte{rowDelete}
-	case op.Atime:
+	case op.Kind == store.OpAtime:
 		return binary.LittleEndian.AppendUint64([]byte{rowAtime}, uint64(op.Entry.Meta.AtimeNs))
 	}
 	prio := byte(prioEager)
@@ -176,10 +172,10 @@ func DecodeOp(key string, v []byte) (Op, error) {
 	op := Op{Key: key}
 	switch {
 	case len(v) == 1 && v[0] == rowDelete:
-		op.Delete = true
+		op.Kind = store.OpDelete
 		return op, nil
 	case len(v) == 9 && v[0] == rowAtime:
-		op.Atime = true
+		op.Kind = store.OpAtime
 		op.Entry.Meta.AtimeNs, op.Entry.Meta.HasAtime = int64(binary.LittleEndian.Uint64(v[1:])), true
 		return op, nil
 	case len(v) < 2 || v[0] != rowPut || (v[1] != prioEager && v[1] != prioLazy):
@@ -228,21 +224,25 @@ func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 	ops = j.mergeAtimes(ops)
 	es := make([]store.JournalEntry, len(ops))
 	keys := make([]string, 0, len(ops))
+	logged := make([]store.Logged, len(ops))
 	for i, op := range ops {
 		es[i] = store.JournalEntry{Key: op.Key, Value: EncodeOp(op)}
-		if !op.Atime {
+		if op.Kind != store.OpAtime {
 			keys = append(keys, op.Key)
 		}
+		logged[i] = store.Logged{Key: op.Key, Kind: op.Kind, Row: es[i].Value,
+			Value: op.Entry.Value, Size: op.Entry.Meta.Size, Source: op.Log}
 	}
 	if commit == nil {
 		commit = j.p.PutJournalEntries
 	}
-	logDeletes, err := j.beforeLogged(ops)
-	if err != nil {
+	// A transaction's changes are made durable by its commit's sync.
+	d, logs := j.p.Durability(), !j.ID.Explicit()
+	if err := d.Prepare(logs, logged); err != nil {
 		return err
 	}
-	written := j.p.NoteChanges(keys, false)
-	err = commit(j.ID, es)
+	written := d.Note(keys, false)
+	err := commit(j.ID, es)
 	written()
 	if err != nil {
 		return err
@@ -252,87 +252,23 @@ func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 			j.ops[op.Key] = op
 		}
 	}
-	return j.log(ops, logDeletes)
-}
-
-// beforeLogged checkpoints the page's sync log if ops would change a key
-// that has records there without a record of their own, or if their
-// records do not fit. It reports whether the deletes among ops are to be
-// logged: an unlink of a logged key, not a rename's delete (replaying a
-// rename's delete alone would lose both names). A rename puts the entry's
-// new key; the puts of directory markers (keys ending in "/") that ride
-// with an unlink, its directory's new times, move no entry.
-func (j *Journal) beforeLogged(ops []Op) (logDeletes bool, err error) {
-	logDeletes = !j.ID.Explicit() && !slices.ContainsFunc(ops, func(op Op) bool {
-		return !op.Delete && !op.Atime && !strings.HasSuffix(op.Key, "/")
-	})
-	need, checkpoint := 0, false
-	for _, op := range ops {
-		switch {
-		case op.Atime:
-			// An access time may be lost by a crash: a replay
-			// setting the time back is no loss.
-		case op.Log != nil && !j.ID.Explicit():
-			need += op.LogSize
-		case op.Delete && logDeletes:
-			if j.p.LogHas(op.Key) {
-				need += len(op.Key) + 16
-			}
-		default:
-			checkpoint = checkpoint || j.p.LogHas(op.Key)
-		}
-	}
-	if checkpoint || need > 0 && !j.p.LogRoom(need) {
-		if err := j.p.Sync(); err != nil {
-			return false, fmt.Errorf("journal: checkpoint the sync log: %w", err)
-		}
-	}
-	return logDeletes, nil
-}
-
-// log appends the records of ops to the page's sync log, once their rows
-// are written. A record that cannot be made or does not fit checkpoints
-// the log instead: the change is then durable with the db, and no earlier
-// record of its key is left to undo it.
-func (j *Journal) log(ops []Op, logDeletes bool) error {
-	for _, op := range ops {
-		var err error
-		switch {
-		case op.Log != nil && !j.ID.Explicit():
-			var rec *synclog.Record
-			if rec, err = op.Log(); err == nil {
-				err = j.p.AppendLog(rec)
-			}
-		case op.Delete && logDeletes && j.p.LogHas(op.Key):
-			err = j.p.AppendLog(&synclog.Record{Key: op.Key, Delete: true})
-		}
-		if err == nil {
-			continue
-		}
-		if !errors.Is(err, synclog.ErrFull) {
-			slog.Warn("no sync log record of a change; syncing the page instead", "page", j.p.Ledger+"/"+j.p.Name, "key", op.Key, "err", err)
-		}
-		if err := j.p.Sync(); err != nil {
-			return fmt.Errorf("journal: checkpoint the sync log: %w", err)
-		}
-	}
-	return nil
+	return d.Record(logs, logged)
 }
 
 // mergeAtimes folds access times into the changes of their keys already in
 // the journal: into a put (its row carries the time), not after a delete.
 // A put that comes after an access time replaces it.
 func (j *Journal) mergeAtimes(ops []Op) []Op {
-	if j.ops == nil || !slices.ContainsFunc(ops, func(op Op) bool { return op.Atime }) {
+	if j.ops == nil || !slices.ContainsFunc(ops, func(op Op) bool { return op.Kind == store.OpAtime }) {
 		return ops
 	}
 	out := make([]Op, 0, len(ops))
 	for _, op := range ops {
 		prev, ok := j.ops[op.Key]
 		switch {
-		case !op.Atime || !ok || prev.Atime:
+		case op.Kind != store.OpAtime || !ok || prev.Kind == store.OpAtime:
 			out = append(out, op)
-		case !prev.Delete:
+		case !prev.IsDelete():
 			prev.Entry.Meta.AtimeNs, prev.Entry.Meta.HasAtime = op.Entry.Meta.AtimeNs, true
 			out = append(out, prev)
 		}
@@ -358,9 +294,10 @@ func (j *Journal) Clear() error {
 	if err := j.p.CheckSpace(); err != nil {
 		return err
 	}
-	if !j.p.LogEmpty() { // a clear changes every logged key
-		if err := j.p.Sync(); err != nil {
-			return fmt.Errorf("journal: checkpoint the sync log: %w", err)
+	d := j.p.Durability()
+	if !d.Empty() { // a clear changes every logged key
+		if err := d.Checkpoint(); err != nil {
+			return err
 		}
 	}
 	if err := j.deleteOwnRows(); err != nil {
@@ -369,7 +306,7 @@ func (j *Journal) Clear() error {
 	if j.ops != nil {
 		clear(j.ops)
 	}
-	written := j.p.NoteChanges(nil, true)
+	written := d.Note(nil, true)
 	defer written()
 	return j.p.ClearJournal(j.ID)
 }

@@ -127,7 +127,7 @@ func TestImplicitCommit(t *testing.T) {
 	if err := c.Apply(false, e.put("a", "1"), e.put("b/c", "2")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Apply(true, Op{Key: "a", Delete: true}, e.put("d", "big")); err != nil {
+	if err := c.Apply(true, Op{Key: "a", Kind: store.OpDelete}, e.put("d", "big")); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{"b/c": "2", "d": "big"}
@@ -273,10 +273,10 @@ func TestTransactionCommitAndRollback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := j.Apply(e.put("x", "1"), e.put("y", "2"), Op{Key: "keep", Delete: true}); err != nil {
+	if err := j.Apply(e.put("x", "1"), e.put("y", "2"), Op{Key: "keep", Kind: store.OpDelete}); err != nil {
 		t.Fatal(err)
 	}
-	if op, ok, _ := j.Get("x"); !ok || op.Delete {
+	if op, ok, _ := j.Get("x"); !ok || op.IsDelete() {
 		t.Fatal("journal does not show its own write")
 	}
 	if got := e.state(); len(got) != 1 {
@@ -317,7 +317,7 @@ func TestTransactionMerge(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, _ := e.eng.Begin(e.p, true)
-	if err := j.Apply(e.put("a", "txn"), e.put("b", "txn"), Op{Key: "c", Delete: true}); err != nil {
+	if err := j.Apply(e.put("a", "txn"), e.put("b", "txn"), Op{Key: "c", Kind: store.OpDelete}); err != nil {
 		t.Fatal(err)
 	}
 	// The head moves on meanwhile.
@@ -393,7 +393,7 @@ func TestRecoveryOnOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	im, _ := e.eng.Begin(e.p, false)
-	if err := im.Apply(e.put("b", "kept"), Op{Key: "a", Delete: true}); err != nil {
+	if err := im.Apply(e.put("b", "kept"), Op{Key: "a", Kind: store.OpDelete}); err != nil {
 		t.Fatal(err)
 	}
 	// A value written but never journaled.
@@ -541,7 +541,7 @@ func crashAtEveryStep(t *testing.T, nops int, steps []string) {
 		rng := rand.New(rand.NewPCG(uint64(k), 1))
 		for i := range nops {
 			if rng.IntN(4) == 0 {
-				ops = append(ops, Op{Key: fmt.Sprintf("k%04d", rng.IntN(300)), Delete: true})
+				ops = append(ops, Op{Key: fmt.Sprintf("k%04d", rng.IntN(300)), Kind: store.OpDelete})
 			} else {
 				ops = append(ops, e.put(fmt.Sprintf("n%05d", i), fmt.Sprintf("new-%d-%0100d", i, i)))
 			}
@@ -576,12 +576,12 @@ func crashAtEveryStep(t *testing.T, nops int, steps []string) {
 		}
 		want := maps.Clone(before)
 		for _, op := range ops {
-			if op.Delete {
+			if op.IsDelete() {
 				delete(want, op.Key)
 			}
 		}
 		for _, op := range ops {
-			if !op.Delete {
+			if !op.IsDelete() {
 				r, _ := e.p.OpenValue(op.Entry.Value)
 				buf := make([]byte, r.Size())
 				r.ReadAt(buf, 0)
@@ -637,7 +637,7 @@ func TestRowsAfterMixedWorkload(t *testing.T) {
 		t.Fatal(err)
 	}
 	im, _ := e.eng.Begin(e.p, false)
-	if err := im.Apply(e.put("open", fmt.Sprintf("%0100d", 7)), Op{Key: "small", Delete: true}); err != nil {
+	if err := im.Apply(e.put("open", fmt.Sprintf("%0100d", 7)), Op{Key: "small", Kind: store.OpDelete}); err != nil {
 		t.Fatal(err)
 	}
 	counts := e.verify()
@@ -875,7 +875,7 @@ func TestCloseCollectsUntakenPieces(t *testing.T) {
 }
 
 func atimeOp(key string, ns int64) Op {
-	op := Op{Key: key, Atime: true}
+	op := Op{Key: key, Kind: store.OpAtime}
 	op.Entry.Meta.AtimeNs, op.Entry.Meta.HasAtime = ns, true
 	return op
 }
@@ -921,14 +921,14 @@ func TestAtimeOps(t *testing.T) {
 		}
 	}
 	must(j.Apply(e.put("a", "a1")))
-	must(j.Apply(atimeOp("a", 1)))            // folded into the put
-	must(j.Apply(atimeOp("b", 2)))            // on the head's entry
-	must(j.Apply(atimeOp("c", 3)))            // no such key: nothing
-	must(j.Apply(Op{Key: "d", Delete: true})) //
-	must(j.Apply(atimeOp("d", 4)))            // after a delete: nothing
-	must(j.Apply(atimeOp("late", 5)))         //
-	must(j.Apply(e.put("late", "l2")))        // a put after it wins
-	must(j.Apply(atimeOp("k", 6)))            // the transaction lands first
+	must(j.Apply(atimeOp("a", 1)))                    // folded into the put
+	must(j.Apply(atimeOp("b", 2)))                    // on the head's entry
+	must(j.Apply(atimeOp("c", 3)))                    // no such key: nothing
+	must(j.Apply(Op{Key: "d", Kind: store.OpDelete})) //
+	must(j.Apply(atimeOp("d", 4)))                    // after a delete: nothing
+	must(j.Apply(atimeOp("late", 5)))                 //
+	must(j.Apply(e.put("late", "l2")))                // a put after it wins
+	must(j.Apply(atimeOp("k", 6)))                    // the transaction lands first
 	must(txn.Apply(e.put("k", "k2")))
 	if _, err := txn.Commit(); err != nil {
 		t.Fatal(err)

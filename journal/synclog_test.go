@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ledgerfs/ledgerfs/internal/synclog"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // copyTree copies the files under src to dst, as they are now; Badger's
@@ -23,17 +24,11 @@ func copyTree(t *testing.T, src, dst string) {
 // loggedPut is a put of key to content, recorded in the sync log as the
 // extents of content that differ from base's (the whole content when base
 // is nil).
-func (e *env) loggedPut(key string, base *Op, baseContent, content []byte, extents []synclog.Extent) Op {
-	op := Op{Key: key, Entry: e.value(string(content))}
-	rec := &synclog.Record{Key: key, Size: uint64(len(content)), Result: []byte(op.Entry.Value.Digest)}
+func (e *env) loggedPut(key string, base *Op, baseContent, content []byte, extents []store.Extent) Op {
+	op := Op{Key: key, Entry: e.value(string(content)), Log: &store.LogSource{}}
 	if base != nil {
-		rec.Base, rec.Keep = []byte(base.Entry.Value.Digest), uint64(len(baseContent))
-		rec.Extents = extents
-	} else if len(content) > 0 {
-		rec.Extents = []synclog.Extent{{Data: content}}
+		op.Log = &store.LogSource{Base: base.Entry.Value.Digest, Keep: uint64(len(baseContent)), Extents: extents}
 	}
-	rec.Op = EncodeOp(op)
-	op.Log, op.LogSize = func() (*synclog.Record, error) { return rec, nil }, rec.Len()
 	return op
 }
 
@@ -63,7 +58,7 @@ func TestSyncLogReplaysWhatTheDbLost(t *testing.T) {
 	f1 := bytes.Clone(big)
 	copy(f1[100<<10:], patch)
 	f1 = append(f1, "tail"...)
-	op1 := e.loggedPut("f", &f0, big, f1, []synclog.Extent{{Off: 100 << 10, Data: patch}, {Off: uint64(len(big)), Data: []byte("tail")}})
+	op1 := e.loggedPut("f", &f0, big, f1, []store.Extent{{Off: 100 << 10, Data: patch}, {Off: uint64(len(big)), Data: []byte("tail")}})
 	f2 := f1[:300<<10] // truncated
 	op2 := e.loggedPut("f", &op1, f2, f2, nil)
 	newOp := e.loggedPut("new", nil, nil, []byte("written and fsynced"), nil)
@@ -73,16 +68,16 @@ func TestSyncLogReplaysWhatTheDbLost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := c.Queue(nil, Op{Key: "old", Delete: true}); err != nil {
+	if err := c.Queue(nil, Op{Key: "old", Kind: store.OpDelete}); err != nil {
 		t.Fatal(err)
 	}
-	if !e.p.Durable("f") || !e.p.Durable("old") {
+	if !e.p.Durability().Durable("f") || !e.p.Durability().Durable("old") {
 		t.Fatal("logged changes not durable through the log")
 	}
-	if e.p.Durable("kept") != true {
+	if e.p.Durability().Durable("kept") != true {
 		t.Fatal("a change synced with the db is not durable")
 	}
-	if err := e.p.SyncLog(); err != nil {
+	if err := e.p.Durability().SyncLog(); err != nil {
 		t.Fatal(err)
 	}
 	pageDir := e.p.Dir()
@@ -104,12 +99,12 @@ func TestSyncLogReplaysWhatTheDbLost(t *testing.T) {
 		t.Fatalf("after recovery from the log: keys %v, f %d bytes; want keys %v, f %d bytes",
 			slicesKeys(got), len(got["f"]), slicesKeys(want), len(f2))
 	}
-	if recs := lost.p.LoggedRecords(); len(recs) != 0 {
+	if recs, err := synclog.ReadFile(filepath.Join(lost.p.Dir(), synclog.FileName)); err != nil || len(recs) != 0 {
 		t.Fatalf("%d records left for the next recovery", len(recs))
 	}
 	lost.verify()
 	// A change after recovery is not undone by the records replayed.
-	if err := lost.eng.CommitterFor(lost.p).Apply(false, Op{Key: "new", Delete: true}); err != nil {
+	if err := lost.eng.CommitterFor(lost.p).Apply(false, Op{Key: "new", Kind: store.OpDelete}); err != nil {
 		t.Fatal(err)
 	}
 	lost.repo.Close()
@@ -134,13 +129,13 @@ func TestUnloggedChangeOfLoggedKeyCheckpoints(t *testing.T) {
 	if err := c.Queue(nil, e.loggedPut("a", nil, nil, []byte("2"), nil)); err != nil {
 		t.Fatal(err)
 	}
-	if !e.p.LogHas("a") {
+	if !e.p.Durability().Has("a") {
 		t.Fatal("logged put not in the log")
 	}
 	if err := c.Queue(nil, e.put("a", "3")); err != nil {
 		t.Fatal(err)
 	}
-	if e.p.LogHas("a") || !e.p.LogEmpty() {
+	if e.p.Durability().Has("a") || !e.p.Durability().Empty() {
 		t.Fatal("an unlogged put of a logged key left the log's records")
 	}
 }
@@ -155,20 +150,20 @@ func TestCanLogNeedsADurableBase(t *testing.T) {
 	if err := c.Apply(false, a); err != nil {
 		t.Fatal(err)
 	}
-	if e.p.CanLog("a", []byte(a.Entry.Value.Digest)) {
+	if e.p.Durability().CanLog("a", a.Entry.Value.Digest) {
 		t.Fatal("a record may build on a value never synced")
 	}
-	if err := e.p.Sync(); err != nil {
+	if err := e.p.Durability().Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	if !e.p.CanLog("a", []byte(a.Entry.Value.Digest)) {
+	if !e.p.Durability().CanLog("a", a.Entry.Value.Digest) {
 		t.Fatal("a synced value may not be built on")
 	}
-	op := e.loggedPut("a", &a, []byte("closed, not synced"), []byte("closed, not synced!"), []synclog.Extent{{Off: 18, Data: []byte("!")}})
+	op := e.loggedPut("a", &a, []byte("closed, not synced"), []byte("closed, not synced!"), []store.Extent{{Off: 18, Data: []byte("!")}})
 	if err := c.Queue(nil, op); err != nil {
 		t.Fatal(err)
 	}
-	if !e.p.CanLog("a", []byte(op.Entry.Value.Digest)) || e.p.CanLog("a", []byte(a.Entry.Value.Digest)) {
+	if !e.p.Durability().CanLog("a", op.Entry.Value.Digest) || e.p.Durability().CanLog("a", a.Entry.Value.Digest) {
 		t.Fatal("the next record must chain from the latest one")
 	}
 }
@@ -204,13 +199,13 @@ func TestTransactionCommitCheckpointsLoggedKeys(t *testing.T) {
 	if err := c.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if !e.p.LogHas("a") {
+	if !e.p.Durability().Has("a") {
 		t.Fatal("the fsync's record is not in the log")
 	}
 	if _, err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if e.p.LogHas("a") {
+	if e.p.Durability().Has("a") {
 		t.Fatal("the transaction committed over a key the log still holds")
 	}
 }
@@ -222,7 +217,7 @@ func TestUnlinkWithItsDirectoryTimesIsLogged(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := e.eng.CommitterFor(e.p)
-	dir := Op{Key: "d/", Entry: e.value("")}
+	dir := Op{Key: "d/", Kind: store.OpMarker, Entry: e.value("")}
 	if err := c.Apply(true, dir, e.put("d/f", "1")); err != nil {
 		t.Fatal(err)
 	}
@@ -230,10 +225,41 @@ func TestUnlinkWithItsDirectoryTimesIsLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := e.repo.Stats().DBSyncs
-	if err := c.Queue(nil, dir, Op{Key: "d/f", Delete: true}); err != nil {
+	if err := c.Queue(nil, dir, Op{Key: "d/f", Kind: store.OpDelete}); err != nil {
 		t.Fatal(err)
 	}
-	if syncs := e.repo.Stats().DBSyncs - before; syncs != 0 || !e.p.LogHas("d/f") {
-		t.Fatalf("unlink with its directory's times: %d db syncs, delete recorded %v; want none and a record", syncs, e.p.LogHas("d/f"))
+	if syncs := e.repo.Stats().DBSyncs - before; syncs != 0 || !e.p.Durability().Has("d/f") {
+		t.Fatalf("unlink with its directory's times: %d db syncs, delete recorded %v; want none and a record", syncs, e.p.Durability().Has("d/f"))
+	}
+}
+
+// TestRenameDeleteIsNeverLoggedAlone: a rename's delete of a logged key
+// checkpoints rather than being recorded: replayed without the put it goes
+// with, it would lose the entry under both names.
+func TestRenameDeleteIsNeverLoggedAlone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.eng.CommitterFor(e.p)
+	if err := c.Apply(true, e.put("a", "1")); err != nil {
+		t.Fatal(err)
+	}
+	moved := e.loggedPut("a", nil, nil, []byte("2"), nil)
+	if err := c.Queue(nil, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	before := e.repo.Stats().DBSyncs
+	to := moved
+	to.Key, to.Log = "b", nil
+	if err := c.Queue(nil, Op{Key: "a", Kind: store.OpRenameDelete}, to); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if syncs := e.repo.Stats().DBSyncs - before; syncs == 0 || e.p.Durability().Has("a") {
+		t.Fatalf("rename of a logged key: %d db syncs, delete recorded %v; want a checkpoint and no record", syncs, e.p.Durability().Has("a"))
 	}
 }

@@ -229,7 +229,7 @@ func (p *Page) HasTransient() (bool, error) {
 // needsRecovery reports whether a crash left work for recovery: journal
 // rows, transient pieces or records in the sync log.
 func (p *Page) needsRecovery() (bool, error) {
-	if len(p.LoggedRecords()) > 0 {
+	if p.dur.needsReplay() {
 		return true, nil
 	}
 	return p.hasAny(PrefixJournals, StatusPrefix(Transient))

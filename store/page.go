@@ -64,7 +64,7 @@ type Page struct {
 
 	ra readAhead
 
-	slog syncLog
+	dur Durability
 }
 
 // Dir is the directory of the page's db.
@@ -584,17 +584,6 @@ func (p *Page) Settle() { p.repo.trim.settle() }
 // Writable reports whether the page takes changes: its db was opened for
 // writing, and not refused changes (see readOnly).
 func (p *Page) Writable() bool { return p.readOnly == nil && !p.db.Opts().ReadOnly }
-
-// Sync makes every write so far durable.
-func (p *Page) Sync() error {
-	if err := p.check(); err != nil {
-		return err
-	}
-	if p.readOnly != nil {
-		return nil // opened read-only: nothing was written
-	}
-	return p.checkpoint()
-}
 
 // RunGC reclaims value log space; it runs until no file is worth
 // rewriting, or someone waits for a page held with AcquireIdle.

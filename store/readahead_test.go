@@ -17,7 +17,7 @@ import (
 func vlogResident(t *testing.T, p *Page, evict bool) int {
 	t.Helper()
 	if evict {
-		if err := p.Sync(); err != nil {
+		if err := p.Durability().Checkpoint(); err != nil {
 			t.Fatal(err)
 		}
 		p.repo.trim.trim(true) // Badger's own mappings keep pages in the cache

@@ -924,7 +924,7 @@ func (r *Repository) newPage(ledger, page string, id PageID, readOnly bool) (*Pa
 	}
 	p := &Page{Ledger: ledger, Name: page, ID: id, db: db, pol: r.pol, repo: r}
 	p.nodes = btree.NewStore(p, r.pol, r.nodes)
-	if err := p.openSyncLog(); err != nil {
+	if err := p.dur.open(p); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -959,7 +959,7 @@ func (r *Repository) recoverPage(ledger, page string, id PageID) error {
 	err = errors.Join(err, p.db.Close())
 	// Closed cleanly after recovery, the db holds every change: its sync
 	// log, replayed, has nothing left to give.
-	return errors.Join(err, p.closeSyncLog(err == nil))
+	return errors.Join(err, p.dur.close(err == nil))
 }
 
 // closeDB closes a page's db, no longer in r.open, and records when it was
@@ -972,7 +972,7 @@ func (r *Repository) closeDB(p *Page) error {
 	p.mu.Lock()
 	p.closed.Store(true)
 	err := r.closeBadger(p.db)
-	err = errors.Join(err, p.closeSyncLog(err == nil && p.readOnly == nil && !r.opts.ReadOnly))
+	err = errors.Join(err, p.dur.close(err == nil && p.readOnly == nil && !r.opts.ReadOnly))
 	errs = append(errs, err)
 	p.mu.Unlock()
 	if !r.opts.ReadOnly && p.readOnly == nil {

@@ -54,11 +54,11 @@ func TestLinks(t *testing.T) {
 		want string // in a problem; "" for none
 	}{
 		{"two names", []journal.Op{file(2), name("a", g), name("b", g)}, ""},
-		{"a name gone, the count kept", []journal.Op{{Key: "b", Delete: true}}, `counts 2 names, 1 point at it`},
+		{"a name gone, the count kept", []journal.Op{{Key: "b", Kind: store.OpDelete}}, `counts 2 names, 1 point at it`},
 		{"the count right again", []journal.Op{file(1)}, ""},
 		{"a name of a missing file", []journal.Op{name("c", btree.LinkPrefix+"ffffffffffffffff")}, "which is missing"},
-		{"a name of a plain key", []journal.Op{{Key: "c", Delete: true}, name("d", "a")}, "not a file's entry"},
-		{"a file no name points at", []journal.Op{{Key: "d", Delete: true}, {Key: "a", Delete: true}}, "no name points at"},
+		{"a name of a plain key", []journal.Op{{Key: "c", Kind: store.OpDelete}, name("d", "a")}, "not a file's entry"},
+		{"a file no name points at", []journal.Op{{Key: "d", Kind: store.OpDelete}, {Key: "a", Kind: store.OpDelete}}, "no name points at"},
 	} {
 		if err := eng.CommitterFor(p).Apply(false, c.ops...); err != nil {
 			t.Fatal(err)

@@ -145,8 +145,8 @@ func Collect(p *store.Page, o Options) (Result, error) {
 	defer p.Unlock()
 	// The sync log's records are built from values the collection may
 	// drop: after a checkpoint no record needs them.
-	if !p.LogEmpty() {
-		if err := p.Sync(); err != nil {
+	if d := p.Durability(); !d.Empty() {
+		if err := d.Checkpoint(); err != nil {
 			return r, err
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/check"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/retention"
-	"github.com/ledgerfs/ledgerfs/internal/synclog"
 	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -123,7 +122,7 @@ func TestCollectRandomHistories(t *testing.T) {
 			for range rapid.IntRange(1, 3).Draw(rt, "ops") {
 				k := rapid.SampledFrom(keys).Draw(rt, "key")
 				if rapid.IntRange(0, 3).Draw(rt, "delete") == 0 {
-					ops = append(ops, journal.Op{Key: k, Delete: true})
+					ops = append(ops, journal.Op{Key: k, Kind: store.OpDelete})
 					continue
 				}
 				data := content(rapid.IntRange(0, 6).Draw(rt, "seed"), rapid.SampledFrom(sizes).Draw(rt, "size"))
@@ -306,21 +305,19 @@ func TestCollectCheckpointsTheSyncLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := value(2)
-	rec := &synclog.Record{Key: "f", Op: journal.EncodeOp(next), Base: []byte(base.Entry.Value.Digest),
-		Keep: 70_000, Size: 70_000, Result: []byte(next.Entry.Value.Digest),
-		Extents: []synclog.Extent{{Data: content(2, 70_000)}}}
-	next.Log, next.LogSize = func() (*synclog.Record, error) { return rec, nil }, rec.Len()
+	next.Log = &store.LogSource{Base: base.Entry.Value.Digest, Keep: 70_000,
+		Extents: []store.Extent{{Data: content(2, 70_000)}}}
 	if err := c.Apply(false, next); err != nil {
 		t.Fatal(err)
 	}
-	if !p.LogHas("f") {
+	if !p.Durability().Has("f") {
 		t.Fatal("the change's record is not in the log")
 	}
 	r, err := gc.Collect(p, gc.Options{Policy: retention.Policy{Last: 1}})
 	if err != nil || r.Pruned != 1 {
 		t.Fatalf("collection: pruned %d (%v), want the base's commit pruned", r.Pruned, err)
 	}
-	if p.LogHas("f") || !p.LogEmpty() {
+	if p.Durability().Has("f") || !p.Durability().Empty() {
 		t.Fatal("the collection left a record whose base it may have deleted")
 	}
 }

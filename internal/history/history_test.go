@@ -84,7 +84,7 @@ func build(t *rapid.T, p *store.Page, n int) []step {
 		var ops []journal.Op
 		for _, k := range rapid.SliceOfNDistinct(rapid.SampledFrom(keys), 1, 3, rapid.ID[string]).Draw(t, label) {
 			if _, ok := st[k]; ok && rapid.Bool().Draw(t, label+"-del") {
-				ops = append(ops, journal.Op{Key: k, Delete: true})
+				ops = append(ops, journal.Op{Key: k, Kind: store.OpDelete})
 				delete(st, k)
 				continue
 			}
@@ -128,7 +128,7 @@ func build(t *rapid.T, p *store.Page, n int) []step {
 			continue
 		}
 		for _, op := range txOps {
-			if op.Delete {
+			if op.IsDelete() {
 				delete(state, op.Key)
 			} else {
 				state[op.Key] = txState[op.Key]
@@ -401,8 +401,8 @@ func TestOfName(t *testing.T) {
 	commit(file("v2", 2))                       // a write through b
 	commit(journal.Op{Key: "c", Entry: value(t, p, "other")})
 	commit(file("v3", 2))
-	commit(journal.Op{Key: "b", Delete: true}, file("v3", 1)) // rm b
-	commit(file("v4", 1))                                     // a write through a
+	commit(journal.Op{Key: "b", Kind: store.OpDelete}, file("v3", 1)) // rm b
+	commit(file("v4", 1))                                             // a write through a
 
 	versions := func(key string) []string {
 		vs, err := OfName(p, key, func(k string) ([]Version, error) { return Versions(p, k) })

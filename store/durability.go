@@ -1,0 +1,473 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/internal/synclog"
+)
+
+// OpKind is what one change of a journal does. The page's durability
+// treats each kind its own way; none is guessed from the shape of a key.
+type OpKind uint8
+
+const (
+	// OpPut puts an entry: content, metadata or both.
+	OpPut OpKind = iota
+	// OpDelete removes an entry on its own (an unlink): replayed alone
+	// from the sync log, it loses nothing.
+	OpDelete
+	// OpRenameDelete removes an entry as one half of a move (a rename's
+	// source, a name taken from a file with hard links): it goes with a
+	// put of the same change, and is never logged without it.
+	OpRenameDelete
+	// OpMarker puts a directory's marker: the directory made or its times
+	// moved.
+	OpMarker
+	// OpAtime sets only the access time of the entry the key holds when
+	// the journal commits.
+	OpAtime
+)
+
+// IsDelete reports whether the change removes its entry.
+func (k OpKind) IsDelete() bool { return k == OpDelete || k == OpRenameDelete }
+
+// A LogSource is what the sync log's record of a put holds, as plain data
+// taken when the change is made: Extents over the first Keep bytes of the
+// value Base, or, with no Base, the whole value, read back from the page
+// once the change's rows are written.
+type LogSource struct {
+	Base    cas.Digest
+	Keep    uint64
+	Extents []Extent
+}
+
+// An Extent is bytes at an offset of a value.
+type Extent struct {
+	Off  uint64
+	Data []byte
+}
+
+// A Logged is one change as the page's durability sees it.
+type Logged struct {
+	Key  string
+	Kind OpKind
+	// Row is a put's journal row (value and metadata), which the record
+	// carries for replay; Value and Size are the value it puts.
+	Row   []byte
+	Value cas.ObjectIdentifier
+	Size  uint64
+	// Source, if not nil, is what makes a put's record. A put without one,
+	// of a key with records in the log, checkpoints the log first.
+	Source *LogSource
+}
+
+// recordLen bounds the encoded size of the record of c.
+func (c *Logged) recordLen() int {
+	n := len(c.Key) + len(c.Row) + 128
+	if c.Source == nil || c.Source.Base == "" {
+		return n + int(c.Size)
+	}
+	for _, x := range c.Source.Extents {
+		n += len(x.Data) + 16
+	}
+	return n
+}
+
+// Durability is the one owner of what makes a page's changes survive a
+// power loss: it tracks which change of each key is on disk, appends
+// records of changes to the page's sync log (package synclog), checkpoints
+// the log with a sync of the db, and replays what a crash left in it.
+//
+// Every change of an entry is durable once the db is synced after it, or
+// once a record of it is in the log and the log is synced. Records chain:
+// a key's record is built from a value that was durable when it was
+// appended, or from the key's previous record in the same epoch, so
+// replaying the epoch's records of a key in order rebuilds what the key
+// held, whatever of the db's unsynced writes a power loss kept. That holds
+// only if every change of a key that has a record in the epoch is logged
+// too, or the log is checkpointed before it (Prepare sees to that). A
+// checkpoint syncs the db, then starts a new epoch.
+type Durability struct {
+	p *Page
+	// mu guards what follows and is held across a checkpoint, so that no
+	// record is appended between the db's sync and the new epoch (it
+	// would be dropped while its change is not durable).
+	mu   sync.Mutex
+	path string
+	log  *synclog.Log // nil until the first record
+	// found are the records a crash left, until recovery replays them.
+	found []synclog.Record
+	// gen counts checkpoints begun; durable is the last one finished: a
+	// change noted with a generation at most durable is on disk.
+	gen, durable uint64
+	changed      map[string]keyChange
+	// results holds the Result of each key's latest record in the
+	// current epoch (empty for a delete).
+	results map[string]string
+	// failed is why the log could not be created: the page syncs its db
+	// instead until it is opened again.
+	failed error
+}
+
+// keyChange is the latest change of a key the page knows of: the
+// generation when it was written (unwritten: math.MaxUint64), and the
+// epoch of the log that holds a record of it (0: none).
+type keyChange struct {
+	gen, epoch uint64
+}
+
+// clearKey stands for a change of every key (a journal that clears the page).
+const clearKey = "\x00clear"
+
+// maxChanged bounds the keys a page follows between two checkpoints
+// (about 100 bytes each).
+const maxChanged = 1 << 16
+
+// maxLogged bounds what one append logs: larger changes are made durable
+// by syncing the db, which costs less than copying them.
+const maxLogged = synclog.DefaultSize / 2
+
+// Durability returns the page's durability owner.
+func (p *Page) Durability() *Durability { return &p.dur }
+
+// open reads the records a crash left in the page's log, for Replay.
+func (d *Durability) open(p *Page) error {
+	d.p = p
+	d.path = filepath.Join(p.Dir(), synclog.FileName)
+	// What the db holds when it opens may still be in the page cache
+	// alone (a crash of the process): nothing is known durable before the
+	// first checkpoint.
+	d.gen = 1
+	d.changed = map[string]keyChange{clearKey: {gen: 1}}
+	recs, err := synclog.ReadFile(d.path)
+	if err != nil {
+		return err
+	}
+	d.found = recs
+	return nil
+}
+
+// needsReplay reports whether a crash left records in the log.
+func (d *Durability) needsReplay() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.found) > 0
+}
+
+// Has reports whether key has a record in the log's current epoch.
+func (d *Durability) Has(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.results[key]
+	return ok
+}
+
+// Empty reports whether the log's current epoch has no record.
+func (d *Durability) Empty() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.results) == 0
+}
+
+// CanLog reports whether a change of key to a value built from base can
+// be logged: base is durable, or the result of key's latest record.
+func (d *Durability) CanLog(key string, base cas.Digest) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if r, ok := d.results[key]; ok {
+		return r == string(base)
+	}
+	return d.syncedLocked(key) && d.syncedLocked(clearKey)
+}
+
+// syncedLocked reports whether the latest change of key was written before
+// the last finished checkpoint began.
+func (d *Durability) syncedLocked(key string) bool {
+	c, ok := d.changed[key]
+	return !ok || c.gen <= d.durable
+}
+
+// Prepare readies the log for changes about to be written: it checkpoints
+// if one would change a key that has records without a record of its own,
+// or if their records do not fit. logs is whether the changes may be
+// logged at all (an implicit journal's; a transaction's are made durable
+// by syncing the db).
+func (d *Durability) Prepare(logs bool, changes []Logged) error {
+	need, checkpoint := 0, false
+	for i := range changes {
+		c := &changes[i]
+		switch {
+		case c.Kind == OpAtime:
+			// An access time may be lost by a crash: a replay
+			// setting the time back is no loss.
+		case logs && c.Kind == OpPut && c.Source != nil:
+			need += c.recordLen()
+		case logs && c.Kind == OpDelete:
+			if d.Has(c.Key) {
+				need += len(c.Key) + 16
+			}
+		default:
+			checkpoint = checkpoint || d.Has(c.Key)
+		}
+	}
+	if checkpoint || need > 0 && !d.room(need) {
+		return d.Checkpoint()
+	}
+	return nil
+}
+
+// room reports whether records of n bytes in all fit in the log before
+// its next checkpoint.
+func (d *Durability) room(n int) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return n <= maxLogged && (d.log == nil || d.log.Room(n))
+}
+
+// Note records that the entries at keys are about to change (all: every
+// key, a journal that clears the page); call the returned function once
+// the change is written.
+func (d *Durability) Note(keys []string, all bool) func() {
+	if all {
+		keys = append(keys, clearKey)
+	}
+	d.mu.Lock()
+	if d.changed == nil {
+		d.changed = map[string]keyChange{}
+	}
+	for _, k := range keys {
+		d.changed[k] = keyChange{gen: math.MaxUint64}
+	}
+	d.mu.Unlock()
+	return func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if len(d.changed) > maxChanged {
+			// Too many to follow one by one between two checkpoints:
+			// as if every key changed.
+			clear(d.changed)
+			d.changed[clearKey] = keyChange{gen: d.gen}
+			return
+		}
+		for _, k := range keys {
+			d.changed[k] = keyChange{gen: d.gen}
+		}
+	}
+}
+
+// Record appends the records of changes just written (see Prepare and
+// Note) to the log; SyncLog makes them durable. A record that cannot be
+// made or does not fit checkpoints the log instead: the change is then
+// durable with the db, and no earlier record of its key is left to undo
+// it.
+func (d *Durability) Record(logs bool, changes []Logged) error {
+	if !logs {
+		return nil
+	}
+	for i := range changes {
+		c := &changes[i]
+		var err error
+		switch {
+		case c.Kind == OpPut && c.Source != nil:
+			var r *synclog.Record
+			if r, err = d.record(c); err == nil {
+				err = d.append(r)
+			}
+		case c.Kind == OpDelete && d.Has(c.Key):
+			err = d.append(&synclog.Record{Key: c.Key, Delete: true})
+		}
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, synclog.ErrFull) {
+			slog.Warn("no sync log record of a change; syncing the page instead", "page", d.p.Ledger+"/"+d.p.Name, "key", c.Key, "err", err)
+		}
+		if err := d.Checkpoint(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// record builds the record of c, a put with a Source.
+func (d *Durability) record(c *Logged) (*synclog.Record, error) {
+	r := &synclog.Record{Key: c.Key, Op: c.Row, Size: c.Size, Result: []byte(c.Value.Digest)}
+	s := c.Source
+	if s.Base != "" {
+		r.Base, r.Keep = []byte(s.Base), s.Keep
+		for _, x := range s.Extents {
+			r.Extents = append(r.Extents, synclog.Extent{Off: x.Off, Data: x.Data})
+		}
+		return r, nil
+	}
+	if c.Size == 0 {
+		return r, nil
+	}
+	v, err := d.p.OpenValue(c.Value)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, c.Size)
+	if _, err := v.ReadAt(b, 0); err != nil && err != io.EOF {
+		return nil, err
+	}
+	r.Extents = []synclog.Extent{{Data: b}}
+	return r, nil
+}
+
+// append appends r, a record of the change just written to its key.
+// ErrFull: the caller checkpoints instead.
+func (d *Durability) append(r *synclog.Record) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failed != nil {
+		return synclog.ErrFull // said once; the db's syncs do the work
+	}
+	if d.log == nil {
+		log, recs, err := synclog.Open(d.path, synclog.DefaultSize)
+		if err != nil {
+			// A full disk, say: the page goes on syncing its db.
+			d.failed = err
+			return err
+		}
+		if len(recs) > 0 {
+			// Left by a crash and not replayed (recovery resets the
+			// log): they must not be replayed over what follows.
+			log.Close()
+			return fmt.Errorf("sync log %s has records recovery did not replay", d.path)
+		}
+		d.log = log
+	}
+	if err := d.log.Append(r); err != nil {
+		return err
+	}
+	if d.results == nil {
+		d.results = map[string]string{}
+	}
+	d.results[r.Key] = string(r.Result)
+	if c, ok := d.changed[r.Key]; ok && c.gen != math.MaxUint64 {
+		c.epoch = d.log.Epoch()
+		d.changed[r.Key] = c
+	}
+	return nil
+}
+
+// SyncLog makes the records appended so far durable.
+func (d *Durability) SyncLog() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.log == nil || !d.log.Unsynced() {
+		return nil
+	}
+	d.p.repo.counters.logSyncs.Add(1)
+	return d.log.Sync()
+}
+
+// Durable reports whether the latest change of key is on disk: synced with
+// the db, or in a synced record of the log (after SyncLog).
+func (d *Durability) Durable(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.durableLocked(key)
+}
+
+func (d *Durability) durableLocked(key string) bool {
+	return d.syncedLocked(key) || d.log != nil && d.changed[key].epoch == d.log.Epoch()
+}
+
+// SyncChanges makes every change of the page's entries durable: through
+// the log when each has a record there, else by a checkpoint.
+func (d *Durability) SyncChanges() error {
+	d.mu.Lock()
+	logged := true
+	for k := range d.changed {
+		if !d.durableLocked(k) {
+			logged = false
+			break
+		}
+	}
+	d.mu.Unlock()
+	if !logged {
+		return d.Checkpoint()
+	}
+	return d.SyncLog()
+}
+
+// Checkpoint syncs the db and starts a new epoch of the log: every change
+// written so far is durable, and no record is needed for it. A page
+// opened read-only has nothing to sync.
+func (d *Durability) Checkpoint() error {
+	p := d.p
+	if err := p.check(); err != nil {
+		return err
+	}
+	if p.readOnly != nil {
+		return nil
+	}
+	if err := d.checkpoint(); err != nil {
+		return fmt.Errorf("store: checkpoint the sync log: %w", err)
+	}
+	return nil
+}
+
+func (d *Durability) checkpoint() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	g := d.gen
+	d.gen++
+	d.p.repo.counters.dbSyncs.Add(1)
+	if err := d.p.db.Sync(); err != nil {
+		return err
+	}
+	d.durable = g
+	for k, c := range d.changed {
+		if c.gen <= g {
+			delete(d.changed, k)
+		}
+	}
+	if d.log == nil && len(d.found) > 0 {
+		// Recovery replayed what a crash left: those records must not be
+		// replayed again over later changes.
+		log, _, err := synclog.Open(d.path, synclog.DefaultSize)
+		if err != nil {
+			return err
+		}
+		d.log = log
+	}
+	if d.log == nil {
+		return nil
+	}
+	if err := d.log.Reset(); err != nil {
+		return err
+	}
+	d.found = nil
+	clear(d.results)
+	return nil
+}
+
+// close closes the page's log, and removes it once the db closed cleanly
+// (remove): every change is then in the db's synced tables.
+func (d *Durability) close(remove bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var err error
+	if d.log != nil {
+		err = d.log.Close()
+		d.log = nil
+	}
+	if !remove {
+		return err
+	}
+	if rmErr := os.Remove(d.path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+		err = errors.Join(err, fmt.Errorf("remove sync log: %w", rmErr))
+	}
+	return err
+}
