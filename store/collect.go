@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/ledgerfs/ledgerfs/internal/badgerdb"
+
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -251,7 +253,7 @@ func (r *Repository) Reclaim(ledger, page string, yield bool) (bool, error) {
 		r.mu.Unlock()
 	}()
 	dir := r.pageDir(ledger, PageIDFor(page))
-	if err := checkDB(dir, true); err != nil {
+	if err := badgerdb.Check(dir, true); err != nil {
 		// Opened for changes, Badger would cut a damaged log.
 		return false, fmt.Errorf("store: reclaim %s/%s: %w", ledger, page, err)
 	}
@@ -259,7 +261,7 @@ func (r *Repository) Reclaim(ledger, page string, yield bool) (bool, error) {
 	// knows its oldest readable version, and a compaction begun at open
 	// keeps every deleted row (it moved them, still there, to the last
 	// level, where nothing rewrites them again).
-	o := badgerOptions(dir, false).WithNumLevelZeroTables(1).WithNumCompactors(0)
+	o := badgerdb.Options(dir, false).WithNumLevelZeroTables(1).WithNumCompactors(0)
 	if err := reclaimWith(o, key, func(db *badger.DB) error {
 		if err := db.Flatten(1); err != nil {
 			return fmt.Errorf("store: compact %s: %w", key, err)
@@ -271,13 +273,13 @@ func (r *Repository) Reclaim(ledger, page string, yield bool) (bool, error) {
 	}
 	// Open again with compactors: rewriting value logs writes rows.
 	complete := true
-	o = badgerOptions(dir, false)
+	o = badgerdb.Options(dir, false)
 	err := reclaimWith(o, key, func(db *badger.DB) error {
 		// A rewrite copies up to (1-reclaimRatio) of a log into the
 		// current one before the old goes: Badger writes it through a
 		// mapping, and a full filesystem would kill the process.
 		rewrite := uint64(float64(o.ValueLogFileSize) * (1 - reclaimRatio))
-		for r.space.room(rewrite) && db.RunValueLogGC(reclaimRatio) == nil {
+		for r.space.Room(rewrite) && db.RunValueLogGC(reclaimRatio) == nil {
 			slog.Debug("collection step", "page", key, "step", "rewrote a value log")
 			if yield && wanted.Load() {
 				complete = false
@@ -292,13 +294,13 @@ func (r *Repository) Reclaim(ledger, page string, yield bool) (bool, error) {
 // reclaimWith runs fn on the db opened with o, and closes it; a panic of
 // Badger's is an error.
 func reclaimWith(o badger.Options, key string, fn func(db *badger.DB) error) (err error) {
-	db, err := openBadger(o)
+	db, err := badgerdb.Open(o)
 	if err != nil {
 		return fmt.Errorf("store: reclaim %s: %w", key, err)
 	}
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("store: reclaim %s: the db failed (%v): %w", key, firstLine(v), syscall.EIO)
+			err = fmt.Errorf("store: reclaim %s: the db failed (%v): %w", key, badgerdb.FirstLine(v), syscall.EIO)
 		}
 		err = errors.Join(err, db.Close())
 	}()

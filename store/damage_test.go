@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ledgerfs/ledgerfs/internal/badgerdb"
+
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -40,7 +42,7 @@ func newestLog(t *testing.T, dir, ext string) string {
 	if err != nil || len(logs) == 0 {
 		t.Fatalf("no %s file in %s: %v", ext, dir, err)
 	}
-	slices.SortFunc(logs, func(a, b string) int { return fileID(a) - fileID(b) })
+	slices.SortFunc(logs, func(a, b string) int { return badgerdb.FileID(a) - badgerdb.FileID(b) })
 	return logs[len(logs)-1]
 }
 
@@ -124,60 +126,6 @@ func TestDamagedTablesAndManifestAreRefused(t *testing.T) {
 				t.Fatalf("tables %v after the open, were %v", after, tables)
 			}
 		})
-	}
-}
-
-// What a crash leaves is no damage: a log cut anywhere (a torn last entry)
-// and padded with zeros, as a log created sparse at full size is. Bytes
-// flipped before the last entry are damage, unless they land in its zeros.
-func TestLogDamageTellsCrashFromDamage(t *testing.T) {
-	_, pageDir, _ := closedPage(t)
-	orig, err := os.ReadFile(newestLog(t, pageDir, ".vlog"))
-	must(t, err)
-	name := filepath.Join(t.TempDir(), "000001.vlog")
-	for i := range 50 {
-		cut := logHeaderSize + rand.IntN(len(orig)-logHeaderSize)
-		must(t, os.WriteFile(name, orig[:cut], 0o644))
-		must(t, os.Truncate(name, int64(len(orig))+1<<20))
-		if err := checkLog(name); err != nil {
-			t.Fatalf("run %d: log cut at %d of %d and padded: %v", i, cut, len(orig), err)
-		}
-	}
-	// A torn entry whose first bytes were never stored: Go's copy stores
-	// them last.
-	var ends []int
-	for off := logHeaderSize; ; {
-		n, ok := wholeEntry(orig[off:])
-		if !ok {
-			break
-		}
-		off += int(n)
-		ends = append(ends, off)
-	}
-	if len(ends) < 4 {
-		t.Fatalf("only %d entries in the log", len(ends))
-	}
-	for i := range 30 {
-		e := rand.IntN(len(ends) - 1)
-		start, end := ends[e], ends[e+1]
-		torn := slices.Clone(orig[:start+rand.IntN(end-start)+1])
-		clear(torn[start:min(len(torn), start+32)])
-		must(t, os.WriteFile(name, torn, 0o644))
-		must(t, os.Truncate(name, int64(len(orig))+1<<20))
-		if err := checkLog(name); err != nil {
-			t.Fatalf("run %d: entry %d torn, its head missing: %v", i, e, err)
-		}
-	}
-	// A byte flipped in the first half (the value is 8 MiB of chunks
-	// of at most a few MiB, so the last entry starts after it).
-	for i := range 20 {
-		b := slices.Clone(orig)
-		at := logHeaderSize + rand.IntN(len(b)/2-logHeaderSize)
-		b[at] ^= 0x5a
-		must(t, os.WriteFile(name, b, 0o644))
-		if err := checkLog(name); !readableDamage(err) {
-			t.Fatalf("run %d: byte %d of %d flipped: %v, want damage", i, at, len(b), err)
-		}
 	}
 }
 

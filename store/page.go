@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ledgerfs/ledgerfs/internal/badgerdb"
+
 	"github.com/dgraph-io/badger/v4"
 	"github.com/restic/chunker"
 
@@ -62,7 +64,7 @@ type Page struct {
 	readOnly error
 	damaged  bool
 
-	ra readAhead
+	ra badgerdb.ReadAhead
 
 	dur Durability
 }
@@ -87,17 +89,17 @@ func (p *Page) CheckSpace() error {
 	if p.readOnly != nil {
 		return p.readOnly
 	}
-	return p.repo.space.claim(0, forChange)
+	return p.repo.space.Claim(0, badgerdb.ForChange)
 }
 
 // CheckContentSpace returns an error wrapping syscall.ENOSPC when n more
 // bytes of file content written outside the db, where statfs sees them at
 // once (a spool), would eat into the reserve.
 func (p *Page) CheckContentSpace(n int) error {
-	if err := p.repo.space.claim(uint64(n), forContent); err != nil {
+	if err := p.repo.space.Claim(uint64(n), badgerdb.ForContent); err != nil {
 		return err
 	}
-	p.repo.space.settled(uint64(n))
+	p.repo.space.Settled(uint64(n))
 	return nil
 }
 
@@ -123,9 +125,9 @@ func (p *Page) recoverPanic(err *error) {
 	if r == nil {
 		return
 	}
-	e := fmt.Errorf("page %s/%s: its db %s failed (%v); unmount, copy the repository aside and check it: %w", p.Ledger, p.Name, p.Dir(), firstLine(r), syscall.EIO)
+	e := fmt.Errorf("page %s/%s: its db %s failed (%v); unmount, copy the repository aside and check it: %w", p.Ledger, p.Name, p.Dir(), badgerdb.FirstLine(r), syscall.EIO)
 	if p.broken.CompareAndSwap(nil, &e) {
-		slog.Error("page db failed; the page gives EIO until it is opened again", "page", p.Ledger+"/"+p.Name, "db", p.Dir(), "panic", firstLine(r))
+		slog.Error("page db failed; the page gives EIO until it is opened again", "page", p.Ledger+"/"+p.Name, "db", p.Dir(), "panic", badgerdb.FirstLine(r))
 	}
 	*err = e
 }
@@ -165,7 +167,7 @@ func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 			var err error
 			out, err = decodePiece(buf[:0], v, enc)
 			if stream {
-				p.ra.near(p.repo.ra, v)
+				p.ra.Near(p.repo.ra, v)
 			}
 			return err
 		})
@@ -173,17 +175,7 @@ func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, fmt.Errorf("piece %s: %w", d, cas.ErrNotFound)
 	}
-	// A read from a mapped value log maps the pages around it too
-	// (read-around, fault-around): count at least that much, unless the
-	// read streams. A streaming reader's next values lie in the pages
-	// already mapped around this one; counting the read-around for each
-	// of them (chunks average 16 KiB) trimmed every 4 MiB read, 8 % of the
-	// mount's CPU in a cold sequential read.
-	if stream {
-		p.repo.trim.add(len(out))
-	} else {
-		p.repo.trim.add(max(len(out), valueReadAround))
-	}
+	p.repo.trim.AddValueRead(len(out), stream)
 	return out, err
 }
 
@@ -264,7 +256,7 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) (err error) {
 		return fmt.Errorf("store: look up piece %s: %w", d, err)
 	}
 	if w.bulk {
-		if err := w.p.repo.space.claim(uint64(len(data)), forContent); err != nil {
+		if err := w.p.repo.space.Claim(uint64(len(data)), badgerdb.ForContent); err != nil {
 			return err
 		}
 	}
@@ -297,7 +289,7 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) (err error) {
 		w.New = append(w.New, d)
 	}
 	w.pending += len(stored)
-	w.p.repo.trim.addWritten(len(stored))
+	w.p.repo.trim.AddWritten(len(stored))
 	if w.pending >= flushBytes {
 		return w.commitAsync()
 	}
@@ -328,7 +320,7 @@ func (w *PieceWriter) commitAsync() error {
 		}
 		<-w.inflight
 		if full && err == nil {
-			w.p.startWriteback()
+			badgerdb.StartWriteback(w.p.db.Opts().ValueDir)
 		}
 		w.wg.Done()
 	})
@@ -339,7 +331,7 @@ func (w *PieceWriter) commitAsync() error {
 // in the db's files, or dropped.
 func (w *PieceWriter) settled(n int) {
 	if w.bulk {
-		w.p.repo.space.settled(uint64(n))
+		w.p.repo.space.Settled(uint64(n))
 	}
 }
 
@@ -552,9 +544,8 @@ func (p *Page) SetStatus(s PieceStatus, ds []cas.Digest) error {
 // journal that is not committed yet, or garbage left by a crash.
 func (p *Page) IsTransient(d cas.Digest) (bool, error) {
 	// A large value's commit looks up the status of each of its chunks, in
-	// no order the tables know: each lookup maps a block and the pages the
-	// kernel maps around it, 150 MiB of RSS for 4 GiB before the next trim.
-	p.repo.trim.addWritten(readAround)
+	// no order the tables know.
+	p.repo.trim.AddLookup()
 	err := p.view(func(txn *badger.Txn) error {
 		_, err := txn.Get(statusKey(Transient, d))
 		return err
@@ -579,7 +570,7 @@ func (p *Page) Has(d cas.Digest) (bool, error) {
 
 // Settle returns value-log pages touched by recent work to the page cache;
 // the journal calls it after each commit.
-func (p *Page) Settle() { p.repo.trim.settle() }
+func (p *Page) Settle() { p.repo.trim.Settle() }
 
 // Writable reports whether the page takes changes: its db was opened for
 // writing, and not refused changes (see readOnly).

@@ -7,6 +7,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ledgerfs/ledgerfs/internal/badgerdb"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -20,7 +22,7 @@ func vlogResident(t *testing.T, p *Page, evict bool) int {
 		if err := p.Durability().Checkpoint(); err != nil {
 			t.Fatal(err)
 		}
-		p.repo.trim.trim(true) // Badger's own mappings keep pages in the cache
+		p.repo.trim.Trim(true) // Badger's own mappings keep pages in the cache
 	}
 	files, err := filepath.Glob(filepath.Join(p.db.Opts().ValueDir, "*.vlog"))
 	if err != nil {
@@ -64,8 +66,8 @@ func TestGetStreamingReadsAhead(t *testing.T) {
 	chunks := storedChunks(t, p, writeValue(t, p, benchBytes(32<<20)))
 	d := chunks[len(chunks)/2]
 	asked := make(chan struct{}, 1)
-	p.repo.ra.done = func() { asked <- struct{}{} }
-	t.Cleanup(func() { p.repo.ra.done = nil })
+	p.repo.ra.SetDone(func() { asked <- struct{}{} })
+	t.Cleanup(func() { p.repo.ra.SetDone(nil) })
 	// The advice runs on its own goroutine: a streaming get waits for it.
 	settled := func(streaming bool) int {
 		if streaming {
@@ -108,14 +110,14 @@ func TestGetStreamingReadsAhead(t *testing.T) {
 	// A later read of the same stretch, once the pages left the cache,
 	// is read ahead again.
 	vlogResident(t, p, true)
-	later := time.Now().Add(raFresh)
-	p.repo.ra.clock = func() time.Time { return later }
-	t.Cleanup(func() { p.repo.ra.clock = time.Now })
+	later := time.Now().Add(badgerdb.ReadAheadFresh)
+	p.repo.ra.SetClock(func() time.Time { return later })
+	t.Cleanup(func() { p.repo.ra.SetClock(time.Now) })
 	if _, err := p.GetStreaming(d, nil); err != nil {
 		t.Fatal(err)
 	}
 	if again := settled(true); again < plain+8<<20 {
-		t.Fatalf("streaming get %v later: %d KiB of value log read in, plain get %d KiB", raFresh, again>>10, plain>>10)
+		t.Fatalf("streaming get %v later: %d KiB of value log read in, plain get %d KiB", badgerdb.ReadAheadFresh, again>>10, plain>>10)
 	}
 }
 
@@ -132,14 +134,14 @@ func TestGetStreamingMapsAhead(t *testing.T) {
 	p := testPage(t)
 	chunks := storedChunks(t, p, writeValue(t, p, benchBytes(32<<20)))
 	done := make(chan struct{}, 1)
-	p.repo.ra.done = func() { done <- struct{}{} }
-	t.Cleanup(func() { p.repo.ra.done = nil })
-	p.repo.trim.trim(true)
+	p.repo.ra.SetDone(func() { done <- struct{}{} })
+	t.Cleanup(func() { p.repo.ra.SetDone(nil) })
+	p.repo.trim.Trim(true)
 	// No periodic trim drops what the read-ahead maps meanwhile: it runs
 	// whenever the process's file-backed RSS is above trimAbove, as a test
 	// binary built with -race alone may be.
-	p.repo.trim.running.Lock()
-	defer p.repo.trim.running.Unlock()
+	p.repo.trim.Hold()
+	defer p.repo.trim.Release()
 	before := vlogMapped(t, p)
 	if _, err := p.GetStreaming(chunks[len(chunks)/2], nil); err != nil {
 		t.Fatal(err)
@@ -149,7 +151,7 @@ func TestGetStreamingMapsAhead(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no read-ahead within 30 s")
 	}
-	if p.repo.ra.noPopulate.Load() {
+	if !p.repo.ra.Populates() {
 		t.Skip("the kernel cannot populate mappings (MADV_POPULATE_READ, Linux 5.14)")
 	}
 	after := vlogMapped(t, p)
@@ -168,9 +170,9 @@ func TestStreamingGetsCountTheirBytes(t *testing.T) {
 	chunks := storedChunks(t, p, writeValue(t, p, benchBytes(4<<20)))
 	counted := func(get func(cas.Digest, []byte) ([]byte, error)) (traffic, read int64) {
 		t.Helper()
-		p.repo.trim.running.Lock() // no trim resets the count meanwhile
-		defer p.repo.trim.running.Unlock()
-		before := p.repo.trim.traffic.Load()
+		p.repo.trim.Hold() // no trim resets the count meanwhile
+		defer p.repo.trim.Release()
+		before := p.repo.trim.Traffic()
 		for _, d := range chunks {
 			v, err := get(d, nil)
 			if err != nil {
@@ -178,12 +180,12 @@ func TestStreamingGetsCountTheirBytes(t *testing.T) {
 			}
 			read += int64(len(v))
 		}
-		return p.repo.trim.traffic.Load() - before, read
+		return p.repo.trim.Traffic() - before, read
 	}
 	if traffic, read := counted(p.GetStreaming); traffic != read {
 		t.Errorf("%d streaming gets of %d bytes counted %d bytes", len(chunks), read, traffic)
 	}
-	if traffic, _ := counted(p.Get); traffic < int64(len(chunks))*valueReadAround {
+	if traffic, _ := counted(p.Get); traffic < int64(len(chunks))*badgerdb.ValueReadAround {
 		t.Errorf("%d plain gets counted %d bytes, want at least the read-around of each", len(chunks), traffic)
 	}
 }

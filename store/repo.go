@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ledgerfs/ledgerfs/internal/badgerdb"
+
 	"github.com/dgraph-io/badger/v4"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/restic/chunker"
@@ -122,13 +124,13 @@ type Repository struct {
 	nodes    *btree.NodeCache
 	indexes  *cas.IndexCache
 	cutters  *cas.Cutters // chunk the values of every page's writers
-	trim     trimmer
+	trim     *badgerdb.Trimmer
 	stopTrim chan struct{}
-	ra       *readAheads
+	ra       *badgerdb.ReadAheads
 	// loops are the repository's goroutines (the trimmer, the
 	// read-ahead worker): Close waits for them.
 	loops sync.WaitGroup
-	space *space // nil when read-only
+	space *badgerdb.Space // nil when read-only
 
 	mu   sync.Mutex
 	open map[string]*Page // by ledger + "/" + page
@@ -174,14 +176,14 @@ func Open(dir string, opts Options) (*Repository, error) {
 	// The repository db first: a directory that has it is a repository,
 	// whatever a crash left undone after it.
 	usage := filepath.Join(dir, "page_usage_db")
-	db, err := openBadger(repoDBOptions(usage, opts.ReadOnly))
-	if opts.ReadOnly && needsReplay(err) {
+	db, err := badgerdb.Open(badgerdb.SmallOptions(usage, opts.ReadOnly))
+	if opts.ReadOnly && badgerdb.NeedsReplay(err) {
 		// A crash left its logs unfinished, which only a writable open
 		// replays; nobody serves the repository (a server would hold the
 		// lock), so replay them as the next mount would, then read.
-		if db, err = openBadger(repoDBOptions(usage, false)); err == nil {
+		if db, err = badgerdb.Open(badgerdb.SmallOptions(usage, false)); err == nil {
 			if err = db.Close(); err == nil {
-				db, err = openBadger(repoDBOptions(usage, true))
+				db, err = badgerdb.Open(badgerdb.SmallOptions(usage, true))
 			}
 		}
 	}
@@ -194,18 +196,16 @@ func Open(dir string, opts Options) (*Repository, error) {
 			return nil, fmt.Errorf("create repository: %w", err)
 		}
 	}
-	r := &Repository{dir: dir, opts: opts, db: db, open: map[string]*Page{}, closing: map[string]chan struct{}{}, reclaiming: map[string]*atomic.Bool{}, created: created}
+	r := &Repository{dir: dir, opts: opts, db: db, open: map[string]*Page{}, closing: map[string]chan struct{}{}, reclaiming: map[string]*atomic.Bool{}, created: created,
+		trim: badgerdb.NewTrimmer(dir)}
 	if !opts.ReadOnly {
 		if opts.Reserve == 0 {
-			if opts.Reserve, err = defaultReserve(dir); err != nil {
+			if opts.Reserve, err = badgerdb.DefaultReserve(dir); err != nil {
 				db.Close()
 				return nil, err
 			}
 		}
-		r.space = &space{dir: dir, reserve: opts.Reserve}
-	}
-	if abs, err := filepath.Abs(dir); err == nil {
-		r.trim.dir = abs + string(filepath.Separator)
+		r.space = badgerdb.NewSpace(dir, opts.Reserve)
 	}
 	if r.pol, err = r.polynomial(); err != nil {
 		db.Close()
@@ -235,9 +235,9 @@ func Open(dir string, opts Options) (*Repository, error) {
 	r.idle, _ = simplelru.NewLRU[string, *Page](opts.MaxIdlePages+1, nil)
 	r.cutters = cas.NewCutters()
 	r.stopTrim = make(chan struct{})
-	r.ra = newReadAheads()
-	r.loops.Go(func() { r.trim.run(r.stopTrim) })
-	r.loops.Go(r.ra.run)
+	r.ra = badgerdb.NewReadAheads()
+	r.loops.Go(func() { r.trim.Run(r.stopTrim) })
+	r.loops.Go(r.ra.Run)
 	if !opts.ReadOnly {
 		if err := r.recover(); err != nil {
 			r.Close()
@@ -405,7 +405,7 @@ func (r *Repository) Reserve() uint64 {
 	if r.space == nil {
 		return 0
 	}
-	return r.space.reserve
+	return r.space.Reserve()
 }
 
 func (r *Repository) trashDir() string { return filepath.Join(r.dir, SerializationVersion, "trash") }
@@ -494,7 +494,7 @@ func (r *Repository) CreateLedger(ledger string) error {
 	if err := checkLedgerName(ledger); err != nil {
 		return err
 	}
-	if err := r.space.claim(0, forChange); err != nil {
+	if err := r.space.Claim(0, badgerdb.ForChange); err != nil {
 		return err
 	}
 	return r.db.Update(func(txn *badger.Txn) error {
@@ -535,7 +535,7 @@ func (r *Repository) CreatePage(ledger, page string) error {
 	if err := CheckName(page); err != nil {
 		return err
 	}
-	if err := r.space.claim(0, forChange); err != nil {
+	if err := r.space.Claim(0, badgerdb.ForChange); err != nil {
 		return err
 	}
 	if ok, err := r.HasLedger(ledger); err != nil {
@@ -720,7 +720,7 @@ func (r *Repository) Acquire(ledger, page string) (*Page, error) {
 				r.waitExclusive(p)
 				continue
 			}
-			if p.readOnly != nil && !p.damaged && p.refs == 0 && r.space.claim(0, forOpen) == nil {
+			if p.readOnly != nil && !p.damaged && p.refs == 0 && r.space.Claim(0, badgerdb.ForOpen) == nil {
 				// Opened read-only for want of space, idle, and there
 				// is room again: reopen it for changes.
 				r.idle.Remove(key)
@@ -864,14 +864,14 @@ func (r *Repository) openPage(ledger, page string) (*Page, error) {
 	readOnly := r.opts.ReadOnly
 	var refused error
 	if !readOnly {
-		if refused = r.space.claim(0, forOpen); refused != nil {
+		if refused = r.space.Claim(0, badgerdb.ForOpen); refused != nil {
 			slog.Warn("page opened read-only for want of space", "ledger", ledger, "page", page, "err", refused)
 			readOnly = true
 		}
 	}
 	p, err := r.newPage(ledger, page, id, readOnly)
 	damaged := false
-	if !readOnly && readableDamage(err) {
+	if !readOnly && badgerdb.ReadableDamage(err) {
 		// Badger would cut the damaged log, discarding what follows the
 		// bad entry; read-only it reads everything that is intact.
 		slog.Error("page is damaged: serving it read-only; copy the repository aside before repairing it", "ledger", ledger, "page", page, "err", err)
@@ -879,7 +879,7 @@ func (r *Repository) openPage(ledger, page string) (*Page, error) {
 		readOnly, damaged = true, true
 		p, err = r.newPage(ledger, page, id, true)
 	}
-	if r.opts.ReadOnly && (needsReplay(err) || hasEmptyLogs(r.pageDir(ledger, id)) || err == nil && p.recoverable()) {
+	if r.opts.ReadOnly && (badgerdb.NeedsReplay(err) || hasEmptyLogs(r.pageDir(ledger, id)) || err == nil && p.recoverable()) {
 		// A crash left work that only a writable open does: Badger
 		// replays its logs, and the hook commits the journals. Nobody
 		// serves the repository (a server would hold the db's lock), so
@@ -918,7 +918,7 @@ func (r *Repository) openPage(ledger, page string) (*Page, error) {
 
 // newPage opens the db of a page.
 func (r *Repository) newPage(ledger, page string, id PageID, readOnly bool) (*Page, error) {
-	db, err := openBadger(badgerOptions(r.pageDir(ledger, id), readOnly))
+	db, err := badgerdb.Open(badgerdb.Options(r.pageDir(ledger, id), readOnly))
 	if err != nil {
 		return nil, err
 	}
@@ -941,7 +941,7 @@ func (p *Page) recoverable() bool {
 // hasEmptyLogs reports whether a crash left an empty log in the db in dir,
 // which only a writable open removes.
 func hasEmptyLogs(dir string) bool {
-	empty, err := emptyLogs(dir, dir)
+	empty, err := badgerdb.EmptyLogs(dir, dir)
 	return err == nil && len(empty) > 0
 }
 
@@ -1049,12 +1049,12 @@ func (r *Repository) RunGC() {
 	for _, p := range pages {
 		// A file rewritten at ratio 0.5 moves up to half its size before
 		// the old one is deleted.
-		if err := r.space.claim(valueLogFileSize/2, forChange); err != nil {
+		if err := r.space.Claim(badgerdb.ValueLogFileSize/2, badgerdb.ForChange); err != nil {
 			slog.Info("value-log GC skipped", "page", p.Ledger+"/"+p.Name, "err", err)
 			continue
 		}
 		p.RunGC(0.5)
-		r.space.settled(valueLogFileSize / 2)
+		r.space.Settled(badgerdb.ValueLogFileSize / 2)
 	}
 }
 
@@ -1074,7 +1074,7 @@ func (r *Repository) Close() error {
 	r.open = map[string]*Page{}
 	r.unlock()
 	close(r.stopTrim)
-	close(r.ra.stop)
+	r.ra.Stop()
 	slices.SortFunc(pages, func(a, b *Page) int { return bytes.Compare([]byte(a.Name), []byte(b.Name)) })
 	var errs []error
 	for _, p := range pages {
@@ -1084,7 +1084,7 @@ func (r *Repository) Close() error {
 	r.indexes.Close()
 	r.cutters.Close()
 	errs = append(errs, r.closeBadger(r.db))
-	r.trim.running.Lock() // for good: the dbs are gone
+	r.trim.Hold() // for good: the dbs are gone
 	r.loops.Wait()
 	return errors.Join(errs...)
 }
@@ -1101,20 +1101,47 @@ var errCloseStuck = errors.New("did not close")
 // address before could drop pages someone else mapped there since. A close
 // given up on may unmap them at any later time, so trimming stops for good.
 func (r *Repository) closeBadger(db *badger.DB) error {
-	r.trim.running.Lock()
+	r.trim.Hold()
 	done := make(chan error, 1)
 	go func() { done <- db.Close() }()
 	select {
 	case err := <-done:
-		r.trim.running.Unlock()
+		r.trim.Release()
 		return err
 	case <-time.After(r.opts.CloseTimeout):
-		r.trim.off.Store(true)
-		r.trim.running.Unlock()
+		r.trim.Disable()
+		r.trim.Release()
 		r.mu.Lock()
 		r.abandoned = append(r.abandoned, done)
 		r.mu.Unlock()
 		return fmt.Errorf("db %s %w within %v (see Badger's errors); its write-ahead log is left for the next open",
 			db.Opts().Dir, errCloseStuck, r.opts.CloseTimeout)
 	}
+}
+
+// The free space kept on the repository's filesystem when Options.Reserve
+// is 0: 5 % of the filesystem (ext4 keeps as much for root), between
+// MinReserve and MaxDefaultReserve.
+const (
+	MinReserve        = badgerdb.MinReserve
+	MaxDefaultReserve = badgerdb.MaxDefaultReserve
+)
+
+// ErrDamaged marks a page db found damaged before it was opened.
+var ErrDamaged = badgerdb.ErrDamaged
+
+// Free returns the bytes free on the repository's filesystem, less the
+// content taken and not yet written, from a statfs made now.
+func (r *Repository) Free() (uint64, error) {
+	if r.space == nil {
+		free, _, err := badgerdb.Statfs(r.dir)
+		return free, err
+	}
+	return r.space.Free()
+}
+
+// FilesystemSize returns the size of the filesystem holding the repository.
+func (r *Repository) FilesystemSize() (uint64, error) {
+	_, size, err := badgerdb.Statfs(r.dir)
+	return size, err
 }

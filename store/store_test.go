@@ -493,7 +493,7 @@ func TestCloseGivesUpOnStuckDB(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("Close took %v", d)
 	}
-	if !r.trim.off.Load() {
+	if !r.trim.Disabled() {
 		t.Fatal("trimming still on after a close was given up on")
 	}
 	// Given its directory back, the abandoned db finishes closing, and

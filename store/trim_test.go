@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
+
+	"github.com/ledgerfs/ledgerfs/internal/badgerdb"
 
 	"github.com/dgraph-io/badger/v4"
-	"golang.org/x/sys/unix"
 )
 
 // procStatusKiB reads a KiB figure (VmRSS, RssFile, ...) of this process.
@@ -30,7 +30,7 @@ func procStatusKiB(t testing.TB, field string) int {
 }
 
 // Writing a large value leaves the value log's pages out of the process:
-// a writer keeps to trimAbove, whatever the readers' limit would allow.
+// a writer keeps to badgerdb.TrimAbove, whatever the readers' limit would allow.
 // The content is made as it is written, so that the heap stays small and
 // leaves readers most of rssBudget.
 func TestValueLogPagesAreTrimmed(t *testing.T) {
@@ -55,10 +55,9 @@ func TestValueLogPagesAreTrimmed(t *testing.T) {
 	if _, _, err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	total, file := rss()
 	grown := (peak - before) >> 20
-	t.Logf("file-backed RSS grew by up to %d MiB writing 300 MiB; a reader's limit would be %d MiB", grown, limit(total, file)>>20)
-	if grown > 2*trimAbove>>20 {
+	t.Logf("file-backed RSS grew by up to %d MiB writing 300 MiB", grown)
+	if grown > 2*badgerdb.TrimAbove>>20 {
 		t.Fatalf("file-backed RSS grew by up to %d MiB writing 300 MiB", grown)
 	}
 }
@@ -126,15 +125,15 @@ func readTables(t *testing.T, p *Page) {
 // below it they stay, as every get reads them.
 func TestTablePagesAreTrimmed(t *testing.T) {
 	p := testPage(t)
-	p.repo.trim.running.Lock() // only this test's trims
-	defer p.repo.trim.running.Unlock()
+	p.repo.trim.Hold() // only this test's trims
+	defer p.repo.trim.Release()
 	writeValue(t, p, benchBytes(8<<20))
 	readTables(t, p)
-	dir := p.repo.trim.dir
+	dir := p.repo.trim.Dir()
 	trim := func(limit int64) (sst, vlog int) {
 		t.Helper()
-		p.repo.trim.above.Store(limit)
-		if err := p.repo.trim.trim(false); err != nil {
+		p.repo.trim.SetLimit(limit)
+		if err := p.repo.trim.Trim(false); err != nil {
 			t.Fatal(err)
 		}
 		return mappedKiB(t, dir, ".sst"), mappedKiB(t, dir, ".vlog")
@@ -167,10 +166,10 @@ func TestReadsTrimOnlyAboveTheLimit(t *testing.T) {
 				}
 			}
 		}
-		p.repo.trim.running.Lock() // wait for a periodic trim under way
-		p.repo.trim.running.Unlock()
+		p.repo.trim.Hold() // wait for a periodic trim under way
+		p.repo.trim.Release()
 	}
-	p.repo.trim.above.Store(fileRSS() + 256<<20)
+	p.repo.trim.SetLimit(fileRSS() + 256<<20)
 	readAll(1)
 	mapped := vlogMapped(t, p)
 	// Each plain get counts the read-around: this is many trims' worth.
@@ -182,20 +181,20 @@ func TestReadsTrimOnlyAboveTheLimit(t *testing.T) {
 	}
 	// Above the limit, read until a get trims (it starts the count anew),
 	// and let a periodic trim under way finish.
-	p.repo.trim.above.Store(1)
+	p.repo.trim.SetLimit(1)
 	trimmed := false
 	for _, d := range chunks {
-		before := p.repo.trim.traffic.Load()
+		before := p.repo.trim.Traffic()
 		if _, err := p.Get(d, nil); err != nil {
 			t.Fatal(err)
 		}
-		if p.repo.trim.traffic.Load() < before {
+		if p.repo.trim.Traffic() < before {
 			trimmed = true
 			break
 		}
 	}
-	p.repo.trim.running.Lock()
-	p.repo.trim.running.Unlock()
+	p.repo.trim.Hold()
+	p.repo.trim.Release()
 	left := vlogMapped(t, p)
 	t.Logf("above the limit: value log mapped %d KiB after a trim the reads started", left>>10)
 	if !trimmed || left > mapped/4 {
@@ -207,19 +206,19 @@ func TestReadsTrimOnlyAboveTheLimit(t *testing.T) {
 // leave the process at the next periodic check.
 func TestPeriodicTrim(t *testing.T) {
 	p := testPage(t)
-	p.repo.trim.above.Store(trimAbove) // what a writer's heap leaves it
-	p.repo.trim.running.Lock()         // no trim until the pages are counted
+	p.repo.trim.SetLimit(badgerdb.TrimAbove) // what a writer's heap leaves it
+	p.repo.trim.Hold()                       // no trim until the pages are counted
 	readTables(t, p)
-	dir := p.repo.trim.dir
+	dir := p.repo.trim.Dir()
 	before := mappedKiB(t, dir, ".sst")
 	rss := fileRSS()
-	p.repo.trim.running.Unlock()
-	if rss < trimAbove {
-		t.Fatalf("file-backed RSS %d KiB after reading the tables: below the %d KiB the check trims from", rss>>10, trimAbove>>10)
+	p.repo.trim.Release()
+	if rss < badgerdb.TrimAbove {
+		t.Fatalf("file-backed RSS %d KiB after reading the tables: below the %d KiB the check trims from", rss>>10, badgerdb.TrimAbove>>10)
 	}
 	after := before
-	for deadline := time.Now().Add(4 * trimCheck); time.Now().Before(deadline) && after > before/8; {
-		time.Sleep(trimCheck / 10)
+	for deadline := time.Now().Add(4 * badgerdb.TrimCheck); time.Now().Before(deadline) && after > before/8; {
+		time.Sleep(badgerdb.TrimCheck / 10)
 		after = mappedKiB(t, dir, ".sst")
 	}
 	t.Logf("resident table pages: %d KiB after reading, %d KiB after the periodic check", before, after)
@@ -228,93 +227,9 @@ func TestPeriodicTrim(t *testing.T) {
 	}
 }
 
-// The limit leaves mapped pages what the rest of the process leaves of the
-// budget, and never less than trimAbove.
-func TestLimitFollowsTheRestOfTheProcess(t *testing.T) {
-	for _, anon := range []int64{0, 16 << 20, rssBudget / 2, rssBudget - trimAbove, rssBudget, 4 * rssBudget} {
-		for _, file := range []int64{0, 8 << 20, rssBudget} {
-			l := limit(anon+file, file)
-			if l < trimAbove || anon+l > max(rssBudget, anon+trimAbove) {
-				t.Errorf("%d MiB heap and %d MiB mapped: limit %d MiB, want at least %d MiB and at most what the heap leaves of %d MiB",
-					anon>>20, file>>20, l>>20, trimAbove>>20, rssBudget>>20)
-			}
-			if anon+trimAbove <= rssBudget && anon+l != rssBudget {
-				t.Errorf("%d MiB heap: limit %d MiB leaves part of the %d MiB budget unused", anon>>20, l>>20, rssBudget>>20)
-			}
-		}
-	}
-}
-
 // fileRSS returns the process's resident file-backed and shared memory in
 // bytes.
 func fileRSS() int64 {
-	_, file := rss()
+	_, file := badgerdb.RSS()
 	return file
-}
-
-func TestFileRSS(t *testing.T) {
-	got := fileRSS()
-	want := int64(procStatusKiB(t, "RssFile")+procStatusKiB(t, "RssShmem")) << 10
-	t.Logf("fileRSS %d KiB, RssFile+RssShmem %d KiB", got>>10, want>>10)
-	// Both count the same pages; the process may fault a few more in
-	// between the two reads.
-	if got <= 0 || got < want-(4<<20) || got > want+(4<<20) {
-		t.Fatalf("fileRSS %d KiB, /proc/self/status RssFile+RssShmem %d KiB", got>>10, want>>10)
-	}
-}
-
-// A trim whose mapping was unmapped after /proc/self/maps was read, and
-// whose addresses now hold this process's private memory, leaves that
-// memory as it is: Badger unmaps tables and value logs whenever it likes,
-// and the Go heap or anything else may take the addresses.
-func TestTrimLeavesReusedAddressesAlone(t *testing.T) {
-	dir := t.TempDir()
-	const size = 4 << 20
-	f, err := os.Create(dir + "/000001.vlog")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	shared, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < size; i += 4096 {
-		shared[i] = 1
-	}
-	tr := &trimmer{dir: dir}
-	ranges, err := tr.mappings(".vlog")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ranges) != 1 || ranges[0].end-ranges[0].start != size {
-		t.Fatalf("mappings of the value log: %+v, want one of %d bytes", ranges, size)
-	}
-	base := unsafe.Pointer(&shared[0])
-	if ranges[0].start != uintptr(base) {
-		t.Fatalf("mapping listed at %#x, mapped at %p", ranges[0].start, base)
-	}
-	// The log goes; private memory takes its addresses.
-	if err := unix.Munmap(shared); err != nil {
-		t.Fatal(err)
-	}
-	p, err := unix.MmapPtr(-1, 0, base, size, unix.PROT_READ|unix.PROT_WRITE,
-		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE)
-	if err != nil || p != base {
-		t.Fatalf("map private memory at %p: got %p, %v", base, p, err)
-	}
-	mem := unsafe.Slice((*byte)(unsafe.Pointer(p)), size)
-	defer unix.MunmapPtr(p, size)
-	for i := range mem {
-		mem[i] = byte(i%251) + 1
-	}
-	advise(ranges)
-	for i := range mem {
-		if mem[i] != byte(i%251)+1 {
-			t.Fatalf("byte %d of private memory at a trimmed log's old address is %d after the trim, was %d", i, mem[i], byte(i%251)+1)
-		}
-	}
 }

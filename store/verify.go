@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ledgerfs/ledgerfs/internal/badgerdb"
+
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -24,7 +26,7 @@ func (p *Page) VerifyRows(decodeOp func(key string, v []byte) error) (map[string
 // schema would. (Not read-only: after a crash Badger refuses a read-only
 // open until its value log is truncated.)
 func VerifyDir(dir string, decodeOp func(key string, v []byte) error) (map[string]int, error) {
-	db, err := openBadger(badger.DefaultOptions(dir).WithLogger(nil))
+	db, err := badgerdb.Open(badger.DefaultOptions(dir).WithLogger(nil))
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}

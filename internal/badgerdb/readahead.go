@@ -1,4 +1,4 @@
-package store
+package badgerdb
 
 import (
 	"strings"
@@ -21,16 +21,17 @@ import (
 const (
 	raRegion = 4 << 20 // value log asked for at a time
 	raAround = 2       // regions on each side of a value's: its batch and the next
-	// raFresh is how long a region asked for is not asked for again: the
-	// pages may have left the page cache by the next read of the file.
-	raFresh = time.Second
+	// ReadAheadFresh is how long a region asked for is not asked for
+	// again: the pages may have left the page cache by the next read of
+	// the file.
+	ReadAheadFresh = time.Second
 )
 
-// readAheads advises the kernel to read value-log regions in, on one
+// ReadAheads advises the kernel to read value-log regions in, on one
 // goroutine the repository owns (run, until stop): allocating the pages
 // and starting their reads costs the reader nothing. A request that finds
 // the goroutine busy with many is dropped, as advice may be.
-type readAheads struct {
+type ReadAheads struct {
 	reqs chan raRequest
 	stop chan struct{}
 	// noPopulate is set once the kernel turned MADV_POPULATE_READ down
@@ -43,7 +44,7 @@ type readAheads struct {
 	// asked for.
 	done func()
 	// clock tells when a region was asked for; a test moves it on past
-	// raFresh.
+	// ReadAheadFresh.
 	clock func() time.Time
 }
 
@@ -53,12 +54,27 @@ type raRequest struct {
 	ranges [2*raAround + 1][2]uintptr
 }
 
-func newReadAheads() *readAheads {
-	return &readAheads{reqs: make(chan raRequest, 64), stop: make(chan struct{}), clock: time.Now}
+// NewReadAheads returns a worker; Run it on a goroutine of its own, and
+// Stop it.
+func NewReadAheads() *ReadAheads {
+	return &ReadAheads{reqs: make(chan raRequest, 64), stop: make(chan struct{}), clock: time.Now}
 }
 
-// run advises what is asked until stop is closed.
-func (w *readAheads) run() {
+// Stop ends Run.
+func (w *ReadAheads) Stop() { close(w.stop) }
+
+// SetDone sets what is called once a read-ahead has been asked for (tests;
+// nil: nothing). Set it before asking for the read-aheads it is to see.
+func (w *ReadAheads) SetDone(done func()) { w.done = done }
+
+// SetClock sets the clock that tells when a region was asked for (tests).
+func (w *ReadAheads) SetClock(clock func() time.Time) { w.clock = clock }
+
+// Populates reports whether the kernel takes MADV_POPULATE_READ.
+func (w *ReadAheads) Populates() bool { return !w.noPopulate.Load() }
+
+// Run advises what is asked until Stop.
+func (w *ReadAheads) Run() {
 	for {
 		select {
 		case <-w.stop:
@@ -85,7 +101,7 @@ func (w *readAheads) run() {
 }
 
 // ask queues a read-ahead, unless the worker has many or has stopped.
-func (w *readAheads) ask(req raRequest) {
+func (w *ReadAheads) ask(req raRequest) {
 	select {
 	case w.reqs <- req:
 	case <-w.stop:
@@ -93,8 +109,8 @@ func (w *readAheads) ask(req raRequest) {
 	}
 }
 
-// readAhead is a page's record of the value-log regions it asked for.
-type readAhead struct {
+// ReadAhead is a page's record of the value-log regions it asked for.
+type ReadAhead struct {
 	mu   sync.Mutex
 	done [16]asked // regions asked for lately
 	next int
@@ -106,9 +122,9 @@ type asked struct {
 	at     time.Time
 }
 
-// near asks the kernel, through w, to read in the regions around v, a
+// Near asks the kernel, through w, to read in the regions around v, a
 // value in a mapped value log, that it was not asked for lately.
-func (ra *readAhead) near(w *readAheads, v []byte) {
+func (ra *ReadAhead) Near(w *ReadAheads, v []byte) {
 	if len(v) == 0 {
 		return
 	}
@@ -140,9 +156,9 @@ func (ra *readAhead) near(w *readAheads, v []byte) {
 	}
 }
 
-func (ra *readAhead) askedLately(region uintptr, now time.Time) bool {
+func (ra *ReadAhead) askedLately(region uintptr, now time.Time) bool {
 	for _, a := range ra.done {
-		if a.region == region && now.Sub(a.at) < raFresh {
+		if a.region == region && now.Sub(a.at) < ReadAheadFresh {
 			return true
 		}
 	}

@@ -1,4 +1,4 @@
-package store
+package badgerdb
 
 import (
 	"log/slog"
@@ -10,14 +10,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// startWriteback asks the kernel to start writing the page's newest value
-// log to disk, without waiting for it, after each full batch of pieces (as
+// StartWriteback asks the kernel to start writing the newest value log in
+// dir to disk, without waiting for it, after each full batch of pieces (as
 // RocksDB's bytes_per_sync does). Badger msyncs a value-log file when it
 // moves on to the next one, inside its single write loop: with the file's
 // 64 MiB still dirty, every switch held up all commits, and the chunking
 // behind them, for the time the disk took to write it.
-func (p *Page) startWriteback() {
-	dir := p.db.Opts().ValueDir
+func StartWriteback(dir string) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return

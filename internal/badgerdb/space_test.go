@@ -1,4 +1,4 @@
-package store
+package badgerdb
 
 import (
 	"errors"
@@ -30,9 +30,9 @@ func TestSpaceKeepsTheReserve(t *testing.T) {
 	}
 
 	// A reserve far above what is free refuses everything, with ENOSPC.
-	s := &space{dir: dir, reserve: 8 * free}
-	for _, kind := range []claimKind{forContent, forChange, forOpen} {
-		err := s.claim(0, kind)
+	s := &Space{dir: dir, reserve: 8 * free}
+	for _, kind := range []ClaimKind{ForContent, ForChange, ForOpen} {
+		err := s.Claim(0, kind)
 		if !errors.Is(err, syscall.ENOSPC) {
 			t.Fatalf("claim(kind %d) with reserve 8 x free: %v, want ENOSPC", kind, err)
 		}
@@ -43,50 +43,50 @@ func TestSpaceKeepsTheReserve(t *testing.T) {
 
 	// Between the two thresholds: new content is refused, other changes
 	// (which must leave only half the reserve) pass.
-	s = &space{dir: dir, reserve: free + free/2}
-	if err := s.claim(1, forContent); !errors.Is(err, syscall.ENOSPC) {
+	s = &Space{dir: dir, reserve: free + free/2}
+	if err := s.Claim(1, ForContent); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("bulk claim with 1.5 x free reserved: %v, want ENOSPC", err)
 	}
-	if err := s.claim(0, forChange); err != nil {
+	if err := s.Claim(0, ForChange); err != nil {
 		t.Fatalf("small change with 1.5 x free reserved (half of it kept): %v", err)
 	}
 
 	// Opening a page, so that files stay readable, leaves only a quarter.
-	s = &space{dir: dir, reserve: 3 * free}
-	if err := s.claim(0, forChange); !errors.Is(err, syscall.ENOSPC) {
+	s = &Space{dir: dir, reserve: 3 * free}
+	if err := s.Claim(0, ForChange); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("change with 3 x free reserved: %v, want ENOSPC", err)
 	}
-	if err := s.claim(0, forOpen); err != nil {
+	if err := s.Claim(0, ForOpen); err != nil {
 		t.Fatalf("open with 3 x free reserved (a quarter of it kept): %v", err)
 	}
 
 	// Content is taken while it leaves the reserve.
-	s = &space{dir: dir, reserve: free / 4}
-	if err := s.claim(free/4, forContent); err != nil {
+	s = &Space{dir: dir, reserve: free / 4}
+	if err := s.Claim(free/4, ForContent); err != nil {
 		t.Fatalf("claim of a quarter with a quarter reserved: %v", err)
 	}
-	if err := s.claim(free, forContent); !errors.Is(err, syscall.ENOSPC) {
+	if err := s.Claim(free, ForContent); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("claim of all that is free: %v, want ENOSPC", err)
 	}
 
 	// Content taken counts until it lands, across statfs calls: statfs
 	// does not see a batch Badger has not written yet.
-	s = &space{dir: dir, reserve: free / 2}
-	if err := s.claim(free/4, forContent); err != nil {
+	s = &Space{dir: dir, reserve: free / 2}
+	if err := s.Claim(free/4, ForContent); err != nil {
 		t.Fatalf("claim of a quarter with half reserved: %v", err)
 	}
 	s.at = time.Time{} // the next claim takes a fresh statfs
-	if err := s.claim(free/4+free/8, forContent); !errors.Is(err, syscall.ENOSPC) {
+	if err := s.Claim(free/4+free/8, ForContent); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("claim beyond the reserve with a quarter in flight: %v, want ENOSPC", err)
 	}
-	s.settled(free / 4)
-	if err := s.claim(free/4+free/8, forContent); err != nil {
+	s.Settled(free / 4)
+	if err := s.Claim(free/4+free/8, ForContent); err != nil {
 		t.Fatalf("the same claim once the quarter landed: %v", err)
 	}
 
 	// A read-only repository has no space to keep.
-	var none *space
-	if err := none.claim(1<<62, forContent); err != nil {
+	var none *Space
+	if err := none.Claim(1<<62, ForContent); err != nil {
 		t.Fatalf("nil space: %v", err)
 	}
 }
@@ -96,20 +96,20 @@ func TestSpaceKeepsTheReserve(t *testing.T) {
 func TestSpaceSeesFreedSpaceAtOnce(t *testing.T) {
 	dir := t.TempDir()
 	free := freeBytes(t, dir)
-	s := &space{dir: dir, reserve: free / 4}
-	if err := s.claim(0, forContent); err != nil {
+	s := &Space{dir: dir, reserve: free / 4}
+	if err := s.Claim(0, ForContent); err != nil {
 		t.Fatal(err)
 	}
 	// As if the statfs had been taken when the disk was nearly full.
 	s.free = free / 8
-	if err := s.claim(free/4, forContent); err != nil {
+	if err := s.Claim(free/4, ForContent); err != nil {
 		t.Fatalf("claim after space was freed: %v", err)
 	}
 }
 
 func TestDefaultReserve(t *testing.T) {
 	dir := t.TempDir()
-	got, err := defaultReserve(dir)
+	got, err := DefaultReserve(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

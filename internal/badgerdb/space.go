@@ -1,4 +1,4 @@
-package store
+package badgerdb
 
 import (
 	"fmt"
@@ -19,18 +19,18 @@ const (
 	MaxDefaultReserve = 128 << 20
 )
 
-// defaultReserve is the reserve for the filesystem holding dir.
-func defaultReserve(dir string) (uint64, error) {
-	_, size, err := statfs(dir)
+// DefaultReserve is the reserve for the filesystem holding dir.
+func DefaultReserve(dir string) (uint64, error) {
+	_, size, err := Statfs(dir)
 	if err != nil {
 		return 0, err
 	}
 	return min(max(size/20, MinReserve), MaxDefaultReserve), nil
 }
 
-// statfs returns the bytes available to us and the size of the
+// Statfs returns the bytes available to us and the size of the
 // filesystem holding dir.
-func statfs(dir string) (free, size uint64, err error) {
+func Statfs(dir string) (free, size uint64, err error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
 		return 0, 0, fmt.Errorf("store: free space of %s: %w", dir, err)
@@ -38,40 +38,16 @@ func statfs(dir string) (free, size uint64, err error) {
 	return st.Bavail * uint64(st.Bsize), st.Blocks * uint64(st.Bsize), nil
 }
 
-// Free returns the bytes free on the repository's filesystem, less the
-// content taken and not yet written, from a statfs made now: a figure
-// taken while a write was still landing, or before space was given back,
-// would mislead a decision about history.
-func (r *Repository) Free() (uint64, error) {
-	s := r.space
-	if s == nil {
-		free, _, err := statfs(r.dir)
-		return free, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.statfs(); err != nil {
-		return 0, err
-	}
-	return s.left(), nil
-}
-
-// FilesystemSize returns the size of the filesystem holding the repository.
-func (r *Repository) FilesystemSize() (uint64, error) {
-	_, size, err := statfs(r.dir)
-	return size, err
-}
-
-// claimKind says how much of the reserve a claim must leave free.
-type claimKind uint
+// ClaimKind says how much of the reserve a claim must leave free.
+type ClaimKind uint
 
 const (
-	forContent claimKind = iota // new file content: all of it
-	forChange                   // changes without content: half
-	forOpen                     // opening a page's db for changes: a quarter
+	ForContent ClaimKind = iota // new file content: all of it
+	ForChange                   // changes without content: half
+	ForOpen                     // opening a page's db for changes: a quarter
 )
 
-// space keeps free space on the filesystem that holds the repository.
+// Space keeps free space on the filesystem that holds a set of dbs.
 // Badger writes every file it makes (value logs, memtable logs, tables)
 // through a shared mapping of a file created sparse: on a full filesystem
 // the write faults and the kernel kills the process with SIGBUS, from any
@@ -83,7 +59,7 @@ const (
 // quarter is (opening for changes writes a little) is opened read-only,
 // so that files stay readable on a full disk. Commits of changes already
 // taken, memtable flushes and compactions use the rest.
-type space struct {
+type Space struct {
 	dir     string
 	reserve uint64
 
@@ -97,14 +73,38 @@ type space struct {
 	full            bool // new content was refused; logged once until it has room
 }
 
+// NewSpace keeps reserve bytes free on the filesystem holding dir.
+func NewSpace(dir string, reserve uint64) *Space { return &Space{dir: dir, reserve: reserve} }
+
+// Reserve is the free space kept; 0 for nil.
+func (s *Space) Reserve() uint64 {
+	if s == nil {
+		return 0
+	}
+	return s.reserve
+}
+
+// Free returns the bytes free on the filesystem, less the content taken
+// and not yet written, from a statfs made now: a figure taken while a write
+// was still landing, or before space was given back, would mislead a
+// decision about history.
+func (s *Space) Free() (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.statfs(); err != nil {
+		return 0, err
+	}
+	return s.left(), nil
+}
+
 // spaceRefresh bounds how long a statfs result is trusted.
 const spaceRefresh = 100 * time.Millisecond
 
-// claim takes n bytes, to be given back with settled once they are written,
+// Claim takes n bytes, to be given back with settled once they are written,
 // leaving the part of the reserve that kind keeps. A refusal wraps
 // syscall.ENOSPC, and is confirmed by a fresh statfs, so space freed on the
 // filesystem is seen at once.
-func (s *space) claim(n uint64, kind claimKind) error {
+func (s *Space) Claim(n uint64, kind ClaimKind) error {
 	if s == nil {
 		return nil
 	}
@@ -138,11 +138,11 @@ func (s *space) claim(n uint64, kind claimKind) error {
 
 // left is the space free beyond the content in flight. Called with s.mu
 // held.
-func (s *space) left() uint64 { return s.free - min(s.free, s.inflight) }
+func (s *Space) left() uint64 { return s.free - min(s.free, s.inflight) }
 
-// settled gives back n bytes taken by claim once they are in the db's files
+// Settled gives back n bytes taken by claim once they are in the db's files
 // (where statfs sees them) or dropped.
-func (s *space) settled(n uint64) {
+func (s *Space) Settled(n uint64) {
 	if s == nil {
 		return
 	}
@@ -151,8 +151,8 @@ func (s *space) settled(n uint64) {
 	s.mu.Unlock()
 }
 
-func (s *space) statfs() error {
-	free, _, err := statfs(s.dir)
+func (s *Space) statfs() error {
+	free, _, err := Statfs(s.dir)
 	if err != nil {
 		return err
 	}
@@ -162,10 +162,10 @@ func (s *space) statfs() error {
 	return nil
 }
 
-// room reports whether n bytes can be written by Badger's own work (a value
+// Room reports whether n bytes can be written by Badger's own work (a value
 // log rewritten to give space back) and leave half the reserve, what
 // changes without content keep; it says once when there is not.
-func (s *space) room(n uint64) bool {
+func (s *Space) Room(n uint64) bool {
 	if s == nil {
 		return true
 	}

@@ -1,4 +1,4 @@
-package store
+package badgerdb
 
 import (
 	"encoding/binary"
@@ -33,7 +33,7 @@ func (d *damage) Is(target error) bool { return target == ErrDamaged }
 
 // readableDamage reports whether err is damage a read-only open can live
 // with.
-func readableDamage(err error) bool {
+func ReadableDamage(err error) bool {
 	var d *damage
 	return errors.As(err, &d) && d.readable
 }
@@ -49,7 +49,7 @@ func readableDamage(err error) bool {
 // torn entry.
 // With full unset it checks the tables only: a read-only open truncates
 // and deletes nothing.
-func checkDB(dir string, full bool) error {
+func Check(dir string, full bool) error {
 	tables, err := filepath.Glob(filepath.Join(dir, "*.sst"))
 	if err != nil {
 		return err
@@ -60,7 +60,7 @@ func checkDB(dir string, full bool) error {
 	}
 	whole := 0 // unlisted tables that open
 	for _, t := range tables {
-		if tm, ok := listed[uint64(fileID(t))]; ok {
+		if tm, ok := listed[uint64(FileID(t))]; ok {
 			if err := checkTable(t, tm.Compression); err != nil {
 				return err
 			}
@@ -90,7 +90,7 @@ func checkDB(dir string, full bool) error {
 		return err
 	}
 	if len(vlogs) > 0 {
-		slices.SortFunc(vlogs, func(a, b string) int { return fileID(a) - fileID(b) })
+		slices.SortFunc(vlogs, func(a, b string) int { return FileID(a) - FileID(b) })
 		logs = append(logs, vlogs[len(vlogs)-1])
 	}
 	for _, l := range logs {
@@ -103,7 +103,8 @@ func checkDB(dir string, full bool) error {
 
 func damaged(file, what string) error { return &damage{file: file, what: what} }
 
-func fileID(name string) int {
+// FileID is the number in the name of a Badger file (000012.vlog: 12).
+func FileID(name string) int {
 	base := filepath.Base(name)
 	id, _ := strconv.Atoi(strings.TrimSuffix(base, filepath.Ext(base)))
 	return id
@@ -118,7 +119,7 @@ func checkTable(name string, c options.CompressionType) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			mf.Close(-1)
-			err = damaged(name, fmt.Sprintf("cannot be read as a table (%v)", firstLine(r)))
+			err = damaged(name, fmt.Sprintf("cannot be read as a table (%v)", FirstLine(r)))
 		}
 	}()
 	// Badger's default block size; the table's own is in its index.
@@ -129,7 +130,8 @@ func checkTable(name string, c options.CompressionType) (err error) {
 	return t.MmapFile.Close(-1)
 }
 
-func firstLine(v any) string {
+// FirstLine is the first line of v, what Badger panicked with, say.
+func FirstLine(v any) string {
 	s := fmt.Sprint(v)
 	s, _, _ = strings.Cut(s, "\n")
 	return s

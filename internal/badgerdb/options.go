@@ -1,4 +1,4 @@
-package store
+package badgerdb
 
 import (
 	"fmt"
@@ -16,7 +16,7 @@ import (
 // values up to 1 MB in the LSM tree) would cost hundreds of MiB per open page.
 // Values above a small threshold (chunks, tree nodes) go to the value log,
 // which keeps the LSM tree and its memtables small whatever the data size.
-func badgerOptions(dir string, readOnly bool) badger.Options {
+func Options(dir string, readOnly bool) badger.Options {
 	o := badger.DefaultOptions(dir).
 		WithLogger(badgerLogger{slog.Default().With("db", dir)}).
 		WithReadOnly(readOnly).
@@ -47,37 +47,37 @@ func badgerOptions(dir string, readOnly bool) badger.Options {
 	return o
 }
 
-// valueLogFileSize is large because Badger msyncs a value-log file when it
+// ValueLogFileSize is large because Badger msyncs a value-log file when it
 // moves on to the next, within its one write loop, holding up every commit:
 // at 64 MiB, sixteen times per GiB written, and 1 GiB streamed in 8.2 s
 // against 7.2 s at 256 MiB. The file is mapped and created sparse, so the
 // size costs address space, not memory or disk.
-const valueLogFileSize = 256 << 20
+const ValueLogFileSize = 256 << 20
 
 // minValueLogFileSize bounds how small valueLogSizeFor makes value logs.
 const minValueLogFileSize = 16 << 20
 
-// valueLogSizeFor is the value-log file size of a db in dir: valueLogFileSize,
+// valueLogSizeFor is the value-log file size of a db in dir: ValueLogFileSize,
 // or on a small filesystem a 32nd of it, at least minValueLogFileSize.
 // Giving a deleted value's space back rewrites the live rest of its log
 // (up to half of it, see reclaimRatio) before the old log goes: on a
 // 400 MiB filesystem 256 MiB logs needed 128 MiB free to shrink at all.
 func valueLogSizeFor(dir string) int64 {
-	_, size, err := statfs(dir)
+	_, size, err := Statfs(dir)
 	for err != nil {
 		// Not made yet: the filesystem it will be made on.
 		if dir == filepath.Dir(dir) {
-			return valueLogFileSize
+			return ValueLogFileSize
 		}
 		dir = filepath.Dir(dir)
-		_, size, err = statfs(dir)
+		_, size, err = Statfs(dir)
 	}
-	return max(min(valueLogFileSize, int64(size/32)&^(1<<20-1)), minValueLogFileSize)
+	return max(min(ValueLogFileSize, int64(size/32)&^(1<<20-1)), minValueLogFileSize)
 }
 
 // repoDBOptions are for the small repository db.
-func repoDBOptions(dir string, readOnly bool) badger.Options {
-	return badgerOptions(dir, readOnly).WithMemTableSize(1 << 20).WithValueLogFileSize(16 << 20)
+func SmallOptions(dir string, readOnly bool) badger.Options {
+	return Options(dir, readOnly).WithMemTableSize(1 << 20).WithValueLogFileSize(16 << 20)
 }
 
 // badgerLogger sends Badger's logs to slog, one level down: Badger reports
@@ -105,8 +105,8 @@ func (b badgerLogger) Debugf(f string, a ...any) {}
 //
 // It refuses a damaged db first (see checkDB): Badger would make the damage
 // worse, or panic in goroutines of its own and take the process down.
-func openBadger(o badger.Options) (*badger.DB, error) {
-	if err := checkDB(o.Dir, !o.ReadOnly); err != nil {
+func Open(o badger.Options) (*badger.DB, error) {
+	if err := Check(o.Dir, !o.ReadOnly); err != nil {
 		return nil, err
 	}
 	if !o.ReadOnly {
@@ -118,7 +118,7 @@ func openBadger(o badger.Options) (*badger.DB, error) {
 }
 
 func removeEmptyLogs(dir, valueDir string) error {
-	empty, err := emptyLogs(dir, valueDir)
+	empty, err := EmptyLogs(dir, valueDir)
 	if err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func removeEmptyLogs(dir, valueDir string) error {
 // emptyLogs lists the empty memtable and value-log files of a db: a read-only
 // open cannot use them (Badger sizes a new log, which a file opened
 // read-only refuses: "truncate: invalid argument").
-func emptyLogs(dir, valueDir string) ([]string, error) {
+func EmptyLogs(dir, valueDir string) ([]string, error) {
 	mem, err := filepath.Glob(filepath.Join(dir, "*.mem"))
 	if err != nil {
 		return nil, err
@@ -154,6 +154,6 @@ func emptyLogs(dir, valueDir string) ([]string, error) {
 
 // needsReplay reports whether a read-only open failed because a crash left
 // a db's logs unfinished. Badger flattens the errors it wraps to text.
-func needsReplay(err error) bool {
+func NeedsReplay(err error) bool {
 	return err != nil && strings.Contains(err.Error(), badger.ErrTruncateNeeded.Error())
 }

@@ -1,9 +1,10 @@
-package store
+package badgerdb
 
 import (
 	"errors"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,29 +30,33 @@ const checkEvery = 8 << 20
 // the kernel's default read-around and fault-around sizes.
 const readAround = 128 << 10
 
-// valueReadAround is what one random read of a mapped value log may make
+// ValueReadAround is what one random read of a mapped value log may make
 // resident: the page cache holds a value log written in full in huge
 // folios, and the kernel maps a whole 2 MiB folio at a fault (Linux 6.18 on
 // ext4; FilePmdMapped in smaps). Counted as readAround, a random read of
 // 2 GiB took the file-backed RSS 75 MiB past the limit between two checks.
-const valueReadAround = 2 << 20
+const ValueReadAround = 2 << 20
 
-// trimCheck is how often the repository reads its file-backed RSS (statm),
+// TrimCheck is how often the repository reads its file-backed RSS (statm),
 // for what traffic does not count: Badger's compactions and flushes read and
 // write tables through mappings too, ~75 MiB within a second of a 4 GiB
 // write, and after 100,000 files were created and removed they left 125 MiB
 // resident as the next write began.
-const trimCheck = 100 * time.Millisecond
+const TrimCheck = 100 * time.Millisecond
 
-// trimAbove is the file-backed RSS the trimmer always allows.
-const trimAbove = 32 << 20
+// TrimAbove is the file-backed RSS the Trimmer always allows.
+const TrimAbove = 32 << 20
 
 // rssBudget is the RSS up to which mapped file pages may stay: a reader
 // whose pages fit in what the Go heap leaves of it faults nothing in again,
-// and a process whose heap takes all of it still keeps trimAbove.
+// and a process whose heap takes all of it still keeps TrimAbove.
 const rssBudget = 192 << 20
 
-type trimmer struct {
+// A Trimmer takes the resident pages of the mapped value logs and tables
+// of the dbs under one directory out of the process when the file-backed
+// RSS is above its limit (see checkEvery). Run it on a goroutine of its
+// own; count traffic with Add and AddWritten.
+type Trimmer struct {
 	dir     string // only mappings of files under dir are trimmed
 	traffic atomic.Int64
 	running sync.Mutex
@@ -60,23 +65,81 @@ type trimmer struct {
 	wrote   atomic.Bool  // writes counted since the last periodic check
 }
 
-// add counts value-log traffic of reads and trims once enough has passed
+// NewTrimmer returns a trimmer of the mappings of files under dir.
+func NewTrimmer(dir string) *Trimmer {
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	return &Trimmer{dir: dir + string(filepath.Separator)}
+}
+
+// Hold stops trims until Release: no trim may run while a db unmaps its
+// files, since one that read a mapping's address before could drop pages
+// someone else mapped there since.
+func (t *Trimmer) Hold() { t.running.Lock() }
+
+// Release ends a Hold.
+func (t *Trimmer) Release() { t.running.Unlock() }
+
+// Disabled reports whether Disable was called.
+func (t *Trimmer) Disabled() bool { return t.off.Load() }
+
+// Disable stops trimming for good; call it within a Hold. A db whose close
+// was given up on may unmap its files at any later time.
+func (t *Trimmer) Disable() { t.off.Store(true) }
+
+// SetLimit fixes the file-backed RSS from which the trimmer trims (0: the
+// computed limit); tests use it.
+func (t *Trimmer) SetLimit(n int64) { t.above.Store(n) }
+
+// Traffic is the value-log traffic counted since the last trim check.
+func (t *Trimmer) Traffic() int64 { return t.traffic.Load() }
+
+// Dir is the directory under which mappings are trimmed, with a trailing
+// separator.
+func (t *Trimmer) Dir() string { return t.dir }
+
+// Trim trims now, whatever the traffic: the value-log mappings, then the
+// tables' if the file-backed RSS is still above the limit (a writer's, if
+// writing). The caller holds the trimmer (Hold).
+func (t *Trimmer) Trim(writing bool) error { return t.trim(writing) }
+
+// AddValueRead counts a read of n bytes of a value from a mapped value
+// log. It maps the pages around it too (read-around, fault-around): count
+// at least that much, unless the read streams. A streaming reader's next
+// values lie in the pages already mapped around this one; counting the
+// read-around for each of them (chunks average 16 KiB) trimmed every 4 MiB
+// read, 8 % of the mount's CPU in a cold sequential read.
+func (t *Trimmer) AddValueRead(n int, streaming bool) {
+	if !streaming {
+		n = max(n, ValueReadAround)
+	}
+	t.Add(n)
+}
+
+// AddLookup counts a lookup of a row at no place the tables know, as a
+// writer's: each maps a block and the pages the kernel maps around it
+// (a large value's commit looks up the status of each of its chunks: 150
+// MiB of RSS for 4 GiB before the next trim, uncounted).
+func (t *Trimmer) AddLookup() { t.AddWritten(readAround) }
+
+// Add counts value-log traffic of reads and trims once enough has passed
 // and the file-backed RSS is above the limit: a reader whose pages fit
 // keeps them mapped. A page fault that maps a page back cost ~50 µs in the
 // virtual machines we measured, where reading it from the page cache costs
 // 4 µs.
-func (t *trimmer) add(n int) { t.count(n, false) }
+func (t *Trimmer) Add(n int) { t.count(n, false) }
 
-// addWritten counts traffic of writes and commits, which trim above
-// trimAbove: what they map is not read again soon, and the heap of a long
+// AddWritten counts traffic of writes and commits, which trim above
+// TrimAbove: what they map is not read again soon, and the heap of a long
 // write grows between two checks (with the readers' limit, writing 4 GiB
-// peaked at 254 MiB of RSS, 157-166 MiB with trimAbove).
-func (t *trimmer) addWritten(n int) {
+// peaked at 254 MiB of RSS, 157-166 MiB with TrimAbove).
+func (t *Trimmer) AddWritten(n int) {
 	t.wrote.Store(true)
 	t.count(n, true)
 }
 
-func (t *trimmer) count(n int, writing bool) {
+func (t *Trimmer) count(n int, writing bool) {
 	if t.traffic.Add(int64(n)) < checkEvery {
 		return
 	}
@@ -91,28 +154,28 @@ func (t *trimmer) count(n int, writing bool) {
 }
 
 // over reports whether the file-backed RSS is above the limit, or above
-// trimAbove for a writer.
-func (t *trimmer) over(writing bool) bool {
-	total, file := rss()
+// TrimAbove for a writer.
+func (t *Trimmer) over(writing bool) bool {
+	total, file := RSS()
 	if l := t.above.Load(); l != 0 {
 		return file >= l
 	}
 	if writing {
-		return file >= trimAbove
+		return file >= TrimAbove
 	}
 	return file >= limit(total, file)
 }
 
-// limit returns the file-backed RSS from which the trimmer drops pages, for
+// limit returns the file-backed RSS from which the Trimmer drops pages, for
 // a process of total bytes resident of which file are file-backed: what the
-// rest of the process leaves of rssBudget, and at least trimAbove.
+// rest of the process leaves of rssBudget, and at least TrimAbove.
 func limit(total, file int64) int64 {
-	return max(trimAbove, rssBudget-(total-file))
+	return max(TrimAbove, rssBudget-(total-file))
 }
 
 // trimLocked trims, with t.running held, if the file-backed RSS is above
 // the limit (of a writer, if writing), and starts counting traffic anew.
-func (t *trimmer) trimLocked(writing bool) {
+func (t *Trimmer) trimLocked(writing bool) {
 	// The count starts anew even when there is nothing to trim, or every
 	// later get would read the RSS again.
 	t.traffic.Store(0)
@@ -124,10 +187,10 @@ func (t *trimmer) trimLocked(writing bool) {
 	}
 }
 
-// run trims every trimCheck while the file-backed RSS is above the limit
-// (trimAbove while something writes), until stop is closed.
-func (t *trimmer) run(stop <-chan struct{}) {
-	tk := time.NewTicker(trimCheck)
+// Run trims every TrimCheck while the file-backed RSS is above the limit
+// (TrimAbove while something writes), until stop is closed.
+func (t *Trimmer) Run(stop <-chan struct{}) {
+	tk := time.NewTicker(TrimCheck)
 	defer tk.Stop()
 	for {
 		select {
@@ -144,10 +207,10 @@ func (t *trimmer) run(stop <-chan struct{}) {
 	}
 }
 
-// rss returns the process's resident memory and the file-backed and shared
+// RSS returns the process's resident memory and the file-backed and shared
 // part of it in bytes (statm's second and third fields), or zeros if it
 // cannot tell. statm is read from counters the kernel keeps: cheap.
-func rss() (total, file int64) {
+func RSS() (total, file int64) {
 	b, err := os.ReadFile("/proc/self/statm")
 	if err != nil {
 		return 0, 0
@@ -170,9 +233,9 @@ func rss() (total, file int64) {
 // and trimming after every few small commits cost 6 % of a file create.
 const settleAfter = 8 << 20
 
-// settle trims now if there was much value-log traffic since the last trim:
+// Settle trims now if there was much value-log traffic since the last trim:
 // committing a large value touches much of it again.
-func (t *trimmer) settle() {
+func (t *Trimmer) Settle() {
 	if t.traffic.Load() < settleAfter || !t.running.TryLock() {
 		return
 	}
@@ -186,7 +249,7 @@ func (t *trimmer) settle() {
 // Tables go last: every get reads their indexes and blocks through the
 // mappings, so a get after a trim of the tables faults several pages in
 // again, and their size follows the number of rows, not the data's.
-func (t *trimmer) trim(writing bool) error {
+func (t *Trimmer) trim(writing bool) error {
 	err := t.drop(".vlog")
 	if !t.over(writing) {
 		return err
@@ -196,7 +259,7 @@ func (t *trimmer) trim(writing bool) error {
 
 // drop drops the resident pages of the shared mappings of files under t.dir
 // whose names end in suffix.
-func (t *trimmer) drop(suffix string) error {
+func (t *Trimmer) drop(suffix string) error {
 	ranges, err := t.mappings(suffix)
 	advise(ranges)
 	return err
@@ -204,7 +267,7 @@ func (t *trimmer) drop(suffix string) error {
 
 // mappings lists the shared mappings of files under t.dir whose names end
 // in suffix, as /proc/self/maps shows them now.
-func (t *trimmer) mappings(suffix string) ([]mapping, error) {
+func (t *Trimmer) mappings(suffix string) ([]mapping, error) {
 	var out []mapping
 	err := eachMapping(func(m mapping) bool {
 		if m.shared && strings.HasSuffix(m.path, suffix) && strings.HasPrefix(m.path, t.dir) {
