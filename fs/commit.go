@@ -166,7 +166,7 @@ func (f *fileNode) queue(key string, op journal.Op, w *store.ValueWriter) error 
 	pg := f.pg
 	pg.mu.Lock()
 	f.queued++
-	pg.q.files.Set(key, f)
+	pg.ov.setPending(key, f)
 	pg.mu.Unlock()
 	landed := func(err error) {
 		// On the committer's goroutine: f.mu may be held by a caller
@@ -176,7 +176,7 @@ func (f *fileNode) queue(key string, op journal.Op, w *store.ValueWriter) error 
 		last := f.queued == 0
 		if last {
 			pg.unpendLocked(key, f)
-			pg.q.ending++
+			pg.ov.ending++
 		}
 		pg.mu.Unlock()
 		if !last {

@@ -59,7 +59,7 @@ type fileNode struct {
 	committed  int // commits by this node; 0: latest is unset
 	// queued counts this node's commits queued at close and not yet
 	// landed; guarded by pg.mu. While any is queued, the node stays in
-	// pg.q.files and keeps its content, so that it shows what was closed.
+	// pg.ov.files and keeps its content, so that it shows what was closed.
 	queued int
 }
 
@@ -321,7 +321,7 @@ func (f *fileNode) create(ctx context.Context, key string, m btree.Meta) (gofs.F
 	f.mu.Unlock()
 	f.pg.mu.Lock()
 	f.pg.opens++
-	f.pg.q.files.Set(key, f)
+	f.pg.ov.setPending(key, f)
 	f.pg.mu.Unlock()
 	return &handle{f: f, write: true, opener: callerPid(ctx)}, 0
 }

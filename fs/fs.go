@@ -21,7 +21,7 @@
 //   - FS.mu: the pages map.
 //   - inoTable.mu: the inode table.
 //   - pageRef.mu: a page's names, its transactions (txns), open files
-//     (opens), its queuedChanges (q) and each fileNode's queued count; cond
+//     (opens), its overlay (ov) and each fileNode's queued count; cond
 //     waits on it.
 //   - fileNode.mu: the node's content, its handles' counts, its metadata and
 //     flags (created, unlinked), and what it last committed.

@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"slices"
 	"strings"
 	"syscall"
 
@@ -50,17 +49,11 @@ func keepParent(t *btree.Tree, prefix string, gone ...string) ([]journal.Op, err
 	return []journal.Op{{Key: prefix, Kind: store.OpMarker, Entry: dirMarker(btree.Meta{Mode: 0o755, MtimeNs: nowNs(), HasMtime: true})}}, nil
 }
 
-type queuedMarker struct {
-	e   btree.Entry
-	seq uint64
-}
-
 // queuedMarker returns the directory marker at key whose commit is queued.
 func (pg *pageRef) queuedMarker(key string) (btree.Entry, bool) {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	m, ok := pg.q.markers.Get(key)
-	return m.e, ok
+	return pg.ov.marker(key)
 }
 
 // queuedMarkersUnder lists the keys of the queued directory markers under
@@ -68,12 +61,7 @@ func (pg *pageRef) queuedMarker(key string) (btree.Entry, bool) {
 func (pg *pageRef) queuedMarkersUnder(prefix string) []string {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	var out []string
-	pg.q.markers.Under(prefix, func(k string, _ queuedMarker) bool {
-		out = append(out, k)
-		return true
-	})
-	return out
+	return pg.ov.markersUnder(prefix)
 }
 
 // queueMarker queues the commit of a directory's new or changed marker,
@@ -83,11 +71,9 @@ func (pg *pageRef) queuedMarkersUnder(prefix string) []string {
 // directory it keeps.
 func (pg *pageRef) queueMarker(key string, e btree.Entry) error {
 	return pg.queueShown(journal.Op{Key: key, Kind: store.OpMarker, Entry: e}, func(seq uint64) {
-		pg.q.markers.Set(key, queuedMarker{e, seq})
+		pg.ov.showMarker(key, e, seq)
 	}, func(seq uint64) {
-		if m, ok := pg.q.markers.Get(key); ok && m.seq == seq {
-			pg.q.markers.Delete(key)
-		}
+		pg.ov.landMarker(key, seq)
 	})
 }
 
@@ -143,13 +129,8 @@ func (pg *pageRef) touch(prefix string) {
 // queues it (see queueWith).
 func (pg *pageRef) noteTouch(op journal.Op) error {
 	pg.mu.Lock()
-	pg.q.seq++
-	pg.q.markers.Set(op.Key, queuedMarker{op.Entry, pg.q.seq})
-	if pg.q.touched == nil {
-		pg.q.touched = map[string]uint64{}
-	}
-	pg.q.touched[op.Key] = pg.q.seq
-	idle := pg.q.inflight == 0
+	pg.ov.showTouch(op.Key, op.Entry)
+	idle := pg.ov.inflight == 0
 	pg.mu.Unlock()
 	if idle {
 		return pg.sendTouches()
@@ -157,39 +138,15 @@ func (pg *pageRef) noteTouch(op journal.Op) error {
 	return nil
 }
 
-// takeTouches returns up to room of the touches waiting, as ops, except
-// those of the keys of ops, which replace them; and the function that stops
-// showing them once their change has landed or failed. Called with pg.mu
-// held.
+// takeTouches returns up to room of the touches waiting, as ops to ride
+// with ops (see overlay.takeTouches), and the function that stops showing
+// them once their change has landed or failed. Called with pg.mu held.
 func (pg *pageRef) takeTouches(ops []journal.Op, room int) ([]journal.Op, func()) {
-	if len(pg.q.touched) == 0 {
-		return nil, func() {}
-	}
-	type touched struct {
-		key string
-		seq uint64
-	}
-	var out []journal.Op
-	var taken []touched
-	for key, seq := range pg.q.touched {
-		if len(taken) >= room {
-			break
-		}
-		delete(pg.q.touched, key)
-		taken = append(taken, touched{key, seq})
-		m, ok := pg.q.markers.Get(key)
-		if ok && m.seq == seq && !slices.ContainsFunc(ops, func(op journal.Op) bool { return op.Key == key }) {
-			out = append(out, journal.Op{Key: key, Kind: store.OpMarker, Entry: m.e})
-		}
-	}
+	out, taken := pg.ov.takeTouches(ops, room)
 	return out, func() {
 		pg.mu.Lock()
 		defer pg.mu.Unlock()
-		for _, t := range taken {
-			if m, ok := pg.q.markers.Get(t.key); ok && m.seq == t.seq {
-				pg.q.markers.Delete(t.key)
-			}
-		}
+		pg.ov.landTouches(taken)
 	}
 }
 
@@ -197,7 +154,7 @@ func (pg *pageRef) takeTouches(ops []journal.Op, room int) ([]journal.Op, func()
 // when nothing else will carry them, or before a wait for what is queued.
 func (pg *pageRef) sendTouches() error {
 	pg.mu.Lock()
-	waiting := len(pg.q.touched) > 0
+	waiting := pg.ov.touchesWaiting()
 	pg.mu.Unlock()
 	if !waiting {
 		return nil

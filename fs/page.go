@@ -42,7 +42,7 @@ type pageRef struct {
 	versions versionIndex
 	ledger   string
 	name     string
-	q        queuedChanges // see queue.go
+	ov       overlay // what is queued, shown as committed
 	// cond, on mu, is broadcast when q.ending reaches 0 and when a file is
 	// closed or leaves q.files (see idleWithin).
 	endCond *sync.Cond
@@ -133,7 +133,7 @@ func (pg *pageRef) busy() bool {
 }
 
 func (pg *pageRef) busyLocked() bool {
-	return pg.opens > 0 || pg.q.files.Len() > 0 || len(pg.txns) > 0
+	return pg.opens > 0 || pg.ov.files.Len() > 0 || len(pg.txns) > 0
 }
 
 // empty reports whether the page has no entries.

@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"slices"
 	"sync"
 	"syscall"
 
@@ -10,61 +9,16 @@ import (
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
-// queuedChanges is what a view of a page has accepted and not yet
-// committed: files created and not committed yet, or closed with their
-// commit queued; directory markers and deletions whose commits are queued;
-// and the count of queued commits. Lookups, listings and name checks show
-// them as if committed, so that a close, an unlink or a mkdir need not wait
-// for its commit.
-//
-// Every field is guarded by the owning pageRef's mu; a fileNode's queued
-// count is too.
-type queuedChanges struct {
-	// files are created and not yet committed, or with a commit queued,
-	// by key.
-	files keyMap[*fileNode]
-	// markers are directory markers (mode and mtime) whose commit is
-	// queued, by key.
-	markers keyMap[queuedMarker]
-	// gone holds the keys whose deletion is queued, with the change's
-	// number. A view keeps a clone of it (see keyMap.Clone): a copy of the
-	// whole set per unlink was a third of what rm -rf of a large directory
-	// allocated.
-	gone keyMap[uint64]
-	// atimes are access times whose commit is queued (see
-	// journal.Op.Atime), by key, with the change's number.
-	atimes keyMap[queuedAtime]
-	// touched holds the directory markers whose new times (see
-	// pageRef.touch) wait to ride with the page's next change, by key, with
-	// the number of the change that shows them in markers.
-	touched map[string]uint64
-	// seq numbers queued changes, so that a change landing does not clear
-	// what a later change of the same key shows.
-	seq uint64
-	// inflight counts the commits queued at close that have not landed;
-	// ending, the landed ones whose node has yet to drop its content.
-	inflight, ending int
-}
-
 // queueDelete queues the deletion of key in the live page's implicit
 // journal; until it lands, views of the page hide the key. A sequential rm
 // then shares commits as a stream of closes does, rather than waiting for
 // one commit per file.
 func (pg *pageRef) queueDelete(key string) error {
 	return pg.queueShown(journal.Op{Key: key, Kind: store.OpDelete}, func(seq uint64) {
-		pg.q.gone.Set(key, seq)
+		pg.ov.showGone(key, seq)
 	}, func(seq uint64) {
-		if s, ok := pg.q.gone.Get(key); ok && s == seq {
-			pg.q.gone.Delete(key)
-		}
+		pg.ov.landGone(key, seq)
 	})
-}
-
-type queuedAtime struct {
-	ns int64
-	// sent is set once the time rides in a queued change: it shows until
-	// that change lands, and a newer time replaces it.
-	sent bool
 }
 
 // noteAtime records a read's new access time of the file at key. It is not
@@ -76,48 +30,19 @@ type queuedAtime struct {
 func (pg *pageRef) noteAtime(key string, ns int64) {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	if _, ok := pg.q.atimes.Get(key); !ok && pg.q.atimes.Len() >= maxWaitingAtimes {
-		return
-	}
-	pg.q.atimes.Set(key, queuedAtime{ns: ns})
+	pg.ov.noteAtime(key, ns)
 }
 
-// maxWaitingAtimes bounds the access times a page keeps waiting (about
-// 100 bytes each): reads of more files between two changes leave the
-// others' times as they were, rather than grow the server's memory or
-// commit under the readers.
-const maxWaitingAtimes = 1 << 16
-
-// takeAtimes returns the access times not sent yet as ops (journal.Op.Atime),
-// but none for the keys of ops, whose changes they would overwrite in the
-// journal's rows; and the function that drops what landed. Called with
-// pg.mu held.
+// takeAtimes returns the access times not sent yet as ops, to ride with
+// ops (see overlay.takeAtimes), and the function that drops them once
+// their change has landed. Called with pg.mu held.
 func (pg *pageRef) takeAtimes(ops []journal.Op) ([]journal.Op, func()) {
-	var out []journal.Op
-	room := journal.MaxQueued - len(ops) // they must go through the implicit journal
-	pg.q.atimes.Under("", func(key string, a queuedAtime) bool {
-		if len(out) >= room {
-			return false
-		}
-		if a.sent || slices.ContainsFunc(ops, func(op journal.Op) bool { return op.Key == key }) {
-			return true
-		}
-		op := journal.Op{Key: key, Kind: store.OpAtime}
-		op.Entry.Meta.AtimeNs, op.Entry.Meta.HasAtime = a.ns, true
-		out = append(out, op)
-		return true
-	})
-	for _, op := range out {
-		pg.q.atimes.Set(op.Key, queuedAtime{ns: op.Entry.Meta.AtimeNs, sent: true})
-	}
+	// They must go through the implicit journal with ops.
+	out := pg.ov.takeAtimes(ops, journal.MaxQueued-len(ops))
 	return out, func() {
 		pg.mu.Lock()
 		defer pg.mu.Unlock()
-		for _, op := range out {
-			if a, ok := pg.q.atimes.Get(op.Key); ok && a.sent && a.ns == op.Entry.Meta.AtimeNs {
-				pg.q.atimes.Delete(op.Key)
-			}
-		}
+		pg.ov.landAtimes(out)
 	}
 }
 
@@ -126,14 +51,7 @@ func (pg *pageRef) takeAtimes(ops []journal.Op) ([]journal.Op, func()) {
 func (pg *pageRef) forgetAtimes(prefix string) {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	var keys []string
-	pg.q.atimes.Under(prefix, func(k string, _ queuedAtime) bool {
-		keys = append(keys, k)
-		return true
-	})
-	for _, k := range keys {
-		pg.q.atimes.Delete(k)
-	}
+	pg.ov.forgetAtimes(prefix)
 }
 
 // flushAtimes commits the access times that wait for a change to ride
@@ -141,7 +59,7 @@ func (pg *pageRef) forgetAtimes(prefix string) {
 func (pg *pageRef) flushAtimes() error {
 	for {
 		pg.mu.Lock()
-		pending := !pg.q.atimes.Under("", func(_ string, a queuedAtime) bool { return a.sent })
+		pending := pg.ov.atimesUnsent()
 		pg.mu.Unlock()
 		if !pending {
 			return nil
@@ -156,10 +74,10 @@ func (pg *pageRef) flushAtimes() error {
 // access time queued for it, if any and later.
 func (pg *pageRef) withQueuedAtime(key string, m btree.Meta) btree.Meta {
 	pg.mu.Lock()
-	a, ok := pg.q.atimes.Get(key)
+	ns, ok := pg.ov.atime(key)
 	pg.mu.Unlock()
-	if ok && (!m.HasAtime || a.ns > m.AtimeNs) {
-		m.AtimeNs, m.HasAtime = a.ns, true
+	if ok && (!m.HasAtime || ns > m.AtimeNs) {
+		m.AtimeNs, m.HasAtime = ns, true
 	}
 	return m
 }
@@ -168,8 +86,7 @@ func (pg *pageRef) withQueuedAtime(key string, m btree.Meta) btree.Meta {
 // landed drops it, both called with pg.mu held and the change's number.
 func (pg *pageRef) queueShown(op journal.Op, show, landed func(seq uint64)) error {
 	pg.mu.Lock()
-	pg.q.seq++
-	seq := pg.q.seq
+	seq := pg.ov.next()
 	show(seq)
 	pg.mu.Unlock()
 	done := func(error) {
@@ -186,7 +103,7 @@ func (pg *pageRef) queueShown(op journal.Op, show, landed func(seq uint64)) erro
 
 // queue records ops in the live page's implicit journal and commits them in
 // the background, calling done after; see journal.Committer.Queue. The
-// commit counts in pg.q.inflight until done has run, so settle waits for it.
+// commit counts in pg.ov.inflight until done has run, so settle waits for it.
 func (pg *pageRef) queue(done func(error), ops ...journal.Op) error {
 	return pg.queueWith(nil, done, ops...)
 }
@@ -204,7 +121,7 @@ func (pg *pageRef) queueWith(w *store.ValueWriter, done func(error), ops ...jour
 	}
 	defer pg.release(p)
 	pg.mu.Lock()
-	pg.q.inflight++
+	pg.ov.inflight++
 	atimes, sent := pg.takeAtimes(ops)
 	touches, touched := pg.takeTouches(ops, journal.MaxQueued-len(ops)-len(atimes))
 	pg.mu.Unlock()
@@ -214,8 +131,8 @@ func (pg *pageRef) queueWith(w *store.ValueWriter, done func(error), ops ...jour
 		sent()
 		touched()
 		pg.mu.Lock()
-		pg.q.inflight--
-		carry := pg.q.inflight == 0 && len(pg.q.touched) > 0
+		pg.ov.inflight--
+		carry := pg.ov.inflight == 0 && pg.ov.touchesWaiting()
 		pg.mu.Unlock()
 		if carry {
 			// No change in flight will be followed by one that carries
@@ -266,7 +183,7 @@ func (pg *pageRef) settle() error {
 		return err
 	}
 	pg.mu.Lock()
-	idle := pg.q.inflight == 0 && pg.q.ending == 0
+	idle := pg.ov.inflight == 0 && pg.ov.ending == 0
 	pg.mu.Unlock()
 	if idle {
 		return nil
@@ -278,7 +195,7 @@ func (pg *pageRef) settle() error {
 	err = pg.fs.opts.Journals.CommitterFor(p).Wait()
 	pg.release(p)
 	pg.mu.Lock()
-	for pg.q.ending > 0 {
+	for pg.ov.ending > 0 {
 		pg.cond().Wait()
 	}
 	pg.mu.Unlock()
@@ -289,7 +206,7 @@ func (pg *pageRef) settle() error {
 func (pg *pageRef) ended() {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	if pg.q.ending--; pg.q.ending == 0 {
+	if pg.ov.ending--; pg.ov.ending == 0 {
 		pg.cond().Broadcast()
 	}
 }
@@ -306,53 +223,40 @@ func (pg *pageRef) cond() *sync.Cond {
 func (pg *pageRef) pendingFile(key string) *fileNode {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	f, _ := pg.q.files.Get(key)
-	return f
+	return pg.ov.pending(key)
 }
 
 // unpendLocked drops f from pending at key if f is the node pending there
 // (a later create may have taken the key). Called with pg.mu held.
 func (pg *pageRef) unpendLocked(key string, f *fileNode) {
-	if p, _ := pg.q.files.Get(key); p == f {
-		pg.q.files.Delete(key)
+	if pg.ov.unpend(key, f) {
 		pg.cond().Broadcast()
 	}
 }
 
 // dirShown reports whether the directory at prefix exists by what is
-// queued: a pending file or a queued marker in it. Every lookup and name
-// check asks, so it stops at the first and collects nothing.
+// queued (see overlay.dirShown).
 func (pg *pageRef) dirShown(prefix string) bool {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	return !pg.q.markers.Under(prefix, func(string, queuedMarker) bool { return false }) ||
-		!pg.q.files.Under(prefix, func(string, *fileNode) bool { return false })
+	return pg.ov.dirShown(prefix)
 }
 
 // pendingUnder lists pending keys starting with prefix.
 func (pg *pageRef) pendingUnder(prefix string) map[string]*fileNode {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	var out map[string]*fileNode
-	pg.q.files.Under(prefix, func(k string, f *fileNode) bool {
-		if out == nil {
-			out = map[string]*fileNode{}
-		}
-		out[k] = f
-		return true
-	})
-	return out
+	return pg.ov.pendingUnder(prefix)
 }
 
 func (pg *pageRef) dropPending(key string) {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	pg.q.files.Delete(key)
-	pg.q.atimes.Delete(key) // the file is gone: its read time with it
+	pg.ov.dropPending(key)
 	pg.cond().Broadcast()
 }
 
-// unpend drops f from pg.q.files at key unless a commit of f is still
+// unpend drops f from the files pending at key unless a commit of f is still
 // queued.
 func (pg *pageRef) unpend(key string, f *fileNode) {
 	pg.mu.Lock()

@@ -46,10 +46,7 @@ func (liveView) read(pg *pageRef, fn func(p *store.Page, head *store.Commit, t *
 	// Queued deletes are read before the head, as pending files are: one
 	// that lands in between is then in the head already.
 	pg.mu.Lock()
-	var gone keyMap[uint64]
-	if pg.q.gone.Len() > 0 {
-		gone = pg.q.gone.Clone()
-	}
+	gone := pg.ov.goneNow()
 	pg.mu.Unlock()
 	head, err := p.Head()
 	if err != nil {
@@ -81,7 +78,7 @@ func (liveView) apply(pg *pageRef, sync bool, ops []journal.Op) error {
 	if len(ops) > 0 {
 		// The touches waiting ride with the change.
 		pg.mu.Lock()
-		touches, touched := pg.takeTouches(ops, len(pg.q.touched))
+		touches, touched := pg.takeTouches(ops, len(pg.ov.touched))
 		pg.mu.Unlock()
 		defer touched()
 		ops = append(touches, ops...)
