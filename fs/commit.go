@@ -135,7 +135,9 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 	f.c.reset(id, size)
 	// Applied, the commit has marked the value's pieces local: an edit of
 	// it need not look up the pieces it keeps.
-	f.c.baseLocal = !queued
+	if !queued {
+		f.c.state = baseLanded
+	}
 	f.latest, f.latestSize = id, size
 	f.committed++
 	f.changed = false

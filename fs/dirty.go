@@ -23,32 +23,24 @@ type content struct {
 	p      *store.Page
 	tmpDir string
 
+	// state is what the base is (see baseState).
+	state    baseState
 	base     *cas.Reader // nil: no base bytes
 	baseID   cas.ObjectIdentifier
 	baseSize int64 // bytes of base still visible (a truncate shortens it)
 	baseFull bool  // baseSize is the whole base value
 	baseLen  int64 // the whole base value's size
-	// baseLocal is set while the base is a value whose commit landed, so
-	// every piece under it is local; kept then lists the base's subtrees
-	// the value being committed reuses (journal.Op.Local).
-	baseLocal bool
-	kept      []cas.Digest
-	size      int64
-	dirty     bool
-	// streamed is set while the base is a value streamed since the
-	// last commit, not the committed one.
-	streamed bool
+	// kept lists, in state baseLanded, the base's subtrees the value being
+	// committed reuses (journal.Op.Local).
+	kept []cas.Digest
+	size int64
+	// dirty is set by a write or truncate: the content differs from the
+	// last commit (the base, or the base with the changes over it).
+	dirty bool
 
 	stream    *store.ValueWriter
 	streamPos int64
-	// unstored is set while the base is a streamed value whose last
-	// pieces wait in the writer endStreamLater returned: if they are not
-	// stored, the base names pieces that do not exist.
-	unstored bool
-	// failed is set when a stream fails: the bytes it took are gone, and
-	// the content would read and commit as zeros in their place (or name
-	// pieces never stored), so every later use fails until the file's last
-	// handle closes.
+	// failed is why, in state baseFailed, every use fails.
 	failed error
 
 	spool *os.File
@@ -56,6 +48,50 @@ type content struct {
 }
 
 type extent struct{ start, end int64 }
+
+// baseState is what a content's base is. Its transitions:
+//
+//	any            --reset(id)-------------> baseCommitted
+//	baseCommitted  --its commit applied----> baseLanded     (fileNode.commitLocked)
+//	any live       --endStreamLater--------> baseUnstored
+//	baseUnstored   --stored(nil)-----------> baseStreamed
+//	baseUnstored   --stored(err)-----------> baseFailed
+//	any            --fail(err)-------------> baseFailed     (a stream's write failed)
+//
+// baseFailed ends only with the content (the file's last handle closes):
+// every read, write, truncate and commit fails with its error.
+type baseState uint8
+
+const (
+	// baseCommitted: the value last committed, or read from the tree;
+	// its pieces may still be transient (its commit queued).
+	baseCommitted baseState = iota
+	// baseLanded: the value of a commit that landed, so every piece
+	// under it is local: an edit need not look up the pieces it keeps.
+	baseLanded
+	// baseStreamed: a value streamed since the last commit, all stored.
+	baseStreamed
+	// baseUnstored: a value streamed since the last commit whose last
+	// pieces wait in the writer endStreamLater returned: if they are not
+	// stored, the base names pieces that do not exist.
+	baseUnstored
+	// baseFailed: a stream failed. The bytes it took are gone, and the
+	// content would read and commit as zeros in their place (or name
+	// pieces never stored).
+	baseFailed
+)
+
+// fromStream reports whether the base is a value streamed since the last
+// commit, not a committed one.
+func (c *content) fromStream() bool { return c.state == baseStreamed || c.state == baseUnstored }
+
+// err is the error every use of a failed content returns, else nil.
+func (c *content) err() error {
+	if c.state == baseFailed {
+		return c.failed
+	}
+	return nil
+}
 
 // MaxFileSize is the largest file: a write or truncation past it is EFBIG,
 // as past ext4's 16 TiB. A commit stores every byte of a changed file,
@@ -76,10 +112,10 @@ func newContent(p *store.Page, tmpDir string, id cas.ObjectIdentifier, size int6
 // reset makes the committed value id the base, dropping every change.
 func (c *content) reset(id cas.ObjectIdentifier, size int64) {
 	c.dropSpool()
-	c.failed, c.unstored = nil, false
+	c.state, c.failed = baseCommitted, nil
 	c.base, c.baseID, c.baseSize, c.size, c.dirty = nil, id, size, size, false
 	c.baseFull, c.baseLen = true, size
-	c.baseLocal, c.kept, c.streamed = false, nil, false
+	c.kept = nil
 }
 
 // baseReader opens the base value at its first read: after a close, reading
@@ -116,13 +152,13 @@ func (c *content) fail(err error) error {
 		c.stream.Abort()
 		c.stream = nil
 	}
-	c.failed = fmt.Errorf("content lost by an earlier failed write: %w", err)
+	c.state, c.failed = baseFailed, fmt.Errorf("content lost by an earlier failed write: %w", err)
 	return err
 }
 
 func (c *content) write(data []byte, off int64) error {
-	if c.failed != nil {
-		return c.failed
+	if err := c.err(); err != nil {
+		return err
 	}
 	end := off + int64(len(data))
 	if end > MaxFileSize || end < off {
@@ -175,11 +211,14 @@ func (c *content) endStream() error {
 // stored is told whether the last pieces of the base that endStreamLater
 // left to the caller were stored (err is nil) or not, and returns err.
 func (c *content) stored(err error) error {
-	if err != nil && c.unstored {
+	if c.state != baseUnstored {
+		return err
+	}
+	if err != nil {
 		return c.fail(err)
 	}
-	c.unstored = false
-	return err
+	c.state = baseStreamed
+	return nil
 }
 
 // endStreamLater finishes the streamed value and makes it the base, leaving
@@ -192,8 +231,7 @@ func (c *content) endStreamLater() (*store.ValueWriter, error) {
 		return nil, c.fail(err)
 	}
 	c.base, c.baseID, c.baseSize, c.baseFull = nil, id, int64(size), true
-	c.baseLen, c.baseLocal = int64(size), false
-	c.unstored, c.streamed = true, true
+	c.baseLen, c.state = int64(size), baseUnstored
 	return w, nil
 }
 
@@ -235,8 +273,8 @@ func (c *content) addExtent(s, e int64) {
 }
 
 func (c *content) truncate(n int64) error {
-	if c.failed != nil {
-		return c.failed
+	if err := c.err(); err != nil {
+		return err
 	}
 	if n > MaxFileSize {
 		return syscall.EFBIG
@@ -282,8 +320,8 @@ func (c *content) truncate(n int64) error {
 
 // readAt reads the current content; bytes past the end read as EOF.
 func (c *content) readAt(p []byte, off int64) (int, error) {
-	if c.failed != nil {
-		return 0, c.failed
+	if err := c.err(); err != nil {
+		return 0, err
 	}
 	if c.stream != nil {
 		if err := c.endStream(); err != nil {
@@ -395,8 +433,8 @@ func (r contentReader) ReadAt(p []byte, off int64) (int, error) {
 // (or to discard), and to report with stored; w is nil when nothing is
 // left to commit.
 func (c *content) value() (id cas.ObjectIdentifier, size int64, w *store.ValueWriter, err error) {
-	if c.failed != nil {
-		return cas.ObjectIdentifier{}, 0, nil, c.failed
+	if err := c.err(); err != nil {
+		return cas.ObjectIdentifier{}, 0, nil, err
 	}
 	if !c.dirty {
 		return c.baseID, c.size, nil, nil
@@ -423,7 +461,7 @@ func (c *content) value() (id cas.ObjectIdentifier, size int64, w *store.ValueWr
 		if err != nil {
 			return cas.ObjectIdentifier{}, 0, nil, err
 		}
-		if c.baseLocal {
+		if c.state == baseLanded {
 			c.kept = w.Kept()
 		}
 		return id, c.size, w, nil

@@ -83,3 +83,56 @@ func TestContentAfterLostCommit(t *testing.T) {
 		t.Errorf("write after a lost commit: %v, want the commit's error", err)
 	}
 }
+
+// TestContentStates walks the base's states (baseState) through the
+// transitions its doc lists, checking the content reads what was written
+// in each.
+func TestContentStates(t *testing.T) {
+	p := testPage(t)
+	data := make([]byte, 600<<10)
+	rand.NewChaCha8([32]byte{2}).Read(data)
+	c := newContent(p, t.TempDir(), emptyValue, 0)
+	defer c.close()
+	check := func(step string, want baseState, content []byte) {
+		t.Helper()
+		if c.state != want {
+			t.Fatalf("%s: state %d, want %d", step, c.state, want)
+		}
+		got := make([]byte, len(content)+1)
+		n, err := c.readAt(got, 0)
+		if err != nil && err != io.EOF || !bytes.Equal(got[:n], content) {
+			t.Fatalf("%s: reads %d bytes (%v), want the %d written", step, n, err, len(content))
+		}
+	}
+	check("new", baseCommitted, nil)
+	if err := c.write(data, 0); err != nil { // streams
+		t.Fatal(err)
+	}
+	id, size, w, err := c.value()
+	if err != nil || w == nil {
+		t.Fatalf("value of a stream: %v, writer %v", err, w)
+	}
+	if c.state != baseUnstored || !c.fromStream() {
+		t.Fatalf("after value: state %d, want baseUnstored", c.state)
+	}
+	if err := c.stored(w.Commit()); err != nil {
+		t.Fatal(err)
+	}
+	check("stored", baseStreamed, data)
+	c.reset(id, size)
+	check("committed", baseCommitted, data)
+	c.state = baseLanded // as fileNode.commitLocked marks an applied commit
+	edited := bytes.Clone(data)
+	copy(edited[1000:], "edit")
+	if err := c.write([]byte("edit"), 1000); err != nil {
+		t.Fatal(err)
+	}
+	check("edited over a landed base", baseLanded, edited)
+	if _, _, w, err = c.value(); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.kept) == 0 {
+		t.Error("an edit of a landed base lists no kept subtree")
+	}
+	w.Discard()
+}

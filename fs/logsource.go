@@ -18,7 +18,7 @@ const maxLoggedChange = 1 << 20
 // spool the extents are read from.
 func (f *fileNode) logSource(d *store.Durability, key string) (*store.LogSource, error) {
 	c := f.c
-	if c.stream == nil && !c.streamed && c.baseSize > 0 && d.CanLog(key, c.baseID.Digest) {
+	if c.stream == nil && !c.fromStream() && c.baseSize > 0 && d.CanLog(key, c.baseID.Digest) {
 		var n int64
 		var ext []extent
 		if c.ext != nil {
