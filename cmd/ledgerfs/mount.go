@@ -193,18 +193,12 @@ type serveConfig struct {
 	pruneBelow           string // a size or a share of the filesystem
 }
 
+// serve mounts the repository and serves it until the mount ends or a
+// signal stops it: it checks the paths (preparePaths), takes the signals
+// (stopOnSignals), and runs a server.Server with the options made from c
+// (fsOptions, mountOptions).
 func serve(c serveConfig) error {
-	mnt, err := filepath.Abs(c.mnt)
-	if err != nil {
-		return err
-	}
-	if c.repo, err = filepath.Abs(c.repo); err != nil {
-		return err
-	}
-	if err := checkApart(c.repo, mnt); err != nil {
-		return err
-	}
-	made, err := checkMountpoint(mnt)
+	mnt, made, err := preparePaths(&c)
 	if err != nil {
 		return err
 	}
@@ -214,25 +208,90 @@ func serve(c serveConfig) error {
 			removeMade(made)
 		}
 	}()
+	ctx, detach, stop := stopOnSignals()
+	defer stop()
+	srv, err := server.New(server.Config{
+		Repo: c.repo, Mountpoint: mnt,
+		Store: store.Options{
+			MaxIdlePages:   c.idlePages,
+			NodeCacheBytes: c.nodeCache,
+			ReadOnly:       c.readOnly,
+			CloseTimeout:   c.closeTimeout,
+			Reserve:        c.reserve,
+		},
+		FS:           fsOptions(c),
+		Mount:        mountOptions(c),
+		MetricsAddr:  c.metricsAddr,
+		CollectEvery: c.collectEvery,
+		CollectAfter: c.collectAfter,
+		PruneBelow:   func(repo *store.Repository) (uint64, error) { return pruneThreshold(repo, c.pruneBelow) },
+		GCInterval:   c.gcInterval,
+		Mounted: func() {
+			startGuard(mnt)
+			if err := setReadAhead(mnt, readAheadKiB); err != nil {
+				slog.Info("kernel read-ahead left at its default", "err", err)
+			}
+			serving = true
+			slog.Info("serving", "repo", c.repo, "mountpoint", mnt)
+			reportReady()
+		},
+		Stopping: func() { notifySystemd(daemon.SdNotifyStopping) },
+		Detach:   detach,
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	if err := srv.Run(ctx); err != nil {
+		return err
+	}
+	notifySystemd(daemon.SdNotifyStopping)
+	return srv.Close()
+}
+
+// preparePaths makes c.repo absolute and returns the absolute mount point,
+// created if missing (made lists what was created, for a failed mount to
+// remove), once both are checked: apart from each other, the mount point a
+// directory, not mounted on, and empty unless c.nonEmpty.
+func preparePaths(c *serveConfig) (mnt string, made []string, err error) {
+	if mnt, err = filepath.Abs(c.mnt); err != nil {
+		return "", nil, err
+	}
+	if c.repo, err = filepath.Abs(c.repo); err != nil {
+		return "", nil, err
+	}
+	if err := checkApart(c.repo, mnt); err != nil {
+		return "", nil, err
+	}
+	if made, err = checkMountpoint(mnt); err != nil {
+		return "", nil, err
+	}
 	if !c.nonEmpty {
 		if es, err := os.ReadDir(mnt); err != nil {
-			return fmt.Errorf("mount point: %w", err)
+			removeMade(made)
+			return "", nil, fmt.Errorf("mount point: %w", err)
 		} else if len(es) > 0 {
-			return fmt.Errorf("mount point %s is not empty: its files would be hidden while mounted (--allow-non-empty mounts over them)", mnt)
+			removeMade(made)
+			return "", nil, fmt.Errorf("mount point %s is not empty: its files would be hidden while mounted (--allow-non-empty mounts over them)", mnt)
 		}
 	}
-	// From here on SIGINT and SIGTERM end the server cleanly: a signal that
-	// came once the mount was visible but before this would kill the process
-	// and leave a dead mount. A second one detaches a busy mount.
+	return mnt, made, nil
+}
+
+// stopOnSignals takes SIGINT and SIGTERM from now on: the first cancels
+// ctx, which ends the server cleanly; each later one is sent on detach,
+// which detaches a busy mount. A signal that came once the mount was
+// visible but before this would kill the process and leave a dead mount.
+// stop ends it.
+func stopOnSignals() (ctx context.Context, detach chan struct{}, stop func()) {
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(signals)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	detach := make(chan struct{})
+	detach = make(chan struct{})
 	served := make(chan struct{}) // ends the signal loop
-	defer close(served)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		select {
 		case <-signals:
 		case <-served:
@@ -252,6 +311,16 @@ func serve(c serveConfig) error {
 			}
 		}
 	}()
+	return ctx, detach, func() {
+		signal.Stop(signals)
+		close(served)
+		<-done
+		cancel()
+	}
+}
+
+// fsOptions are the filesystem's options from c.
+func fsOptions(c serveConfig) fs.Options {
 	fo := fs.Options{ReadOnly: c.readOnly, UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
 	if c.showUID >= 0 {
 		id := uint32(c.showUID)
@@ -261,6 +330,11 @@ func serve(c serveConfig) error {
 		id := uint32(c.showGID)
 		fo.ShowGID = &id
 	}
+	return fo
+}
+
+// mountOptions are go-fuse's and the kernel's options from c.
+func mountOptions(c serveConfig) gofs.Options {
 	opts := gofs.Options{
 		EntryTimeout: &c.cache,
 		AttrTimeout:  &c.cache,
@@ -296,43 +370,7 @@ func serve(c serveConfig) error {
 		opts.MountOptions.Options = append(opts.MountOptions.Options, "ro")
 	}
 	opts.MountOptions.Options = append(opts.MountOptions.Options, c.kernelOpts...)
-	srv, err := server.New(server.Config{
-		Repo: c.repo, Mountpoint: mnt,
-		Store: store.Options{
-			MaxIdlePages:   c.idlePages,
-			NodeCacheBytes: c.nodeCache,
-			ReadOnly:       c.readOnly,
-			CloseTimeout:   c.closeTimeout,
-			Reserve:        c.reserve,
-		},
-		FS:           fo,
-		Mount:        opts,
-		MetricsAddr:  c.metricsAddr,
-		CollectEvery: c.collectEvery,
-		CollectAfter: c.collectAfter,
-		PruneBelow:   func(repo *store.Repository) (uint64, error) { return pruneThreshold(repo, c.pruneBelow) },
-		GCInterval:   c.gcInterval,
-		Mounted: func() {
-			startGuard(mnt)
-			if err := setReadAhead(mnt, readAheadKiB); err != nil {
-				slog.Info("kernel read-ahead left at its default", "err", err)
-			}
-			serving = true
-			slog.Info("serving", "repo", c.repo, "mountpoint", mnt)
-			reportReady()
-		},
-		Stopping: func() { notifySystemd(daemon.SdNotifyStopping) },
-		Detach:   detach,
-	})
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	if err := srv.Run(ctx); err != nil {
-		return err
-	}
-	notifySystemd(daemon.SdNotifyStopping)
-	return srv.Close()
+	return opts
 }
 
 // checkMountpoint creates the mount point if missing and refuses one that
