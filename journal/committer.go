@@ -232,7 +232,7 @@ func (c *Committer) Wait() error {
 func (c *Committer) record(ops []Op, commit CommitFunc, wait chan error, done func(error), sync bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now()
+	now := c.e.clock()
 	if c.cur == nil {
 		j, err := c.e.Begin(c.p, false)
 		if err != nil {
@@ -310,7 +310,8 @@ func (c *Committer) run() {
 		c.mu.Lock()
 		// Let more queued changes join the batch.
 		for c.cur != nil && !c.urgent {
-			wait := min(c.delay-time.Since(c.since), batchQuiet-time.Since(c.last))
+			now := c.e.clock()
+			wait := min(c.delay-now.Sub(c.since), batchQuiet-now.Sub(c.last))
 			if wait <= 0 {
 				break
 			}

@@ -17,8 +17,9 @@ type Engine struct {
 	committers   sync.Map // *store.Page → *Committer
 	lastImplicit atomic.Int64
 	observers    atomic.Pointer[Observers]
-	// clock times commits for the pace; a test moves it on to make a
-	// commit look slow.
+	// clock tells when changes are queued and times commits for the
+	// pace; a test moves it on to make a commit look slow, or changes
+	// distinct in time.
 	clock func() time.Time
 	// crashAt, when set by a test, is called at each step of a commit; an
 	// error stops the commit there, as a crash would.

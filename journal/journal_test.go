@@ -231,6 +231,10 @@ func TestPaceFollowsCommitCost(t *testing.T) {
 func TestQueuedCommitTakesLatestChangeTime(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	// Each reading of the clock a millisecond past the last: the changes
+	// are at distinct times.
+	var ticks atomic.Int64
+	e.eng.clock = func() time.Time { return time.Now().Add(time.Duration(ticks.Add(1)) * time.Millisecond) }
 	c := e.eng.CommitterFor(e.p)
 	if c.Latest() != 0 {
 		t.Fatalf("latest %d before any change", c.Latest())
@@ -242,7 +246,6 @@ func TestQueuedCommitTakesLatestChangeTime(t *testing.T) {
 			if err := c.Queue(func(err error) { landed <- err }, e.put(fmt.Sprintf("k%d-%d", round, i), "v")); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Millisecond) // changes at distinct times
 		}
 		queued := c.Latest()
 		// The batch lands when it is due, not hurried by a waiter.

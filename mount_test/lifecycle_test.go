@@ -32,6 +32,16 @@ func TestCrash(t *testing.T) {
 	var synced, closed []rec
 	all := map[string][]byte{}
 	stop := make(chan struct{})
+	// The kill comes once the writers have fsynced and closed enough
+	// files, mid-write of more: the event, not a time.
+	const enough = 40
+	ready := make(chan struct{})
+	var readyOnce sync.Once
+	noteDone := func() {
+		if len(synced) >= enough && len(closed) >= enough {
+			readyOnce.Do(func() { close(ready) })
+		}
+	}
 	var wg sync.WaitGroup
 	for w := range 3 {
 		wg.Go(func() {
@@ -56,18 +66,24 @@ func TestCrash(t *testing.T) {
 					if err == nil {
 						mu.Lock()
 						synced = append(synced, rec{name, data})
+						noteDone()
 						mu.Unlock()
 					}
 				}
 				if f.Close() == nil && err == nil {
 					mu.Lock()
 					closed = append(closed, rec{name, data})
+					noteDone()
 					mu.Unlock()
 				}
 			}
 		})
 	}
-	time.Sleep(3 * time.Second)
+	select {
+	case <-ready:
+	case <-time.After(2 * time.Minute):
+		t.Error("the writers did not fsync and close enough files within 2 minutes")
+	}
 	s.kill()
 	close(stop)
 	wg.Wait()
