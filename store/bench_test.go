@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/ledgerfs/ledgerfs/internal/badgerdb"
+
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 )
@@ -145,7 +147,7 @@ func BenchmarkOpenPages(b *testing.B) {
 			b.Fatal(err)
 		}
 		runtime.GC()
-		base := procStatusKiB(b, "VmRSS")
+		base := rssKiB()
 		for i := range 1000 {
 			name := fmt.Sprintf("p%04d", i)
 			if err := r.CreatePage("l", name); err != nil {
@@ -159,7 +161,7 @@ func BenchmarkOpenPages(b *testing.B) {
 			r.Release(p)
 		}
 		runtime.GC()
-		after := procStatusKiB(b, "VmRSS")
+		after := rssKiB()
 		var held []*Page
 		for i := range 100 {
 			p, err := r.Acquire("l", fmt.Sprintf("p%04d", i))
@@ -169,7 +171,7 @@ func BenchmarkOpenPages(b *testing.B) {
 			held = append(held, p)
 		}
 		runtime.GC()
-		perPage := float64(procStatusKiB(b, "VmRSS")-after) / 100 / 1024
+		perPage := float64(rssKiB()-after) / 100 / 1024
 		for _, p := range held {
 			r.Release(p)
 		}
@@ -177,4 +179,10 @@ func BenchmarkOpenPages(b *testing.B) {
 		b.ReportMetric(float64(after-base)/1024, "MiB-RSS-after-1000-pages")
 		b.ReportMetric(perPage, "MiB-per-open-page")
 	}
+}
+
+// rssKiB is the process's resident memory (VmRSS) in KiB.
+func rssKiB() int {
+	total, _ := badgerdb.RSS()
+	return int(total >> 10)
 }

@@ -13,22 +13,6 @@ import (
 	"github.com/dgraph-io/badger/v4"
 )
 
-// procStatusKiB reads a KiB figure (VmRSS, RssFile, ...) of this process.
-func procStatusKiB(t testing.TB, field string) int {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == field+":" {
-			n, _ := strconv.Atoi(f[1])
-			return n
-		}
-	}
-	t.Fatalf("no %s in /proc/self/status", field)
-	return 0
-}
-
 // Writing a large value leaves the value log's pages out of the process:
 // a writer keeps to badgerdb.TrimAbove, whatever the readers' limit would allow.
 // The content is made as it is written, so that the heap stays small and
