@@ -107,3 +107,42 @@ func examplePage(eng *journal.Engine) (p *store.Page, put func(key, content stri
 		os.RemoveAll(dir)
 	}
 }
+
+// Reading history: every commit stays, and its tree holds the page as it
+// was; a commit's parents lead back to the page's first.
+func Example_history() {
+	eng := journal.NewEngine()
+	p, put, done := examplePage(eng)
+	defer done()
+	c := eng.CommitterFor(p)
+	for _, v := range []string{"draft", "final"} {
+		if err := c.Apply(false, put("notes", v)); err != nil {
+			log.Fatal(err)
+		}
+	}
+	head, err := p.Head()
+	if err != nil {
+		log.Fatal(err)
+	}
+	for commit := head; len(commit.Parents) > 0; {
+		e, found, err := p.Tree(commit).Get("notes")
+		if err != nil || !found {
+			log.Fatal("notes missing: ", err)
+		}
+		r, err := p.OpenValue(e.Value)
+		if err != nil {
+			log.Fatal(err)
+		}
+		b := make([]byte, e.Meta.Size)
+		if _, err := r.ReadAt(b, 0); err != nil && err != io.EOF {
+			log.Fatal(err)
+		}
+		fmt.Printf("generation %d: %s\n", commit.Generation, b)
+		if commit, err = p.Commit(commit.Parents[0]); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// Output:
+	// generation 2: final
+	// generation 1: draft
+}
