@@ -1,0 +1,218 @@
+// Package s3test starts S3 servers for tests: gofakes3 in the test's
+// process (Fake), and a real server process on 127.0.0.1 (Start):
+// versitygw (named by LEDGERFS_TEST_VERSITYGW, found on PATH, or built once
+// into the user's cache directory), or MinIO when LEDGERFS_TEST_MINIO names
+// its binary. Where no server can be had, a test under CI fails with a
+// message that says how to get one; run by hand, it is skipped with it.
+package s3test
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+)
+
+// Credentials every server started here takes.
+const (
+	AccessKey = "ledgerfs-test"
+	SecretKey = "ledgerfs-test-secret"
+)
+
+// VersitygwVersion is the versitygw release Start builds when none is
+// named or on PATH.
+const VersitygwVersion = "v1.8.0"
+
+// versitygw returns a versitygw binary: LEDGERFS_TEST_VERSITYGW, else one
+// on PATH, else one built with go install into the user's cache directory
+// (about a minute, once per machine; a lock keeps test packages that start
+// at once from building it twice).
+func versitygw() (string, error) {
+	if bin := os.Getenv("LEDGERFS_TEST_VERSITYGW"); bin != "" {
+		return bin, nil
+	}
+	if bin, err := exec.LookPath("versitygw"); err == nil {
+		return bin, nil
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cache, "ledgerfs-test", "versitygw-"+VersitygwVersion)
+	bin := filepath.Join(dir, "versitygw")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil // built by another package's tests meanwhile
+	}
+	tmp, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	cmd := exec.Command("go", "install", "github.com/versity/versitygw/cmd/versitygw@"+VersitygwVersion)
+	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=-buildvcs=false")
+	cmd.Dir = tmp
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go install versitygw: %v\n%s", err, out)
+	}
+	return bin, os.Rename(filepath.Join(tmp, "versitygw"), bin)
+}
+
+// A Server is an S3 server for one test.
+type Server struct {
+	// Endpoint is its URL, http://127.0.0.1:PORT.
+	Endpoint string
+	// Kind names it in messages: gofakes3, versitygw, minio.
+	Kind string
+
+	t    testing.TB
+	cmd  *exec.Cmd
+	args []string
+	env  []string
+	addr string
+	dir  string
+
+	mu   sync.Mutex
+	log  bytes.Buffer
+	done chan error
+}
+
+// Fake starts gofakes3 in the test's process, on a port of its own.
+func Fake(t testing.TB) *Server {
+	ts := httptest.NewServer(gofakes3.New(s3mem.New()).Server())
+	t.Cleanup(ts.Close)
+	return &Server{Endpoint: ts.URL, Kind: "gofakes3", t: t}
+}
+
+// Start starts a real S3 server process on 127.0.0.1 with its data in a
+// directory of the test's (MinIO if LEDGERFS_TEST_MINIO names a binary,
+// else versitygw) and returns once it answers. The test's cleanup kills
+// it.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{t: t, dir: t.TempDir()}
+	if bin := os.Getenv("LEDGERFS_TEST_MINIO"); bin != "" {
+		s.Kind = "minio"
+		s.env = append(os.Environ(), "MINIO_ROOT_USER="+AccessKey, "MINIO_ROOT_PASSWORD="+SecretKey, "MINIO_BROWSER=off")
+		s.addr = freeAddr(t)
+		s.args = []string{bin, "server", "--quiet", "--address", s.addr, s.dir}
+	} else {
+		bin, err := versitygw()
+		if err != nil {
+			msg := fmt.Sprintf("no S3 server for the sync tests (%v): set LEDGERFS_TEST_VERSITYGW to a versitygw binary "+
+				"(go install github.com/versity/versitygw/cmd/versitygw@%s) or LEDGERFS_TEST_MINIO to a minio binary", err, VersitygwVersion)
+			if os.Getenv("CI") != "" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+		s.Kind = "versitygw"
+		s.addr = freeAddr(t)
+		s.args = []string{bin, "--access", AccessKey, "--secret", SecretKey, "--port", s.addr, "posix", s.dir}
+	}
+	s.Endpoint = "http://" + s.addr
+	s.start()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// freeAddr returns 127.0.0.1 with a port free now.
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+func (s *Server) start() {
+	t := s.t
+	t.Helper()
+	cmd := exec.Command(s.args[0], s.args[1:]...)
+	cmd.Env = s.env
+	cmd.Stdout, cmd.Stderr = s, s
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", s.Kind, err)
+	}
+	s.cmd, s.done = cmd, make(chan error, 1)
+	go func() { s.done <- cmd.Wait() }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", s.addr); err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case err := <-s.done:
+			t.Fatalf("%s exited (%v):\n%s", s.Kind, err, s.output())
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.Kill()
+			t.Fatalf("%s not answering on %s after 30 s:\n%s", s.Kind, s.addr, s.output())
+		}
+	}
+}
+
+// Write collects the server's output, for messages.
+func (s *Server) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.Write(b)
+}
+
+func (s *Server) output() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.String()
+}
+
+// Kill kills the server process with SIGKILL, as a crash would, and waits
+// for it; its data stays for Restart.
+func (s *Server) Kill() {
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Kill()
+	<-s.done
+	s.cmd = nil
+}
+
+// Restart starts the killed server again on the same address and data.
+func (s *Server) Restart() {
+	s.t.Helper()
+	if s.cmd != nil {
+		s.t.Fatalf("%s restarted while running", s.Kind)
+	}
+	s.start()
+}
+
+// Dir is where a real server keeps its data.
+func (s *Server) Dir() string { return filepath.Clean(s.dir) }
+
+func (s *Server) String() string { return fmt.Sprintf("%s at %s", s.Kind, s.Endpoint) }
