@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
+
+	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
+	"github.com/ledgerfs/ledgerfs/internal/remote"
+)
+
+func newSync() *cobra.Command {
+	var rf remoteFlags
+	cmd := &cobra.Command{
+		Use:   "sync REPO --remote s3://BUCKET[/PREFIX]",
+		Short: "Pull and merge other devices' commits from a remote, then push this repository's",
+		Long: `Sync does one round of sync of an unmounted repository with a remote store
+and exits: it pulls the commits other devices pushed since the last round,
+with the pieces they reach, merges each page's head with them, then pushes
+the commits this repository made (merges included) and the pieces they
+reach. Devices that merge the same heads make the same commit, so after
+each device has synced twice they all show the same head.
+
+The remote is S3-compatible object storage, s3://BUCKET[/PREFIX] (the
+bucket is created if missing), or a directory, file:///PATH. Endpoint and
+region come from --endpoint and --region, else AWS_ENDPOINT_URL and
+AWS_REGION; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,
+else the shared credentials file (AWS_PROFILE). A store that holds
+something else than a ledgerfs repository is refused.
+
+When two devices changed the same file, the later change wins and the
+other is kept next to it as NAME.sync-conflict-YYYYMMDD-HHMMSS-DEVICE.EXT; a
+change beats a delete. A page made on two devices is one page.`,
+		Example: "  ledgerfs sync ~/.ledgerfs --remote s3://my-bucket/laptop\n" +
+			"  AWS_ENDPOINT_URL=http://127.0.0.1:9000 ledgerfs sync ~/.ledgerfs --remote s3://ledgerfs\n" +
+			"  ledgerfs sync ~/.ledgerfs --remote file:///media/usb/ledgerfs",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			be, err := rf.backend(ctx)
+			if err != nil {
+				return err
+			}
+			repo, err := openUnmounted(args[0], writable(), "a mounted repository does not sync yet; unmount %s first")
+			if err != nil {
+				return err
+			}
+			defer repo.Close()
+			start := time.Now()
+			s, err := cloudsync.New(ctx, repo, be)
+			if err != nil {
+				return err
+			}
+			st, err := s.Sync(ctx)
+			if err != nil {
+				return err
+			}
+			if err := repo.Close(); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "synced with %s as device %s in %s: pulled %d commits (%d pieces, %s), %d merges, %d conflict files; pushed %d commits (%d pieces in %d packs, %s)\n",
+				be.Location(), s.Device(), time.Since(start).Round(time.Millisecond),
+				st.CommitsDown, st.PiecesDown, humanize.IBytes(uint64(st.BytesDown)), st.Merges, st.Conflicts,
+				st.CommitsUp, st.PiecesUp, st.PacksUp, humanize.IBytes(uint64(st.BytesUp)))
+			return nil
+		},
+	}
+	rf.register(cmd)
+	return cmd
+}
+
+// remoteFlags say where a remote store is.
+type remoteFlags struct {
+	url, endpoint, region string
+	pathStyle             bool
+}
+
+func (f *remoteFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.url, "remote", "", "the remote store: s3://BUCKET[/PREFIX] or file:///PATH")
+	fl.StringVar(&f.endpoint, "endpoint", "", "the S3 server, http(s)://HOST[:PORT] (default $AWS_ENDPOINT_URL, else AWS)")
+	fl.StringVar(&f.region, "region", "", "the bucket's region (default $AWS_REGION)")
+	fl.BoolVar(&f.pathStyle, "path-style", false, "path-style requests (http://HOST/BUCKET/KEY), as most self-hosted servers need; the default with an endpoint other than AWS")
+}
+
+// backend connects to the remote store the flags name.
+func (f *remoteFlags) backend(ctx context.Context) (remote.Backend, error) {
+	switch {
+	case f.url == "":
+		return nil, fmt.Errorf("--remote is required: s3://BUCKET[/PREFIX] or file:///PATH")
+	case strings.HasPrefix(f.url, "file://"):
+		dir := strings.TrimPrefix(f.url, "file://")
+		if !strings.HasPrefix(dir, "/") {
+			return nil, fmt.Errorf("--remote %s: want file:///ABSOLUTE/PATH", f.url)
+		}
+		return remote.NewDir(dir)
+	}
+	cfg, err := remote.ParseURL(f.url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Endpoint, cfg.Region = f.endpoint, f.region
+	endpoint := cfg.Endpoint
+	if endpoint == "" {
+		endpoint = os.Getenv("AWS_ENDPOINT_URL")
+	}
+	cfg.PathStyle = f.pathStyle || endpoint != "" && !strings.Contains(endpoint, "amazonaws.com")
+	return remote.NewS3(ctx, cfg)
+}

@@ -1,0 +1,112 @@
+package cloudsync
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/restic/chunker"
+
+	"github.com/ledgerfs/ledgerfs/internal/remote"
+	"github.com/ledgerfs/ledgerfs/store"
+)
+
+// DefaultPackSize is the size pieces are packed to before a pack goes up:
+// a GiB is about 128 requests, not the 65,000 of one per chunk.
+const DefaultPackSize = 8 << 20
+
+// A Syncer pushes a repository's new commits to a remote store and pulls
+// and merges other devices'. One process owns the repository; the Syncer
+// is not safe for concurrent use.
+type Syncer struct {
+	repo     *store.Repository
+	be       remote.Backend
+	device   string
+	packSize int
+}
+
+// Stats are what a Sync moved.
+type Stats struct {
+	// CommitsUp and PiecesUp were uploaded, in BytesUp of packs; PacksUp
+	// and BatchesUp count the objects written.
+	CommitsUp, PiecesUp, PacksUp, BatchesUp int
+	BytesUp                                 int64
+	// CommitsDown and PiecesDown were fetched, BytesDown of them;
+	// Merges were made, Conflicts kept as conflict files.
+	CommitsDown, PiecesDown, Merges, Conflicts int
+	BytesDown                                  int64
+}
+
+// New connects repo to the store in be: it writes the store's
+// configuration if the store is empty, refuses one whose chunker
+// polynomial differs from the repository's (the same content would make
+// different pieces), and registers the repository's device.
+func New(ctx context.Context, repo *store.Repository, be remote.Backend) (*Syncer, error) {
+	pol := repo.Polynomial().String()
+	cfg, err := remote.Open(ctx, be, pol)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Polynomial != pol {
+		// A repository that has chunked nothing takes the remote's.
+		if u, perr := strconv.ParseUint(cfg.Polynomial, 0, 64); perr == nil {
+			if err := repo.AdoptPolynomial(chunker.Pol(u)); err == nil {
+				pol = cfg.Polynomial
+			}
+		}
+	}
+	if cfg.Polynomial != pol {
+		return nil, fmt.Errorf("cloudsync: %s chunks with polynomial %s and this repository with %s: devices that share a remote must chunk alike (a new, empty repository takes the remote's)", be.Location(), cfg.Polynomial, pol)
+	}
+	device, err := repo.DeviceID()
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(struct {
+		Created time.Time `json:"created"`
+	}{time.Now().UTC()})
+	if err != nil {
+		return nil, err
+	}
+	if err := be.Create(ctx, deviceName(device), body); err != nil && !errors.Is(err, remote.ErrExists) {
+		return nil, err
+	}
+	return &Syncer{repo: repo, be: be, device: device, packSize: DefaultPackSize}, nil
+}
+
+// Device is the repository's device id.
+func (s *Syncer) Device() string { return s.device }
+
+// Sync pulls and merges what other devices pushed, then pushes what this
+// device committed (its merges included): one round, as `ledgerfs sync`
+// does.
+func (s *Syncer) Sync(ctx context.Context) (Stats, error) {
+	var st Stats
+	if err := s.Pull(ctx, &st); err != nil {
+		return st, err
+	}
+	err := s.Push(ctx, &st)
+	return st, err
+}
+
+// pages lists every page of the repository as ledger/page pairs.
+func (s *Syncer) pages() ([][2]string, error) {
+	ledgers, err := s.repo.Ledgers()
+	if err != nil {
+		return nil, err
+	}
+	var out [][2]string
+	for _, l := range ledgers {
+		ps, err := s.repo.Pages(l)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range ps {
+			out = append(out, [2]string{l, p})
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,99 @@
+package cloudsync
+
+import (
+	"bytes"
+	"container/heap"
+
+	"github.com/ledgerfs/ledgerfs/store"
+)
+
+// graph reads a page's commits, and commits fetched but not landed yet.
+type graph struct {
+	p     *store.Page
+	extra map[store.CommitID]*store.Commit
+}
+
+func (g *graph) commit(id store.CommitID) (*store.Commit, error) {
+	if c, ok := g.extra[id]; ok {
+		return c, nil
+	}
+	if id == store.FirstCommitID {
+		return store.FirstCommit(), nil
+	}
+	return g.p.Commit(id)
+}
+
+// isAncestor reports whether a is b or an ancestor of b. It walks back
+// from b no further than a's generation.
+func (g *graph) isAncestor(a, b *store.Commit) (bool, error) {
+	seen := map[store.CommitID]bool{}
+	stack := []*store.Commit{b}
+	for len(stack) > 0 {
+		c := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if c.ID == a.ID {
+			return true, nil
+		}
+		if seen[c.ID] || c.Generation <= a.Generation {
+			continue
+		}
+		seen[c.ID] = true
+		for _, pid := range c.Parents {
+			pc, err := g.commit(pid)
+			if err != nil {
+				return false, err
+			}
+			stack = append(stack, pc)
+		}
+	}
+	return false, nil
+}
+
+// mergeBase returns the common ancestor of a and b of highest generation
+// (ties: the larger id), the base of their three-way merge: the same
+// whichever of the two is local.
+func (g *graph) mergeBase(a, b *store.Commit) (*store.Commit, error) {
+	const fromA, fromB = 1, 2
+	color := map[store.CommitID]int{a.ID: fromA, b.ID: fromB}
+	q := &commitQueue{a, b}
+	heap.Init(q)
+	queued := map[store.CommitID]bool{a.ID: true, b.ID: true}
+	for q.Len() > 0 {
+		c := heap.Pop(q).(*store.Commit)
+		if color[c.ID] == fromA|fromB {
+			return c, nil
+		}
+		for _, pid := range c.Parents {
+			color[pid] |= color[c.ID]
+			if queued[pid] {
+				continue
+			}
+			pc, err := g.commit(pid)
+			if err != nil {
+				return nil, err
+			}
+			queued[pid] = true
+			heap.Push(q, pc)
+		}
+	}
+	return store.FirstCommit(), nil
+}
+
+// commitQueue pops the commit of highest generation first (ties: larger id).
+type commitQueue []*store.Commit
+
+func (q commitQueue) Len() int { return len(q) }
+func (q commitQueue) Less(i, j int) bool {
+	if q[i].Generation != q[j].Generation {
+		return q[i].Generation > q[j].Generation
+	}
+	return bytes.Compare(q[i].ID[:], q[j].ID[:]) > 0
+}
+func (q commitQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *commitQueue) Push(x any)   { *q = append(*q, x.(*store.Commit)) }
+func (q *commitQueue) Pop() any {
+	old := *q
+	c := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return c
+}

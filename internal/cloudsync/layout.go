@@ -1,0 +1,96 @@
+// Package cloudsync keeps a repository's pages the same on every device
+// that shares a remote store (package remote), as Ledger's cloud_sync kept
+// them through its cloud: pieces go up before the commits that reach them,
+// in pack files; commits go up in batches appended to a log per device;
+// other devices' batches are read, their commits fetched with their
+// pieces (verified against their digests), and merged with the local
+// head, deterministically, so that devices that merge the same heads make
+// the same commit.
+//
+// Layer: above store, journal and remote; below the command line.
+package cloudsync
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Names in the store (see DESIGN.md, "The remote store").
+const (
+	devicesDir = "devices/"
+	packsDir   = "packs/"
+	logsDir    = "logs/"
+)
+
+// deviceName is the object that registers a device.
+func deviceName(device string) string { return devicesDir + device }
+
+// packName is the object of a pack whose bytes are body: named by their
+// SHA-256, so a pack written twice is the same object.
+func packName(body []byte) string {
+	h := sha256.Sum256(body)
+	s := hex.EncodeToString(h[:])
+	return packsDir + s[:2] + "/" + s
+}
+
+// batchName is the seq'th batch in device's log.
+func batchName(device string, seq uint64) string {
+	return fmt.Sprintf("%s%s/%016x", logsDir, device, seq)
+}
+
+// parseBatchName returns the device and number of a batch object.
+func parseBatchName(name string) (device string, seq uint64, ok bool) {
+	rest, ok := strings.CutPrefix(name, logsDir)
+	if !ok {
+		return "", 0, false
+	}
+	device, num, ok := strings.Cut(rest, "/")
+	if !ok || len(num) != 16 {
+		return "", 0, false
+	}
+	seq, err := strconv.ParseUint(num, 16, 64)
+	return device, seq, err == nil
+}
+
+// A batch is one object of a device's log: commits of pages, in
+// generation order per page, and where the pieces they brought are.
+type batch struct {
+	Device string      `json:"device"`
+	Seq    uint64      `json:"seq"`
+	Pages  []pageBatch `json:"pages"`
+}
+
+// A pageBatch is what one batch holds of one page.
+type pageBatch struct {
+	Ledger string `json:"ledger"`
+	Page   string `json:"page"`
+	// Commits are CommitStorage bytes, parents before children.
+	Commits [][]byte   `json:"commits"`
+	Pieces  []pieceRef `json:"pieces"`
+}
+
+// A pieceRef says where a piece is: Len bytes at Off of a pack.
+type pieceRef struct {
+	Digest []byte `json:"d"`
+	Pack   string `json:"p"`
+	Off    int64  `json:"o"`
+	Len    int64  `json:"n"`
+}
+
+func encodeBatch(b *batch) ([]byte, error) { return json.Marshal(b) }
+
+func decodeBatch(name string, body []byte) (*batch, error) {
+	var b batch
+	if err := json.Unmarshal(body, &b); err != nil {
+		return nil, fmt.Errorf("cloudsync: batch %s: %w", name, err)
+	}
+	dev, seq, ok := parseBatchName(name)
+	if !ok || dev != b.Device || seq != b.Seq {
+		return nil, fmt.Errorf("cloudsync: batch %s names device %s, number %d", name, b.Device, b.Seq)
+	}
+	return &b, nil
+}

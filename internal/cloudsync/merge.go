@@ -1,0 +1,167 @@
+package cloudsync
+
+import (
+	"bytes"
+	"fmt"
+	"path"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/store"
+)
+
+// A side of a merge: a head, and the device that made it.
+type side struct {
+	c      *store.Commit
+	device string
+}
+
+// changed is when an entry of side s was last changed: its modification
+// time, or, without one, its head's time.
+func changed(e *btree.Entry, s side) int64 {
+	if e.Meta.HasMtime {
+		return e.Meta.MtimeNs
+	}
+	return s.c.Timestamp
+}
+
+// later reports whether side a's version ea of an entry is the later of
+// the two: the later change, then the later head, then the larger head
+// id. The same answer on every device.
+func later(ea *btree.Entry, a side, eb *btree.Entry, b side) bool {
+	if ta, tb := changed(ea, a), changed(eb, b); ta != tb {
+		return ta > tb
+	}
+	if a.c.Timestamp != b.c.Timestamp {
+		return a.c.Timestamp > b.c.Timestamp
+	}
+	return bytes.Compare(a.c.ID[:], b.c.ID[:]) > 0
+}
+
+// merge makes the merge commit of two heads whose common ancestor is base,
+// entry by entry:
+//   - a change on one side only is taken;
+//   - the same change on both sides is taken once;
+//   - a change and a delete: the change is kept (a modification beats a
+//     deletion);
+//   - two different changes of an entry: the later one wins (the later
+//     modification time, then the later head); the other's content, if
+//     it is a regular file (not a link's name, not a conflict file
+//     already), is kept next to it as
+//     NAME.sync-conflict-YYYYMMDD-HHMMSS-DEVICE.EXT, named from its
+//     modification time and its device, as Syncthing names them.
+//
+// The rules are symmetric and the tree is history-independent, so devices
+// that merge the same two heads, either one local, make the same tree and,
+// with sorted parents and the later parent's time, the same commit. It
+// returns the commit, the pieces it wrote (transient) and the number of
+// conflict files.
+func merge(p *store.Page, base *store.Commit, a, b side) (*store.Commit, []cas.Digest, int, error) {
+	changesOf := func(s side) (map[string]*btree.Entry, error) {
+		out := map[string]*btree.Entry{}
+		err := p.Nodes().Diff(base.Root, s.c.Root, func(ch btree.Change) error {
+			out[ch.Key] = ch.After
+			return nil
+		})
+		return out, err
+	}
+	ca, err := changesOf(a)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("cloudsync: merge: %w", err)
+	}
+	cb, err := changesOf(b)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("cloudsync: merge: %w", err)
+	}
+	tree := p.Tree(a.c)
+	put := func(key string, e *btree.Entry) error {
+		if e == nil {
+			_, err := tree.Delete(key)
+			return err
+		}
+		ne := *e
+		ne.Key = key
+		return tree.Put(ne)
+	}
+	conflicts := 0
+	for key, bAfter := range cb {
+		aAfter, both := ca[key]
+		switch {
+		case !both:
+			err = put(key, bAfter)
+		case sameEntry(aAfter, bAfter):
+		case aAfter == nil:
+			err = put(key, bAfter) // b changed what a deleted
+		case bAfter == nil:
+			// a changed what b deleted: a's stays
+		default:
+			win, lose, loser := aAfter, bAfter, b
+			if !later(aAfter, a, bAfter, b) {
+				win, lose, loser = bAfter, aAfter, a
+			}
+			if err = put(key, win); err == nil && keepsConflict(key, lose) {
+				conflicts++
+				err = put(conflictName(key, lose, loser), lose)
+			}
+		}
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("cloudsync: merge %q: %w", key, err)
+		}
+	}
+	pw := p.NewPieceWriter()
+	pw.Track = true
+	root, _, err := tree.Write(pw)
+	if err == nil {
+		err = pw.Flush()
+	}
+	if err != nil {
+		pw.Discard()
+		return nil, nil, 0, fmt.Errorf("cloudsync: merge: %w", err)
+	}
+	m, err := store.NewCommit(0, root, a.c, b.c)
+	return m, pw.New, conflicts, err
+}
+
+// sameEntry compares two sides' results, the access time aside (a read
+// moves it on every device).
+func sameEntry(a, b *btree.Entry) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, y := *a, *b
+	x.Meta.AtimeNs, x.Meta.HasAtime, y.Meta.AtimeNs, y.Meta.HasAtime = 0, false, 0, false
+	return x == y
+}
+
+// conflictMark is in the name of every conflict file.
+const conflictMark = ".sync-conflict-"
+
+// keepsConflict reports whether the losing entry at key is kept as a
+// conflict file: a regular file, not a name of a hard-linked file, not a
+// conflict file itself.
+func keepsConflict(key string, e *btree.Entry) bool {
+	return e.Meta.FileMode()&syscall.S_IFMT == syscall.S_IFREG && e.Meta.Link == "" &&
+		!btree.IsLinkKey(key) && !strings.Contains(path.Base(key), conflictMark)
+}
+
+// conflictName is the key of the conflict file of key's losing version e,
+// of side s: NAME.sync-conflict-YYYYMMDD-HHMMSS-DEVICE.EXT (the time e
+// changed, UTC; DEVICE the first 7 characters of s's device id, in
+// capitals).
+func conflictName(key string, e *btree.Entry, s side) string {
+	dir, name := path.Split(key)
+	ext := path.Ext(name)
+	if ext == name { // ".bashrc": all extension, no name
+		ext = ""
+	}
+	stem := strings.TrimSuffix(name, ext)
+	dev := strings.ToUpper(s.device)
+	if len(dev) > 7 {
+		dev = dev[:7]
+	}
+	t := time.Unix(0, changed(e, s)).UTC().Format("20060102-150405")
+	return dir + stem + conflictMark + t + "-" + dev + ext
+}

@@ -1,0 +1,398 @@
+package cloudsync
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/remote"
+	"github.com/ledgerfs/ledgerfs/store"
+)
+
+// Rows of the repository's sync state that Pull keeps.
+const (
+	statePos   = "pos/"   // + device: the number of its last batch applied
+	statePiece = "piece/" // + hex digest: where a remote piece is (a pieceRef)
+)
+
+// errMissingParent stops a batch whose commits build on commits of another
+// device's batch not applied yet.
+var errMissingParent = errors.New("a parent commit is not here yet")
+
+// Pull reads the batches other devices added to their logs since the last
+// pull, fetches their commits and the pieces those reach, and merges each
+// page's new head with the local one. Batches are applied in each
+// device's order; one whose commits build on another device's commits
+// waits until those are applied.
+func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
+	var devices []string
+	if err := s.be.List(ctx, devicesDir, "", func(o remote.Object) error {
+		if d := strings.TrimPrefix(o.Name, devicesDir); d != s.device {
+			devices = append(devices, d)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	queues := map[string][]*batch{}
+	index := map[cas.Digest]pieceRef{}
+	for _, dev := range devices {
+		after := ""
+		if v, ok, err := s.repo.SyncState(statePos + dev); err != nil {
+			return err
+		} else if ok {
+			seq, err := strconv.ParseUint(string(v), 10, 64)
+			if err != nil {
+				return fmt.Errorf("cloudsync: position in %s's log: %w", dev, err)
+			}
+			after = batchName(dev, seq)
+		}
+		var names []string
+		if err := s.be.List(ctx, logsDir+dev+"/", after, func(o remote.Object) error {
+			names = append(names, o.Name)
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, name := range names {
+			body, err := s.be.Get(ctx, name)
+			if err != nil {
+				return err
+			}
+			b, err := decodeBatch(name, body)
+			if err != nil {
+				return err
+			}
+			queues[dev] = append(queues[dev], b)
+			for _, pb := range b.Pages {
+				for _, r := range pb.Pieces {
+					index[cas.Digest(r.Digest)] = r
+				}
+			}
+		}
+	}
+	if err := s.keepIndex(index); err != nil {
+		return err
+	}
+	f := &fetcher{s: s, index: index, packs: map[string][]byte{}, st: st}
+	for {
+		progress, waiting := false, 0
+		for _, dev := range devices {
+			for len(queues[dev]) > 0 {
+				b := queues[dev][0]
+				err := s.applyBatch(ctx, f, b, st)
+				if errors.Is(err, errMissingParent) {
+					waiting++
+					break
+				}
+				if err != nil {
+					return err
+				}
+				if err := s.repo.SetSyncState(map[string][]byte{statePos + dev: []byte(strconv.FormatUint(b.Seq, 10))}); err != nil {
+					return err
+				}
+				queues[dev] = queues[dev][1:]
+				progress = true
+			}
+		}
+		if waiting == 0 {
+			return nil
+		}
+		if !progress {
+			return fmt.Errorf("cloudsync: %d devices' batches build on commits no log holds yet", waiting)
+		}
+	}
+}
+
+// keepIndex records where the pieces of the batches read are, for commits
+// of later pulls that reach them.
+func (s *Syncer) keepIndex(index map[cas.Digest]pieceRef) error {
+	kv := make(map[string][]byte, len(index))
+	for d, r := range index {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		kv[statePiece+hex.EncodeToString([]byte(d))] = b
+	}
+	return s.repo.SetSyncState(kv)
+}
+
+// applyBatch lands what b holds of each page.
+func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, st *Stats) error {
+	for _, pb := range b.Pages {
+		if err := s.applyPage(ctx, f, b.Device, pb, st); err != nil {
+			if errors.Is(err, errMissingParent) {
+				return err
+			}
+			return fmt.Errorf("cloudsync: batch %s of %s/%s: %w", batchName(b.Device, b.Seq), pb.Ledger, pb.Page, err)
+		}
+	}
+	return nil
+}
+
+func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, pb pageBatch, st *Stats) error {
+	if err := s.ensurePage(pb.Ledger, pb.Page); err != nil {
+		return err
+	}
+	p, err := s.repo.Acquire(pb.Ledger, pb.Page)
+	if err != nil {
+		return err
+	}
+	defer s.repo.Release(p)
+	var fresh []*store.Commit // not held here, parents first
+	inBatch := map[store.CommitID]bool{}
+	for _, cb := range pb.Commits {
+		id := store.CommitID(cas.Hash(cb))
+		c, err := store.DecodeCommit(id, cb)
+		if err != nil {
+			return err
+		}
+		inBatch[id] = true
+		if ok, err := p.HasCommit(id); err != nil {
+			return err
+		} else if ok {
+			continue
+		}
+		for _, parent := range c.Parents {
+			if inBatch[parent] {
+				continue
+			}
+			if ok, err := p.HasCommit(parent); err != nil {
+				return err
+			} else if !ok {
+				return errMissingParent
+			}
+		}
+		fresh = append(fresh, c)
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	pw := p.NewPieceWriter()
+	pw.Track = true
+	f.p, f.pw = p, pw
+	for _, c := range fresh {
+		if err := f.node(ctx, c.Root); err != nil {
+			pw.Discard()
+			return fmt.Errorf("fetch commit %s: %w", c.ID, err)
+		}
+	}
+	if err := pw.Flush(); err != nil {
+		return err
+	}
+	fetched := pw.New
+	st.CommitsDown += len(fresh)
+	remoteHead := fresh[len(fresh)-1]
+	mergeNew, err := s.land(p, fresh, remoteHead, device, st)
+	if err != nil {
+		return err
+	}
+	if err := p.SetStatus(store.Synced, fetched); err != nil {
+		return err
+	}
+	if len(mergeNew) > 0 {
+		if err := p.SetStatus(store.Local, mergeNew); err != nil {
+			return err
+		}
+	}
+	meta := map[string][]byte{}
+	for _, c := range fresh {
+		meta[deviceKey(c.ID)] = []byte(device)
+	}
+	return p.MarkSynced(nil, nil, meta)
+}
+
+// deviceKey is the page's sync_metadata row that says which device made
+// a commit fetched from the store.
+func deviceKey(id store.CommitID) string { return "device/" + hex.EncodeToString(id[:]) }
+
+// ensurePage creates the ledger and page of a batch if this device does
+// not have them: pages of one name on two devices are one page.
+func (s *Syncer) ensurePage(ledger, page string) error {
+	if ok, err := s.repo.HasLedger(ledger); err != nil {
+		return err
+	} else if !ok {
+		if err := s.repo.CreateLedger(ledger); err != nil && !errors.Is(err, store.ErrExists) {
+			return err
+		}
+	}
+	if ok, err := s.repo.HasPage(ledger, page); err != nil || ok {
+		return err
+	}
+	if err := s.repo.CreatePage(ledger, page); err != nil && !errors.Is(err, store.ErrExists) {
+		return err
+	}
+	return nil
+}
+
+// land makes the remote head part of the page: its commits' rows, and the
+// page's head moved to it (fast-forward) or to the merge of it and the
+// local head. It returns the pieces a merge wrote.
+func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit, device string, st *Stats) ([]cas.Digest, error) {
+	local, err := p.Head()
+	if err != nil {
+		return nil, err
+	}
+	byID := map[store.CommitID]*store.Commit{}
+	for _, c := range fresh {
+		byID[c.ID] = c
+	}
+	g := &graph{p: p, extra: byID}
+	switch {
+	case local.ID == remote.ID:
+		return nil, p.Adopt(fresh, nil, nil)
+	}
+	if ok, err := g.isAncestor(remote, local); err != nil {
+		return nil, err
+	} else if ok {
+		return nil, p.Adopt(fresh, nil, nil)
+	}
+	if ok, err := g.isAncestor(local, remote); err != nil {
+		return nil, err
+	} else if ok {
+		return nil, p.Adopt(fresh, nil, remote)
+	}
+	base, err := g.mergeBase(local, remote)
+	if err != nil {
+		return nil, err
+	}
+	localDevice, err := s.madeBy(p, local)
+	if err != nil {
+		return nil, err
+	}
+	m, written, conflicts, err := merge(p, base, side{local, localDevice}, side{remote, device})
+	if err != nil {
+		return nil, err
+	}
+	st.Merges++
+	st.Conflicts += conflicts
+	return written, p.Adopt(fresh, m, m)
+}
+
+// madeBy is the device that made commit c: the one whose log it came
+// from, or this one.
+func (s *Syncer) madeBy(p *store.Page, c *store.Commit) (string, error) {
+	v, ok, err := p.SyncMetadata(deviceKey(c.ID))
+	if err != nil || !ok {
+		return s.device, err
+	}
+	return string(v), nil
+}
+
+// A fetcher stores the pieces a commit reaches that the page lacks, from
+// the packs the index names; it keeps the last few packs read.
+type fetcher struct {
+	s      *Syncer
+	index  map[cas.Digest]pieceRef
+	packs  map[string][]byte
+	order  []string
+	p      *store.Page
+	pw     *store.PieceWriter
+	st     *Stats
+	loaded int
+}
+
+// maxPacks bounds the packs a fetcher keeps: 4 of 8 MiB.
+const maxPacks = 4
+
+// piece stores d, fetched and verified, unless the page holds it; it
+// reports whether it was fetched. An index piece or tree node is flushed
+// at once, for the walk to read it.
+func (f *fetcher) piece(ctx context.Context, d cas.Digest) (bool, error) {
+	if d.IsInline() {
+		return false, nil
+	}
+	if ok, err := f.p.Has(d); err != nil || ok {
+		return false, err
+	}
+	r, ok := f.index[d]
+	if !ok {
+		v, found, err := f.s.repo.SyncState(statePiece + hex.EncodeToString([]byte(d)))
+		if err != nil {
+			return false, err
+		}
+		if !found {
+			return false, fmt.Errorf("piece %s is in no batch read", d)
+		}
+		if err := json.Unmarshal(v, &r); err != nil {
+			return false, err
+		}
+	}
+	pack, ok := f.packs[r.Pack]
+	if !ok {
+		var err error
+		if pack, err = f.s.be.Get(ctx, r.Pack); err != nil {
+			return false, err
+		}
+		f.st.BytesDown += int64(len(pack))
+		if len(f.order) >= maxPacks {
+			delete(f.packs, f.order[0])
+			f.order = f.order[1:]
+		}
+		f.packs[r.Pack], f.order = pack, append(f.order, r.Pack)
+	}
+	if r.Off < 0 || r.Len < 0 || r.Off+r.Len > int64(len(pack)) {
+		return false, fmt.Errorf("piece %s: %d bytes at %d of a %d-byte pack %s", d, r.Len, r.Off, len(pack), r.Pack)
+	}
+	data := pack[r.Off : r.Off+r.Len]
+	if err := d.Verify(data); err != nil {
+		return false, fmt.Errorf("piece %s from pack %s: %w", d, r.Pack, err)
+	}
+	if err := f.pw.Put(d, data); err != nil {
+		return false, err
+	}
+	f.st.PiecesDown++
+	if d.IsIndex() || d.IsTreeNode() {
+		return true, f.pw.Flush()
+	}
+	return true, nil
+}
+
+// value fetches the pieces of a value the page lacks.
+func (f *fetcher) value(ctx context.Context, id cas.ObjectIdentifier) error {
+	return cas.Walk(f.p, id, func(d cas.Digest) (bool, error) {
+		return f.piece(ctx, d)
+	}, nil)
+}
+
+// node fetches a tree node, the values its entries hold and the nodes
+// below it, where the page lacks them: a piece held has all its own below
+// it (children are stored before the commit that reaches them lands).
+func (f *fetcher) node(ctx context.Context, id cas.ObjectIdentifier) error {
+	if id == btree.EmptyRoot || id.Digest.IsInline() {
+		return nil
+	}
+	if held, err := f.p.Has(id.Digest); err != nil || held {
+		return err
+	}
+	// The node's own pieces (a large node is an index over chunks), in
+	// the db for Refs to read.
+	if err := f.value(ctx, id); err != nil {
+		return err
+	}
+	if err := f.pw.Flush(); err != nil {
+		return err
+	}
+	children, values, err := f.p.Nodes().Refs(id)
+	if err != nil {
+		return err
+	}
+	for _, v := range values {
+		if err := f.value(ctx, v); err != nil {
+			return err
+		}
+	}
+	for _, c := range children {
+		if err := f.node(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

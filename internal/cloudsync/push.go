@@ -1,0 +1,202 @@
+package cloudsync
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/internal/remote"
+	"github.com/ledgerfs/ledgerfs/store"
+)
+
+// stateNextSeq is the repository's sync state row of the number of its
+// device's next batch.
+const stateNextSeq = "next_seq"
+
+// Push uploads, page by page, the pieces not yet in the store (status
+// local) in packs, then the page's unsynced commits in one batch of the
+// device's log; once the batch is in the store the pieces become synced
+// and the commits' unsynced rows go. A push cut short is finished by the
+// next: a batch found already written by this device is taken as done.
+func (s *Syncer) Push(ctx context.Context, st *Stats) error {
+	pages, err := s.pages()
+	if err != nil {
+		return err
+	}
+	for _, lp := range pages {
+		if err := s.pushPage(ctx, lp[0], lp[1], st); err != nil {
+			return fmt.Errorf("cloudsync: push %s/%s: %w", lp[0], lp[1], err)
+		}
+	}
+	return nil
+}
+
+func (s *Syncer) nextSeq() (uint64, error) {
+	v, ok, err := s.repo.SyncState(stateNextSeq)
+	if err != nil || !ok {
+		return 0, err
+	}
+	return strconv.ParseUint(string(v), 10, 64)
+}
+
+func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) error {
+	p, err := s.repo.Acquire(ledger, page)
+	if err != nil {
+		return err
+	}
+	defer s.repo.Release(p)
+	for {
+		var ids []store.CommitID
+		if err := p.UnsyncedCommits(func(id store.CommitID) error {
+			ids = append(ids, id)
+			return nil
+		}); err != nil {
+			return err
+		}
+		var pieces []cas.Digest
+		if err := p.Pieces(store.Local, func(d cas.Digest) error {
+			pieces = append(pieces, d)
+			return nil
+		}); err != nil {
+			return err
+		}
+		if len(ids) == 0 && len(pieces) == 0 {
+			return nil
+		}
+		commits := make([]*store.Commit, len(ids))
+		for i, id := range ids {
+			if commits[i], err = p.Commit(id); err != nil {
+				return err
+			}
+		}
+		slices.SortFunc(commits, func(a, b *store.Commit) int {
+			if a.Generation != b.Generation {
+				return int(a.Generation) - int(b.Generation)
+			}
+			return bytes.Compare(a.ID[:], b.ID[:])
+		})
+		refs, err := s.uploadPieces(ctx, p, pieces, st)
+		if err != nil {
+			return err
+		}
+		seq, err := s.nextSeq()
+		if err != nil {
+			return err
+		}
+		pb := pageBatch{Ledger: ledger, Page: page, Pieces: refs}
+		for _, c := range commits {
+			pb.Commits = append(pb.Commits, c.Bytes)
+		}
+		body, err := encodeBatch(&batch{Device: s.device, Seq: seq, Pages: []pageBatch{pb}})
+		if err != nil {
+			return err
+		}
+		name := batchName(s.device, seq)
+		err = s.be.Create(ctx, name, body)
+		if errors.Is(err, remote.ErrExists) {
+			// Written by a push cut short before it recorded it, or by
+			// another copy of this repository.
+			if err := s.takeOwnBatch(ctx, p, name, ledger, page); err != nil {
+				return err
+			}
+			if err := s.repo.SetSyncState(map[string][]byte{stateNextSeq: []byte(strconv.FormatUint(seq+1, 10))}); err != nil {
+				return err
+			}
+			continue // what that batch did not hold goes in the next
+		}
+		if err != nil {
+			return err
+		}
+		st.BatchesUp++
+		st.CommitsUp += len(ids)
+		if err := s.repo.SetSyncState(map[string][]byte{stateNextSeq: []byte(strconv.FormatUint(seq+1, 10))}); err != nil {
+			return err
+		}
+		return p.MarkSynced(pieces, ids, map[string][]byte{"pushed": []byte(strconv.FormatUint(seq, 10))})
+	}
+}
+
+// takeOwnBatch marks synced what the batch at name, found written when this
+// device went to write it, holds of the page, if it is this device's own:
+// its commits are commits of the page. A batch of commits the page does
+// not have was written by another copy of the repository.
+func (s *Syncer) takeOwnBatch(ctx context.Context, p *store.Page, name, ledger, page string) error {
+	body, err := s.be.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	b, err := decodeBatch(name, body)
+	if err != nil {
+		return err
+	}
+	var ids []store.CommitID
+	var pieces []cas.Digest
+	for _, pb := range b.Pages {
+		if pb.Ledger != ledger || pb.Page != page {
+			continue
+		}
+		for _, cb := range pb.Commits {
+			id := store.CommitID(cas.Hash(cb))
+			if ok, err := p.HasCommit(id); err != nil {
+				return err
+			} else if !ok {
+				return errCopied(name)
+			}
+			ids = append(ids, id)
+		}
+		for _, r := range pb.Pieces {
+			pieces = append(pieces, cas.Digest(r.Digest))
+		}
+	}
+	if len(ids) == 0 && len(pieces) == 0 {
+		return errCopied(name)
+	}
+	return p.MarkSynced(pieces, ids, nil)
+}
+
+func errCopied(name string) error {
+	return fmt.Errorf("batch %s, this device's next, holds what this repository never made: another copy of this repository pushes as the same device; give one of them a new device id", name)
+}
+
+// uploadPieces packs the pieces and uploads the packs, returning where
+// each piece is.
+func (s *Syncer) uploadPieces(ctx context.Context, p *store.Page, pieces []cas.Digest, st *Stats) ([]pieceRef, error) {
+	var refs []pieceRef
+	var buf []byte
+	start := 0 // refs[start:] are in buf
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		name := packName(buf)
+		if err := s.be.Put(ctx, name, buf); err != nil {
+			return err
+		}
+		for i := start; i < len(refs); i++ {
+			refs[i].Pack = name
+		}
+		st.PacksUp++
+		st.BytesUp += int64(len(buf))
+		buf, start = buf[:0], len(refs)
+		return nil
+	}
+	for _, d := range pieces {
+		data, err := p.Get(d, nil)
+		if err != nil {
+			return nil, fmt.Errorf("piece %s: %w", d, err)
+		}
+		refs = append(refs, pieceRef{Digest: []byte(d), Off: int64(len(buf)), Len: int64(len(data))})
+		buf = append(buf, data...)
+		st.PiecesUp++
+		if len(buf) >= s.packSize {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return refs, flush()
+}

@@ -1,0 +1,227 @@
+package store
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/restic/chunker"
+
+	"github.com/ledgerfs/ledgerfs/cas"
+)
+
+// Rows of the repository db that sync keeps: the device id, and under
+// prefixSync what the sync machinery asks to keep (positions in other
+// devices' logs, where remote pieces are).
+const (
+	keyDevice  = "repository/device_id"
+	prefixSync = "sync/"
+)
+
+// DeviceID returns the repository's device id, made (16 random bytes, in
+// hex) and kept the first time it is asked for: the name of this copy of
+// the pages among the devices that share a remote.
+func (r *Repository) DeviceID() (string, error) {
+	var id string
+	err := r.db.Update(func(txn *badger.Txn) error {
+		it, err := txn.Get([]byte(keyDevice))
+		if err == nil {
+			return it.Value(func(v []byte) error {
+				id = string(v)
+				return nil
+			})
+		}
+		if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		var b [16]byte
+		rand.Read(b[:])
+		id = hex.EncodeToString(b[:])
+		return txn.Set([]byte(keyDevice), []byte(id))
+	})
+	if err != nil {
+		return "", fmt.Errorf("store: device id: %w", err)
+	}
+	return id, nil
+}
+
+// SyncState returns the value the sync machinery kept at key.
+func (r *Repository) SyncState(key string) ([]byte, bool, error) {
+	var out []byte
+	err := r.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get([]byte(prefixSync + key))
+		if err != nil {
+			return err
+		}
+		out, err = it.ValueCopy(nil)
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	return out, err == nil, err
+}
+
+// SetSyncState keeps values at keys, in one transaction (batches of it for
+// many).
+func (r *Repository) SetSyncState(kv map[string][]byte) error {
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	return batched(r.db, len(keys), func(txn *badger.Txn, i int) error {
+		return txn.Set([]byte(prefixSync+keys[i]), kv[keys[i]])
+	})
+}
+
+// SyncMetadata returns the page's sync_metadata row at key.
+func (p *Page) SyncMetadata(key string) ([]byte, bool, error) {
+	var out []byte
+	err := p.view(func(txn *badger.Txn) error {
+		it, err := txn.Get([]byte(PrefixSyncMetadata + key))
+		if err != nil {
+			return err
+		}
+		out, err = it.ValueCopy(nil)
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	return out, err == nil, err
+}
+
+// MarkSynced records that pieces and commits are in the remote store:
+// the pieces' status rows move to synced (a piece this page no longer
+// holds is skipped), then the commits' unsynced rows go, and the page's
+// sync_metadata rows meta are set with the last of them. Each step may be
+// repeated after a crash.
+func (p *Page) MarkSynced(pieces []cas.Digest, commits []CommitID, meta map[string][]byte) error {
+	if err := p.check(); err != nil {
+		return err
+	}
+	err := batched(p.db, len(pieces), func(txn *badger.Txn, i int) error {
+		d := pieces[i]
+		if _, err := txn.Get(objectKey(d)); errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		for _, s := range []PieceStatus{Transient, Local} {
+			if err := txn.Delete(statusKey(s, d)); err != nil {
+				return err
+			}
+		}
+		return txn.Set(statusKey(Synced, d), nil)
+	})
+	if err != nil {
+		return fmt.Errorf("store: mark pieces synced: %w", err)
+	}
+	err = p.update(func(txn *badger.Txn) error {
+		for _, id := range commits {
+			if err := txn.Delete(unsyncedCommitKey(id)); err != nil {
+				return err
+			}
+		}
+		for k, v := range meta {
+			if err := txn.Set([]byte(PrefixSyncMetadata+k), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: mark commits synced: %w", err)
+	}
+	return nil
+}
+
+// Adopt lands commits fetched from the remote store, whose pieces the page
+// holds: their rows (synced: no unsynced rows), then, if head is not nil,
+// merge's rows (a commit of this device: unsynced) and head as the page's
+// only head, all in one db transaction.
+func (p *Page) Adopt(remote []*Commit, merge, head *Commit) error {
+	if err := p.check(); err != nil {
+		return err
+	}
+	var old []*Commit
+	if head != nil {
+		var err error
+		if old, err = p.Heads(); err != nil {
+			return err
+		}
+	}
+	err := p.update(func(txn *badger.Txn) error {
+		for _, c := range remote {
+			if err := txn.Set(commitKey(c.ID), c.Bytes); err != nil {
+				return err
+			}
+		}
+		if merge != nil {
+			if err := txn.Set(commitKey(merge.ID), merge.Bytes); err != nil {
+				return err
+			}
+			if err := txn.Set(unsyncedCommitKey(merge.ID), EncodeUint64(merge.Generation)); err != nil {
+				return err
+			}
+		}
+		if head == nil {
+			return nil
+		}
+		for _, h := range old {
+			if h.ID != FirstCommitID && h.ID != head.ID {
+				if err := txn.Delete(headKey(h.ID)); err != nil {
+					return err
+				}
+			}
+		}
+		return txn.Set(headKey(head.ID), EncodeUint64(uint64(head.Timestamp)))
+	})
+	if err != nil {
+		return fmt.Errorf("store: adopt remote commits: %w", err)
+	}
+	if head != nil {
+		p.setHeads([]*Commit{head})
+	}
+	return nil
+}
+
+// HasCommit reports whether the page holds the commit id.
+func (p *Page) HasCommit(id CommitID) (bool, error) {
+	if id == FirstCommitID {
+		return true, nil
+	}
+	err := p.view(func(txn *badger.Txn) error {
+		_, err := txn.Get(commitKey(id))
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// AdoptPolynomial makes pol the repository's chunker polynomial, as a
+// device joining a remote must chunk as the remote's devices do. Only a
+// repository with no ledger yet, which has chunked nothing, may change it.
+func (r *Repository) AdoptPolynomial(pol chunker.Pol) error {
+	if !pol.Irreducible() {
+		return fmt.Errorf("store: chunker polynomial %v is not irreducible", pol)
+	}
+	ledgers, err := r.Ledgers()
+	if err != nil {
+		return err
+	}
+	if len(ledgers) > 0 {
+		return fmt.Errorf("store: the repository has ledgers already, chunked with polynomial %v: %w", r.pol, ErrExists)
+	}
+	if err := r.db.Update(func(txn *badger.Txn) error {
+		return txn.Set([]byte(keyPolynomial), EncodeUint64(uint64(pol)))
+	}); err != nil {
+		return fmt.Errorf("store: set chunker polynomial: %w", err)
+	}
+	r.pol = pol
+	return nil
+}
