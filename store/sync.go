@@ -225,3 +225,60 @@ func (r *Repository) AdoptPolynomial(pol chunker.Pol) error {
 	r.pol = pol
 	return nil
 }
+
+// The repository's remote settings (ledgerfs config): the remote store's
+// URL, and the S3 endpoint and region to reach it with.
+const (
+	SettingRemote         = "remote"
+	SettingRemoteEndpoint = "remote-endpoint"
+	SettingRemoteRegion   = "remote-region"
+)
+
+// settingKey is the repository db row of a remote setting.
+func settingKey(name string) []byte { return []byte("repository/" + name) }
+
+// Setting returns the repository's remote setting name ("" if unset).
+func (r *Repository) Setting(name string) (string, error) {
+	var v string
+	err := r.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(settingKey(name))
+		if err != nil {
+			return err
+		}
+		return it.Value(func(b []byte) error {
+			v = string(b)
+			return nil
+		})
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return "", nil
+	}
+	return v, err
+}
+
+// SetSetting sets the repository's remote setting name; "" removes it.
+func (r *Repository) SetSetting(name, v string) error {
+	return r.db.Update(func(txn *badger.Txn) error {
+		if v == "" {
+			return txn.Delete(settingKey(name))
+		}
+		return txn.Set(settingKey(name), []byte(v))
+	})
+}
+
+// Syncs reports whether the repository shares its pages through a remote:
+// one is set, or it has synced (it has a device id). Its collections then
+// keep every commit not yet synced, and the pieces those reach.
+func (r *Repository) Syncs() (bool, error) {
+	if v, err := r.Setting(SettingRemote); err != nil || v != "" {
+		return v != "", err
+	}
+	err := r.db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get([]byte(keyDevice))
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}

@@ -6,20 +6,30 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 func newConfig() *cobra.Command {
 	return &cobra.Command{
-		Use:   "config REPO [compression=zstd|none]",
+		Use:   "config REPO [compression=zstd|none] [remote=URL] [remote-endpoint=URL] [remote-region=REGION]",
 		Short: "Show or set a repository's options",
 		Long: `Config shows the options of an unmounted repository, or sets one.
 
 compression  how new content is stored: zstd (the default) compresses each
              chunk at zstd's fastest level and keeps the result when it saves
              at least an eighth; none stores chunks as they are. Content
-             already stored stays as it is; both read the same.`,
-		Example: "  ledgerfs config ~/.ledgerfs\n  ledgerfs config ~/.ledgerfs compression=none",
-		Args:    cobra.RangeArgs(1, 2),
+             already stored stays as it is; both read the same.
+remote       the store ledgerfs sync shares the pages through:
+             s3://BUCKET[/PREFIX] or file:///PATH (empty: none). A
+             repository with a remote keeps every commit not yet synced
+             when it collects.
+remote-endpoint, remote-region
+             the S3 server and the bucket's region, when not given by
+             --endpoint and --region or AWS_ENDPOINT_URL and AWS_REGION.`,
+		Example: "  ledgerfs config ~/.ledgerfs\n  ledgerfs config ~/.ledgerfs compression=none\n" +
+			"  ledgerfs config ~/.ledgerfs remote=s3://ledgerfs/home remote-endpoint=http://nas:9000",
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return config(cmd.OutOrStdout(), args[0], args[1:])
 		},
@@ -33,15 +43,30 @@ func config(w io.Writer, repoDir string, set []string) error {
 	}
 	defer repo.Close()
 	for _, kv := range set {
-		k, v, _ := strings.Cut(kv, "=")
+		k, v, ok := strings.Cut(kv, "=")
 		switch {
-		case k != "compression":
-			return fmt.Errorf("unknown option %q (compression)", k)
-		case v != "zstd" && v != "none":
-			return fmt.Errorf("compression=%q: want zstd or none", v)
-		}
-		if err := repo.SetCompression(v == "zstd"); err != nil {
-			return err
+		case !ok:
+			return fmt.Errorf("%q: want NAME=VALUE", kv)
+		case k == "compression":
+			if v != "zstd" && v != "none" {
+				return fmt.Errorf("compression=%q: want zstd or none", v)
+			}
+			if err := repo.SetCompression(v == "zstd"); err != nil {
+				return err
+			}
+		case k == store.SettingRemote:
+			if v != "" {
+				if err := (&remoteFlags{url: v}).check(); err != nil {
+					return err
+				}
+			}
+			fallthrough
+		case k == store.SettingRemoteEndpoint || k == store.SettingRemoteRegion:
+			if err := repo.SetSetting(k, v); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("unknown option %q (compression, remote, remote-endpoint, remote-region)", k)
 		}
 	}
 	on, err := repo.Compression()
@@ -49,5 +74,14 @@ func config(w io.Writer, repoDir string, set []string) error {
 		return err
 	}
 	fmt.Fprintf(w, "compression=%s\n", map[bool]string{true: "zstd", false: "none"}[on])
+	for _, k := range []string{store.SettingRemote, store.SettingRemoteEndpoint, store.SettingRemoteRegion} {
+		v, err := repo.Setting(k)
+		if err != nil {
+			return err
+		}
+		if v != "" {
+			fmt.Fprintf(w, "%s=%s\n", k, v)
+		}
+	}
 	return nil
 }

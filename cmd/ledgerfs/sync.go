@@ -14,6 +14,7 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 func newSync() *cobra.Command {
@@ -28,7 +29,9 @@ the commits this repository made (merges included) and the pieces they
 reach. Devices that merge the same heads make the same commit, so after
 each device has synced twice they all show the same head.
 
-The remote is S3-compatible object storage, s3://BUCKET[/PREFIX] (the
+The remote is --remote, or the repository's (ledgerfs config REPO
+remote=URL); a --remote given to a repository that has none becomes its
+remote. It is S3-compatible object storage, s3://BUCKET[/PREFIX] (the
 bucket is created if missing), or a directory, file:///PATH. Endpoint and
 region come from --endpoint and --region, else AWS_ENDPOINT_URL and
 AWS_REGION; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,
@@ -45,15 +48,18 @@ change beats a delete. A page made on two devices is one page.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			be, err := rf.backend(ctx)
-			if err != nil {
-				return err
-			}
 			repo, err := openUnmounted(args[0], writable(), "a mounted repository does not sync yet; unmount %s first")
 			if err != nil {
 				return err
 			}
 			defer repo.Close()
+			if err := rf.fromRepository(repo); err != nil {
+				return err
+			}
+			be, err := rf.backend(ctx)
+			if err != nil {
+				return err
+			}
 			start := time.Now()
 			s, err := cloudsync.New(ctx, repo, be)
 			if err != nil {
@@ -91,16 +97,59 @@ func (f *remoteFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.pathStyle, "path-style", false, "path-style requests (http://HOST/BUCKET/KEY), as most self-hosted servers need; the default with an endpoint other than AWS")
 }
 
+// fromRepository fills what the flags leave unset from the repository's
+// settings, and keeps a remote given to a repository that has none.
+func (f *remoteFlags) fromRepository(repo *store.Repository) error {
+	kept, err := repo.Setting(store.SettingRemote)
+	if err != nil {
+		return err
+	}
+	switch {
+	case f.url == "" && kept == "":
+		return fmt.Errorf("no remote: give --remote s3://BUCKET[/PREFIX] or file:///PATH, or keep one with ledgerfs config REPO remote=URL")
+	case f.url == "":
+		f.url = kept
+	case kept == "":
+		if err := f.check(); err != nil {
+			return err
+		}
+		if err := repo.SetSetting(store.SettingRemote, f.url); err != nil {
+			return err
+		}
+	}
+	for _, s := range []struct {
+		v    *string
+		name string
+	}{{&f.endpoint, store.SettingRemoteEndpoint}, {&f.region, store.SettingRemoteRegion}} {
+		if *s.v == "" {
+			v, err := repo.Setting(s.name)
+			if err != nil {
+				return err
+			}
+			*s.v = v
+		}
+	}
+	return nil
+}
+
+// check checks the remote's URL.
+func (f *remoteFlags) check() error {
+	if dir, ok := strings.CutPrefix(f.url, "file://"); ok {
+		if !strings.HasPrefix(dir, "/") {
+			return fmt.Errorf("remote %s: want file:///ABSOLUTE/PATH", f.url)
+		}
+		return nil
+	}
+	_, err := remote.ParseURL(f.url)
+	return err
+}
+
 // backend connects to the remote store the flags name.
 func (f *remoteFlags) backend(ctx context.Context) (remote.Backend, error) {
-	switch {
-	case f.url == "":
-		return nil, fmt.Errorf("--remote is required: s3://BUCKET[/PREFIX] or file:///PATH")
-	case strings.HasPrefix(f.url, "file://"):
-		dir := strings.TrimPrefix(f.url, "file://")
-		if !strings.HasPrefix(dir, "/") {
-			return nil, fmt.Errorf("--remote %s: want file:///ABSOLUTE/PATH", f.url)
-		}
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	if dir, ok := strings.CutPrefix(f.url, "file://"); ok {
 		return remote.NewDir(dir)
 	}
 	cfg, err := remote.ParseURL(f.url)

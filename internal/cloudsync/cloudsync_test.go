@@ -16,6 +16,8 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/gc"
+	"github.com/ledgerfs/ledgerfs/internal/retention"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/internal/s3test"
 	"github.com/ledgerfs/ledgerfs/journal"
@@ -57,7 +59,6 @@ func (d *device) page(l, p string) *store.Page {
 	}
 	pg, err := d.repo.Acquire(l, p)
 	must(d.t, err)
-	d.t.Cleanup(func() { d.repo.Release(pg) })
 	return pg
 }
 
@@ -65,6 +66,7 @@ func (d *device) page(l, p string) *store.Page {
 func (d *device) write(l, p, key string, content []byte) {
 	d.t.Helper()
 	pg := d.page(l, p)
+	defer d.repo.Release(pg)
 	op := journal.Op{Key: key, Kind: store.OpDelete}
 	if content != nil {
 		w := pg.NewValueWriter()
@@ -84,6 +86,7 @@ func (d *device) write(l, p, key string, content []byte) {
 func (d *device) files(l, p string) map[string]string {
 	d.t.Helper()
 	pg := d.page(l, p)
+	defer d.repo.Release(pg)
 	head, err := pg.Head()
 	must(d.t, err)
 	out := map[string]string{}
@@ -104,7 +107,9 @@ func (d *device) files(l, p string) map[string]string {
 
 func (d *device) head(l, p string) store.CommitID {
 	d.t.Helper()
-	h, err := d.page(l, p).Head()
+	pg := d.page(l, p)
+	defer d.repo.Release(pg)
+	h, err := pg.Head()
 	must(d.t, err)
 	return h.ID
 }
@@ -122,6 +127,7 @@ func (d *device) sync() Stats {
 func (d *device) settled(l, p string) {
 	d.t.Helper()
 	pg := d.page(l, p)
+	defer d.repo.Release(pg)
 	n := 0
 	must(d.t, pg.Pieces(store.Local, func(cas.Digest) error { n++; return nil }))
 	must(d.t, pg.UnsyncedCommits(func(store.CommitID) error { n++; return nil }))
@@ -272,6 +278,7 @@ func TestPushAfterCrash(t *testing.T) {
 	// The push's writes reach the store; the device's own records of
 	// them are then put back, as a crash before them leaves it.
 	pg := a.page("l", "p")
+	defer a.repo.Release(pg)
 	var local []cas.Digest
 	must(t, pg.Pieces(store.Local, func(d cas.Digest) error { local = append(local, d); return nil }))
 	var unsynced []store.CommitID
@@ -327,5 +334,28 @@ func TestMergesAreDeterministic(t *testing.T) {
 	a.sync()
 	if a.head("l", "p") != b.head("l", "p") {
 		t.Fatal("heads differ after pushing the same merge")
+	}
+}
+
+// TestCollectionKeepsUnsynced: in a repository that syncs, a collection
+// keeping only the newest commit still keeps every commit not pushed yet,
+// and the pieces they reach: the next push sends them all, and the other
+// device sees each version in its history.
+func TestCollectionKeepsUnsynced(t *testing.T) {
+	be, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a, b := newDevice(t, "a", be), newDevice(t, "b", be)
+	for i := range 4 {
+		a.write("l", "p", "f", random(uint64(10+i), 200<<10))
+	}
+	r, err := gc.CollectPage(a.repo, "l", "p", gc.PageOptions{Policy: &retention.Policy{Last: 1}, Wait: true})
+	must(t, err)
+	if r.Pruned != 0 {
+		t.Fatalf("collection pruned %d unsynced commits", r.Pruned)
+	}
+	a.sync()
+	st := b.sync()
+	if st.CommitsDown != 4 {
+		t.Fatalf("b pulled %d commits, want the 4 a made", st.CommitsDown)
 	}
 }

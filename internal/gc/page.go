@@ -61,6 +61,12 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 	if o.Policy != nil {
 		policy = *o.Policy
 	}
+	// A repository that syncs never prunes what is not in its remote yet.
+	syncs, err := repo.Syncs()
+	if err != nil {
+		return Result{}, err
+	}
+	o.KeepUnsynced = o.KeepUnsynced || syncs
 	p, err := repo.AcquireIdle(ledger, page)
 	if err != nil {
 		return Result{}, err
