@@ -1,11 +1,13 @@
 package mount_test
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/s3test"
 )
@@ -104,5 +106,118 @@ func TestSyncTwoDevices(t *testing.T) {
 			t.Fatalf("%s: conflict file %q holds %q, want b's edit", repo, conflict, got)
 		}
 		s.stop()
+	}
+}
+
+// objectsUnder lists the objects a versitygw server holds under dir of
+// its bucket "ledgerfs", prefix "home" (files of its posix store).
+func objectsUnder(t *testing.T, srv *s3test.Server, dir string) []string {
+	t.Helper()
+	var out []string
+	root := filepath.Join(srv.Dir(), "ledgerfs", "home", dir)
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			out = append(out, strings.TrimPrefix(p, root+"/"))
+		}
+		return nil
+	})
+	return out
+}
+
+// syncProc is a `ledgerfs sync` running.
+type syncProc struct {
+	cmd  *exec.Cmd
+	done chan error
+	out  *output
+}
+
+func (p *syncProc) wait() error { return <-p.done }
+
+// startSync starts `ledgerfs sync` of repo and returns once its first pack
+// is in the store (the upload under way), polling with a deadline.
+func startSync(t *testing.T, srv *s3test.Server, repo string) *syncProc {
+	t.Helper()
+	cmd := exec.Command(binary, "sync", repo, "--remote", "s3://ledgerfs/home", "--endpoint", srv.Endpoint)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+s3test.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3test.SecretKey, "AWS_REGION=us-east-1")
+	var out output
+	cmd.Stdout, cmd.Stderr = &out, &out
+	must(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for deadline := time.Now().Add(60 * time.Second); len(objectsUnder(t, srv, "packs")) == 0; time.Sleep(time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("sync ended before its first pack was in the store (%v):\n%s", err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("no pack in the store within 60 s")
+		}
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return &syncProc{cmd: cmd, done: done, out: &out}
+}
+
+// TestSyncFaults: the S3 server killed with -9 in the middle of an upload,
+// and the sync process killed with -9 in the middle of another; after each
+// the next sync finishes, no batch of the device's log is written twice,
+// status shows the error while it stands, and the other device gets every
+// byte.
+func TestSyncFaults(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	repoA, repoB := t.TempDir(), t.TempDir()
+	a := mount(t, repoA)
+	pg := a.page("home", "work")
+	must(t, os.WriteFile(filepath.Join(pg, "one.bin"), content(11, 48<<20), 0o644))
+	a.stop()
+
+	// The server dies mid-upload.
+	first := startSync(t, srv, repoA)
+	srv.Kill()
+	if err := first.wait(); err == nil {
+		t.Fatalf("sync succeeded with its server killed mid-upload:\n%s", first.out)
+	}
+	st := run(t, "", binary, "status", repoA)
+	if !strings.Contains(st, "last error:  20") || !strings.Contains(st, "home/work  1 commit") {
+		t.Fatalf("status after the failed sync:\n%s", st)
+	}
+	srv.Restart()
+	syncRepo(t, srv, repoA)
+	if st := run(t, "", binary, "status", repoA); !strings.Contains(st, "last error:  none") || !strings.Contains(st, "home/work  nothing") {
+		t.Fatalf("status after the sync went through:\n%s", st)
+	}
+
+	// The sync process dies mid-upload.
+	a = mount(t, repoA)
+	must(t, os.WriteFile(filepath.Join(a.mnt, "home", "work", "two.bin"), content(12, 48<<20), 0o644))
+	a.stop()
+	packs := len(objectsUnder(t, srv, "packs"))
+	second := exec.Command(binary, "sync", repoA, "--remote", "s3://ledgerfs/home", "--endpoint", srv.Endpoint)
+	second.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+s3test.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3test.SecretKey, "AWS_REGION=us-east-1")
+	must(t, second.Start())
+	for deadline := time.Now().Add(60 * time.Second); len(objectsUnder(t, srv, "packs")) == packs; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no new pack within 60 s")
+		}
+	}
+	second.Process.Kill()
+	second.Wait()
+	syncRepo(t, srv, repoA)
+	syncRepo(t, srv, repoA)
+	logs := objectsUnder(t, srv, "logs")
+	if len(logs) != 2 {
+		t.Fatalf("the device's log holds %d batches, want 2 (one per file's sync): %v", len(logs), logs)
+	}
+
+	syncRepo(t, srv, repoB)
+	b := mount(t, repoB)
+	for i, name := range []string{"one.bin", "two.bin"} {
+		want := content(11+i, 48<<20)
+		got, err := os.ReadFile(filepath.Join(b.mnt, "home", "work", name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s on b: %d bytes (%v), want a's %d", name, len(got), err, len(want))
+		}
 	}
 }

@@ -282,3 +282,26 @@ func (r *Repository) Syncs() (bool, error) {
 	}
 	return err == nil, err
 }
+
+// PiecesSize counts the pieces of status s and the bytes they take stored.
+func (p *Page) PiecesSize(s PieceStatus) (n int, bytes int64, err error) {
+	prefix := []byte(StatusPrefix(s))
+	err = p.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			d := it.Item().Key()[len(prefix):]
+			obj, err := txn.Get(objectKey(cas.Digest(d)))
+			if errors.Is(err, badger.ErrKeyNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			n++
+			bytes += obj.ValueSize()
+		}
+		return nil
+	})
+	return n, bytes, err
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -85,11 +86,41 @@ func (s *Syncer) Device() string { return s.device }
 // does.
 func (s *Syncer) Sync(ctx context.Context) (Stats, error) {
 	var st Stats
-	if err := s.Pull(ctx, &st); err != nil {
-		return st, err
+	err := s.Pull(ctx, &st)
+	if err == nil {
+		s.note(StatePulledAt, nil)
+		err = s.Push(ctx, &st)
+		if err == nil {
+			s.note(StatePushedAt, nil)
+		}
 	}
-	err := s.Push(ctx, &st)
+	if err != nil {
+		s.note(StateError, err)
+	}
 	return st, err
+}
+
+// The repository's sync state rows that say how the last rounds went (see
+// ledgerfs status): the times, RFC 3339, of the last pull and push that
+// succeeded, and the last error with its time.
+const (
+	StatePulledAt = "pulled_at"
+	StatePushedAt = "pushed_at"
+	StateError    = "last_error"
+)
+
+// note records the time of a round that succeeded, or its error.
+func (s *Syncer) note(key string, err error) {
+	v := time.Now().UTC().Format(time.RFC3339)
+	kv := map[string][]byte{key: []byte(v)}
+	if err != nil {
+		kv[key] = []byte(v + " " + err.Error())
+	} else if key == StatePushedAt {
+		kv[StateError] = nil // the round went through: no error stands
+	}
+	if werr := s.repo.SetSyncState(kv); werr != nil {
+		slog.Warn("cloudsync: record the round", "err", werr)
+	}
 }
 
 // pages lists every page of the repository as ledger/page pairs.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
@@ -202,7 +203,7 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, pb pa
 			return err
 		}
 	}
-	meta := map[string][]byte{}
+	meta := map[string][]byte{"pulled_at": []byte(time.Now().UTC().Format(time.RFC3339))}
 	for _, c := range fresh {
 		meta[deviceKey(c.ID)] = []byte(device)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
@@ -116,7 +117,8 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 		if err := s.repo.SetSyncState(map[string][]byte{stateNextSeq: []byte(strconv.FormatUint(seq+1, 10))}); err != nil {
 			return err
 		}
-		return p.MarkSynced(pieces, ids, map[string][]byte{"pushed": []byte(strconv.FormatUint(seq, 10))})
+		return p.MarkSynced(pieces, ids, map[string][]byte{"pushed": []byte(strconv.FormatUint(seq, 10)),
+			"pushed_at": []byte(time.Now().UTC().Format(time.RFC3339))})
 	}
 }
 
