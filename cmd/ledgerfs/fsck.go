@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ledgerfs/ledgerfs/internal/check"
+	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
 	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -18,7 +20,7 @@ import (
 var errFsck = errors.New("problems found")
 
 func newFsck() *cobra.Command {
-	var repair bool
+	var repair, remote bool
 	cmd := &cobra.Command{
 		Use:   "fsck REPO [LEDGER [PAGE]]",
 		Short: "Check a repository that is not mounted: every row, object and reference",
@@ -35,14 +37,24 @@ never committed, keeps the transient pieces a commit reaches and deletes the
 rest), and fixes status rows that disagree with the objects (deletes rows
 of objects not stored and extra rows, makes an object without one local).
 Damage — a piece missing or not matching its digest, a broken tree — is
-reported, never repaired: copy the repository aside first.`,
+reported, never repaired: copy the repository aside first.
+
+With --remote it also checks the repository's remote (ledgerfs config
+REPO remote=URL): every piece marked synced must be in a pack a batch of
+the remote names, and every commit not marked unsynced in a batch; it says
+what is missing. It reads the remote's listings and batches, not the
+packs' bytes.`,
 		Example: "  ledgerfs fsck ~/.ledgerfs\n  ledgerfs fsck --repair ~/.ledgerfs notes inbox",
 		Args:    cobra.RangeArgs(1, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fsck(cmd.OutOrStdout(), args[0], args[1:], repair)
+			if err := fsck(cmd.OutOrStdout(), args[0], args[1:], repair); err != nil || !remote {
+				return err
+			}
+			return fsckRemote(cmd.Context(), cmd.OutOrStdout(), args[0])
 		},
 	}
 	cmd.Flags().BoolVar(&repair, "repair", false, "settle what a crash left (journals, transient pieces), as a mount would")
+	cmd.Flags().BoolVar(&remote, "remote", false, "also check that the repository's remote holds every piece and commit marked synced")
 	return cmd
 }
 
@@ -128,4 +140,34 @@ func count(n int, thing string) string {
 		return fmt.Sprintf("%d kinds of leftover", n)
 	}
 	return fmt.Sprintf("%d %ss", n, thing)
+}
+
+// fsckRemote checks the repository's remote against its status rows.
+func fsckRemote(ctx context.Context, w io.Writer, repoDir string) error {
+	repo, err := openUnmounted(repoDir, store.Options{ReadOnly: true}, "unmount it first (ledgerfs umount %[1]s)")
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	var rf remoteFlags
+	if err := rf.fromRepository(repo); err != nil {
+		return err
+	}
+	be, err := rf.backend(ctx)
+	if err != nil {
+		return err
+	}
+	problems, err := cloudsync.Verify(ctx, repo, be)
+	if err != nil {
+		return err
+	}
+	if len(problems) == 0 {
+		fmt.Fprintf(w, "remote %s: holds every piece and commit marked synced\n", be.Location())
+		return nil
+	}
+	fmt.Fprintf(w, "remote %s: %s\n", be.Location(), count(len(problems), "problem"))
+	for _, s := range problems {
+		fmt.Fprintf(w, "  missing: %s\n", s)
+	}
+	return fmt.Errorf("the remote lacks what the repository says it holds: %w", errFsck)
 }

@@ -31,7 +31,8 @@ each device has synced twice they all show the same head.
 
 The remote is --remote, or the repository's (ledgerfs config REPO
 remote=URL); a --remote given to a repository that has none becomes its
-remote. It is S3-compatible object storage, s3://BUCKET[/PREFIX] (the
+remote. REPO is made if missing: a new device joins with an empty
+repository. The remote is S3-compatible object storage, s3://BUCKET[/PREFIX] (the
 bucket is created if missing), or a directory, file:///PATH. Endpoint and
 region come from --endpoint and --region, else AWS_ENDPOINT_URL and
 AWS_REGION; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,
@@ -48,6 +49,10 @@ change beats a delete. A page made on two devices is one page.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			// A new device joins with a repository made here.
+			if err := os.MkdirAll(args[0], 0o755); err != nil {
+				return err
+			}
 			repo, err := openUnmounted(args[0], writable(), "a mounted repository does not sync yet; unmount %s first")
 			if err != nil {
 				return err

@@ -7,6 +7,8 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -357,5 +359,39 @@ func TestCollectionKeepsUnsynced(t *testing.T) {
 	st := b.sync()
 	if st.CommitsDown != 4 {
 		t.Fatalf("b pulled %d commits, want the 4 a made", st.CommitsDown)
+	}
+}
+
+// TestVerify: after a sync the remote holds everything marked synced; a
+// pack or a batch lost from it is reported.
+func TestVerify(t *testing.T) {
+	dir := t.TempDir()
+	be, err := remote.NewDir(dir)
+	must(t, err)
+	a := newDevice(t, "a", be)
+	a.write("l", "p", "f", random(3, 600<<10))
+	a.sync()
+	ctx := context.Background()
+	if problems, err := Verify(ctx, a.repo, be); err != nil || len(problems) != 0 {
+		t.Fatalf("after a sync: %v, %v", problems, err)
+	}
+	var pack, log string
+	for _, o := range objects(t, be) {
+		switch {
+		case strings.HasPrefix(o.Name, packsDir):
+			pack = o.Name
+		case strings.HasPrefix(o.Name, logsDir):
+			log = o.Name
+		}
+	}
+	must(t, os.Remove(filepath.Join(dir, pack)))
+	problems, err := Verify(ctx, a.repo, be)
+	if err != nil || len(problems) < 2 || !strings.Contains(strings.Join(problems, "\n"), "pieces marked synced are in no pack") {
+		t.Fatalf("a pack lost: %q, %v; want it and its pieces named", problems, err)
+	}
+	must(t, os.Remove(filepath.Join(dir, log)))
+	problems, err = Verify(ctx, a.repo, be)
+	if err != nil || !strings.Contains(strings.Join(problems, "\n"), "commits not marked unsynced are in no batch") {
+		t.Fatalf("the batch lost: %q, %v; want its commits named", problems, err)
 	}
 }

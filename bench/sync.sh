@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Measures ledgerfs sync against a real S3 server on 127.0.0.1 (versitygw,
+# from $LEDGERFS_TEST_VERSITYGW or PATH or built with go install into
+# ~/.cache/ledgerfs-test): a 1 GiB file pushed against a plain PUT of the
+# same bytes by curl to the same server (time, requests, bytes); the bytes a
+# 1-byte edit of it pushes; 10,000 small files pushed and pulled. Medians of
+# RUNS (3) runs.
+#
+#   bench/sync.sh [WORKDIR]          (as root, for the mounts that write the data)
+#
+# SIZE_MIB (1024) and FILES (10000) scale it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=${1:-$(mktemp -d /tmp/ledgerfs-syncbench.XXXXXX)}
+SIZE_MIB=${SIZE_MIB:-1024} FILES=${FILES:-10000} RUNS=${RUNS:-3}
+mkdir -p "$work"
+go build -o "$work/ledgerfs" ./cmd/ledgerfs
+vgw=${LEDGERFS_TEST_VERSITYGW:-$(command -v versitygw || true)}
+if [ -z "$vgw" ]; then
+  vgw="${XDG_CACHE_HOME:-$HOME/.cache}/ledgerfs-test/versitygw-v1.8.0/versitygw"
+  [ -x "$vgw" ] || GOBIN=$(dirname "$vgw") GOFLAGS=-buildvcs=false go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+fi
+export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+endpoint=http://127.0.0.1:$port
+mkdir -p "$work/s3"
+"$vgw" --access bench --secret bench-secret --port "127.0.0.1:$port" posix "$work/s3" >"$work/versitygw.log" 2>&1 &
+vpid=$!
+mnt=$work/mnt lpid=
+cleanup() {
+  if mountpoint -q "$mnt"; then umount "$mnt" || true; fi
+  [ -z "$lpid" ] || wait "$lpid" 2>/dev/null || true
+  kill "$vpid" 2>/dev/null || true
+  rm -rf "$work/s3" "$work"/repo-* "$work/big.bin"
+}
+trap cleanup EXIT
+for _ in $(seq 100); do curl -s -o /dev/null "$endpoint" && break; sleep 0.1; done
+
+now() { date +%s.%N; }
+mountrepo() { mkdir -p "$mnt"; "$work/ledgerfs" mount "$1" "$mnt" >"$work/mount.log" 2>&1 & lpid=$!; for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done; }
+unmountrepo() { umount "$mnt"; wait "$lpid"; lpid=; }
+objects() { find "$work/s3/$1" -type f 2>/dev/null | wc -l; }
+bytes() { du -sb "$work/s3/$1" 2>/dev/null | cut -f1; }
+out="$work/figures.tsv"
+: >"$out"
+put() { printf '%s\t%s\n' "$1" "$2" >>"$out"; }
+
+head -c "${SIZE_MIB}M" /dev/urandom >"$work/big.bin"
+for run in $(seq "$RUNS"); do
+  echo "run $run" >&2
+  bucket=bench$run
+  rm -rf "$work/repo-a$run" "$work/repo-b$run"
+  mountrepo "$work/repo-a$run"
+  mkdir -p "$mnt/home/work"
+  cp "$work/big.bin" "$mnt/home/work/big.bin"
+  unmountrepo
+  s=$(now); "$work/ledgerfs" sync "$work/repo-a$run" --remote "s3://$bucket/a" --endpoint "$endpoint" >/dev/null; e=$(now)
+  put "push of a ${SIZE_MIB} MiB file, s" "$(echo "$e-$s" | bc -l)"
+  put "push of a ${SIZE_MIB} MiB file, objects" "$(objects "$bucket/a")"
+  put "push of a ${SIZE_MIB} MiB file, MiB stored" "$(echo "$(bytes "$bucket/a")/1048576" | bc -l)"
+  s=$(now); curl -s -f --aws-sigv4 "aws:amz:us-east-1:s3" --user bench:bench-secret -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -T "$work/big.bin" "$endpoint/$bucket/raw.bin"; e=$(now)
+  put "plain PUT of the same bytes by curl, s" "$(echo "$e-$s" | bc -l)"
+  s=$(now); "$work/ledgerfs" sync "$work/repo-b$run" --remote "s3://$bucket/a" --endpoint "$endpoint" >/dev/null; e=$(now)
+  put "pull of it on a second device, s" "$(echo "$e-$s" | bc -l)"
+
+  mountrepo "$work/repo-a$run"
+  printf 'X' | dd of="$mnt/home/work/big.bin" bs=1 seek=$((SIZE_MIB * 1048576 / 2)) conv=notrunc 2>/dev/null
+  unmountrepo
+  before=$(bytes "$bucket/a")
+  "$work/ledgerfs" sync "$work/repo-a$run" >/dev/null
+  put "1-byte edit: KiB stored" "$(echo "($(bytes "$bucket/a")-$before)/1024" | bc -l)"
+
+  mountrepo "$work/repo-a$run"
+  mkdir -p "$mnt/home/small"
+  python3 - "$mnt/home/small" "$FILES" <<'PY'
+import os, sys
+d, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    with open(os.path.join(d, "f%05d" % i), "wb") as f:
+        f.write(os.urandom(2048))
+PY
+  unmountrepo
+  o=$(objects "$bucket/a")
+  s=$(now); "$work/ledgerfs" sync "$work/repo-a$run" >/dev/null; e=$(now)
+  put "push of $FILES 2 KiB files, s" "$(echo "$e-$s" | bc -l)"
+  put "push of $FILES 2 KiB files, objects" "$(( $(objects "$bucket/a") - o ))"
+  s=$(now); "$work/ledgerfs" sync "$work/repo-b$run" >/dev/null; e=$(now)
+  put "pull of them on the second device, s" "$(echo "$e-$s" | bc -l)"
+done
+
+python3 - "$out" <<'PY'
+import statistics, sys
+rows, order = {}, []
+for line in open(sys.argv[1]):
+    name, v = line.rstrip("\n").split("\t")
+    if name not in rows:
+        rows[name] = []
+        order.append(name)
+    rows[name].append(float(v))
+for name in order:
+    print(f"{name:48} {statistics.median(rows[name]):12.2f}   runs: " + " ".join(f"{x:.3g}" for x in rows[name]))
+PY
