@@ -196,6 +196,15 @@ func TestTwoDevicesConverge(t *testing.T) {
 			if st.CommitsDown != 3 || st.Merges != 0 {
 				t.Fatalf("b's first pull: %+v, want 3 commits and a fast-forward", st)
 			}
+			var packBytes int64
+			for _, o := range objects(t, be) {
+				if strings.HasPrefix(o.Name, packsDir) {
+					packBytes += o.Size
+				}
+			}
+			if st.BytesDown > packBytes {
+				t.Fatalf("b's first pull fetched %d bytes of packs; the store holds %d: packs read more than once", st.BytesDown, packBytes)
+			}
 			if b.head("l", "p") != a.head("l", "p") || !maps.Equal(a.files("l", "p"), b.files("l", "p")) {
 				t.Fatal("b after pulling: not a's head and files")
 			}

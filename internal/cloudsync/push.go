@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -80,6 +81,10 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 			}
 			return bytes.Compare(a.ID[:], b.ID[:])
 		})
+		pieces, err = walkOrder(p, commits, pieces)
+		if err != nil {
+			return err
+		}
 		refs, err := s.uploadPieces(ctx, p, pieces, st)
 		if err != nil {
 			return err
@@ -201,4 +206,63 @@ func (s *Syncer) uploadPieces(ctx context.Context, p *store.Page, pieces []cas.D
 		}
 	}
 	return refs, flush()
+}
+
+// walkOrder returns pieces in the order a device that pulls the commits
+// needs them: each commit's tree from its root, a node's own pieces, then
+// its values', then the nodes below, parents before children, as the
+// fetcher walks; the pieces no commit reaches last. Packed in this order,
+// a pull reads each pack once, where packing in key order scattered a
+// value's chunks over every pack (a pull of 1 GiB fetched a pack per chunk).
+func walkOrder(p *store.Page, commits []*store.Commit, pieces []cas.Digest) ([]cas.Digest, error) {
+	want := make(map[cas.Digest]bool, len(pieces))
+	for _, d := range pieces {
+		want[d] = true
+	}
+	out := make([]cas.Digest, 0, len(pieces))
+	// take emits d if it is to go up; a piece that is not has every piece
+	// below it in the store already.
+	take := func(d cas.Digest) (bool, error) {
+		if !want[d] {
+			return false, nil
+		}
+		delete(want, d)
+		out = append(out, d)
+		return true, nil
+	}
+	var node func(id cas.ObjectIdentifier) error
+	node = func(id cas.ObjectIdentifier) error {
+		if id == btree.EmptyRoot || id.Digest.IsInline() || !want[id.Digest] {
+			return nil
+		}
+		if err := cas.Walk(p, id, take, nil); err != nil {
+			return err
+		}
+		children, values, err := p.Nodes().Refs(id)
+		if err != nil {
+			return err
+		}
+		for _, v := range values {
+			if err := cas.Walk(p, v, take, nil); err != nil {
+				return err
+			}
+		}
+		for _, c := range children {
+			if err := node(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, c := range commits {
+		if err := node(c.Root); err != nil {
+			return nil, fmt.Errorf("walk commit %s: %w", c.ID, err)
+		}
+	}
+	for _, d := range pieces {
+		if want[d] {
+			out = append(out, d)
+		}
+	}
+	return out, nil
 }
