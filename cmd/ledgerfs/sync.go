@@ -31,7 +31,7 @@ each device has synced twice they all show the same head.
 
 The remote is --remote, or the repository's (ledgerfs config REPO
 remote=URL); a --remote given to a repository that has none becomes its
-remote. REPO is made if missing: a new device joins with an empty
+remote, with the --endpoint and --region given with it. REPO is made if missing: a new device joins with an empty
 repository. The remote is S3-compatible object storage, s3://BUCKET[/PREFIX] (the
 bucket is created if missing), or a directory, file:///PATH. Endpoint and
 region come from --endpoint and --region, else AWS_ENDPOINT_URL and
@@ -126,12 +126,18 @@ func (f *remoteFlags) fromRepository(repo *store.Repository) error {
 		v    *string
 		name string
 	}{{&f.endpoint, store.SettingRemoteEndpoint}, {&f.region, store.SettingRemoteRegion}} {
-		if *s.v == "" {
-			v, err := repo.Setting(s.name)
-			if err != nil {
+		v, err := repo.Setting(s.name)
+		if err != nil {
+			return err
+		}
+		switch {
+		case *s.v == "":
+			*s.v = v
+		case v == "" && kept == "":
+			// Kept with the remote they came with.
+			if err := repo.SetSetting(s.name, *s.v); err != nil {
 				return err
 			}
-			*s.v = v
 		}
 	}
 	return nil
