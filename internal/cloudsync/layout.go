@@ -12,6 +12,7 @@ package cloudsync
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -29,11 +30,21 @@ const (
 // deviceName is the object that registers a device.
 func deviceName(device string) string { return devicesDir + device }
 
-// packName is the object of a pack whose bytes are body: named by their
-// SHA-256, so a pack written twice is the same object.
-func packName(body []byte) string {
-	h := sha256.Sum256(body)
-	s := hex.EncodeToString(h[:])
+// packName is the object of the pack of pieces refs, in order: named by
+// the SHA-256 of their digests and lengths, which fix its bytes (a piece's
+// digest names its content), so a pack written twice is the same object,
+// and naming it costs no pass over its bytes.
+func packName(refs []pieceRef) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, r := range refs {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(r.Digest)))
+		h.Write(n[:])
+		h.Write(r.Digest)
+		binary.LittleEndian.PutUint64(n[:], uint64(r.Len))
+		h.Write(n[:])
+	}
+	s := hex.EncodeToString(h.Sum(nil))
 	return packsDir + s[:2] + "/" + s
 }
 

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
@@ -170,43 +173,62 @@ func errCopied(name string) error {
 }
 
 // uploadPieces packs the pieces and uploads the packs, returning where
-// each piece is.
+// each piece is. Up to packsInFlight packs upload at once while the next
+// is filled: reading the pieces and sending them overlap.
 func (s *Syncer) uploadPieces(ctx context.Context, p *store.Page, pieces []cas.Digest, st *Stats) ([]pieceRef, error) {
 	var refs []pieceRef
 	var buf []byte
 	start := 0 // refs[start:] are in buf
-	flush := func() error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(packsInFlight)
+	var mu sync.Mutex // guards st
+	flush := func() {
 		if len(buf) == 0 {
+			return
+		}
+		body, mine := buf, refs[start:]
+		name := packName(mine)
+		for i := range mine {
+			mine[i].Pack = name
+		}
+		g.Go(func() error {
+			if err := s.be.Put(gctx, name, body); err != nil {
+				return err
+			}
+			mu.Lock()
+			st.PacksUp++
+			st.BytesUp += int64(len(body))
+			mu.Unlock()
 			return nil
-		}
-		name := packName(buf)
-		if err := s.be.Put(ctx, name, buf); err != nil {
-			return err
-		}
-		for i := start; i < len(refs); i++ {
-			refs[i].Pack = name
-		}
-		st.PacksUp++
-		st.BytesUp += int64(len(buf))
-		buf, start = buf[:0], len(refs)
-		return nil
+		})
+		buf, start = make([]byte, 0, s.packSize+s.packSize/8), len(refs)
 	}
 	for _, d := range pieces {
+		if gctx.Err() != nil {
+			break // an upload failed: Wait says why
+		}
 		data, err := p.Get(d, nil)
 		if err != nil {
+			g.Wait()
 			return nil, fmt.Errorf("piece %s: %w", d, err)
 		}
 		refs = append(refs, pieceRef{Digest: []byte(d), Off: int64(len(buf)), Len: int64(len(data))})
 		buf = append(buf, data...)
 		st.PiecesUp++
 		if len(buf) >= s.packSize {
-			if err := flush(); err != nil {
-				return nil, err
-			}
+			flush()
 		}
 	}
-	return refs, flush()
+	flush()
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return refs, nil
 }
+
+// packsInFlight bounds the packs uploading at once (memory: that many
+// times the pack size, and one filling).
+const packsInFlight = 3
 
 // walkOrder returns pieces in the order a device that pulls the commits
 // needs them: each commit's tree from its root, a node's own pieces, then
