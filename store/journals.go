@@ -190,25 +190,11 @@ func (p *Page) Land(id JournalID, commits []*Commit, head *Commit) error {
 		}
 	}
 	err := p.update(func(txn *badger.Txn) error {
-		for _, c := range commits {
-			if err := txn.Set(commitKey(c.ID), c.Bytes); err != nil {
-				return err
-			}
-			if err := txn.Set(unsyncedCommitKey(c.ID), EncodeUint64(c.Generation)); err != nil {
-				return err
-			}
+		if err := setCommits(txn, commits, true); err != nil {
+			return err
 		}
-		if head != nil {
-			for _, h := range old {
-				if h.ID != FirstCommitID {
-					if err := txn.Delete(headKey(h.ID)); err != nil {
-						return err
-					}
-				}
-			}
-			if err := txn.Set(headKey(head.ID), EncodeUint64(uint64(head.Timestamp))); err != nil {
-				return err
-			}
+		if err := replaceHeads(txn, old, head); err != nil {
+			return err
 		}
 		return txn.Delete(implicitMetaKey(id))
 	})
@@ -219,6 +205,39 @@ func (p *Page) Land(id JournalID, commits []*Commit, head *Commit) error {
 		p.setHeads([]*Commit{head})
 	}
 	return nil
+}
+
+// setCommits writes the rows of commits, and their unsynced rows if
+// unsynced (commits of this device, not in the remote yet).
+func setCommits(txn *badger.Txn, commits []*Commit, unsynced bool) error {
+	for _, c := range commits {
+		if err := txn.Set(commitKey(c.ID), c.Bytes); err != nil {
+			return err
+		}
+		if !unsynced {
+			continue
+		}
+		if err := txn.Set(unsyncedCommitKey(c.ID), EncodeUint64(c.Generation)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replaceHeads makes head the only head instead of old (the first commit's
+// head row is implicit); nil changes nothing.
+func replaceHeads(txn *badger.Txn, old []*Commit, head *Commit) error {
+	if head == nil {
+		return nil
+	}
+	for _, h := range old {
+		if h.ID != FirstCommitID && h.ID != head.ID {
+			if err := txn.Delete(headKey(h.ID)); err != nil {
+				return err
+			}
+		}
+	}
+	return txn.Set(headKey(head.ID), EncodeUint64(uint64(head.Timestamp)))
 }
 
 // HasTransient reports whether any piece is marked transient.

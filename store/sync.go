@@ -49,19 +49,23 @@ func (r *Repository) DeviceID() (string, error) {
 
 // SyncState returns the value the sync machinery kept at key.
 func (r *Repository) SyncState(key string) ([]byte, bool, error) {
-	var out []byte
-	err := r.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get([]byte(prefixSync + key))
+	return getRow(r.db.View, []byte(prefixSync+key))
+}
+
+// getRow reads the row at key through view; found is false for none.
+func getRow(view func(func(*badger.Txn) error) error, key []byte) (v []byte, found bool, err error) {
+	err = view(func(txn *badger.Txn) error {
+		it, err := txn.Get(key)
 		if err != nil {
 			return err
 		}
-		out, err = it.ValueCopy(nil)
+		v, err = it.ValueCopy(nil)
 		return err
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, false, nil
 	}
-	return out, err == nil, err
+	return v, err == nil, err
 }
 
 // SetSyncState keeps values at keys, in one transaction (batches of it for
@@ -78,19 +82,7 @@ func (r *Repository) SetSyncState(kv map[string][]byte) error {
 
 // SyncMetadata returns the page's sync_metadata row at key.
 func (p *Page) SyncMetadata(key string) ([]byte, bool, error) {
-	var out []byte
-	err := p.view(func(txn *badger.Txn) error {
-		it, err := txn.Get([]byte(PrefixSyncMetadata + key))
-		if err != nil {
-			return err
-		}
-		out, err = it.ValueCopy(nil)
-		return err
-	})
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, false, nil
-	}
-	return out, err == nil, err
+	return getRow(p.view, []byte(PrefixSyncMetadata+key))
 }
 
 // MarkSynced records that pieces and commits are in the remote store:
@@ -154,30 +146,15 @@ func (p *Page) Adopt(remote []*Commit, merge, head *Commit) error {
 		}
 	}
 	err := p.update(func(txn *badger.Txn) error {
-		for _, c := range remote {
-			if err := txn.Set(commitKey(c.ID), c.Bytes); err != nil {
-				return err
-			}
+		if err := setCommits(txn, remote, false); err != nil {
+			return err
 		}
 		if merge != nil {
-			if err := txn.Set(commitKey(merge.ID), merge.Bytes); err != nil {
-				return err
-			}
-			if err := txn.Set(unsyncedCommitKey(merge.ID), EncodeUint64(merge.Generation)); err != nil {
+			if err := setCommits(txn, []*Commit{merge}, true); err != nil {
 				return err
 			}
 		}
-		if head == nil {
-			return nil
-		}
-		for _, h := range old {
-			if h.ID != FirstCommitID && h.ID != head.ID {
-				if err := txn.Delete(headKey(h.ID)); err != nil {
-					return err
-				}
-			}
-		}
-		return txn.Set(headKey(head.ID), EncodeUint64(uint64(head.Timestamp)))
+		return replaceHeads(txn, old, head)
 	})
 	if err != nil {
 		return fmt.Errorf("store: adopt remote commits: %w", err)
@@ -239,21 +216,8 @@ func settingKey(name string) []byte { return []byte("repository/" + name) }
 
 // Setting returns the repository's remote setting name ("" if unset).
 func (r *Repository) Setting(name string) (string, error) {
-	var v string
-	err := r.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(settingKey(name))
-		if err != nil {
-			return err
-		}
-		return it.Value(func(b []byte) error {
-			v = string(b)
-			return nil
-		})
-	})
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return "", nil
-	}
-	return v, err
+	v, _, err := getRow(r.db.View, settingKey(name))
+	return string(v), err
 }
 
 // SetSetting sets the repository's remote setting name; "" removes it.
