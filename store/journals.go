@@ -182,14 +182,11 @@ func (p *Page) DropJournals(explicit bool) error {
 // it is nil (the journal changed nothing), and journal id's metadata row
 // deleted. The caller holds Lock.
 func (p *Page) Land(id JournalID, commits []*Commit, head *Commit) error {
-	var old []*Commit
-	if head != nil {
-		var err error
-		if old, err = p.Heads(); err != nil {
-			return err
-		}
+	old, err := p.headsReplaced(head)
+	if err != nil {
+		return err
 	}
-	err := p.update(func(txn *badger.Txn) error {
+	err = p.update(func(txn *badger.Txn) error {
 		if err := setCommits(txn, commits, true); err != nil {
 			return err
 		}
@@ -222,6 +219,14 @@ func setCommits(txn *badger.Txn, commits []*Commit, unsynced bool) error {
 		}
 	}
 	return nil
+}
+
+// headsReplaced returns the heads a new head replaces: none if head is nil.
+func (p *Page) headsReplaced(head *Commit) ([]*Commit, error) {
+	if head == nil {
+		return nil, nil
+	}
+	return p.Heads()
 }
 
 // replaceHeads makes head the only head instead of old (the first commit's

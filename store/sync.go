@@ -138,14 +138,11 @@ func (p *Page) Adopt(remote []*Commit, merge, head *Commit) error {
 	if err := p.check(); err != nil {
 		return err
 	}
-	var old []*Commit
-	if head != nil {
-		var err error
-		if old, err = p.Heads(); err != nil {
-			return err
-		}
+	old, err := p.headsReplaced(head)
+	if err != nil {
+		return err
 	}
-	err := p.update(func(txn *badger.Txn) error {
+	err = p.update(func(txn *badger.Txn) error {
 		if err := setCommits(txn, remote, false); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@
 package cloudsync
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -104,4 +105,13 @@ func decodeBatch(name string, body []byte) (*batch, error) {
 		return nil, fmt.Errorf("cloudsync: batch %s names device %s, number %d", name, b.Device, b.Seq)
 	}
 	return &b, nil
+}
+
+// readBatch reads and decodes the batch at name.
+func (s *Syncer) readBatch(ctx context.Context, name string) (*batch, error) {
+	body, err := s.be.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return decodeBatch(name, body)
 }

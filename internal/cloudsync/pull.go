@@ -62,11 +62,7 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 			return err
 		}
 		for _, name := range names {
-			body, err := s.be.Get(ctx, name)
-			if err != nil {
-				return err
-			}
-			b, err := decodeBatch(name, body)
+			b, err := s.readBatch(ctx, name)
 			if err != nil {
 				return err
 			}

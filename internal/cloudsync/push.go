@@ -135,11 +135,7 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 // its commits are commits of the page. A batch of commits the page does
 // not have was written by another copy of the repository.
 func (s *Syncer) takeOwnBatch(ctx context.Context, p *store.Page, name, ledger, page string) error {
-	body, err := s.be.Get(ctx, name)
-	if err != nil {
-		return err
-	}
-	b, err := decodeBatch(name, body)
+	b, err := s.readBatch(ctx, name)
 	if err != nil {
 		return err
 	}
