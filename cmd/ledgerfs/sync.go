@@ -70,7 +70,11 @@ change beats a delete. A page made on two devices is one page.`,
 			if err != nil {
 				return err
 			}
+			// A bar per phase on a terminal, nothing otherwise.
+			var ph phases
+			s.Progress = ph.update
 			st, err := s.Sync(ctx)
+			ph.done()
 			if err != nil {
 				return err
 			}

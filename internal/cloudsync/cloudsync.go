@@ -27,6 +27,16 @@ type Syncer struct {
 	be       remote.Backend
 	device   string
 	packSize int
+	// Progress, if set, is told of each phase's progress: "push LEDGER/PAGE"
+	// with the pieces packed of those to go up, "pull LEDGER/PAGE" with the
+	// pieces fetched (total 0: not known ahead).
+	Progress func(phase string, done, total int)
+}
+
+func (s *Syncer) progress(phase string, done, total int) {
+	if s.Progress != nil {
+		s.Progress(phase, done, total)
+	}
 }
 
 // Stats are what a Sync moved.

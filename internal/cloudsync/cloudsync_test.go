@@ -404,3 +404,59 @@ func TestVerify(t *testing.T) {
 		t.Fatalf("the batch lost: %q, %v; want its commits named", problems, err)
 	}
 }
+
+// TestThreeDevicesOfflineAndRenames: three devices; one offline for many
+// commits while the others change and rename; a directory renamed on one
+// device while a file in it is edited on another loses neither. After
+// syncing around twice all three show one head and the same files.
+func TestThreeDevicesOfflineAndRenames(t *testing.T) {
+	be, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a, b, c := newDevice(t, "a", be), newDevice(t, "b", be), newDevice(t, "c", be)
+	a.write("l", "p", "dir/f", []byte("f0"))
+	a.write("l", "p", "dir/g", []byte("g0"))
+	for _, d := range []*device{a, b, c} {
+		d.sync()
+	}
+	// c goes offline and makes 50 commits.
+	for i := range 50 {
+		c.write("l", "p", fmt.Sprintf("offline/%02d", i), []byte{byte(i)})
+	}
+	// a renames dir to moved (its files' keys move); b edits dir/f.
+	pg := a.page("l", "p")
+	head, err := pg.Head()
+	must(t, err)
+	var ops []journal.Op
+	it := pg.Tree(head).Prefix("dir/")
+	for it.Next() {
+		e := it.Entry()
+		ops = append(ops, journal.Op{Key: e.Key, Kind: store.OpRenameDelete},
+			journal.Op{Key: "moved/" + strings.TrimPrefix(e.Key, "dir/"), Entry: e})
+	}
+	must(t, it.Err())
+	must(t, a.eng.CommitterFor(pg).Apply(false, ops...))
+	a.repo.Release(pg)
+	b.write("l", "p", "dir/f", []byte("b's edit of f"))
+	for range 2 {
+		for _, d := range []*device{a, b, c} {
+			d.sync()
+		}
+	}
+	fa := a.files("l", "p")
+	for _, d := range []*device{b, c} {
+		if d.head("l", "p") != a.head("l", "p") || !maps.Equal(d.files("l", "p"), fa) {
+			t.Fatalf("%s differs from a after two rounds", d.name)
+		}
+	}
+	if fa["moved/f"] != "f0" || fa["moved/g"] != "g0" {
+		t.Fatalf("the rename was lost: %v", slices.Sorted(maps.Keys(fa)))
+	}
+	if fa["dir/f"] != "b's edit of f" {
+		t.Fatalf("the edit inside the renamed directory was lost: dir/f %q", fa["dir/f"])
+	}
+	for i := range 50 {
+		if fa[fmt.Sprintf("offline/%02d", i)] != string([]byte{byte(i)}) {
+			t.Fatalf("offline/%02d of the offline device is missing", i)
+		}
+	}
+}

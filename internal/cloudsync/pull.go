@@ -346,6 +346,9 @@ func (f *fetcher) piece(ctx context.Context, d cas.Digest) (bool, error) {
 		return false, err
 	}
 	f.st.PiecesDown++
+	if f.st.PiecesDown%256 == 0 {
+		f.s.progress("pull "+f.p.Ledger+"/"+f.p.Name, f.st.PiecesDown, 0)
+	}
 	if d.IsIndex() || d.IsTreeNode() {
 		return true, f.pw.Flush()
 	}

@@ -199,7 +199,11 @@ func (s *Syncer) uploadPieces(ctx context.Context, p *store.Page, pieces []cas.D
 		})
 		buf, start = make([]byte, 0, s.packSize+s.packSize/8), len(refs)
 	}
-	for _, d := range pieces {
+	phase := "push " + p.Ledger + "/" + p.Name
+	for i, d := range pieces {
+		if i%256 == 0 {
+			s.progress(phase, i, len(pieces))
+		}
 		if gctx.Err() != nil {
 			break // an upload failed: Wait says why
 		}
@@ -219,6 +223,7 @@ func (s *Syncer) uploadPieces(ctx context.Context, p *store.Page, pieces []cas.D
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
+	s.progress(phase, len(pieces), len(pieces))
 	return refs, nil
 }
 
