@@ -513,3 +513,10 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	f.readers++
 	return &handle{f: f, p: p, r: r, id: e.Value, size: int64(e.Meta.Size), seen: f.committed}, fl, 0
 }
+
+// isWritten reports whether the file is open for writing.
+func (f *fileNode) isWritten() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.writers > 0
+}

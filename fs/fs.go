@@ -171,6 +171,28 @@ func (f *FS) page(ledger, name string) *pageRef {
 	return p
 }
 
+// HeadMoved brings the mount up to date with a page whose head moved from
+// from to to behind its back: a merge of another device's commits. The
+// kernel's caches of the entries that changed are invalidated, so a new
+// lookup, ls, cat or tail -f sees the change, as after a transaction's
+// commit; a file open for writing is left as it is, and its next commit
+// lands over the change. Call it from no FUSE operation.
+func (f *FS) HeadMoved(ledger, page string, from, to *store.Commit) {
+	f.mu.Lock()
+	pg, ok := f.pages[ledger+"/"+page]
+	f.mu.Unlock()
+	if !ok {
+		return // the kernel has not looked the page up
+	}
+	p, err := pg.acquire()
+	if err != nil {
+		slog.Warn("updating the mount after a merge", "page", ledger+"/"+page, "err", err)
+		return
+	}
+	defer pg.release(p)
+	pg.catchUp(p, from, to, func(string) bool { return true }, true)
+}
+
 // Busy reports whether the mount uses a page beyond what the store sees:
 // files open or queued, transactions open. A collection waits for that.
 func (f *FS) Busy(ledger, name string) bool {

@@ -182,7 +182,7 @@ func (pg *pageRef) endTxn(name string, commit bool) error {
 	delete(pg.txns, name)
 	pg.mu.Unlock()
 	if to != nil {
-		pg.catchUp(t.p, from, to, touched)
+		pg.catchUp(t.p, from, to, touched, false)
 	}
 	pg.release(t.p)
 	return nil
@@ -197,9 +197,12 @@ func (pg *pageRef) endTxn(name string, commit bool) error {
 // new inode of the new entry. A file whose metadata alone changed keeps its
 // inode and takes the new mode and times. Directories the commit removed
 // are removed as rmdir removes them. Only keys touched reports are taken:
-// other changes between from and to landed through the live page. The
-// caller holds no lock a FUSE operation of the page could wait for.
-func (pg *pageRef) catchUp(p *store.Page, from, to *store.Commit, touched func(key string) bool) {
+// other changes between from and to landed through the live page. With
+// keepWriters, a file open for writing keeps its node and content: its
+// next commit, a later change, lands over the commit's (a merge of another
+// device's changes). The caller holds no lock a FUSE operation of the page
+// could wait for.
+func (pg *pageRef) catchUp(p *store.Page, from, to *store.Commit, touched func(key string) bool, keepWriters bool) {
 	pg.dirsChanged()
 	root := pg.rootInode()
 	if root == nil {
@@ -251,7 +254,7 @@ func (pg *pageRef) catchUp(p *store.Page, from, to *store.Commit, touched func(k
 				continue
 			}
 			f, ok := child.Operations().(*fileNode)
-			if !ok || f.pg.pendingFile(ch.Key) == f {
+			if !ok || f.pg.pendingFile(ch.Key) == f || keepWriters && f.isWritten() {
 				// A directory (handled by its own keys), or a file whose
 				// queued close lands after this commit and wins.
 				n.NotifyEntry(name)

@@ -2,9 +2,11 @@ package mount_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -220,4 +222,72 @@ func TestSyncFaults(t *testing.T) {
 			t.Fatalf("%s on b: %d bytes (%v), want a's %d", name, len(got), err, len(want))
 		}
 	}
+}
+
+// mountSynced mounts repo syncing with srv every 100 ms.
+func mountSynced(t *testing.T, srv *s3test.Server, repo string) *server {
+	t.Helper()
+	t.Setenv("AWS_ACCESS_KEY_ID", s3test.AccessKey) // the mount process inherits them
+	t.Setenv("AWS_SECRET_ACCESS_KEY", s3test.SecretKey)
+	t.Setenv("AWS_REGION", "us-east-1")
+	return mount(t, repo, "--remote", "s3://ledgerfs/home", "--endpoint", srv.Endpoint, "--sync-every", "100ms")
+}
+
+// await polls, with a deadline, until cond holds.
+func await(t *testing.T, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for deadline := start.Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 30 s", what)
+		}
+	}
+	return time.Since(start)
+}
+
+func fileIs(path, want string) func() bool {
+	return func() bool {
+		b, err := os.ReadFile(path)
+		return err == nil && string(b) == want
+	}
+}
+
+// TestMountsSync: two mounts of two repositories syncing through a real S3
+// server in the background: a change closed on one is readable on the
+// other (the latency is logged); a file open for writing on one is not
+// disturbed by the other's change of it, and its close is the later change;
+// both end on the same head.
+func TestMountsSync(t *testing.T) {
+	srv := s3test.Start(t)
+	a := mountSynced(t, srv, t.TempDir())
+	b := mountSynced(t, srv, t.TempDir())
+	pa, pb := a.page("home", "work"), b.page("home", "work")
+	var lat []time.Duration
+	for i := range 10 {
+		want := fmt.Sprintf("change %d\n", i)
+		must(t, os.WriteFile(filepath.Join(pa, "notes.txt"), []byte(want), 0o644))
+		lat = append(lat, await(t, "a's change readable on b", fileIs(filepath.Join(pb, "notes.txt"), want)))
+	}
+	slices.Sort(lat)
+	t.Logf("a change closed on a readable on b: p50 %v, max %v", lat[len(lat)/2], lat[len(lat)-1])
+
+	// b writes notes.txt, holding it open, while a changes it.
+	w, err := os.OpenFile(filepath.Join(pb, "notes.txt"), os.O_WRONLY|os.O_TRUNC, 0)
+	must(t, err)
+	_, err = w.WriteString("b's, written ")
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(pa, "other.txt"), []byte("marker\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(pa, "notes.txt"), []byte("a's change\n"), 0o644))
+	await(t, "a's later change on b", fileIs(filepath.Join(pb, "other.txt"), "marker\n"))
+	_, err = w.WriteString("while a changed it\n")
+	must(t, err)
+	must(t, w.Close())
+	want := "b's, written while a changed it\n"
+	await(t, "b's close on b", fileIs(filepath.Join(pb, "notes.txt"), want))
+	await(t, "b's close on a", fileIs(filepath.Join(pa, "notes.txt"), want))
+	latest := func(pg string) string {
+		l, _ := os.Readlink(filepath.Join(pg, ".ledger", "latest"))
+		return l
+	}
+	await(t, "one head on both", func() bool { return latest(pa) == latest(pb) && latest(pa) != "" })
 }

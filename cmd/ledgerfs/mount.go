@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ledgerfs/ledgerfs/fs"
+	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/internal/server"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -64,6 +65,8 @@ func newMount() *cobra.Command {
 		collectEvery time.Duration
 		collectAfter string
 		pruneBelow   string
+		rf           remoteFlags
+		syncEvery    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "mount [flags] [REPO] MOUNTPOINT",
@@ -140,9 +143,15 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			if _, _, err := parseShare("--prune-below", pruneBelow); err != nil {
 				return err
 			}
+			if rf.url != "" {
+				if err := rf.check(); err != nil {
+					return err
+				}
+			}
 			return serve(serveConfig{
 				pruneBelow:   pruneBelow,
 				collectEvery: collectEvery, collectAfter: after,
+				remote: rf, syncEvery: syncEvery,
 				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther, nonEmpty: nonEmpty,
 				debug: debugLog, idlePages: idlePages, cache: time.Duration(cacheSecs * float64(time.Second)),
 				gcInterval: gcInterval, nodeCache: nodeCache << 20, closeTimeout: closeWait,
@@ -172,6 +181,8 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.StringVar(&pruneBelow, "prune-below", "10%", "when less than this is free on the repository's filesystem (a size, or a share of the filesystem; at least 4 times --reserve), a page is pruned to its newest 2 commits before a file of it is written; 0: never")
 	f.StringVar(&collectAfter, "collect-after", "256MiB", "collect a page soon after its changes deleted or replaced this much content (0: never)")
 	f.DurationVar(&closeWait, "close-timeout", 30*time.Second, "how long to wait for one page database to close (at unmount or when idle) before giving up on it")
+	rf.register(cmd)
+	f.DurationVar(&syncEvery, "sync-every", 2*time.Second, "with a remote (--remote, or ledgerfs config REPO remote=URL), how often to pull other devices' commits; the mount pushes its own soon after each lands")
 	return cmd
 }
 
@@ -191,6 +202,8 @@ type serveConfig struct {
 	collectEvery         time.Duration
 	collectAfter         uint64
 	pruneBelow           string // a size or a share of the filesystem
+	remote               remoteFlags
+	syncEvery            time.Duration
 }
 
 // serve mounts the repository and serves it until the mount ends or a
@@ -226,6 +239,19 @@ func serve(c serveConfig) error {
 		CollectAfter: c.collectAfter,
 		PruneBelow:   func(repo *store.Repository) (uint64, error) { return pruneThreshold(repo, c.pruneBelow) },
 		GCInterval:   c.gcInterval,
+		Remote: func(ctx context.Context, repo *store.Repository) (remote.Backend, error) {
+			rf := c.remote
+			if rf.url == "" {
+				if kept, err := repo.Setting(store.SettingRemote); err != nil || kept == "" {
+					return nil, err // no remote: no sync
+				}
+			}
+			if err := rf.fromRepository(repo); err != nil {
+				return nil, err
+			}
+			return rf.backend(ctx)
+		},
+		SyncEvery: c.syncEvery,
 		Mounted: func() {
 			startGuard(mnt)
 			if err := setReadAhead(mnt, readAheadKiB); err != nil {

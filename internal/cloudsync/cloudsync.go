@@ -31,6 +31,9 @@ type Syncer struct {
 	// with the pieces packed of those to go up, "pull LEDGER/PAGE" with the
 	// pieces fetched (total 0: not known ahead).
 	Progress func(phase string, done, total int)
+	// Landed, if set, is told of each page whose head a pull moved, after
+	// the move: a mount invalidates what the kernel holds of it.
+	Landed func(ledger, page string, from, to *store.Commit)
 }
 
 func (s *Syncer) progress(phase string, done, total int) {

@@ -187,9 +187,24 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, pb pa
 	fetched := pw.New
 	st.CommitsDown += len(fresh)
 	remoteHead := fresh[len(fresh)-1]
-	mergeNew, err := s.land(p, fresh, remoteHead, device, st)
+	// The page's lock keeps commits of a mount's journals from landing
+	// between the reading of the head and its move.
+	p.Lock()
+	from, err := p.Head()
+	var mergeNew []cas.Digest
+	if err == nil {
+		mergeNew, err = s.land(p, fresh, remoteHead, device, st)
+	}
+	var to *store.Commit
+	if err == nil {
+		to, err = p.Head()
+	}
+	p.Unlock()
 	if err != nil {
 		return err
+	}
+	if s.Landed != nil && to.ID != from.ID {
+		s.Landed(pb.Ledger, pb.Page, from, to)
 	}
 	if err := p.SetStatus(store.Synced, fetched); err != nil {
 		return err

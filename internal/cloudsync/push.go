@@ -55,18 +55,8 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 	}
 	defer s.repo.Release(p)
 	for {
-		var ids []store.CommitID
-		if err := p.UnsyncedCommits(func(id store.CommitID) error {
-			ids = append(ids, id)
-			return nil
-		}); err != nil {
-			return err
-		}
-		var pieces []cas.Digest
-		if err := p.Pieces(store.Local, func(d cas.Digest) error {
-			pieces = append(pieces, d)
-			return nil
-		}); err != nil {
+		ids, pieces, err := unsynced(p)
+		if err != nil {
 			return err
 		}
 		if len(ids) == 0 && len(pieces) == 0 {
@@ -128,6 +118,25 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 		return p.MarkSynced(pieces, ids, map[string][]byte{"pushed": []byte(strconv.FormatUint(seq, 10)),
 			"pushed_at": []byte(time.Now().UTC().Format(time.RFC3339))})
 	}
+}
+
+// unsynced lists the page's unsynced commits and local pieces, with its
+// lock held: a commit landing meanwhile (in a mount) would otherwise be
+// seen without the pieces it marks local after its rows.
+func unsynced(p *store.Page) (ids []store.CommitID, pieces []cas.Digest, err error) {
+	p.Lock()
+	defer p.Unlock()
+	err = p.UnsyncedCommits(func(id store.CommitID) error {
+		ids = append(ids, id)
+		return nil
+	})
+	if err == nil {
+		err = p.Pieces(store.Local, func(d cas.Digest) error {
+			pieces = append(pieces, d)
+			return nil
+		})
+	}
+	return ids, pieces, err
 }
 
 // takeOwnBatch marks synced what the batch at name, found written when this

@@ -22,6 +22,7 @@ import (
 	"github.com/ledgerfs/ledgerfs/fs"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/metrics"
+	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -56,6 +57,12 @@ type Config struct {
 	// Detach, if set, asks a busy unmount to detach the mount instead (a
 	// second signal): each receive is one request.
 	Detach <-chan struct{}
+	// Remote, if set, returns the remote store the mount syncs with (nil:
+	// none); it is called, and retried until it succeeds, once the mount
+	// serves. SyncEvery is how often the mount pulls other devices'
+	// commits; it pushes its own soon after each lands (and pulls first).
+	Remote    func(context.Context, *store.Repository) (remote.Backend, error)
+	SyncEvery time.Duration
 }
 
 // Server is one repository served at one mount point.
@@ -66,6 +73,7 @@ type Server struct {
 	fsys      *fs.FS
 	metrics   *metrics.Metrics
 	collector *gc.Collector
+	syncKick  chan struct{} // a commit landed: push soon
 	listener  net.Listener // for metrics, if any
 	closeOnce sync.Once
 	closeErr  error
@@ -74,7 +82,7 @@ type Server struct {
 // New opens the repository and builds the filesystem; nothing serves and
 // no goroutine runs until Run. A failure closes what it opened.
 func New(cfg Config) (s *Server, err error) {
-	s = &Server{cfg: cfg, journals: journal.NewEngine()}
+	s = &Server{cfg: cfg, journals: journal.NewEngine(), syncKick: make(chan struct{}, 1)}
 	s.repo, err = store.Open(cfg.Repo, s.journals.Hooks(cfg.Store))
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
@@ -91,7 +99,13 @@ func New(cfg Config) (s *Server, err error) {
 		slog.Info("created a new repository", "repo", cfg.Repo)
 	}
 	s.metrics = metrics.New(s.repo)
-	observers := journal.Observers{Commit: s.metrics.ObserveCommit}
+	observers := journal.Observers{Commit: func(explicit bool, changes int) {
+		s.metrics.ObserveCommit(explicit, changes)
+		select {
+		case s.syncKick <- struct{}{}:
+		default:
+		}
+	}}
 	fo := cfg.FS
 	fo.Journals, fo.Stats = s.journals, s.metrics.Text
 	if !cfg.Store.ReadOnly {
@@ -171,6 +185,12 @@ func (s *Server) Run(ctx context.Context) error {
 		})
 		slog.Info("metrics listening", "addr", l.Addr().String())
 	}
+	syncCtx, stopSync := context.WithCancel(context.Background())
+	var sy *syncer
+	if s.cfg.Remote != nil && !s.cfg.Store.ReadOnly {
+		sy = &syncer{s: s}
+		loops.Go(func() { sy.run(syncCtx) })
+	}
 	served := make(chan struct{})
 	loops.Go(func() { unmountWhenDone(srv, s.cfg.Mountpoint, ctx.Done(), s.cfg.Detach, served, s.cfg.Stopping) })
 	if s.cfg.Mounted != nil {
@@ -180,6 +200,7 @@ func (s *Server) Run(ctx context.Context) error {
 	close(served)
 	slog.Info("unmounted", "mountpoint", s.cfg.Mountpoint)
 	close(stop)
+	stopSync()
 	if s.collector != nil {
 		s.collector.Close()
 	}
@@ -190,6 +211,11 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	loops.Wait()
 	s.fsys.Close()
+	if sy != nil {
+		// What was written up to the unmount goes up now, if the
+		// remote answers within a while; else the next sync sends it.
+		sy.last()
+	}
 	return nil
 }
 

@@ -1,0 +1,105 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
+)
+
+// syncer runs a mount's sync: a round (pull, then push) every SyncEvery,
+// and soon after a commit lands.
+type syncer struct {
+	s       *Server
+	cs      *cloudsync.Syncer // nil until the remote answered
+	none    bool              // the repository has no remote
+	lastErr string
+}
+
+// pushDelay lets the commits of a burst of closes land before they go up.
+const pushDelay = 200 * time.Millisecond
+
+// lastTimeout bounds the round at unmount.
+const lastTimeout = 30 * time.Second
+
+func (y *syncer) run(ctx context.Context) {
+	every := y.s.cfg.SyncEvery
+	if every <= 0 {
+		every = 2 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		y.round(ctx)
+		if y.none {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-y.s.syncKick:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(pushDelay):
+			}
+		}
+	}
+}
+
+// round connects if it has not, then syncs once; an error is logged once
+// until it changes or a round goes through.
+func (y *syncer) round(ctx context.Context) {
+	err := y.connect(ctx)
+	if err == nil && y.cs != nil {
+		_, err = y.cs.Sync(ctx)
+	}
+	if ctx.Err() != nil {
+		return // stopping: the error is the stop's
+	}
+	switch {
+	case err != nil && err.Error() != y.lastErr:
+		slog.Warn("sync failed; the mount serves local data and retries", "err", err)
+		y.lastErr = err.Error()
+	case err == nil && y.lastErr != "":
+		slog.Info("sync works again")
+		y.lastErr = ""
+	}
+}
+
+func (y *syncer) connect(ctx context.Context) error {
+	if y.cs != nil || y.none {
+		return nil
+	}
+	be, err := y.s.cfg.Remote(ctx, y.s.repo)
+	if err != nil {
+		return err
+	}
+	if be == nil {
+		y.none = true
+		return nil
+	}
+	cs, err := cloudsync.New(ctx, y.s.repo, be)
+	if err != nil {
+		return err
+	}
+	cs.Landed = y.s.fsys.HeadMoved
+	y.cs = cs
+	slog.Info("syncing", "remote", be.Location(), "device", cs.Device())
+	return nil
+}
+
+// last runs one round after the mount ended, bounded by lastTimeout.
+func (y *syncer) last() {
+	if y.cs == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lastTimeout)
+	defer cancel()
+	y.cs.Landed = nil // nothing is mounted to update
+	if _, err := y.cs.Sync(ctx); err != nil {
+		slog.Warn("sync at unmount failed; the next sync sends what is left", "err", err)
+	}
+}
