@@ -74,7 +74,7 @@ type Server struct {
 	metrics   *metrics.Metrics
 	collector *gc.Collector
 	syncKick  chan struct{} // a commit landed: push soon
-	listener  net.Listener // for metrics, if any
+	listener  net.Listener  // for metrics, if any
 	closeOnce sync.Once
 	closeErr  error
 }
