@@ -2,6 +2,7 @@ package mount_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/internal/s3test"
 )
 
@@ -111,18 +115,18 @@ func TestSyncTwoDevices(t *testing.T) {
 	}
 }
 
-// objectsUnder lists the objects a versitygw server holds under dir of
-// its bucket "ledgerfs", prefix "home" (files of its posix store).
+// objectsUnder lists the objects srv holds under dir of bucket "ledgerfs",
+// prefix "home", through S3.
 func objectsUnder(t *testing.T, srv *s3test.Server, dir string) []string {
 	t.Helper()
+	be, err := remote.NewS3(context.Background(), remote.S3Config{Endpoint: srv.Endpoint, Region: "us-east-1",
+		Bucket: "ledgerfs", Prefix: "home", PathStyle: true, Creds: credentials.NewStaticV4(s3test.AccessKey, s3test.SecretKey, "")})
+	must(t, err)
 	var out []string
-	root := filepath.Join(srv.Dir(), "ledgerfs", "home", dir)
-	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			out = append(out, strings.TrimPrefix(p, root+"/"))
-		}
+	must(t, be.List(context.Background(), dir+"/", "", func(o remote.Object) error {
+		out = append(out, o.Name)
 		return nil
-	})
+	}))
 	return out
 }
 
