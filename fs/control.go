@@ -221,3 +221,23 @@ func (pg *pageRef) statsFile() *controlFile {
 		return []byte(text)
 	}}
 }
+
+// syncFile is a page's .ledger/sync: how its sync stands (Options.SyncStatus).
+func (pg *pageRef) syncFile() *controlFile {
+	return &controlFile{text: func() []byte {
+		status := pg.fs.opts.SyncStatus
+		if status == nil {
+			return []byte("remote: none\n")
+		}
+		var text string
+		err := pg.view(func(p *store.Page, _ *store.Commit, _ *btree.Tree) error {
+			var err error
+			text, err = status(p)
+			return err
+		})
+		if err != nil {
+			return []byte(fmt.Sprintf("# %v\n", err))
+		}
+		return []byte(text)
+	}}
+}

@@ -86,6 +86,9 @@ type Options struct {
 	TmpDir string
 	// Stats, if set, gives the text of the .stats file at the root.
 	Stats func() []byte
+	// SyncStatus, if set, is the text of a page's .ledger/sync: how its
+	// sync with the remote stands.
+	SyncStatus func(p *store.Page) (string, error)
 	// Pressure, if set, prunes a page's history when the repository's
 	// filesystem runs short, before a file of the page is opened for
 	// writing (see gc.Pressure).

@@ -294,4 +294,10 @@ func TestMountsSync(t *testing.T) {
 		return l
 	}
 	await(t, "one head on both", func() bool { return latest(pa) == latest(pb) && latest(pa) != "" })
+	status := filepath.Join(pa, ".ledger", "sync")
+	await(t, ".ledger/sync says nothing waits", func() bool {
+		b, err := os.ReadFile(status)
+		return err == nil && strings.Contains(string(b), "remote: s3://ledgerfs/home\n") &&
+			strings.Contains(string(b), "waiting to upload: nothing\n") && strings.Contains(string(b), "last error: none\n")
+	})
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
 	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
@@ -35,32 +34,21 @@ func status(w io.Writer, repoDir string) error {
 		return err
 	}
 	defer repo.Close()
-	url, err := repo.Setting(store.SettingRemote)
+	rs, err := cloudsync.StatusOf(repo)
 	if err != nil {
 		return err
 	}
-	if url == "" {
-		url = "none (ledgerfs config REPO remote=URL, or ledgerfs sync --remote URL)"
-	}
-	state := func(key string) string {
-		v, ok, err := repo.SyncState(key)
-		if err != nil {
-			return "? (" + err.Error() + ")"
+	or := func(s, none string) string {
+		if s == "" {
+			return none
 		}
-		if !ok || len(v) == 0 {
-			return "never"
-		}
-		return string(v)
+		return s
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "remote:\t%s\n", url)
-	fmt.Fprintf(tw, "last pull:\t%s\n", state(cloudsync.StatePulledAt))
-	fmt.Fprintf(tw, "last push:\t%s\n", state(cloudsync.StatePushedAt))
-	errText := state(cloudsync.StateError)
-	if errText == "never" {
-		errText = "none"
-	}
-	fmt.Fprintf(tw, "last error:\t%s\n", errText)
+	fmt.Fprintf(tw, "remote:\t%s\n", or(rs.Remote, "none (ledgerfs config REPO remote=URL, or ledgerfs sync --remote URL)"))
+	fmt.Fprintf(tw, "last pull:\t%s\n", or(rs.PulledAt, "never"))
+	fmt.Fprintf(tw, "last push:\t%s\n", or(rs.PushedAt, "never"))
+	fmt.Fprintf(tw, "last error:\t%s\n", or(rs.Error, "none"))
 	tw.Flush()
 	names, err := pagesOf(repo, nil)
 	if err != nil {
@@ -73,30 +61,12 @@ func status(w io.Writer, repoDir string) error {
 		if err != nil {
 			return fmt.Errorf("%s/%s: %w", n[0], n[1], err)
 		}
-		commits := 0
-		err = p.UnsyncedCommits(func(store.CommitID) error { commits++; return nil })
-		var pieces int
-		var bytes int64
-		if err == nil {
-			pieces, bytes, err = p.PiecesSize(store.Local)
-		}
-		meta := func(key string) string {
-			v, ok, merr := p.SyncMetadata(key)
-			if merr != nil || !ok {
-				return "never"
-			}
-			return string(v)
-		}
-		pushed, pulled := meta("pushed_at"), meta("pulled_at")
+		ps, err := cloudsync.PageStatusOf(p)
 		repo.Release(p)
 		if err != nil {
 			return fmt.Errorf("%s/%s: %w", n[0], n[1], err)
 		}
-		waiting := "nothing"
-		if commits > 0 || pieces > 0 {
-			waiting = fmt.Sprintf("%s, %s (%s)", count(commits, "commit"), count(pieces, "piece"), humanize.IBytes(uint64(bytes)))
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.Join(n[:], "/"), waiting, pushed, pulled)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.Join(n[:], "/"), ps.Waiting(), or(ps.PushedAt, "never"), or(ps.PulledAt, "never"))
 	}
 	return tw.Flush()
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ledgerfs/ledgerfs/fs"
+	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/metrics"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
@@ -108,6 +109,14 @@ func New(cfg Config) (s *Server, err error) {
 	}}
 	fo := cfg.FS
 	fo.Journals, fo.Stats = s.journals, s.metrics.Text
+	fo.SyncStatus = func(p *store.Page) (string, error) {
+		rs, err := cloudsync.StatusOf(s.repo)
+		if err != nil {
+			return "", err
+		}
+		ps, err := cloudsync.PageStatusOf(p)
+		return cloudsync.Text(rs, ps), err
+	}
 	if !cfg.Store.ReadOnly {
 		s.collector = &gc.Collector{Repo: s.repo, Every: cfg.CollectEvery, After: cfg.CollectAfter, Observe: s.metrics.ObserveCollection}
 		fo.Collector = s.collector
