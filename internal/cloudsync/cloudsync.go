@@ -34,6 +34,9 @@ type Syncer struct {
 	// Landed, if set, is told of each page whose head a pull moved, after
 	// the move: a mount invalidates what the kernel holds of it.
 	Landed func(ledger, page string, from, to *store.Commit)
+
+	noted  time.Time // when a round was last recorded
+	failed bool      // the last round failed
 }
 
 func (s *Syncer) progress(phase string, done, total int) {
@@ -101,17 +104,24 @@ func (s *Syncer) Sync(ctx context.Context) (Stats, error) {
 	var st Stats
 	err := s.Pull(ctx, &st)
 	if err == nil {
-		s.note(StatePulledAt, nil)
 		err = s.Push(ctx, &st)
-		if err == nil {
-			s.note(StatePushedAt, nil)
-		}
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		s.note(StateError, err)
+		s.failed = true
+	case st != Stats{} || s.failed || time.Since(s.noted) > noteEvery:
+		// An idle mount's rounds are recorded once a minute, not every
+		// few seconds: each is a write of the repository db.
+		s.note(StatePulledAt, nil)
+		s.note(StatePushedAt, nil)
+		s.noted, s.failed = time.Now(), false
 	}
 	return st, err
 }
+
+// noteEvery is how often rounds that moved nothing are recorded.
+const noteEvery = time.Minute
 
 // The repository's sync state rows that say how the last rounds went (see
 // ledgerfs status): the times, RFC 3339, of the last pull and push that
@@ -123,7 +133,14 @@ const (
 )
 
 // note records the time of a round that succeeded, or its error.
-func (s *Syncer) note(key string, err error) {
+func (s *Syncer) note(key string, err error) { note(s.repo, key, err) }
+
+// NoteError records err as the repository's last sync error (see
+// StateError): one that came before a Syncer could be made, such as a
+// remote that cannot be reached.
+func NoteError(repo *store.Repository, err error) { note(repo, StateError, err) }
+
+func note(repo *store.Repository, key string, err error) {
 	v := time.Now().UTC().Format(time.RFC3339)
 	kv := map[string][]byte{key: []byte(v)}
 	if err != nil {
@@ -131,7 +148,7 @@ func (s *Syncer) note(key string, err error) {
 	} else if key == StatePushedAt {
 		kv[StateError] = nil // the round went through: no error stands
 	}
-	if werr := s.repo.SetSyncState(kv); werr != nil {
+	if werr := repo.SetSyncState(kv); werr != nil {
 		slog.Warn("cloudsync: record the round", "err", werr)
 	}
 }

@@ -54,7 +54,9 @@ func (y *syncer) run(ctx context.Context) {
 func (y *syncer) round(ctx context.Context) {
 	err := y.connect(ctx)
 	if err == nil && y.cs != nil {
-		_, err = y.cs.Sync(ctx)
+		_, err = y.cs.Sync(ctx) // records its own errors
+	} else if err != nil && ctx.Err() == nil {
+		cloudsync.NoteError(y.s.repo, err)
 	}
 	if ctx.Err() != nil {
 		return // stopping: the error is the stop's
