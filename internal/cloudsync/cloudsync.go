@@ -37,6 +37,9 @@ type Syncer struct {
 
 	noted  time.Time // when a round was last recorded
 	failed bool      // the last round failed
+
+	devices   []string // the other devices, listed at devicesAt
+	devicesAt time.Time
 }
 
 func (s *Syncer) progress(phase string, done, total int) {

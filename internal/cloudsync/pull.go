@@ -32,13 +32,8 @@ var errMissingParent = errors.New("a parent commit is not here yet")
 // device's order; one whose commits build on another device's commits
 // waits until those are applied.
 func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
-	var devices []string
-	if err := s.be.List(ctx, devicesDir, "", func(o remote.Object) error {
-		if d := strings.TrimPrefix(o.Name, devicesDir); d != s.device {
-			devices = append(devices, d)
-		}
-		return nil
-	}); err != nil {
+	devices, err := s.otherDevices(ctx)
+	if err != nil {
 		return err
 	}
 	queues := map[string][]*batch{}
@@ -105,6 +100,30 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 			return fmt.Errorf("cloudsync: %d devices' batches build on commits no log holds yet", waiting)
 		}
 	}
+}
+
+// devicesFresh is how long a listing of the devices is used before the
+// next: a mount that polls every 2 s would otherwise list them each time,
+// doubling an idle mount's requests. A device that joins is seen within it
+// (at once by a device that was alone).
+const devicesFresh = 30 * time.Second
+
+// otherDevices lists the devices of the store but this one.
+func (s *Syncer) otherDevices(ctx context.Context) ([]string, error) {
+	if len(s.devices) > 0 && time.Since(s.devicesAt) < devicesFresh {
+		return s.devices, nil
+	}
+	devices := []string{}
+	if err := s.be.List(ctx, devicesDir, "", func(o remote.Object) error {
+		if d := strings.TrimPrefix(o.Name, devicesDir); d != s.device {
+			devices = append(devices, d)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	s.devices, s.devicesAt = devices, time.Now()
+	return devices, nil
 }
 
 // keepIndex records where the pieces of the batches read are, for commits
