@@ -3,8 +3,11 @@
 # from $LEDGERFS_TEST_VERSITYGW or PATH or built with go install into
 # ~/.cache/ledgerfs-test): a 1 GiB file pushed against a plain PUT of the
 # same bytes by curl to the same server (time, requests, bytes); the bytes a
-# 1-byte edit of it pushes; 10,000 small files pushed and pulled. Medians of
-# RUNS (3) runs.
+# 1-byte edit of it pushes; 10,000 small files pushed and pulled; with two
+# mounts syncing in the background at their defaults, the time from a close
+# on one to the content being readable on the other (20 changes a run); and
+# the requests per minute of an idle mount of 100 pages. Medians of RUNS
+# (3) runs.
 #
 #   bench/sync.sh [WORKDIR]          (as root, for the mounts that write the data)
 #
@@ -26,10 +29,12 @@ endpoint=http://127.0.0.1:$port
 mkdir -p "$work/s3"
 "$vgw" --access bench --secret bench-secret --port "127.0.0.1:$port" posix "$work/s3" >"$work/versitygw.log" 2>&1 &
 vpid=$!
-mnt=$work/mnt lpid=
+mnt=$work/mnt lpid= mnt2=$work/mnt2 lpid2=
 cleanup() {
   if mountpoint -q "$mnt"; then umount "$mnt" || true; fi
+  if mountpoint -q "$mnt2"; then umount "$mnt2" || true; fi
   [ -z "$lpid" ] || wait "$lpid" 2>/dev/null || true
+  [ -z "$lpid2" ] || wait "$lpid2" 2>/dev/null || true
   kill "$vpid" 2>/dev/null || true
   rm -rf "$work/s3" "$work"/repo-* "$work/big.bin"
 }
@@ -86,6 +91,52 @@ PY
   put "push of $FILES 2 KiB files, objects" "$(( $(objects "$bucket/a") - o ))"
   s=$(now); "$work/ledgerfs" sync "$work/repo-b$run" >/dev/null; e=$(now)
   put "pull of them on the second device, s" "$(echo "$e-$s" | bc -l)"
+
+  # Two mounts syncing in the background, at their defaults.
+  mkdir -p "$mnt" "$mnt2"
+  "$work/ledgerfs" mount --remote "s3://$bucket/live" --endpoint "$endpoint" "$work/repo-l1$run" "$mnt" >"$work/mount1.log" 2>&1 & lpid=$!
+  "$work/ledgerfs" mount --remote "s3://$bucket/live" --endpoint "$endpoint" "$work/repo-l2$run" "$mnt2" >"$work/mount2.log" 2>&1 & lpid2=$!
+  for _ in $(seq 100); do mountpoint -q "$mnt" && mountpoint -q "$mnt2" && break; sleep 0.1; done
+  mkdir -p "$mnt/home/live"
+  python3 - "$mnt/home/live" "$mnt2/home/live" >"$work/latency.json" <<'PY'
+import json, os, sys, time
+a, b = sys.argv[1], sys.argv[2]
+lat = []
+for i in range(20):
+    want = b"change %d\n" % i
+    with open(os.path.join(a, "f"), "wb") as f:
+        f.write(want)
+    start = time.monotonic()
+    while True:
+        try:
+            with open(os.path.join(b, "f"), "rb") as f:
+                if f.read() == want:
+                    break
+        except OSError:
+            pass
+        if time.monotonic() - start > 60:
+            sys.exit("change %d not on the second mount within 60 s" % i)
+        time.sleep(0.005)
+    lat.append(time.monotonic() - start)
+lat.sort()
+print(json.dumps({"p50": lat[len(lat) // 2], "p99": lat[-1]}))
+PY
+  put "close on one mount to readable on the other: p50 s" "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["p50"])' "$work/latency.json")"
+  put "close on one mount to readable on the other: p99 s" "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["p99"])' "$work/latency.json")"
+  if [ "$run" = 1 ]; then
+    # An idle mount of 100 pages: its requests in 30 s, once the pages
+    # are synced, counted in the server's log (one line each).
+    for i in $(seq 100); do mkdir -p "$mnt/idle/p$i"; echo "$i" >"$mnt/idle/p$i/f"; done
+    for _ in $(seq 600); do
+      left=$(grep -L "waiting to upload: nothing" "$mnt"/idle/p*/.ledger/sync | wc -l)
+      [ "$left" = 0 ] && break; sleep 0.1
+    done
+    umount "$mnt2"; wait "$lpid2"; lpid2=
+    before=$(wc -l <"$work/versitygw.log"); sleep 30; after=$(wc -l <"$work/versitygw.log")
+    put "idle mount of 100 pages: requests per minute" "$(( (after - before) * 2 ))"
+  fi
+  umount "$mnt"; wait "$lpid"; lpid=
+  if mountpoint -q "$mnt2"; then umount "$mnt2"; wait "$lpid2"; lpid2=; fi
 done
 
 python3 - "$out" <<'PY'
