@@ -68,13 +68,17 @@ for run in $(seq "$RUNS"); do
   s=$(now); "$work/ledgerfs" sync "$work/repo-b$run" --remote "s3://$bucket/a" --endpoint "$endpoint" >/dev/null; e=$(now)
   put "pull of it on a second device, s" "$(echo "$e-$s" | bc -l)"
 
+  # The repository keeps its remote now: the mount itself pushes what it
+  # wrote (at the latest when it unmounts), the sync after finds the rest.
+  before=$(bytes "$bucket/a")
   mountrepo "$work/repo-a$run"
   printf 'X' | dd of="$mnt/home/work/big.bin" bs=1 seek=$((SIZE_MIB * 1048576 / 2)) conv=notrunc 2>/dev/null
   unmountrepo
-  before=$(bytes "$bucket/a")
   "$work/ledgerfs" sync "$work/repo-a$run" >/dev/null
   put "1-byte edit: KiB stored" "$(echo "($(bytes "$bucket/a")-$before)/1024" | bc -l)"
 
+  o=$(objects "$bucket/a")
+  s=$(now)
   mountrepo "$work/repo-a$run"
   mkdir -p "$mnt/home/small"
   python3 - "$mnt/home/small" "$FILES" <<'PY'
@@ -85,9 +89,8 @@ for i in range(n):
         f.write(os.urandom(2048))
 PY
   unmountrepo
-  o=$(objects "$bucket/a")
-  s=$(now); "$work/ledgerfs" sync "$work/repo-a$run" >/dev/null; e=$(now)
-  put "push of $FILES 2 KiB files, s" "$(echo "$e-$s" | bc -l)"
+  "$work/ledgerfs" sync "$work/repo-a$run" >/dev/null; e=$(now)
+  put "$FILES 2 KiB files written, unmounted, pushed, s" "$(echo "$e-$s" | bc -l)"
   put "push of $FILES 2 KiB files, objects" "$(( $(objects "$bucket/a") - o ))"
   s=$(now); "$work/ledgerfs" sync "$work/repo-b$run" >/dev/null; e=$(now)
   put "pull of them on the second device, s" "$(echo "$e-$s" | bc -l)"
@@ -99,10 +102,14 @@ PY
   for _ in $(seq 100); do mountpoint -q "$mnt" && mountpoint -q "$mnt2" && break; sleep 0.1; done
   mkdir -p "$mnt/home/live"
   python3 - "$mnt/home/live" "$mnt2/home/live" >"$work/latency.json" <<'PY'
-import json, os, sys, time
+import json, os, random, sys, time
 a, b = sys.argv[1], sys.argv[2]
 lat = []
+rng = random.Random(1)
 for i in range(20):
+    # At a random moment: right after the other mount's poll, a change
+    # would wait a whole --sync-every.
+    time.sleep(rng.uniform(0, 2.5))
     want = b"change %d\n" % i
     with open(os.path.join(a, "f"), "wb") as f:
         f.write(want)
