@@ -176,7 +176,7 @@ func TestSyncFaults(t *testing.T) {
 	repoA, repoB := t.TempDir(), t.TempDir()
 	a := mount(t, repoA)
 	pg := a.page("home", "work")
-	must(t, os.WriteFile(filepath.Join(pg, "one.bin"), content(11, 48<<20), 0o644))
+	must(t, os.WriteFile(filepath.Join(pg, "one.bin"), content(11, 24<<20), 0o644))
 	a.stop()
 
 	// The server dies mid-upload.
@@ -197,7 +197,7 @@ func TestSyncFaults(t *testing.T) {
 
 	// The sync process dies mid-upload.
 	a = mount(t, repoA)
-	must(t, os.WriteFile(filepath.Join(a.mnt, "home", "work", "two.bin"), content(12, 48<<20), 0o644))
+	must(t, os.WriteFile(filepath.Join(a.mnt, "home", "work", "two.bin"), content(12, 24<<20), 0o644))
 	a.stop()
 	packs := len(objectsUnder(t, srv, "packs"))
 	second := exec.Command(binary, "sync", repoA, "--remote", "s3://ledgerfs/home", "--endpoint", srv.Endpoint)
@@ -220,7 +220,7 @@ func TestSyncFaults(t *testing.T) {
 	syncRepo(t, srv, repoB)
 	b := mount(t, repoB)
 	for i, name := range []string{"one.bin", "two.bin"} {
-		want := content(11+i, 48<<20)
+		want := content(11+i, 24<<20)
 		got, err := os.ReadFile(filepath.Join(b.mnt, "home", "work", name))
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("%s on b: %d bytes (%v), want a's %d", name, len(got), err, len(want))
@@ -265,6 +265,11 @@ func TestMountsSync(t *testing.T) {
 	srv := s3test.Start(t)
 	a := mountSynced(t, srv, t.TempDir())
 	b := mountSynced(t, srv, t.TempDir())
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("mount a's log:\n%s\nmount b's log:\n%s", a.log, b.log)
+		}
+	})
 	pa, pb := a.page("home", "work"), b.page("home", "work")
 	var lat []time.Duration
 	for i := range 10 {

@@ -75,6 +75,7 @@ type Server struct {
 	metrics   *metrics.Metrics
 	collector *gc.Collector
 	syncKick  chan struct{} // a commit landed: push soon
+	syncer    *syncer       // nil: no remote
 	listener  net.Listener  // for metrics, if any
 	closeOnce sync.Once
 	closeErr  error
@@ -143,6 +144,12 @@ func New(cfg Config) (s *Server, err error) {
 			fo.Pressure.Pinned = s.fsys.Pinned
 		}
 	}
+	if cfg.Remote != nil && !cfg.Store.ReadOnly {
+		s.syncer = &syncer{s: s}
+		if err := s.syncer.joinFirst(); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.MetricsAddr != "" {
 		if s.listener, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
 			return nil, fmt.Errorf("--metrics: %w", err)
@@ -195,9 +202,8 @@ func (s *Server) Run(ctx context.Context) error {
 		slog.Info("metrics listening", "addr", l.Addr().String())
 	}
 	syncCtx, stopSync := context.WithCancel(context.Background())
-	var sy *syncer
-	if s.cfg.Remote != nil && !s.cfg.Store.ReadOnly {
-		sy = &syncer{s: s}
+	sy := s.syncer
+	if sy != nil {
 		loops.Go(func() { sy.run(syncCtx) })
 	}
 	served := make(chan struct{})

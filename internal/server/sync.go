@@ -93,6 +93,30 @@ func (y *syncer) connect(ctx context.Context) error {
 	return nil
 }
 
+// joinTimeout bounds the wait for the remote before a new repository is
+// served.
+const joinTimeout = 15 * time.Second
+
+// joinFirst connects before the mount serves when the repository has no
+// ledger yet: it then takes the remote's chunker polynomial, which it can
+// no longer once something is written (a folder made at once would have
+// kept a new device from ever syncing). A remote that does not answer in
+// joinTimeout is logged, and the loop retries.
+func (y *syncer) joinFirst() error {
+	ledgers, err := y.s.repo.Ledgers()
+	if err != nil || len(ledgers) > 0 {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), joinTimeout)
+	defer cancel()
+	if err := y.connect(ctx); err != nil {
+		slog.Warn("the remote did not answer before the mount serves; a new repository must take its chunking before anything is written, or it cannot sync", "err", err)
+		cloudsync.NoteError(y.s.repo, err)
+		y.lastErr = err.Error()
+	}
+	return nil
+}
+
 // last runs one round after the mount ended, bounded by lastTimeout.
 func (y *syncer) last() {
 	if y.cs == nil {
