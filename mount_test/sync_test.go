@@ -12,18 +12,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minio/minio-go/v7/pkg/credentials"
-
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/internal/s3test"
 )
+
+// syncCmd is `ledgerfs sync` of repo with the S3 server srv, bucket
+// "ledgerfs", prefix "home", with its credentials.
+func syncCmd(srv *s3test.Server, repo string) *exec.Cmd {
+	cmd := exec.Command(binary, "sync", repo, "--remote", "s3://ledgerfs/home", "--endpoint", srv.Endpoint)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+s3test.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3test.SecretKey, "AWS_REGION=us-east-1")
+	return cmd
+}
 
 // syncRepo runs `ledgerfs sync` of an unmounted repository with the S3
 // server srv, bucket "ledgerfs", prefix "home".
 func syncRepo(t *testing.T, srv *s3test.Server, repo string) string {
 	t.Helper()
-	cmd := exec.Command(binary, "sync", repo, "--remote", "s3://ledgerfs/home", "--endpoint", srv.Endpoint)
-	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+s3test.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3test.SecretKey, "AWS_REGION=us-east-1")
+	cmd := syncCmd(srv, repo)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("ledgerfs sync %s: %v\n%s", repo, err, out)
@@ -119,8 +124,7 @@ func TestSyncTwoDevices(t *testing.T) {
 // prefix "home", through S3.
 func objectsUnder(t *testing.T, srv *s3test.Server, dir string) []string {
 	t.Helper()
-	be, err := remote.NewS3(context.Background(), remote.S3Config{Endpoint: srv.Endpoint, Region: "us-east-1",
-		Bucket: "ledgerfs", Prefix: "home", PathStyle: true, Creds: credentials.NewStaticV4(s3test.AccessKey, s3test.SecretKey, "")})
+	be, err := remote.NewS3(context.Background(), srv.Config("ledgerfs", "home"))
 	must(t, err)
 	var out []string
 	must(t, be.List(context.Background(), dir+"/", "", func(o remote.Object) error {
@@ -143,8 +147,7 @@ func (p *syncProc) wait() error { return <-p.done }
 // is in the store (the upload under way), polling with a deadline.
 func startSync(t *testing.T, srv *s3test.Server, repo string) *syncProc {
 	t.Helper()
-	cmd := exec.Command(binary, "sync", repo, "--remote", "s3://ledgerfs/home", "--endpoint", srv.Endpoint)
-	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+s3test.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3test.SecretKey, "AWS_REGION=us-east-1")
+	cmd := syncCmd(srv, repo)
 	var out output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	must(t, cmd.Start())
@@ -200,8 +203,7 @@ func TestSyncFaults(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(a.mnt, "home", "work", "two.bin"), content(12, 24<<20), 0o644))
 	a.stop()
 	packs := len(objectsUnder(t, srv, "packs"))
-	second := exec.Command(binary, "sync", repoA, "--remote", "s3://ledgerfs/home", "--endpoint", srv.Endpoint)
-	second.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+s3test.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3test.SecretKey, "AWS_REGION=us-east-1")
+	second := syncCmd(srv, repoA)
 	must(t, second.Start())
 	for deadline := time.Now().Add(60 * time.Second); len(objectsUnder(t, srv, "packs")) == packs; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {

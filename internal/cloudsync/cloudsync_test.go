@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minio/minio-go/v7/pkg/credentials"
-
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
@@ -155,10 +153,7 @@ func stores(t *testing.T) map[string]remote.Backend {
 	dir, err := remote.NewDir(t.TempDir())
 	must(t, err)
 	srv := s3test.Start(t)
-	s3, err := remote.NewS3(context.Background(), remote.S3Config{
-		Endpoint: srv.Endpoint, Region: "us-east-1", Bucket: "sync", Prefix: "repo", PathStyle: true,
-		Creds: credentials.NewStaticV4(s3test.AccessKey, s3test.SecretKey, ""),
-	})
+	s3, err := remote.NewS3(context.Background(), srv.Config("sync", "repo"))
 	must(t, err)
 	return map[string]remote.Backend{"dir": dir, srv.Kind: s3}
 }

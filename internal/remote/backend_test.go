@@ -39,10 +39,7 @@ func backends(t *testing.T) map[string]remote.Backend {
 }
 
 func s3Config(srv *s3test.Server, bucket, prefix string) remote.S3Config {
-	return remote.S3Config{
-		Endpoint: srv.Endpoint, Region: "us-east-1", Bucket: bucket, Prefix: prefix, PathStyle: true,
-		Creds: credentials.NewStaticV4(s3test.AccessKey, s3test.SecretKey, ""),
-	}
+	return srv.Config(bucket, prefix)
 }
 
 func names(t *testing.T, be remote.Backend, prefix, after string) []string {

@@ -22,6 +22,9 @@ import (
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/ledgerfs/ledgerfs/internal/remote"
 )
 
 // Credentials every server started here takes.
@@ -216,3 +219,9 @@ func (s *Server) Restart() {
 func (s *Server) Dir() string { return filepath.Clean(s.dir) }
 
 func (s *Server) String() string { return fmt.Sprintf("%s at %s", s.Kind, s.Endpoint) }
+
+// Config is how to reach bucket/prefix of the server with its credentials.
+func (s *Server) Config(bucket, prefix string) remote.S3Config {
+	return remote.S3Config{Endpoint: s.Endpoint, Region: "us-east-1", Bucket: bucket, Prefix: prefix, PathStyle: true,
+		Creds: credentials.NewStaticV4(AccessKey, SecretKey, "")}
+}
