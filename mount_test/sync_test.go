@@ -307,4 +307,12 @@ func TestMountsSync(t *testing.T) {
 		return err == nil && strings.Contains(string(b), "remote: s3://ledgerfs/home\n") &&
 			strings.Contains(string(b), "waiting to upload: nothing\n") && strings.Contains(string(b), "last error: none\n")
 	})
+	stats, err := os.ReadFile(filepath.Join(a.mnt, ".stats"))
+	must(t, err)
+	for _, want := range []string{`ledgerfs_sync_requests_total{kind="put",result="ok"}`, `ledgerfs_sync_rounds_total{result="ok"}`,
+		`ledgerfs_sync_commits_total{direction="up"}`, `ledgerfs_sync_commits_total{direction="down"}`, "ledgerfs_sync_seconds_since_success "} {
+		if !strings.Contains(string(stats), want) {
+			t.Errorf("a's .stats has no %s", want)
+		}
+	}
 }

@@ -33,6 +33,7 @@ type Metrics struct {
 	collections  *prometheus.CounterVec
 	collected    *prometheus.CounterVec
 	collectTime  prometheus.Histogram
+	sync         *syncMetrics
 }
 
 // New returns the metrics of a mount of repo.
@@ -68,7 +69,9 @@ func New(repo *store.Repository) *Metrics {
 			Help:    "Time a page's collection took, reclaiming the space included.",
 			Buckets: prometheus.ExponentialBuckets(1e-3, 4, 10), // 1 ms to 4.4 min
 		}),
+		sync: newSyncMetrics(),
 	}
+	m.sync.register(m.reg)
 	m.reg.MustRegister(m.ops, m.bytesRead, m.bytesWritten, m.commitSize, m.collections, m.collected, m.collectTime,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		repoCollector{repo})

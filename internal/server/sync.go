@@ -54,7 +54,9 @@ func (y *syncer) run(ctx context.Context) {
 func (y *syncer) round(ctx context.Context) {
 	err := y.connect(ctx)
 	if err == nil && y.cs != nil {
-		_, err = y.cs.Sync(ctx) // records its own errors
+		var st cloudsync.Stats
+		st, err = y.cs.Sync(ctx) // records its own errors
+		y.s.metrics.ObserveSync(st, err)
 	} else if err != nil && ctx.Err() == nil {
 		cloudsync.NoteError(y.s.repo, err)
 	}
@@ -83,7 +85,7 @@ func (y *syncer) connect(ctx context.Context) error {
 		y.none = true
 		return nil
 	}
-	cs, err := cloudsync.New(ctx, y.s.repo, be)
+	cs, err := cloudsync.New(ctx, y.s.repo, y.s.metrics.CountRequests(be))
 	if err != nil {
 		return err
 	}
