@@ -16,10 +16,10 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/s3test"
 )
 
-// syncCmd is `ledgerfs sync` of repo with the S3 server srv, bucket
-// "ledgerfs", prefix "home", with its credentials.
-func syncCmd(srv *s3test.Server, repo string) *exec.Cmd {
-	cmd := exec.Command(binary, "sync", repo, "--remote", "s3://ledgerfs/home", "--endpoint", srv.Endpoint)
+// syncCmd is `ledgerfs sync` of repo with the S3 server at endpoint,
+// bucket "ledgerfs", prefix "home", with the test servers' credentials.
+func syncCmd(endpoint, repo string) *exec.Cmd {
+	cmd := exec.Command(binary, "sync", repo, "--remote", "s3://ledgerfs/home", "--endpoint", endpoint)
 	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+s3test.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3test.SecretKey, "AWS_REGION=us-east-1")
 	return cmd
 }
@@ -28,7 +28,7 @@ func syncCmd(srv *s3test.Server, repo string) *exec.Cmd {
 // server srv, bucket "ledgerfs", prefix "home".
 func syncRepo(t *testing.T, srv *s3test.Server, repo string) string {
 	t.Helper()
-	cmd := syncCmd(srv, repo)
+	cmd := syncCmd(srv.Endpoint, repo)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("ledgerfs sync %s: %v\n%s", repo, err, out)
@@ -143,28 +143,22 @@ type syncProc struct {
 
 func (p *syncProc) wait() error { return <-p.done }
 
-// startSync starts `ledgerfs sync` of repo and returns once its first pack
-// is in the store (the upload under way), polling with a deadline.
-func startSync(t *testing.T, srv *s3test.Server, repo string) *syncProc {
+// startSync starts `ledgerfs sync` of repo through the watcher w and
+// returns once a pack more is in the store (the upload under way).
+func startSync(t *testing.T, w *s3test.Watcher, repo string) *syncProc {
 	t.Helper()
-	cmd := syncCmd(srv, repo)
+	cmd := syncCmd(w.Endpoint, repo)
 	var out output
 	cmd.Stdout, cmd.Stderr = &out, &out
+	before := w.Count(s3test.PackPut)
 	must(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	for deadline := time.Now().Add(60 * time.Second); len(objectsUnder(t, srv, "packs")) == 0; time.Sleep(time.Millisecond) {
-		select {
-		case err := <-done:
-			t.Fatalf("sync ended before its first pack was in the store (%v):\n%s", err, out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatal("no pack in the store within 60 s")
-		}
-	}
+	done, exited := make(chan error, 1), make(chan struct{})
+	go func() {
+		done <- cmd.Wait()
+		close(exited)
+	}()
 	t.Cleanup(func() { cmd.Process.Kill() })
+	w.Await(t, "a pack of the sync in the store", before+1, s3test.PackPut, exited)
 	return &syncProc{cmd: cmd, done: done, out: &out}
 }
 
@@ -176,6 +170,7 @@ func startSync(t *testing.T, srv *s3test.Server, repo string) *syncProc {
 func TestSyncFaults(t *testing.T) {
 	t.Parallel()
 	srv := s3test.Start(t)
+	w := srv.Watch(t)
 	repoA, repoB := t.TempDir(), t.TempDir()
 	a := mount(t, repoA)
 	pg := a.page("home", "work")
@@ -183,7 +178,7 @@ func TestSyncFaults(t *testing.T) {
 	a.stop()
 
 	// The server dies mid-upload.
-	first := startSync(t, srv, repoA)
+	first := startSync(t, w, repoA)
 	srv.Kill()
 	if err := first.wait(); err == nil {
 		t.Fatalf("sync succeeded with its server killed mid-upload:\n%s", first.out)
@@ -202,16 +197,9 @@ func TestSyncFaults(t *testing.T) {
 	a = mount(t, repoA)
 	must(t, os.WriteFile(filepath.Join(a.mnt, "home", "work", "two.bin"), content(12, 24<<20), 0o644))
 	a.stop()
-	packs := len(objectsUnder(t, srv, "packs"))
-	second := syncCmd(srv, repoA)
-	must(t, second.Start())
-	for deadline := time.Now().Add(60 * time.Second); len(objectsUnder(t, srv, "packs")) == packs; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no new pack within 60 s")
-		}
-	}
-	second.Process.Kill()
-	second.Wait()
+	second := startSync(t, w, repoA)
+	second.cmd.Process.Kill()
+	second.wait()
 	syncRepo(t, srv, repoA)
 	syncRepo(t, srv, repoA)
 	logs := objectsUnder(t, srv, "logs")

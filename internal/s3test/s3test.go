@@ -10,11 +10,15 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -224,4 +228,97 @@ func (s *Server) String() string { return fmt.Sprintf("%s at %s", s.Kind, s.Endp
 func (s *Server) Config(bucket, prefix string) remote.S3Config {
 	return remote.S3Config{Endpoint: s.Endpoint, Region: "us-east-1", Bucket: bucket, Prefix: prefix, PathStyle: true,
 		Creds: credentials.NewStaticV4(AccessKey, SecretKey, "")}
+}
+
+// A Watcher is a proxy in front of a Server that keeps the requests it
+// passed, so that a test waits for a request (Await) rather than polling
+// the store.
+type Watcher struct {
+	// Endpoint is the proxy's URL, for clients to use instead of the
+	// server's.
+	Endpoint string
+
+	mu      sync.Mutex
+	seen    []Request
+	changed chan struct{} // closed, and replaced, at each request passed
+}
+
+// A Request is one request a Watcher passed, with its response's status.
+type Request struct {
+	Method, Path string
+	Status       int
+}
+
+// Watch starts a Watcher in front of s; the test's cleanup stops it. A
+// request while the server is down gets 502 from the proxy.
+func (s *Server) Watch(t testing.TB) *Watcher {
+	target, err := url.Parse(s.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	w := &Watcher{changed: make(chan struct{})}
+	ts := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: rw, status: http.StatusOK}
+		rp.ServeHTTP(sw, r)
+		w.mu.Lock()
+		w.seen = append(w.seen, Request{r.Method, r.URL.Path, sw.status})
+		close(w.changed)
+		w.changed = make(chan struct{})
+		w.mu.Unlock()
+	}))
+	t.Cleanup(ts.Close)
+	w.Endpoint = ts.URL
+	return w
+}
+
+// Count is how many requests passed so far match.
+func (w *Watcher) Count(match func(Request) bool) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, r := range w.seen {
+		if match(r) {
+			n++
+		}
+	}
+	return n
+}
+
+// Await returns once n requests that match have passed; it fails the test
+// if quit is closed first, or after a minute.
+func (w *Watcher) Await(t testing.TB, what string, n int, match func(Request) bool, quit <-chan struct{}) {
+	t.Helper()
+	timeout := time.NewTimer(time.Minute)
+	defer timeout.Stop()
+	for {
+		w.mu.Lock()
+		ch := w.changed
+		w.mu.Unlock()
+		if w.Count(match) >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-quit:
+			t.Fatalf("%s: ended before it", what)
+		case <-timeout.C:
+			t.Fatalf("%s: not within a minute", what)
+		}
+	}
+}
+
+// PackPut matches a pack's upload that the store took.
+func PackPut(r Request) bool {
+	return r.Method == http.MethodPut && strings.Contains(r.Path, "/packs/") && r.Status == http.StatusOK
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
 }
