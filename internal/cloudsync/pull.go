@@ -320,14 +320,13 @@ func (s *Syncer) madeBy(p *store.Page, c *store.Commit) (string, error) {
 // A fetcher stores the pieces a commit reaches that the page lacks, from
 // the packs the index names; it keeps the last few packs read.
 type fetcher struct {
-	s      *Syncer
-	index  map[cas.Digest]pieceRef
-	packs  map[string][]byte
-	order  []string
-	p      *store.Page
-	pw     *store.PieceWriter
-	st     *Stats
-	loaded int
+	s     *Syncer
+	index map[cas.Digest]pieceRef
+	packs map[string][]byte
+	order []string
+	p     *store.Page
+	pw    *store.PieceWriter
+	st    *Stats
 }
 
 // maxPacks bounds the packs a fetcher keeps: 4 of 8 MiB.
