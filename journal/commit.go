@@ -48,7 +48,7 @@ func (j *Journal) Commit() (*store.Commit, error) {
 	if err == nil {
 		j.done = true
 		if o := j.e.observing().Commit; o != nil && j.ops != nil {
-			o(j.ID.Explicit(), len(j.ops))
+			o(j.p.Ledger, j.p.Name, j.ID.Explicit(), len(j.ops))
 		}
 	}
 	return c, err

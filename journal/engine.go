@@ -29,10 +29,10 @@ type Engine struct {
 // Observers are told of commits of journals this engine filled (not of
 // recovery's).
 type Observers struct {
-	// Commit is told of every commit: whether a transaction's (explicit)
-	// or of queued changes, and how many keys it changed. A mount reports
-	// them as metrics.
-	Commit func(explicit bool, changes int)
+	// Commit is told of every commit: its page, whether a transaction's
+	// (explicit) or of queued changes, and how many keys it changed. A
+	// mount reports them as metrics and pushes the page soon.
+	Commit func(ledger, page string, explicit bool, changes int)
 	// Removed is told of every commit that deleted or replaced content:
 	// how many bytes of values its page's head no longer holds (history
 	// may). A mount collects a page once enough was removed.

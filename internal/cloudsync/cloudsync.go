@@ -1,12 +1,16 @@
 package cloudsync
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/restic/chunker"
@@ -21,7 +25,7 @@ const DefaultPackSize = 8 << 20
 
 // A Syncer pushes a repository's new commits to a remote store and pulls
 // and merges other devices'. One process owns the repository; the Syncer
-// is not safe for concurrent use.
+// is not safe for concurrent use, but for Changed.
 type Syncer struct {
 	repo     *store.Repository
 	be       remote.Backend
@@ -35,11 +39,21 @@ type Syncer struct {
 	// the move: a mount invalidates what the kernel holds of it.
 	Landed func(ledger, page string, from, to *store.Commit)
 
+	// Watched says the owner calls Changed for every commit of the
+	// repository (a mount does, from its journals): after its first push,
+	// which visits every page, a push visits only the pages changed since,
+	// and an idle round opens no page.
+	Watched bool
+
+	mu        sync.Mutex         // guards changed
+	changed   map[[2]string]bool // pages to push, when Watched and pushedAll
+	pushedAll bool               // a push visited every page
+
 	noted  time.Time // when a round was last recorded
 	failed bool      // the last round failed
 
-	devices   []string // the other devices, listed at devicesAt
-	devicesAt time.Time
+	scannedAt time.Time // the last full scan of the devices' logs
+	lookedAt  time.Time // the last look at the change feed (or scan)
 }
 
 func (s *Syncer) progress(phase string, done, total int) {
@@ -95,6 +109,34 @@ func New(ctx context.Context, repo *store.Repository, be remote.Backend) (*Synce
 		return nil, err
 	}
 	return &Syncer{repo: repo, be: be, device: device, packSize: DefaultPackSize}, nil
+}
+
+// Changed tells a Watched syncer that ledger/page has a new commit to
+// push. Safe to call from any goroutine.
+func (s *Syncer) Changed(ledger, page string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil {
+		s.changed = map[[2]string]bool{}
+	}
+	s.changed[[2]string{ledger, page}] = true
+}
+
+// toPush takes the pages a push visits: every page, or for a Watched syncer
+// that pushed every page once, those changed since.
+func (s *Syncer) toPush() ([][2]string, error) {
+	if !s.Watched || !s.pushedAll {
+		return s.pages()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([][2]string, 0, len(s.changed))
+	for lp := range s.changed {
+		out = append(out, lp)
+	}
+	clear(s.changed)
+	slices.SortFunc(out, func(a, b [2]string) int { return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1])) })
+	return out, nil
 }
 
 // Device is the repository's device id.

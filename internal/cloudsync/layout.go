@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Names in the store (see DESIGN.md, "The remote store").
@@ -26,6 +27,7 @@ const (
 	devicesDir = "devices/"
 	packsDir   = "packs/"
 	logsDir    = "logs/"
+	feedDir    = "feed/"
 )
 
 // deviceName is the object that registers a device.
@@ -66,6 +68,28 @@ func parseBatchName(name string) (device string, seq uint64, ok bool) {
 	}
 	seq, err := strconv.ParseUint(num, 16, 64)
 	return device, seq, err == nil
+}
+
+// feedName is the change feed's entry that says device's log holds
+// batches up to seq, announced at t. Names sort by time, so a reader lists
+// what was announced since it last looked in one request, whatever the
+// number of devices and pages.
+func feedName(t time.Time, device string, seq uint64) string {
+	return fmt.Sprintf("%s%s-%s-%016x", feedDir, feedTime(t), device, seq)
+}
+
+// feedTime is the part of a feed name that orders it: milliseconds since
+// 1970, 12 hex digits (until the year 10889).
+func feedTime(t time.Time) string { return fmt.Sprintf("%012x", t.UnixMilli()) }
+
+// parseFeedName returns the device and batch number a feed entry announces.
+func parseFeedName(name string) (device string, seq uint64, ok bool) {
+	rest, ok := strings.CutPrefix(name, feedDir)
+	if !ok || len(rest) < 12+1+1+16 || rest[12] != '-' || rest[len(rest)-17] != '-' {
+		return "", 0, false
+	}
+	seq, err := strconv.ParseUint(rest[len(rest)-16:], 16, 64)
+	return rest[13 : len(rest)-17], seq, err == nil
 }
 
 // A batch is one object of a device's log: commits of pages, in

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,32 +33,20 @@ var errMissingParent = errors.New("a parent commit is not here yet")
 // device's order; one whose commits build on another device's commits
 // waits until those are applied.
 func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
-	devices, err := s.otherDevices(ctx)
+	names, err := s.newBatches(ctx)
 	if err != nil {
 		return err
 	}
+	var devices []string
 	queues := map[string][]*batch{}
 	index := map[cas.Digest]pieceRef{}
-	for _, dev := range devices {
-		after := ""
-		if v, ok, err := s.repo.SyncState(statePos + dev); err != nil {
-			return err
-		} else if ok {
-			seq, err := strconv.ParseUint(string(v), 10, 64)
-			if err != nil {
-				return fmt.Errorf("cloudsync: position in %s's log: %w", dev, err)
-			}
-			after = batchName(dev, seq)
-		}
-		var names []string
-		if err := s.be.List(ctx, logsDir+dev+"/", after, func(o remote.Object) error {
-			names = append(names, o.Name)
-			return nil
-		}); err != nil {
-			return err
-		}
-		for _, name := range names {
+	for dev, ns := range names {
+		devices = append(devices, dev)
+		for _, name := range ns {
 			b, err := s.readBatch(ctx, name)
+			if errors.Is(err, remote.ErrNotFound) {
+				break // announced, not listable yet: the next pull reads it
+			}
 			if err != nil {
 				return err
 			}
@@ -69,6 +58,7 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 			}
 		}
 	}
+	slices.Sort(devices)
 	if err := s.keepIndex(index); err != nil {
 		return err
 	}
@@ -102,28 +92,84 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 	}
 }
 
-// devicesFresh is how long a listing of the devices is used before the
-// next: a mount that polls every 2 s would otherwise list them each time,
-// doubling an idle mount's requests. A device that joins is seen within it
-// (at once by a device that was alone).
-const devicesFresh = 30 * time.Second
+// How a pull finds new batches. It lists the change feed from a little
+// before its last look (feedSlack covers devices' clocks that differ and
+// announcements in flight), one request for the whole store when nothing
+// changed; every fullScanEvery, and first, it lists every device's log
+// instead, which finds batches whose announcement was lost or whose
+// device's clock is off by more than feedSlack.
+const (
+	feedSlack     = time.Minute
+	fullScanEvery = 5 * time.Minute
+)
 
-// otherDevices lists the devices of the store but this one.
-func (s *Syncer) otherDevices(ctx context.Context) ([]string, error) {
-	if len(s.devices) > 0 && time.Since(s.devicesAt) < devicesFresh {
-		return s.devices, nil
+// newBatches names, per other device, the batches after the last one
+// applied, in order.
+func (s *Syncer) newBatches(ctx context.Context) (map[string][]string, error) {
+	now := time.Now()
+	out := map[string][]string{}
+	if s.scannedAt.IsZero() || now.Sub(s.scannedAt) >= fullScanEvery {
+		var devices []string
+		if err := s.be.List(ctx, devicesDir, "", func(o remote.Object) error {
+			if d := strings.TrimPrefix(o.Name, devicesDir); d != s.device {
+				devices = append(devices, d)
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		for _, dev := range devices {
+			after := ""
+			if pos, ok, err := s.position(dev); err != nil {
+				return nil, err
+			} else if ok {
+				after = batchName(dev, pos)
+			}
+			if err := s.be.List(ctx, logsDir+dev+"/", after, func(o remote.Object) error {
+				out[dev] = append(out[dev], o.Name)
+				return nil
+			}); err != nil {
+				return nil, err
+			}
+		}
+		s.scannedAt, s.lookedAt = now, now
+		return out, nil
 	}
-	devices := []string{}
-	if err := s.be.List(ctx, devicesDir, "", func(o remote.Object) error {
-		if d := strings.TrimPrefix(o.Name, devicesDir); d != s.device {
-			devices = append(devices, d)
+	last := map[string]uint64{}
+	if err := s.be.List(ctx, feedDir, feedDir+feedTime(s.lookedAt.Add(-feedSlack)), func(o remote.Object) error {
+		if dev, seq, ok := parseFeedName(o.Name); ok && dev != s.device && seq >= last[dev] {
+			last[dev] = seq
 		}
 		return nil
 	}); err != nil {
 		return nil, err
 	}
-	s.devices, s.devicesAt = devices, time.Now()
-	return devices, nil
+	s.lookedAt = now
+	for dev, seq := range last {
+		from := uint64(0)
+		if pos, ok, err := s.position(dev); err != nil {
+			return nil, err
+		} else if ok {
+			from = pos + 1
+		}
+		for n := from; n <= seq; n++ {
+			out[dev] = append(out[dev], batchName(dev, n))
+		}
+	}
+	return out, nil
+}
+
+// position is the number of the last batch of dev's log applied here.
+func (s *Syncer) position(dev string) (uint64, bool, error) {
+	v, ok, err := s.repo.SyncState(statePos + dev)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	seq, err := strconv.ParseUint(string(v), 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("cloudsync: position in %s's log: %w", dev, err)
+	}
+	return seq, true, nil
 }
 
 // keepIndex records where the pieces of the batches read are, for commits
@@ -232,6 +278,9 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, pb pa
 		if err := p.SetStatus(store.Local, mergeNew); err != nil {
 			return err
 		}
+	}
+	if to.ID != from.ID && to.ID != remoteHead.ID {
+		s.Changed(pb.Ledger, pb.Page) // a merge, to push
 	}
 	meta := map[string][]byte{"pulled_at": []byte(time.Now().UTC().Format(time.RFC3339))}
 	for _, c := range fresh {

@@ -28,16 +28,52 @@ const stateNextSeq = "next_seq"
 // and the commits' unsynced rows go. A push cut short is finished by the
 // next: a batch found already written by this device is taken as done.
 func (s *Syncer) Push(ctx context.Context, st *Stats) error {
-	pages, err := s.pages()
+	pages, err := s.toPush()
 	if err != nil {
 		return err
 	}
-	for _, lp := range pages {
-		if err := s.pushPage(ctx, lp[0], lp[1], st); err != nil {
+	for i, lp := range pages {
+		ok, err := s.repo.HasPage(lp[0], lp[1])
+		if err == nil && ok { // else deleted since it changed
+			err = s.pushPage(ctx, lp[0], lp[1], st)
+		}
+		if err != nil {
+			for _, lp := range pages[i:] {
+				s.Changed(lp[0], lp[1]) // the next round pushes them
+			}
 			return fmt.Errorf("cloudsync: push %s/%s: %w", lp[0], lp[1], err)
 		}
 	}
-	return nil
+	s.pushedAll = true
+	return s.announce(ctx)
+}
+
+// stateAnnounced is the repository's sync state row of the number of the
+// last batch the change feed announces.
+const stateAnnounced = "announced"
+
+// announce adds an entry to the change feed for the device's last batch if
+// the feed does not tell of it yet: one entry per round that pushed, after
+// the batches, so a reader that sees it finds them. A round cut short
+// before announcing is announced by the next (and a reader's periodic full
+// scan finds its batches meanwhile).
+func (s *Syncer) announce(ctx context.Context) error {
+	next, err := s.nextSeq()
+	if err != nil || next == 0 {
+		return err
+	}
+	v, ok, err := s.repo.SyncState(stateAnnounced)
+	if err != nil {
+		return err
+	}
+	last := strconv.FormatUint(next-1, 10)
+	if ok && string(v) == last {
+		return nil
+	}
+	if err := s.be.Put(ctx, feedName(time.Now(), s.device, next-1), nil); err != nil {
+		return fmt.Errorf("cloudsync: announce batch %d: %w", next-1, err)
+	}
+	return s.repo.SetSyncState(map[string][]byte{stateAnnounced: []byte(last)})
 }
 
 func (s *Syncer) nextSeq() (uint64, error) {

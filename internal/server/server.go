@@ -101,8 +101,11 @@ func New(cfg Config) (s *Server, err error) {
 		slog.Info("created a new repository", "repo", cfg.Repo)
 	}
 	s.metrics = metrics.New(s.repo)
-	observers := journal.Observers{Commit: func(explicit bool, changes int) {
+	observers := journal.Observers{Commit: func(ledger, page string, explicit bool, changes int) {
 		s.metrics.ObserveCommit(explicit, changes)
+		if y := s.syncer; y != nil {
+			y.changed(ledger, page)
+		}
 		select {
 		case s.syncKick <- struct{}{}:
 		default:

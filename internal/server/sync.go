@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
@@ -13,6 +14,7 @@ import (
 type syncer struct {
 	s       *Server
 	cs      *cloudsync.Syncer // nil until the remote answered
+	watched atomic.Pointer[cloudsync.Syncer] // cs, for commits to tell it of their pages
 	none    bool              // the repository has no remote
 	lastErr string
 }
@@ -90,9 +92,19 @@ func (y *syncer) connect(ctx context.Context) error {
 		return err
 	}
 	cs.Landed = y.s.fsys.HeadMoved
+	cs.Watched = true
 	y.cs = cs
+	y.watched.Store(cs)
 	slog.Info("syncing", "remote", be.Location(), "device", cs.Device())
 	return nil
+}
+
+// changed tells the syncer, once connected, of a commit of ledger/page: its
+// rounds push only pages told of (before, its first round pushes all).
+func (y *syncer) changed(ledger, page string) {
+	if cs := y.watched.Load(); cs != nil {
+		cs.Changed(ledger, page)
+	}
 }
 
 // joinTimeout bounds the wait for the remote before a new repository is
