@@ -224,7 +224,10 @@ func mountSynced(t *testing.T, srv *s3test.Server, repo string) *server {
 	t.Setenv("AWS_ACCESS_KEY_ID", s3test.AccessKey) // the mount process inherits them
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s3test.SecretKey)
 	t.Setenv("AWS_REGION", "us-east-1")
-	return mount(t, repo, "--remote", "s3://ledgerfs/home", "--endpoint", srv.Endpoint, "--sync-every", "100ms")
+	// The kernel may cache names and attributes for a minute, longer than
+	// any wait of these tests: what a sync changes shows only if the mount
+	// invalidated it.
+	return mount(t, repo, "--remote", "s3://ledgerfs/home", "--endpoint", srv.Endpoint, "--sync-every", "100ms", "--cache-timeout", "60")
 }
 
 // await polls, with a deadline, until cond holds.
@@ -295,6 +298,24 @@ func TestMountsSync(t *testing.T) {
 		return err == nil && strings.Contains(string(b), "remote: s3://ledgerfs/home\n") &&
 			strings.Contains(string(b), "waiting to upload: nothing\n") && strings.Contains(string(b), "last error: none\n")
 	})
+	// Names: a ledger made, a page made, a page renamed and one deleted
+	// on a are so on b, its kernel's cached entries of the old names gone.
+	exists := func(path string) func() bool {
+		return func() bool { _, err := os.Stat(path); return err == nil }
+	}
+	gone := func(path string) func() bool {
+		return func() bool { _, err := os.Stat(path); return os.IsNotExist(err) }
+	}
+	must(t, os.Mkdir(filepath.Join(a.mnt, "empty"), 0o755))
+	must(t, os.Mkdir(filepath.Join(a.mnt, "home", "scratch"), 0o755))
+	await(t, "a's new page on b", exists(filepath.Join(b.mnt, "home", "scratch")))
+	await(t, "a's new ledger on b", exists(filepath.Join(b.mnt, "empty")))
+	must(t, os.Rename(pa, filepath.Join(a.mnt, "home", "desk")))
+	must(t, os.Remove(filepath.Join(a.mnt, "home", "scratch")))
+	await(t, "a's renamed page on b", fileIs(filepath.Join(b.mnt, "home", "desk", "notes.txt"), want))
+	await(t, "the page's old name gone on b", gone(pb))
+	await(t, "a's deleted page gone on b", gone(filepath.Join(b.mnt, "home", "scratch")))
+
 	stats, err := os.ReadFile(filepath.Join(a.mnt, ".stats"))
 	must(t, err)
 	for _, want := range []string{`ledgerfs_sync_requests_total{kind="put",result="ok"}`, `ledgerfs_sync_rounds_total{result="ok"}`,

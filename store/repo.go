@@ -150,6 +150,10 @@ type Repository struct {
 	// cached by head (a log, a file's versions) are stale once it moves.
 	pruned atomic.Uint64
 	closed bool
+	// namesMu orders the keys of recorded name changes (namesLast: the
+	// last one's nanoseconds).
+	namesMu   sync.Mutex
+	namesLast int64
 }
 
 // Open opens or creates the repository in dir.
@@ -432,7 +436,7 @@ func (r *Repository) recover() error {
 		for _, p := range pages {
 			if _, err := os.Stat(r.pageDir(l, PageIDFor(p))); errors.Is(err, fs.ErrNotExist) {
 				slog.Warn("dropping page whose db is gone", "ledger", l, "page", p)
-				if err := r.dropPageRows(l, p); err != nil {
+				if err := r.dropPageRows(l, p, nil); err != nil {
 					return err
 				}
 			}
@@ -490,23 +494,34 @@ func (r *Repository) HasPage(ledger, page string) (bool, error) {
 }
 
 // CreateLedger creates an empty ledger.
-func (r *Repository) CreateLedger(ledger string) error {
+func (r *Repository) CreateLedger(ledger string) error { return r.createLedger(ledger, true) }
+
+func (r *Repository) createLedger(ledger string, rec bool) error {
 	if err := checkLedgerName(ledger); err != nil {
 		return err
 	}
 	if err := r.space.Claim(0, badgerdb.ForChange); err != nil {
 		return err
 	}
+	nc, err := r.nameChange(rec, NameChange{Op: NameCreateLedger, Ledger: ledger})
+	if err != nil {
+		return err
+	}
 	return r.db.Update(func(txn *badger.Txn) error {
 		if _, err := txn.Get([]byte(prefixLedgers + ledger)); err == nil {
 			return fmt.Errorf("ledger %q: %w", ledger, ErrExists)
+		}
+		if err := r.recordName(txn, nc); err != nil {
+			return err
 		}
 		return txn.Set([]byte(prefixLedgers+ledger), nil)
 	})
 }
 
 // DeleteLedger deletes an empty ledger.
-func (r *Repository) DeleteLedger(ledger string) error {
+func (r *Repository) DeleteLedger(ledger string) error { return r.deleteLedger(ledger, true) }
+
+func (r *Repository) deleteLedger(ledger string, rec bool) error {
 	pages, err := r.Pages(ledger)
 	if err != nil {
 		return err
@@ -519,10 +534,17 @@ func (r *Repository) DeleteLedger(ledger string) error {
 	} else if !ok {
 		return fmt.Errorf("ledger %q: %w", ledger, ErrNotFound)
 	}
+	nc, err := r.nameChange(rec, NameChange{Op: NameDeleteLedger, Ledger: ledger})
+	if err != nil {
+		return err
+	}
 	if err := os.RemoveAll(filepath.Join(r.dir, SerializationVersion, "ledgers", ledgerFolder(ledger))); err != nil {
 		return err
 	}
 	return r.db.Update(func(txn *badger.Txn) error {
+		if err := r.recordName(txn, nc); err != nil {
+			return err
+		}
 		if err := txn.Delete(retentionKey(ledger, "")); err != nil {
 			return err
 		}
@@ -531,7 +553,9 @@ func (r *Repository) DeleteLedger(ledger string) error {
 }
 
 // CreatePage creates an empty page in a ledger.
-func (r *Repository) CreatePage(ledger, page string) error {
+func (r *Repository) CreatePage(ledger, page string) error { return r.createPage(ledger, page, true) }
+
+func (r *Repository) createPage(ledger, page string, rec bool) error {
 	if err := CheckName(page); err != nil {
 		return err
 	}
@@ -548,11 +572,18 @@ func (r *Repository) CreatePage(ledger, page string) error {
 	} else if ok {
 		return fmt.Errorf("page %q: %w", page, ErrExists)
 	}
+	nc, err := r.nameChange(rec, NameChange{Op: NameCreatePage, Ledger: ledger, Page: page})
+	if err != nil {
+		return err
+	}
 	id := PageIDFor(page)
 	if err := os.MkdirAll(r.pageDir(ledger, id), 0o755); err != nil {
 		return fmt.Errorf("create page: %w", err)
 	}
 	return r.db.Update(func(txn *badger.Txn) error {
+		if err := r.recordName(txn, nc); err != nil {
+			return err
+		}
 		if err := txn.Set(pageKey(ledger, page), id[:]); err != nil {
 			return err
 		}
@@ -562,11 +593,17 @@ func (r *Repository) CreatePage(ledger, page string) error {
 
 // DeletePage deletes a page and all its history. The db directory is first
 // moved into the trash, so a crash leaves either the page or nothing.
-func (r *Repository) DeletePage(ledger, page string) error {
+func (r *Repository) DeletePage(ledger, page string) error { return r.deletePage(ledger, page, true) }
+
+func (r *Repository) deletePage(ledger, page string, rec bool) error {
 	if ok, err := r.HasPage(ledger, page); err != nil {
 		return err
 	} else if !ok {
 		return fmt.Errorf("page %q: %w", page, ErrNotFound)
+	}
+	nc, err := r.nameChange(rec, NameChange{Op: NameDeletePage, Ledger: ledger, Page: page})
+	if err != nil {
+		return err
 	}
 	if err := r.evict(ledger, page); err != nil {
 		return err
@@ -575,7 +612,7 @@ func (r *Repository) DeletePage(ledger, page string) error {
 	if err != nil {
 		return err
 	}
-	if err := r.dropPageRows(ledger, page); err != nil {
+	if err := r.dropPageRows(ledger, page, nc); err != nil {
 		return err
 	}
 	return os.RemoveAll(trash)
@@ -594,8 +631,11 @@ func (r *Repository) toTrash(dir string) (string, error) {
 	return trash, nil
 }
 
-func (r *Repository) dropPageRows(ledger, page string) error {
+func (r *Repository) dropPageRows(ledger, page string, nc *NameChange) error {
 	return r.db.Update(func(txn *badger.Txn) error {
+		if err := r.recordName(txn, nc); err != nil {
+			return err
+		}
 		if err := txn.Delete(pageKey(ledger, page)); err != nil {
 			return err
 		}
@@ -609,6 +649,10 @@ func (r *Repository) dropPageRows(ledger, page string) error {
 // RenamePage renames a page within its ledger, replacing nothing. The page's
 // id follows its name, so its db directory moves too.
 func (r *Repository) RenamePage(ledger, from, to string) error {
+	return r.renamePage(ledger, from, to, true)
+}
+
+func (r *Repository) renamePage(ledger, from, to string, rec bool) error {
 	if err := CheckName(to); err != nil {
 		return err
 	}
@@ -622,6 +666,10 @@ func (r *Repository) RenamePage(ledger, from, to string) error {
 	} else if ok {
 		return fmt.Errorf("page %q: %w", to, ErrExists)
 	}
+	nc, err := r.nameChange(rec, NameChange{Op: NameRenamePage, Ledger: ledger, Page: from, To: to})
+	if err != nil {
+		return err
+	}
 	if err := r.evict(ledger, from); err != nil {
 		return err
 	}
@@ -630,6 +678,9 @@ func (r *Repository) RenamePage(ledger, from, to string) error {
 		return fmt.Errorf("rename page: %w", err)
 	}
 	return r.db.Update(func(txn *badger.Txn) error {
+		if err := r.recordName(txn, nc); err != nil {
+			return err
+		}
 		if err := txn.Delete(pageKey(ledger, from)); err != nil {
 			return err
 		}
@@ -647,7 +698,9 @@ func (r *Repository) RenamePage(ledger, from, to string) error {
 }
 
 // RenameLedger renames a ledger, replacing nothing.
-func (r *Repository) RenameLedger(from, to string) error {
+func (r *Repository) RenameLedger(from, to string) error { return r.renameLedger(from, to, true) }
+
+func (r *Repository) renameLedger(from, to string, rec bool) error {
 	if err := checkLedgerName(to); err != nil {
 		return err
 	}
@@ -665,6 +718,10 @@ func (r *Repository) RenameLedger(from, to string) error {
 	if err != nil {
 		return err
 	}
+	nc, err := r.nameChange(rec, NameChange{Op: NameRenameLedger, Ledger: from, To: to})
+	if err != nil {
+		return err
+	}
 	for _, p := range pages {
 		if err := r.evict(from, p); err != nil {
 			return err
@@ -675,6 +732,9 @@ func (r *Repository) RenameLedger(from, to string) error {
 		return fmt.Errorf("rename ledger: %w", err)
 	}
 	return r.db.Update(func(txn *badger.Txn) error {
+		if err := r.recordName(txn, nc); err != nil {
+			return err
+		}
 		if err := txn.Delete([]byte(prefixLedgers + from)); err != nil {
 			return err
 		}

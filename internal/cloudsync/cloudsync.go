@@ -38,6 +38,9 @@ type Syncer struct {
 	// Landed, if set, is told of each page whose head a pull moved, after
 	// the move: a mount invalidates what the kernel holds of it.
 	Landed func(ledger, page string, from, to *store.Commit)
+	// Names, if set, changes ledger and page names as other devices did;
+	// else the repository does, unrecorded.
+	Names Names
 
 	// Watched says the owner calls Changed for every commit of the
 	// repository (a mount does, from its journals): after its first push,

@@ -290,8 +290,10 @@ func TestPushAfterCrash(t *testing.T) {
 	var unsynced []store.CommitID
 	must(t, pg.UnsyncedCommits(func(id store.CommitID) error { unsynced = append(unsynced, id); return nil }))
 	a.sync()
+	next, err := a.s.nextSeq()
+	must(t, err)
 	must(t, pg.SetStatus(store.Local, local))
-	must(t, a.repo.SetSyncState(map[string][]byte{stateNextSeq: []byte("0")}))
+	must(t, a.repo.SetSyncState(map[string][]byte{stateNextSeq: fmt.Appendf(nil, "%d", next-1)})) // the page's batch
 	head, err := pg.Head()
 	must(t, err)
 	must(t, pg.Adopt(nil, head, head)) // its unsynced row back

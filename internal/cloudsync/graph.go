@@ -3,6 +3,7 @@ package cloudsync
 import (
 	"bytes"
 	"container/heap"
+	"errors"
 
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -20,12 +21,21 @@ func (g *graph) commit(id store.CommitID) (*store.Commit, error) {
 	if id == store.FirstCommitID {
 		return store.FirstCommit(), nil
 	}
-	return g.p.Commit(id)
+	c, err := g.p.Commit(id)
+	if errors.Is(err, store.ErrNotFound) {
+		// Pruned here (history starts after it), or not here at all (a
+		// page whose history came grafted): the walk ends there.
+		return nil, nil
+	}
+	return c, err
 }
 
 // isAncestor reports whether a is b or an ancestor of b. It walks back
 // from b no further than a's generation.
 func (g *graph) isAncestor(a, b *store.Commit) (bool, error) {
+	if a.ID == store.FirstCommitID {
+		return true, nil // of every commit, whatever history is here
+	}
 	seen := map[store.CommitID]bool{}
 	stack := []*store.Commit{b}
 	for len(stack) > 0 {
@@ -43,7 +53,9 @@ func (g *graph) isAncestor(a, b *store.Commit) (bool, error) {
 			if err != nil {
 				return false, err
 			}
-			stack = append(stack, pc)
+			if pc != nil {
+				stack = append(stack, pc)
+			}
 		}
 	}
 	return false, nil
@@ -73,7 +85,9 @@ func (g *graph) mergeBase(a, b *store.Commit) (*store.Commit, error) {
 				return nil, err
 			}
 			queued[pid] = true
-			heap.Push(q, pc)
+			if pc != nil {
+				heap.Push(q, pc)
+			}
 		}
 	}
 	return store.FirstCommit(), nil

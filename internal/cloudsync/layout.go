@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // Names in the store (see DESIGN.md, "The remote store").
@@ -98,6 +100,9 @@ type batch struct {
 	Device string      `json:"device"`
 	Seq    uint64      `json:"seq"`
 	Pages  []pageBatch `json:"pages"`
+	// Names are the device's changes of ledger and page names, in order;
+	// a batch holds names or pages.
+	Names []store.NameChange `json:"names,omitempty"`
 }
 
 // A pageBatch is what one batch holds of one page.

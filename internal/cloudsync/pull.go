@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,18 +60,26 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 		}
 	}
 	slices.Sort(devices)
-	if err := s.keepIndex(index); err != nil {
+	if err := s.keepIndex(slices.Collect(maps.Values(index))); err != nil {
 		return err
 	}
 	f := &fetcher{s: s, index: index, packs: map[string][]byte{}, st: st}
+	// graft: no batch could apply, the rest wait on commits no batch read
+	// brings (a page deleted or renamed here, a history pruned there):
+	// they apply without them, their history starting where it can.
+	graft := false
 	for {
-		progress, waiting := false, 0
+		progress, waiting, busy := false, 0, false
 		for _, dev := range devices {
 			for len(queues[dev]) > 0 {
 				b := queues[dev][0]
-				err := s.applyBatch(ctx, f, b, st)
+				err := s.applyBatch(ctx, f, b, graft, st)
 				if errors.Is(err, errMissingParent) {
 					waiting++
+					break
+				}
+				if errors.Is(err, errWait) || errors.Is(err, store.ErrBusy) {
+					busy = true // the next pull tries again
 					break
 				}
 				if err != nil {
@@ -83,11 +92,17 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 				progress = true
 			}
 		}
-		if waiting == 0 {
+		switch {
+		case waiting == 0:
 			return nil
-		}
-		if !progress {
-			return fmt.Errorf("cloudsync: %d devices' batches build on commits no log holds yet", waiting)
+		case progress:
+			graft = false
+		case busy:
+			return nil // what waits may wait on a batch that waits too
+		case !graft:
+			graft = true
+		default:
+			return fmt.Errorf("cloudsync: %d devices' batches build on commits no log holds", waiting)
 		}
 	}
 }
@@ -172,25 +187,46 @@ func (s *Syncer) position(dev string) (uint64, bool, error) {
 	return seq, true, nil
 }
 
-// keepIndex records where the pieces of the batches read are, for commits
-// of later pulls that reach them.
-func (s *Syncer) keepIndex(index map[cas.Digest]pieceRef) error {
-	kv := make(map[string][]byte, len(index))
-	for d, r := range index {
+// keepIndex records where the pieces of the batches read (or written) are,
+// for commits of later pulls that reach them.
+func (s *Syncer) keepIndex(refs []pieceRef) error {
+	kv := make(map[string][]byte, len(refs))
+	for _, r := range refs {
 		b, err := json.Marshal(r)
 		if err != nil {
 			return err
 		}
-		kv[statePiece+hex.EncodeToString([]byte(d))] = b
+		kv[statePiece+hex.EncodeToString(r.Digest)] = b
 	}
 	return s.repo.SetSyncState(kv)
 }
 
-// applyBatch lands what b holds of each page.
-func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, st *Stats) error {
+// pieceAt returns where piece d is in the store, as the batches read and
+// written here said.
+func (s *Syncer) pieceAt(d cas.Digest) (pieceRef, bool, error) {
+	var r pieceRef
+	v, found, err := s.repo.SyncState(statePiece + hex.EncodeToString([]byte(d)))
+	if err != nil || !found {
+		return r, false, err
+	}
+	if err := json.Unmarshal(v, &r); err != nil {
+		return r, false, fmt.Errorf("cloudsync: where piece %s is: %w", d, err)
+	}
+	return r, true, nil
+}
+
+// applyBatch makes b's changes of names, and lands what it holds of each
+// page.
+func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, graft bool, st *Stats) error {
+	if err := s.applyNames(b.Names, graft); err != nil {
+		if errors.Is(err, errWait) || errors.Is(err, store.ErrBusy) {
+			return err
+		}
+		return fmt.Errorf("cloudsync: batch %s: %w", batchName(b.Device, b.Seq), err)
+	}
 	for _, pb := range b.Pages {
-		if err := s.applyPage(ctx, f, b.Device, pb, st); err != nil {
-			if errors.Is(err, errMissingParent) {
+		if err := s.applyPage(ctx, f, b.Device, pb, graft, st); err != nil {
+			if errors.Is(err, errMissingParent) || errors.Is(err, errWait) || errors.Is(err, store.ErrBusy) {
 				return err
 			}
 			return fmt.Errorf("cloudsync: batch %s of %s/%s: %w", batchName(b.Device, b.Seq), pb.Ledger, pb.Page, err)
@@ -199,7 +235,7 @@ func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, st *Stats
 	return nil
 }
 
-func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, pb pageBatch, st *Stats) error {
+func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, pb pageBatch, graft bool, st *Stats) error {
 	if err := s.ensurePage(pb.Ledger, pb.Page); err != nil {
 		return err
 	}
@@ -228,7 +264,7 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, pb pa
 			}
 			if ok, err := p.HasCommit(parent); err != nil {
 				return err
-			} else if !ok {
+			} else if !ok && !graft {
 				return errMissingParent
 			}
 		}
@@ -296,17 +332,24 @@ func deviceKey(id store.CommitID) string { return "device/" + hex.EncodeToString
 // ensurePage creates the ledger and page of a batch if this device does
 // not have them: pages of one name on two devices are one page.
 func (s *Syncer) ensurePage(ledger, page string) error {
-	if ok, err := s.repo.HasLedger(ledger); err != nil {
+	if err := s.ensureLedger(ledger); err != nil {
 		return err
-	} else if !ok {
-		if err := s.repo.CreateLedger(ledger); err != nil && !errors.Is(err, store.ErrExists) {
-			return err
-		}
 	}
 	if ok, err := s.repo.HasPage(ledger, page); err != nil || ok {
 		return err
 	}
-	if err := s.repo.CreatePage(ledger, page); err != nil && !errors.Is(err, store.ErrExists) {
+	if err := s.namer().CreatePage(ledger, page); err != nil && !errors.Is(err, store.ErrExists) {
+		return err
+	}
+	return nil
+}
+
+// ensureLedger creates ledger if this device does not have it.
+func (s *Syncer) ensureLedger(ledger string) error {
+	if ok, err := s.repo.HasLedger(ledger); err != nil || ok {
+		return err
+	}
+	if err := s.namer().CreateLedger(ledger); err != nil && !errors.Is(err, store.ErrExists) {
 		return err
 	}
 	return nil
@@ -393,15 +436,12 @@ func (f *fetcher) piece(ctx context.Context, d cas.Digest) (bool, error) {
 	}
 	r, ok := f.index[d]
 	if !ok {
-		v, found, err := f.s.repo.SyncState(statePiece + hex.EncodeToString([]byte(d)))
-		if err != nil {
+		var err error
+		if r, ok, err = f.s.pieceAt(d); err != nil {
 			return false, err
 		}
-		if !found {
+		if !ok {
 			return false, fmt.Errorf("piece %s is in no batch read", d)
-		}
-		if err := json.Unmarshal(v, &r); err != nil {
-			return false, err
 		}
 	}
 	pack, ok := f.packs[r.Pack]

@@ -28,6 +28,9 @@ const stateNextSeq = "next_seq"
 // and the commits' unsynced rows go. A push cut short is finished by the
 // next: a batch found already written by this device is taken as done.
 func (s *Syncer) Push(ctx context.Context, st *Stats) error {
+	if err := s.pushNames(ctx, st); err != nil {
+		return err
+	}
 	pages, err := s.toPush()
 	if err != nil {
 		return err
@@ -90,17 +93,27 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 		return err
 	}
 	defer s.repo.Release(p)
+	_, resend, err := s.repo.SyncState(resendKey(ledger, page))
+	if err != nil {
+		return err
+	}
 	for {
 		ids, pieces, err := unsynced(p)
 		if err != nil {
 			return err
 		}
-		if len(ids) == 0 && len(pieces) == 0 {
+		if len(ids) == 0 && len(pieces) == 0 && !resend {
 			return nil
 		}
 		commits := make([]*store.Commit, len(ids))
 		for i, id := range ids {
 			if commits[i], err = p.Commit(id); err != nil {
+				return err
+			}
+		}
+		var whole []pieceRef
+		if resend {
+			if commits, whole, err = s.wholePage(p, commits); err != nil {
 				return err
 			}
 		}
@@ -118,6 +131,12 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 		if err != nil {
 			return err
 		}
+		// Where this device's pieces are, for a page that comes back here
+		// after a delete or rename (its commits building on these).
+		if err := s.keepIndex(refs); err != nil {
+			return err
+		}
+		refs = append(refs, whole...)
 		seq, err := s.nextSeq()
 		if err != nil {
 			return err
@@ -148,12 +167,39 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 		}
 		st.BatchesUp++
 		st.CommitsUp += len(ids)
-		if err := s.repo.SetSyncState(map[string][]byte{stateNextSeq: []byte(strconv.FormatUint(seq+1, 10))}); err != nil {
+		state := map[string][]byte{stateNextSeq: []byte(strconv.FormatUint(seq+1, 10))}
+		if resend {
+			state[resendKey(ledger, page)] = nil
+		}
+		if err := s.repo.SetSyncState(state); err != nil {
 			return err
 		}
 		return p.MarkSynced(pieces, ids, map[string][]byte{"pushed": []byte(strconv.FormatUint(seq, 10)),
 			"pushed_at": []byte(time.Now().UTC().Format(time.RFC3339))})
 	}
+}
+
+// wholePage adds to commits the page's head, if it is not among them, and
+// returns where every synced piece of the page is (as far as this device
+// knows): the batch of a page sent whole, which a device that lacks the
+// page's history can land.
+func (s *Syncer) wholePage(p *store.Page, commits []*store.Commit) ([]*store.Commit, []pieceRef, error) {
+	head, err := p.Head()
+	if err != nil {
+		return nil, nil, err
+	}
+	if head.ID != store.FirstCommitID && !slices.ContainsFunc(commits, func(c *store.Commit) bool { return c.ID == head.ID }) {
+		commits = append(commits, head)
+	}
+	var refs []pieceRef
+	err = p.Pieces(store.Synced, func(d cas.Digest) error {
+		r, ok, err := s.pieceAt(d)
+		if ok {
+			refs = append(refs, r)
+		}
+		return err
+	})
+	return commits, refs, err
 }
 
 // unsynced lists the page's unsynced commits and local pieces, with its

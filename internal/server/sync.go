@@ -92,6 +92,7 @@ func (y *syncer) connect(ctx context.Context) error {
 		return err
 	}
 	cs.Landed = y.s.fsys.HeadMoved
+	cs.Names = y.s.fsys.RemoteNames()
 	cs.Watched = true
 	y.cs = cs
 	y.watched.Store(cs)
@@ -138,7 +139,7 @@ func (y *syncer) last() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lastTimeout)
 	defer cancel()
-	y.cs.Landed = nil // nothing is mounted to update
+	y.cs.Landed, y.cs.Names = nil, nil // nothing is mounted to update
 	if _, err := y.cs.Sync(ctx); err != nil {
 		slog.Warn("sync at unmount failed; the next sync sends what is left", "err", err)
 	}

@@ -1,0 +1,137 @@
+package cloudsync
+
+import (
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/ledgerfs/ledgerfs/internal/remote"
+)
+
+// names lists a device's ledger/page names, and its ledgers as "ledger/".
+func (d *device) names() []string {
+	d.t.Helper()
+	ls, err := d.repo.Ledgers()
+	must(d.t, err)
+	var out []string
+	for _, l := range ls {
+		out = append(out, l+"/")
+		ps, err := d.repo.Pages(l)
+		must(d.t, err)
+		for _, p := range ps {
+			out = append(out, l+"/"+p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// round syncs each device in turn, twice: what one did reaches all.
+func round(ds ...*device) {
+	for range 2 {
+		for _, d := range ds {
+			d.sync()
+		}
+	}
+}
+
+// same fails unless the devices show the same names, heads and files.
+func same(t *testing.T, ds ...*device) {
+	t.Helper()
+	a := ds[0]
+	for _, d := range ds[1:] {
+		if !slices.Equal(a.names(), d.names()) {
+			t.Fatalf("names: %s has %v, %s %v", a.name, a.names(), d.name, d.names())
+		}
+		for _, lp := range a.pageNames() {
+			if a.head(lp[0], lp[1]) != d.head(lp[0], lp[1]) || !maps.Equal(a.files(lp[0], lp[1]), d.files(lp[0], lp[1])) {
+				t.Fatalf("page %s/%s differs: %s %v, %s %v", lp[0], lp[1], a.name, a.files(lp[0], lp[1]), d.name, d.files(lp[0], lp[1]))
+			}
+		}
+	}
+}
+
+func (d *device) pageNames() [][2]string {
+	d.t.Helper()
+	ps, err := d.s.pages()
+	must(d.t, err)
+	return ps
+}
+
+// TestNamesSync: ledgers and pages made, renamed and deleted on one device
+// are made, renamed and deleted on the other, empty ones included.
+func TestNamesSync(t *testing.T) {
+	be, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a, b := newDevice(t, "a", be), newDevice(t, "b", be)
+	must(t, a.repo.CreateLedger("empty"))
+	must(t, a.repo.CreateLedger("l"))
+	must(t, a.repo.CreatePage("l", "blank"))
+	a.write("l", "p", "f", []byte("content"))
+	round(a, b)
+	same(t, a, b)
+	if !slices.Contains(b.names(), "empty/") || !slices.Contains(b.names(), "l/blank") {
+		t.Fatalf("an empty ledger or page did not sync: %v", b.names())
+	}
+
+	must(t, a.repo.RenamePage("l", "p", "q"))
+	a.write("l", "q", "g", []byte("after the rename"))
+	must(t, a.repo.RenameLedger("l", "m"))
+	must(t, a.repo.DeletePage("m", "blank"))
+	must(t, a.repo.DeleteLedger("empty"))
+	round(a, b)
+	same(t, a, b)
+	if want := []string{"m/", "m/q"}; !slices.Equal(b.names(), want) {
+		t.Fatalf("b has %v after renames and deletes, want %v", b.names(), want)
+	}
+	if f := b.files("m", "q"); f["f"] != "content" || f["g"] != "after the rename" {
+		t.Fatalf("the renamed page's entries on b: %v", f)
+	}
+}
+
+// TestChangeBeatsPageDelete: a page deleted on one device while another
+// changes it stays, with the change, and comes back on the first; a page
+// deleted while the other only had what the first had seen goes on both.
+func TestChangeBeatsPageDelete(t *testing.T) {
+	be, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a, b := newDevice(t, "a", be), newDevice(t, "b", be)
+	a.write("l", "kept", "f", []byte("v1"))
+	a.write("l", "gone", "f", []byte("v1"))
+	round(a, b)
+	b.write("l", "kept", "f", []byte("b's edit"))
+	a.write("l", "gone", "f", []byte("a's last edit, never pushed"))
+	must(t, a.repo.DeletePage("l", "kept"))
+	must(t, a.repo.DeletePage("l", "gone"))
+	a.sync()
+	b.sync() // b lets "gone" go, keeps "kept" and sends it whole
+	a.sync() // a gets "kept" back
+	same(t, a, b)
+	if want := []string{"l/", "l/kept"}; !slices.Equal(a.names(), want) {
+		t.Fatalf("a has %v, want %v", a.names(), want)
+	}
+	if got := a.files("l", "kept")["f"]; got != "b's edit" {
+		t.Fatalf("the kept page on a holds %q, want b's edit", got)
+	}
+}
+
+// TestRenameOntoPageMadeApart: a page renamed on one device to a name the
+// other gave a page of its own meanwhile ends as one page holding both,
+// and the old name goes on both.
+func TestRenameOntoPageMadeApart(t *testing.T) {
+	be, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a, b := newDevice(t, "a", be), newDevice(t, "b", be)
+	a.write("l", "s", "from-s", []byte("s"))
+	round(a, b)
+	must(t, a.repo.RenamePage("l", "s", "t"))
+	b.write("l", "t", "from-t", []byte("t"))
+	round(a, b)
+	same(t, a, b)
+	if want := []string{"l/", "l/t"}; !slices.Equal(a.names(), want) {
+		t.Fatalf("a has %v, want %v", a.names(), want)
+	}
+	if f := a.files("l", "t"); f["from-s"] != "s" || f["from-t"] != "t" {
+		t.Fatalf("the merged page holds %v, want both sides' entries", f)
+	}
+}
