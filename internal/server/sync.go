@@ -13,9 +13,9 @@ import (
 // and soon after a commit lands.
 type syncer struct {
 	s       *Server
-	cs      *cloudsync.Syncer // nil until the remote answered
+	cs      *cloudsync.Syncer                // nil until the remote answered
 	watched atomic.Pointer[cloudsync.Syncer] // cs, for commits to tell it of their pages
-	none    bool              // the repository has no remote
+	none    bool                             // the repository has no remote
 	lastErr string
 }
 
