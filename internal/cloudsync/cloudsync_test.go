@@ -65,6 +65,12 @@ func (d *device) page(l, p string) *store.Page {
 // write sets key of page l/p to content, or deletes it (content nil).
 func (d *device) write(l, p, key string, content []byte) {
 	d.t.Helper()
+	d.writeAt(l, p, key, content, time.Now())
+}
+
+// writeAt writes as write does, modified at mtime.
+func (d *device) writeAt(l, p, key string, content []byte, mtime time.Time) {
+	d.t.Helper()
 	pg := d.page(l, p)
 	defer d.repo.Release(pg)
 	op := journal.Op{Key: key, Kind: store.OpDelete}
@@ -77,7 +83,7 @@ func (d *device) write(l, p, key string, content []byte) {
 		// Modified now, as a write through the mount is: the later of
 		// two edits of a file is the later call.
 		op = journal.Op{Key: key, Entry: btree.Entry{Value: id, Meta: btree.Meta{Size: size, Mode: 0o100644,
-			MtimeNs: time.Now().UnixNano(), HasMtime: true}}}
+			MtimeNs: mtime.UnixNano(), HasMtime: true}}}
 	}
 	must(d.t, d.eng.CommitterFor(pg).Apply(false, op))
 }

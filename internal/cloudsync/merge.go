@@ -52,14 +52,16 @@ func later(ea *btree.Entry, a side, eb *btree.Entry, b side) bool {
 //     it is a regular file (not a link's name, not a conflict file
 //     already), is kept next to it as
 //     NAME.sync-conflict-YYYYMMDD-HHMMSS-DEVICE.EXT, named from its
-//     modification time and its device, as Syncthing names them.
+//     modification time and the device that wrote it, as Syncthing names
+//     them (two devices' versions that lose in different merges keep
+//     different names).
 //
 // The rules are symmetric and the tree is history-independent, so devices
 // that merge the same two heads, either one local, make the same tree and,
 // with sorted parents and the later parent's time, the same commit. It
 // returns the commit, the pieces it wrote (transient) and the number of
 // conflict files.
-func merge(p *store.Page, base *store.Commit, a, b side) (*store.Commit, []cas.Digest, int, error) {
+func merge(p *store.Page, g *graph, base *store.Commit, a, b side, madeBy func(*store.Commit) (string, error)) (*store.Commit, []cas.Digest, int, error) {
 	changesOf := func(s side) (map[string]*btree.Entry, error) {
 		out := map[string]*btree.Entry{}
 		err := p.Nodes().Diff(base.Root, s.c.Root, func(ch btree.Change) error {
@@ -103,8 +105,11 @@ func merge(p *store.Page, base *store.Commit, a, b side) (*store.Commit, []cas.D
 				win, lose, loser = bAfter, aAfter, a
 			}
 			if err = put(key, win); err == nil && keepsConflict(key, lose) {
-				conflicts++
-				err = put(conflictName(key, lose, loser), lose)
+				var dev string
+				if dev, err = writer(p, g, loser, key, lose, madeBy); err == nil {
+					conflicts++
+					err = put(conflictName(key, lose, loser, dev), lose)
+				}
 			}
 		}
 		if err != nil {
@@ -147,18 +152,49 @@ func keepsConflict(key string, e *btree.Entry) bool {
 		!btree.IsLinkKey(key) && !strings.Contains(path.Base(key), conflictMark)
 }
 
+// writer returns the device that wrote version e of key in side s's
+// history: the maker of the first commit, walking back from s's head
+// through parents that hold the same version, whose parents do not.
+func writer(p *store.Page, g *graph, s side, key string, e *btree.Entry, madeBy func(*store.Commit) (string, error)) (string, error) {
+	c := s.c
+	for {
+		var next *store.Commit
+		for _, pid := range c.Parents {
+			pc, err := g.commit(pid)
+			if err != nil {
+				return "", err
+			}
+			if pc == nil {
+				continue // pruned: the walk ends
+			}
+			pe, ok, err := p.Tree(pc).Get(key)
+			if err != nil {
+				return "", err
+			}
+			if ok && sameEntry(&pe, e) {
+				next = pc
+				break
+			}
+		}
+		if next == nil {
+			return madeBy(c)
+		}
+		c = next
+	}
+}
+
 // conflictName is the key of the conflict file of key's losing version e,
-// of side s: NAME.sync-conflict-YYYYMMDD-HHMMSS-DEVICE.EXT (the time e
-// changed, UTC; DEVICE the first 7 characters of s's device id, in
+// of side s, written by device dev: NAME.sync-conflict-YYYYMMDD-HHMMSS-DEVICE.EXT
+// (the time e changed, UTC; DEVICE the first 7 characters of dev, in
 // capitals).
-func conflictName(key string, e *btree.Entry, s side) string {
+func conflictName(key string, e *btree.Entry, s side, dev string) string {
 	dir, name := path.Split(key)
 	ext := path.Ext(name)
 	if ext == name { // ".bashrc": all extension, no name
 		ext = ""
 	}
 	stem := strings.TrimSuffix(name, ext)
-	dev := strings.ToUpper(s.device)
+	dev = strings.ToUpper(dev)
 	if len(dev) > 7 {
 		dev = dev[:7]
 	}

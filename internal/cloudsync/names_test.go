@@ -1,9 +1,12 @@
 package cloudsync
 
 import (
+	"context"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 )
@@ -133,5 +136,54 @@ func TestRenameOntoPageMadeApart(t *testing.T) {
 	}
 	if f := a.files("l", "t"); f["from-s"] != "s" || f["from-t"] != "t" {
 		t.Fatalf("the merged page holds %v, want both sides' entries", f)
+	}
+}
+
+// TestThreeWayConflictKeepsEveryLoser: one file written on three devices
+// while apart, within one second, ends with the latest version and each
+// other one in a conflict file named by the device that wrote it, on all
+// three, whatever order the devices sync in (a version that loses inside
+// another device's merge is not named by that device, where two losers
+// would share a name).
+func TestThreeWayConflictKeepsEveryLoser(t *testing.T) {
+	orders := [][]int{{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}}
+	for _, order := range orders {
+		be, err := remote.NewDir(t.TempDir())
+		must(t, err)
+		ds := []*device{newDevice(t, "a", be), newDevice(t, "b", be), newDevice(t, "c", be)}
+		ds[0].write("l", "p", "base", []byte("base"))
+		round(ds...)
+		second := time.Now().Truncate(time.Second)
+		for i, d := range ds {
+			d.writeAt("l", "p", "shared.txt", []byte(d.name+"'s"), second.Add(time.Duration(i)*time.Millisecond))
+		}
+		// All come online at once: each pushes before any pulls, so the
+		// first to pull merges the other two, one after the other.
+		for _, d := range ds {
+			must(t, d.s.Push(context.Background(), &Stats{}))
+		}
+		for _, i := range order {
+			ds[i].sync()
+		}
+		round(ds...)
+		same(t, ds...)
+		f := ds[0].files("l", "p")
+		if f["shared.txt"] != "c's" {
+			t.Fatalf("order %v: shared.txt is %q, want the latest, c's", order, f["shared.txt"])
+		}
+		losers := map[string]string{}
+		for k, v := range f {
+			if strings.HasPrefix(k, "shared.sync-conflict-") {
+				losers[v] = k
+			}
+		}
+		if len(losers) != 2 || losers["a's"] == "" || losers["b's"] == "" {
+			t.Fatalf("order %v: conflict files %v, want one of a's and one of b's", order, losers)
+		}
+		for _, d := range ds[:2] {
+			if dev := strings.ToUpper(d.s.device[:7]); !strings.Contains(losers[d.name+"'s"], dev) {
+				t.Fatalf("order %v: %s's version is kept as %s, not named by its device %s", order, d.name, losers[d.name+"'s"], dev)
+			}
+		}
 	}
 }

@@ -386,11 +386,18 @@ func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit
 	if err != nil {
 		return nil, err
 	}
-	localDevice, err := s.madeBy(p, local)
+	// A batch holds the commits of the device whose log it is in.
+	madeBy := func(c *store.Commit) (string, error) {
+		if _, ok := byID[c.ID]; ok {
+			return device, nil
+		}
+		return s.madeBy(p, c)
+	}
+	localDevice, err := madeBy(local)
 	if err != nil {
 		return nil, err
 	}
-	m, written, conflicts, err := merge(p, base, side{local, localDevice}, side{remote, device})
+	m, written, conflicts, err := merge(p, g, base, side{local, localDevice}, side{remote, device}, madeBy)
 	if err != nil {
 		return nil, err
 	}
