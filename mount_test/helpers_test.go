@@ -159,8 +159,15 @@ func mountAt(t testing.TB, repo, mnt string, args ...string) *server {
 
 func mountWith(t testing.TB, bin, repo, mnt string, args ...string) *server {
 	t.Helper()
+	return mountEnv(t, bin, nil, repo, mnt, args...)
+}
+
+// mountEnv serves repo with bin, env added to the test's environment.
+func mountEnv(t testing.TB, bin string, env []string, repo, mnt string, args ...string) *server {
+	t.Helper()
 	s := &server{t: t, repo: repo, mnt: mnt, log: &output{}, done: make(chan error, 1)}
 	s.cmd = exec.Command(bin, append(append([]string{"mount"}, args...), repo, mnt)...)
+	s.cmd.Env = append(os.Environ(), env...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	// If the test process dies, the server unmounts and ends.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}

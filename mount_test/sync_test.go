@@ -20,9 +20,13 @@ import (
 // bucket "ledgerfs", prefix "home", with the test servers' credentials.
 func syncCmd(endpoint, repo string) *exec.Cmd {
 	cmd := exec.Command(binary, "sync", repo, "--remote", "s3://ledgerfs/home", "--endpoint", endpoint)
-	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+s3test.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3test.SecretKey, "AWS_REGION=us-east-1")
+	cmd.Env = append(os.Environ(), s3Env...)
 	return cmd
 }
+
+// s3Env is the environment of a ledgerfs process that reaches the test S3
+// servers.
+var s3Env = []string{"AWS_ACCESS_KEY_ID=" + s3test.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3test.SecretKey, "AWS_REGION=us-east-1"}
 
 // syncRepo runs `ledgerfs sync` of an unmounted repository with the S3
 // server srv, bucket "ledgerfs", prefix "home".
@@ -221,13 +225,17 @@ func TestSyncFaults(t *testing.T) {
 // mountSynced mounts repo syncing with srv every 100 ms.
 func mountSynced(t *testing.T, srv *s3test.Server, repo string) *server {
 	t.Helper()
-	t.Setenv("AWS_ACCESS_KEY_ID", s3test.AccessKey) // the mount process inherits them
-	t.Setenv("AWS_SECRET_ACCESS_KEY", s3test.SecretKey)
-	t.Setenv("AWS_REGION", "us-east-1")
+	return mountSyncedAt(t, srv.Endpoint, repo)
+}
+
+// mountSyncedAt mounts repo syncing every 100 ms with the S3 server at
+// endpoint (a Watcher's, say), args added.
+func mountSyncedAt(t *testing.T, endpoint, repo string, args ...string) *server {
+	t.Helper()
 	// The kernel may cache names and attributes for a minute, longer than
 	// any wait of these tests: what a sync changes shows only if the mount
 	// invalidated it.
-	return mount(t, repo, "--remote", "s3://ledgerfs/home", "--endpoint", srv.Endpoint, "--sync-every", "100ms", "--cache-timeout", "60")
+	return mountEnv(t, binary, s3Env, repo, filepath.Join(t.TempDir(), "mnt"), append([]string{"--remote", "s3://ledgerfs/home", "--endpoint", endpoint, "--sync-every", "100ms", "--cache-timeout", "60"}, args...)...)
 }
 
 // await polls, with a deadline, until cond holds.

@@ -9,6 +9,8 @@ package s3test
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -257,6 +259,7 @@ func (s *Server) Watch(t testing.TB) *Watcher {
 		t.Fatal(err)
 	}
 	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ErrorLog = log.New(io.Discard, "", 0) // a 502 is recorded, not logged
 	w := &Watcher{changed: make(chan struct{})}
 	ts := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: rw, status: http.StatusOK}
@@ -311,6 +314,11 @@ func (w *Watcher) Await(t testing.TB, what string, n int, match func(Request) bo
 // PackPut matches a pack's upload that the store took.
 func PackPut(r Request) bool {
 	return r.Method == http.MethodPut && strings.Contains(r.Path, "/packs/") && r.Status == http.StatusOK
+}
+
+// PackGet matches a pack read from the store.
+func PackGet(r Request) bool {
+	return r.Method == http.MethodGet && strings.Contains(r.Path, "/packs/") && r.Status < 300
 }
 
 type statusWriter struct {
