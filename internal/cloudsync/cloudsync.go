@@ -52,6 +52,10 @@ type Syncer struct {
 	changed   map[[2]string]bool // pages to push, when Watched and pushedAll
 	pushedAll bool               // a push visited every page
 
+	// now is the clock of the feed's and the full scans' schedule
+	// (time.Now; a simulation compresses time).
+	now func() time.Time
+
 	noted  time.Time // when a round was last recorded
 	failed bool      // the last round failed
 
@@ -111,7 +115,7 @@ func New(ctx context.Context, repo *store.Repository, be remote.Backend) (*Synce
 	if err := be.Create(ctx, deviceName(device), body); err != nil && !errors.Is(err, remote.ErrExists) {
 		return nil, err
 	}
-	return &Syncer{repo: repo, be: be, device: device, packSize: DefaultPackSize}, nil
+	return &Syncer{repo: repo, be: be, device: device, packSize: DefaultPackSize, now: time.Now}, nil
 }
 
 // Changed tells a Watched syncer that ledger/page has a new commit to

@@ -11,20 +11,25 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 )
 
-// counting is a Backend that counts the requests made through it, by kind.
+// counting is a Backend that counts the requests made through it, by
+// kind, and the bytes and listed names they moved.
 type counting struct {
 	remote.Backend
-	mu sync.Mutex
-	n  map[string]int
+	mu               sync.Mutex
+	n                map[string]int
+	up, down, listed int64
 }
 
-func (c *counting) count(kind string) {
+func (c *counting) count(kind string, up, down, listed int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n == nil {
 		c.n = map[string]int{}
 	}
 	c.n[kind]++
+	c.up += int64(up)
+	c.down += int64(down)
+	c.listed += int64(listed)
 }
 
 // take returns the counts since the last take.
@@ -32,33 +37,48 @@ func (c *counting) take() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.n
-	c.n = nil
+	c.n, c.up, c.down, c.listed = nil, 0, 0, 0
 	return n
 }
 
+// moved returns the bytes up and down and the names listed since the last
+// take.
+func (c *counting) moved() (up, down, listed int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.up, c.down, c.listed
+}
+
 func (c *counting) Create(ctx context.Context, name string, body []byte) error {
-	c.count("create")
+	c.count("create", len(body), 0, 0)
 	return c.Backend.Create(ctx, name, body)
 }
 
 func (c *counting) Put(ctx context.Context, name string, body []byte) error {
-	c.count("put")
+	c.count("put", len(body), 0, 0)
 	return c.Backend.Put(ctx, name, body)
 }
 
 func (c *counting) Get(ctx context.Context, name string) ([]byte, error) {
-	c.count("get")
-	return c.Backend.Get(ctx, name)
+	b, err := c.Backend.Get(ctx, name)
+	c.count("get", 0, len(b), 0)
+	return b, err
 }
 
 func (c *counting) GetRange(ctx context.Context, name string, off, n int64) ([]byte, error) {
-	c.count("get")
-	return c.Backend.GetRange(ctx, name, off, n)
+	b, err := c.Backend.GetRange(ctx, name, off, n)
+	c.count("get", 0, len(b), 0)
+	return b, err
 }
 
 func (c *counting) List(ctx context.Context, prefix, startAfter string, fn func(remote.Object) error) error {
-	c.count("list " + prefix)
-	return c.Backend.List(ctx, prefix, startAfter, fn)
+	n := 0
+	err := c.Backend.List(ctx, prefix, startAfter, func(o remote.Object) error {
+		n++
+		return fn(o)
+	})
+	c.count("list "+prefix, 0, 0, n)
+	return err
 }
 
 func total(n map[string]int) int {

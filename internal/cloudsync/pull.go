@@ -121,7 +121,7 @@ const (
 // newBatches names, per other device, the batches after the last one
 // applied, in order.
 func (s *Syncer) newBatches(ctx context.Context) (map[string][]string, error) {
-	now := time.Now()
+	now := s.now()
 	out := map[string][]string{}
 	if s.scannedAt.IsZero() || now.Sub(s.scannedAt) >= fullScanEvery {
 		var devices []string

@@ -73,7 +73,7 @@ func (s *Syncer) announce(ctx context.Context) error {
 	if ok && string(v) == last {
 		return nil
 	}
-	if err := s.be.Put(ctx, feedName(time.Now(), s.device, next-1), nil); err != nil {
+	if err := s.be.Put(ctx, feedName(s.now(), s.device, next-1), nil); err != nil {
 		return fmt.Errorf("cloudsync: announce batch %d: %w", next-1, err)
 	}
 	return s.repo.SetSyncState(map[string][]byte{stateAnnounced: []byte(last)})
