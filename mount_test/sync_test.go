@@ -232,19 +232,31 @@ func mountSynced(t *testing.T, srv *s3test.Server, repo string) *server {
 // endpoint (a Watcher's, say), args added.
 func mountSyncedAt(t *testing.T, endpoint, repo string, args ...string) *server {
 	t.Helper()
+	return mountSyncedWith(t, binary, endpoint, repo, args...)
+}
+
+// mountSyncedWith mounts as mountSyncedAt does, serving with bin.
+func mountSyncedWith(t *testing.T, bin, endpoint, repo string, args ...string) *server {
+	t.Helper()
 	// The kernel may cache names and attributes for a minute, longer than
 	// any wait of these tests: what a sync changes shows only if the mount
 	// invalidated it.
-	return mountEnv(t, binary, s3Env, repo, filepath.Join(t.TempDir(), "mnt"), append([]string{"--remote", "s3://ledgerfs/home", "--endpoint", endpoint, "--sync-every", "100ms", "--cache-timeout", "60"}, args...)...)
+	return mountEnv(t, bin, s3Env, repo, filepath.Join(t.TempDir(), "mnt"), append([]string{"--remote", "s3://ledgerfs/home", "--endpoint", endpoint, "--sync-every", "100ms", "--cache-timeout", "60"}, args...)...)
 }
 
 // await polls, with a deadline, until cond holds.
 func await(t *testing.T, what string, cond func() bool) time.Duration {
 	t.Helper()
+	return awaitFor(t, what, 30*time.Second, cond)
+}
+
+// awaitFor polls until cond holds, failing the test after d.
+func awaitFor(t *testing.T, what string, d time.Duration, cond func() bool) time.Duration {
+	t.Helper()
 	start := time.Now()
-	for deadline := start.Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+	for deadline := start.Add(d); !cond(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30 s", what)
+			t.Fatalf("%s: not within %v", what, d)
 		}
 	}
 	return time.Since(start)
