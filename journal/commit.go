@@ -101,14 +101,8 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 		return nil, fmt.Errorf("journal: apply %s: %w", j.ID, err)
 	}
 
-	pw := p.NewPieceWriter()
-	pw.Track = true
-	root, _, err := tree.Write(pw)
-	if err == nil {
-		err = pw.Flush()
-	}
+	root, pw, err := p.WriteTree(tree)
 	if err != nil {
-		pw.Discard()
 		return nil, fmt.Errorf("journal: write tree: %w", err)
 	}
 	if err := j.e.step("nodes-written"); err != nil {

@@ -224,6 +224,24 @@ func (p *Page) NewPieceWriter() *PieceWriter {
 	return &PieceWriter{p: p, inflight: make(chan struct{}, maxInflight)}
 }
 
+// WriteTree writes the nodes of t that changed as pieces of the page, and
+// flushes them, for a commit of its root: the writer it returns tracks them
+// (New) and takes what else the commit writes. On error what it wrote is
+// discarded.
+func (p *Page) WriteTree(t *btree.Tree) (cas.ObjectIdentifier, *PieceWriter, error) {
+	pw := p.NewPieceWriter()
+	pw.Track = true
+	root, _, err := t.Write(pw)
+	if err == nil {
+		err = pw.Flush()
+	}
+	if err != nil {
+		pw.Discard()
+		return cas.ObjectIdentifier{}, nil, err
+	}
+	return root, pw, nil
+}
+
 // Put implements cas.Sink.
 func (w *PieceWriter) Put(d cas.Digest, data []byte) (err error) {
 	defer w.p.recoverPanic(&err)

@@ -116,14 +116,8 @@ func merge(p *store.Page, g *graph, base *store.Commit, a, b side, madeBy func(*
 			return nil, nil, 0, fmt.Errorf("cloudsync: merge %q: %w", key, err)
 		}
 	}
-	pw := p.NewPieceWriter()
-	pw.Track = true
-	root, _, err := tree.Write(pw)
-	if err == nil {
-		err = pw.Flush()
-	}
+	root, pw, err := p.WriteTree(tree)
 	if err != nil {
-		pw.Discard()
 		return nil, nil, 0, fmt.Errorf("cloudsync: merge: %w", err)
 	}
 	m, err := store.NewCommit(0, root, a.c, b.c)
