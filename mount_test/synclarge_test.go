@@ -2,9 +2,7 @@ package mount_test
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,19 +11,6 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/internal/s3test"
 )
-
-// fileHash is the SHA-256 of the file at path, read in a stream.
-func fileHash(t *testing.T, path string) [32]byte {
-	t.Helper()
-	f, err := os.Open(path)
-	must(t, err)
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return [32]byte(h.Sum(nil))
-}
 
 // TestSyncLarge: a large file and many small files written through one
 // mount are read the same through another's, through a real S3 server, in
@@ -62,7 +47,7 @@ func TestSyncLarge(t *testing.T) {
 	if packs := w.Count(s3test.PackPut); packs > size>>20 {
 		t.Fatalf("%d packs uploaded for %d MiB", packs, size>>20)
 	}
-	want := fileHash(t, big)
+	want := sha(t, big)
 
 	b := mountSyncedWith(t, plainBinary, w.Endpoint, t.TempDir(), "--sync-every", "1s")
 	pb := filepath.Join(b.mnt, "home", "data")
@@ -70,7 +55,7 @@ func TestSyncLarge(t *testing.T) {
 		st, err := os.Stat(filepath.Join(pb, "big.bin"))
 		return err == nil && st.Size() == int64(size)
 	})
-	if fileHash(t, filepath.Join(pb, "big.bin")) != want {
+	if sha(t, filepath.Join(pb, "big.bin")) != want {
 		t.Fatal("the large file differs on b")
 	}
 	names := ls(t, filepath.Join(pb, "small"))
@@ -91,7 +76,7 @@ func TestSyncLarge(t *testing.T) {
 	_, err = ef.WriteAt([]byte{'!'}, int64(size/2))
 	must(t, err)
 	must(t, ef.Close())
-	wantEdited := fileHash(t, filepath.Join(pb, "big.bin"))
+	wantEdited := sha(t, filepath.Join(pb, "big.bin"))
 	await(t, "b's edit on a", func() bool {
 		one := make([]byte, 1)
 		g, err := os.Open(big)
@@ -102,7 +87,7 @@ func TestSyncLarge(t *testing.T) {
 		_, err = g.ReadAt(one, int64(size/2))
 		return err == nil && one[0] == '!'
 	})
-	if fileHash(t, big) != wantEdited {
+	if sha(t, big) != wantEdited {
 		t.Fatal("the edited large file differs on a")
 	}
 	if packs := w.Count(s3test.PackPut) - before; packs > 1 {
