@@ -26,14 +26,14 @@ import (
 
 // device is one repository syncing through a shared store.
 type device struct {
-	t    *testing.T
+	t    testing.TB
 	name string
 	repo *store.Repository
 	eng  *journal.Engine
 	s    *Syncer
 }
 
-func newDevice(t *testing.T, name string, be remote.Backend) *device {
+func newDevice(t testing.TB, name string, be remote.Backend) *device {
 	t.Helper()
 	eng := journal.NewEngine()
 	repo, err := store.Open(t.TempDir(), eng.Hooks(store.Options{}))
