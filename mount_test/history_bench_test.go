@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,7 +21,7 @@ var journals = journal.NewEngine()
 // buildPage fills page l/p of a new repository without a mount: first
 // commits of entries keys (one commit), then commits more commits each
 // changing one key. Values are short, so stored inline.
-func buildPage(b *testing.B, keys, commits int) string {
+func buildPage(b testing.TB, keys, commits int) string {
 	repoDir := b.TempDir()
 	r, err := store.Open(repoDir, journals.Hooks(store.Options{}))
 	if err != nil {
@@ -120,5 +121,55 @@ func TestBenchCommand(t *testing.T) {
 	}
 	if got := ls(t, pg); len(got) != 0 {
 		t.Fatalf("bench left %v in the page", got)
+	}
+}
+
+// TestLogIsWrittenAsRead: .ledger/log of a page with many commits is
+// written as it is read: a stat writes none of it (size 0 until it is
+// whole), head -3 gives its first lines, a whole read its every line, and
+// then its size is the text's.
+func TestLogIsWrittenAsRead(t *testing.T) {
+	t.Parallel()
+	const commits = 3000
+	repo := buildPage(t, 0, commits)
+	s := mountWith(t, plainBinary, repo, filepath.Join(t.TempDir(), "mnt"))
+	logPath := filepath.Join(s.mnt, "l", "p", ".ledger", "log")
+	st, err := os.Stat(logPath)
+	must(t, err)
+	if st.Size() != 0 {
+		t.Fatalf("a stat of the log gave %d bytes: it wrote the log whole", st.Size())
+	}
+	head := run(t, "", "head", "-3", logPath)
+	whole, err := os.ReadFile(logPath)
+	must(t, err)
+	lines := strings.SplitAfter(string(whole), "\n")
+	if n := len(lines) - 1; n != commits+1 {
+		t.Fatalf("the log has %d lines, want %d", n, commits+1)
+	}
+	if head != strings.Join(lines[:3], "") {
+		t.Fatalf("head -3 of the log:\n%s\nits first lines read whole:\n%s", head, strings.Join(lines[:3], ""))
+	}
+	if st, err = os.Stat(logPath); err != nil || st.Size() != int64(len(whole)) {
+		t.Fatalf("read whole, the log's size is %d (%v), want %d", st.Size(), err, len(whole))
+	}
+}
+
+// BenchmarkLogHead reads the first three lines of .ledger/log of a page
+// with 20,000 commits, a new head each time (the log is written anew).
+func BenchmarkLogHead(b *testing.B) {
+	repo := buildPage(b, 0, 20000)
+	s := mountWith(b, plainBinary, repo, filepath.Join(b.TempDir(), "mnt"))
+	pg := filepath.Join(s.mnt, "l", "p")
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		i++
+		must(b, os.WriteFile(filepath.Join(pg, "new"), []byte(fmt.Sprint(i)), 0o644))
+		syncDir(b, pg)
+		b.StartTimer()
+		out, err := exec.Command("head", "-3", filepath.Join(pg, ".ledger", "log")).Output()
+		if err != nil || strings.Count(string(out), "\n") != 3 {
+			b.Fatalf("head -3: %q, %v", out, err)
+		}
 	}
 }

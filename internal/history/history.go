@@ -65,62 +65,17 @@ var ErrStop = errors.New("stop")
 // the next older stored commit (Truncated reports which): its changes are
 // those since the previous commit history kept.
 func Walk(p *store.Page, fn func(c *store.Commit, parents []*store.Commit) error) error {
-	heads, err := p.Heads()
+	w, err := NewWalker(p)
 	if err != nil {
 		return err
 	}
-	seen := map[store.CommitID]bool{}
-	queued := map[store.CommitID]*store.Commit{} // read, not yet visited
-	h := &commitHeap{}
-	push := func(c *store.Commit) {
-		if !seen[c.ID] {
-			seen[c.ID] = true
-			queued[c.ID] = c
-			heap.Push(h, c)
+	for {
+		c, parents, err := w.Next(p)
+		if err == io.EOF {
+			return nil
 		}
-	}
-	for _, c := range heads {
-		push(c)
-	}
-	loadedAll := false
-	var parents []*store.Commit
-	for h.Len() > 0 {
-		c := heap.Pop(h).(*store.Commit)
-		delete(queued, c.ID)
-		parents = parents[:0]
-		pruned := 0
-		for _, id := range c.Parents {
-			pc, ok := queued[id]
-			if !ok {
-				if pc, err = p.Commit(id); errors.Is(err, store.ErrNotFound) {
-					pruned++
-					continue
-				} else if err != nil {
-					return fmt.Errorf("history: parent of %s: %w", c.ID, err)
-				}
-			}
-			parents = append(parents, pc)
-			push(pc)
-		}
-		if pruned > 0 && !loadedAll {
-			loadedAll = true
-			err := p.CommitIDs(nil, func(id store.CommitID) error {
-				if seen[id] {
-					return nil
-				}
-				sc, err := p.Commit(id)
-				if err == nil && !newer(sc, c) {
-					push(sc)
-				}
-				return err
-			})
-			if err != nil {
-				return fmt.Errorf("history: commits after %s: %w", c.ID, err)
-			}
-			push(store.FirstCommit())
-		}
-		if pruned > 0 && len(parents) == 0 && h.Len() > 0 {
-			parents = append(parents, (*h)[0]) // the next older commit kept
+		if err != nil {
+			return err
 		}
 		if err := fn(c, parents); err != nil {
 			if errors.Is(err, ErrStop) {
@@ -129,7 +84,87 @@ func Walk(p *store.Page, fn func(c *store.Commit, parents []*store.Commit) error
 			return err
 		}
 	}
-	return nil
+}
+
+// A Walker is Walk one commit at a time, for a reader that takes history
+// as it needs it (the first lines of a long log): it keeps the walk's
+// state, and reads the page given to each Next, so the page need not stay
+// open between steps.
+type Walker struct {
+	seen      map[store.CommitID]bool
+	queued    map[store.CommitID]*store.Commit // read, not yet visited
+	h         commitHeap
+	loadedAll bool
+	parents   []*store.Commit
+}
+
+// NewWalker starts a walk of the page's history from its heads.
+func NewWalker(p *store.Page) (*Walker, error) {
+	heads, err := p.Heads()
+	if err != nil {
+		return nil, err
+	}
+	w := &Walker{seen: map[store.CommitID]bool{}, queued: map[store.CommitID]*store.Commit{}}
+	for _, c := range heads {
+		w.push(c)
+	}
+	return w, nil
+}
+
+func (w *Walker) push(c *store.Commit) {
+	if !w.seen[c.ID] {
+		w.seen[c.ID] = true
+		w.queued[c.ID] = c
+		heap.Push(&w.h, c)
+	}
+}
+
+// Next returns the walk's next commit and its parents (valid until the
+// next call), or io.EOF after the first commit.
+func (w *Walker) Next(p *store.Page) (*store.Commit, []*store.Commit, error) {
+	if w.h.Len() == 0 {
+		return nil, nil, io.EOF
+	}
+	c := heap.Pop(&w.h).(*store.Commit)
+	delete(w.queued, c.ID)
+	parents := w.parents[:0]
+	pruned := 0
+	for _, id := range c.Parents {
+		pc, ok := w.queued[id]
+		if !ok {
+			var err error
+			if pc, err = p.Commit(id); errors.Is(err, store.ErrNotFound) {
+				pruned++
+				continue
+			} else if err != nil {
+				return nil, nil, fmt.Errorf("history: parent of %s: %w", c.ID, err)
+			}
+		}
+		parents = append(parents, pc)
+		w.push(pc)
+	}
+	if pruned > 0 && !w.loadedAll {
+		w.loadedAll = true
+		err := p.CommitIDs(nil, func(id store.CommitID) error {
+			if w.seen[id] {
+				return nil
+			}
+			sc, err := p.Commit(id)
+			if err == nil && !newer(sc, c) {
+				w.push(sc)
+			}
+			return err
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("history: commits after %s: %w", c.ID, err)
+		}
+		w.push(store.FirstCommit())
+	}
+	if pruned > 0 && len(parents) == 0 && w.h.Len() > 0 {
+		parents = append(parents, w.h[0]) // the next older commit kept
+	}
+	w.parents = parents
+	return c, parents, nil
 }
 
 // Truncated reports whether history before c was pruned: a parent of c is
@@ -309,14 +344,22 @@ func FormatTime(ns int64) string { return time.Unix(0, ns).UTC().Format(TimeForm
 func WriteLog(w io.Writer, p *store.Page) error {
 	var line []byte
 	return Walk(p, func(c *store.Commit, parents []*store.Commit) error {
-		n, err := changed(p, c, parents)
-		if err != nil {
-			return err
+		var err error
+		if line, err = AppendLogLine(line[:0], p, c, parents); err == nil {
+			_, err = w.Write(line)
 		}
-		line = appendLogLine(line[:0], c, parents, n)
-		_, err = w.Write(line)
 		return err
 	})
+}
+
+// AppendLogLine appends WriteLog's line of commit c, with the parents a walk
+// gave it.
+func AppendLogLine(b []byte, p *store.Page, c *store.Commit, parents []*store.Commit) ([]byte, error) {
+	n, err := changed(p, c, parents)
+	if err != nil {
+		return b, err
+	}
+	return appendLogLine(b, c, parents, n), nil
 }
 
 func appendLogLine(b []byte, c *store.Commit, parents []*store.Commit, changed int) []byte {
