@@ -86,19 +86,20 @@ type versionList struct {
 }
 
 // versionIndex holds the versions of every key of a page
-// (history.AllVersions) until the head moves or a collection prunes
-// commits: listing the versions of many names costs one history walk,
-// not one each (a walk of every name's versions after 200 kills took
-// longer than the rest of the test).
+// (history.VersionIndex), brought up to date when the head moves and made
+// anew when a collection prunes commits: listing the versions of many names
+// costs one history walk, not one each (a walk of every name's versions
+// after 200 kills took longer than the rest of the test), and a commit
+// costs its own diff.
 type versionIndex struct {
 	mu     sync.Mutex
 	head   store.CommitID
 	pruned uint64
-	all    map[string][]history.Version
-	ok     bool
+	x      *history.VersionIndex
 }
 
-// of returns key's versions in p, walking the history again if it moved.
+// of returns key's versions in p, walking what is new in the history if it
+// moved.
 func (x *versionIndex) of(p *store.Page, key string) ([]history.Version, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -106,14 +107,18 @@ func (x *versionIndex) of(p *store.Page, key string) ([]history.Version, error) 
 	if err != nil {
 		return nil, err
 	}
-	if pruned := p.Pruned(); !x.ok || head.ID != x.head || pruned != x.pruned {
-		all, err := history.AllVersions(p)
-		if err != nil {
+	pruned := p.Pruned()
+	if x.x == nil || pruned != x.pruned {
+		x.x, x.head, x.pruned = history.NewVersionIndex(), store.CommitID{}, pruned
+	}
+	if x.head != head.ID || x.head == (store.CommitID{}) {
+		if err := x.x.Update(p); err != nil {
+			x.x = nil
 			return nil, err
 		}
-		x.head, x.pruned, x.all, x.ok = head.ID, pruned, all, true
+		x.head = head.ID
 	}
-	return x.all[key], nil
+	return x.x.All[key], nil
 }
 
 var (

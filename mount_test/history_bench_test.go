@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/journal"
@@ -171,5 +172,40 @@ func BenchmarkLogHead(b *testing.B) {
 		if err != nil || strings.Count(string(out), "\n") != 3 {
 			b.Fatalf("head -3: %q, %v", out, err)
 		}
+	}
+}
+
+// BenchmarkHistoryViews lists .ledger/versions/FILE/ and .ledger/at/TIME/
+// (TIME that of the page's 100th commit) of a page with 20,000 commits, a
+// new head before each; the first listing of each, the mount's first look
+// at that history, is reported apart (first-ms).
+func BenchmarkHistoryViews(b *testing.B) {
+	repo := buildPage(b, 0, 20000)
+	s := mountWith(b, plainBinary, repo, filepath.Join(b.TempDir(), "mnt"))
+	pg := filepath.Join(s.mnt, "l", "p")
+	log, err := os.ReadFile(filepath.Join(pg, ".ledger", "log"))
+	must(b, err)
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	early := strings.Fields(lines[len(lines)-100])[2]
+	for _, view := range []string{filepath.Join(".ledger", "versions", "c001"), filepath.Join(".ledger", "at", early)} {
+		b.Run(strings.Split(view, "/")[1], func(b *testing.B) {
+			start := time.Now()
+			if _, err := os.ReadDir(filepath.Join(pg, view)); err != nil {
+				b.Fatal(err)
+			}
+			first := time.Since(start)
+			i := 0
+			for b.Loop() {
+				b.StopTimer()
+				i++
+				must(b, os.WriteFile(filepath.Join(pg, "new"), []byte(fmt.Sprint(i)), 0o644))
+				syncDir(b, pg)
+				b.StartTimer()
+				if es, err := os.ReadDir(filepath.Join(pg, view)); err != nil || len(es) == 0 {
+					b.Fatalf("%s: %d entries, %v", view, len(es), err)
+				}
+			}
+			b.ReportMetric(float64(first.Milliseconds()), "first-ms")
+		})
 	}
 }

@@ -111,6 +111,27 @@ func NewWalker(p *store.Page) (*Walker, error) {
 	return w, nil
 }
 
+// skip makes the walk pass over the commits in done, and what only they
+// reach: it then visits what is new since a walk that visited them.
+func (w *Walker) skip(done map[store.CommitID]bool) {
+	for id := range done {
+		if _, queued := w.queued[id]; !queued {
+			w.seen[id] = true
+		}
+	}
+	// A head walked already is no start.
+	kept := w.h[:0]
+	for _, c := range w.h {
+		if done[c.ID] {
+			delete(w.queued, c.ID)
+			continue
+		}
+		kept = append(kept, c)
+	}
+	w.h = kept
+	heap.Init(&w.h)
+}
+
 func (w *Walker) push(c *store.Commit) {
 	if !w.seen[c.ID] {
 		w.seen[c.ID] = true

@@ -434,3 +434,41 @@ func TestOfName(t *testing.T) {
 		t.Errorf("versions of b: %v, want %v", got, want)
 	}
 }
+
+// TestVersionIndexFollowsHistory: an index updated after each part of a
+// random history (merges included) holds what AllVersions finds walking
+// the whole of it from scratch, in the same order.
+func TestVersionIndexFollowsHistory(t *testing.T) {
+	dir := t.TempDir()
+	n := 0
+	rapid.Check(t, func(t *rapid.T) {
+		n++
+		p, close := openPage(t, fmt.Sprintf("%s/%d", dir, n))
+		defer close()
+		x := NewVersionIndex()
+		for part := range rapid.IntRange(1, 4).Draw(t, "parts") {
+			build(t, p, rapid.IntRange(1, 5).Draw(t, fmt.Sprintf("commits%d", part)))
+			if err := x.Update(p); err != nil {
+				t.Fatal(err)
+			}
+			all, err := AllVersions(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(all) != len(x.All) {
+				t.Fatalf("part %d: the index has versions of %d keys, a walk from scratch %d", part, len(x.All), len(all))
+			}
+			for key, vs := range all {
+				got := x.All[key]
+				if len(got) != len(vs) {
+					t.Fatalf("part %d: %q has %d versions in the index, %d walked from scratch", part, key, len(got), len(vs))
+				}
+				for i := range vs {
+					if got[i].Commit.ID != vs[i].Commit.ID || got[i].Entry != vs[i].Entry {
+						t.Fatalf("part %d: version %d of %q differs", part, i, key)
+					}
+				}
+			}
+		}
+	})
+}

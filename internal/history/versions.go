@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"slices"
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
@@ -54,52 +55,110 @@ func Versions(p *store.Page, key string) ([]Version, error) {
 // costs what changed, not the number of keys. Listing the versions of many
 // names costs one walk instead of one each.
 func AllVersions(p *store.Page) (map[string][]Version, error) {
-	out := map[string][]Version{}
-	err := Walk(p, func(c *store.Commit, parents []*store.Commit) error {
-		if len(parents) == 0 {
-			it := p.Tree(c).Seek("")
-			for it.Next() {
-				e := it.Entry()
-				out[e.Key] = append(out[e.Key], Version{Commit: c, Entry: e})
-			}
-			return it.Err()
+	x := NewVersionIndex()
+	if err := x.Update(p); err != nil {
+		return nil, err
+	}
+	return x.All, nil
+}
+
+// A VersionIndex is AllVersions kept up to date as the page's head moves:
+// an Update walks only the commits it has not walked yet, so after a
+// commit the versions of a page with 20,000 commits cost that commit's
+// diff, not 20,000 (5.7 s). A collection that pruned commits needs a new
+// index.
+type VersionIndex struct {
+	// All holds every key's versions, oldest first.
+	All    map[string][]Version
+	walked map[store.CommitID]bool
+}
+
+// NewVersionIndex returns an empty index.
+func NewVersionIndex() *VersionIndex {
+	return &VersionIndex{All: map[string][]Version{}, walked: map[store.CommitID]bool{}}
+}
+
+// Update adds the versions of the commits the page's heads reach that the
+// index has not walked.
+func (x *VersionIndex) Update(p *store.Page) error {
+	w, err := NewWalker(p)
+	if err != nil {
+		return err
+	}
+	w.skip(x.walked)
+	touched := map[string]bool{}
+	var visited []store.CommitID
+	for {
+		c, parents, err := w.Next(p)
+		if err == io.EOF {
+			break
 		}
-		var changed []btree.Entry
-		err := p.Nodes().Diff(parents[0].Root, c.Root, func(ch btree.Change) error {
-			// A read's new access time is no new version.
-			if ch.After != nil && (ch.Before == nil || withoutAtime(*ch.Before) != withoutAtime(*ch.After)) {
-				changed = append(changed, *ch.After)
-			}
-			return nil
-		})
 		if err != nil {
-			return err
+			return fmt.Errorf("history: versions: %w", err)
 		}
-		for _, e := range changed {
-			new := true
-			for _, pc := range parents[1:] {
-				pe, found, err := p.Tree(pc).Get(e.Key)
-				if err != nil {
-					return err
-				}
-				if found && withoutAtime(pe) == withoutAtime(e) {
-					new = false // carried over from this parent
-					break
-				}
+		visited = append(visited, c.ID)
+		if err := x.add(p, c, parents, touched); err != nil {
+			return fmt.Errorf("history: versions: %w", err)
+		}
+	}
+	for _, id := range visited {
+		x.walked[id] = true
+	}
+	for key := range touched {
+		// Oldest first, as a walk from scratch would give them.
+		slices.SortStableFunc(x.All[key], func(a, b Version) int {
+			switch {
+			case newer(b.Commit, a.Commit):
+				return -1
+			case newer(a.Commit, b.Commit):
+				return 1
 			}
-			if new {
-				out[e.Key] = append(out[e.Key], Version{Commit: c, Entry: e})
-			}
+			return 0
+		})
+	}
+	return nil
+}
+
+// add records the versions commit c made, with the parents a walk gave it.
+func (x *VersionIndex) add(p *store.Page, c *store.Commit, parents []*store.Commit, touched map[string]bool) error {
+	if len(parents) == 0 {
+		it := p.Tree(c).Seek("")
+		for it.Next() {
+			e := it.Entry()
+			x.All[e.Key] = append(x.All[e.Key], Version{Commit: c, Entry: e})
+			touched[e.Key] = true
+		}
+		return it.Err()
+	}
+	var changed []btree.Entry
+	err := p.Nodes().Diff(parents[0].Root, c.Root, func(ch btree.Change) error {
+		// A read's new access time is no new version.
+		if ch.After != nil && (ch.Before == nil || withoutAtime(*ch.Before) != withoutAtime(*ch.After)) {
+			changed = append(changed, *ch.After)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("history: versions: %w", err)
+		return err
 	}
-	for _, vs := range out {
-		slices.Reverse(vs)
+	for _, e := range changed {
+		new := true
+		for _, pc := range parents[1:] {
+			pe, found, err := p.Tree(pc).Get(e.Key)
+			if err != nil {
+				return err
+			}
+			if found && withoutAtime(pe) == withoutAtime(e) {
+				new = false // carried over from this parent
+				break
+			}
+		}
+		if new {
+			x.All[e.Key] = append(x.All[e.Key], Version{Commit: c, Entry: e})
+			touched[e.Key] = true
+		}
 	}
-	return out, nil
+	return nil
 }
 
 // changedFromParents reports key's entry in c and whether it differs from
