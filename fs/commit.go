@@ -170,10 +170,61 @@ func (f *fileNode) queue(key string, op journal.Op, w *store.ValueWriter) error 
 	f.queued++
 	pg.ov.setPending(key, f)
 	pg.mu.Unlock()
-	landed := func(err error) {
+	err := pg.queueWith(w, f.landing(key, nil), op)
+	if err != nil {
+		f.unqueue(key)
+	}
+	return err
+}
+
+// queueMove queues ops, a rename of the file from key src to dst, as
+// queue queues a close: the file shows at dst, and src shows deleted,
+// until they land. Called with f.mu held and the content loaded.
+func (f *fileNode) queueMove(src, dst string, ops []journal.Op) error {
+	pg := f.pg
+	pg.mu.Lock()
+	seq := pg.ov.next()
+	pg.ov.showGone(src, seq)
+	pg.unpendLocked(src, f)
+	pg.ov.dropPending(dst) // a file the move replaces
+	f.queued++
+	pg.ov.setPending(dst, f)
+	pg.cond().Broadcast()
+	pg.mu.Unlock()
+	gone := func() { pg.ov.landGone(src, seq) }
+	err := pg.queueWith(nil, f.landing(dst, gone), ops...)
+	if err != nil {
+		pg.mu.Lock()
+		gone()
+		pg.mu.Unlock()
+		f.unqueue(dst)
+	}
+	return err
+}
+
+// unqueue undoes queue's count and showing after the queueing failed.
+func (f *fileNode) unqueue(key string) {
+	pg := f.pg
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	f.queued--
+	if f.queued == 0 && !f.created {
+		pg.unpendLocked(key, f)
+	}
+}
+
+// landing returns what runs once a queued change of the file at key has
+// landed (also, if not nil, with pg.mu held): the file stops showing there
+// when it was its last change queued, and drops its content.
+func (f *fileNode) landing(key string, also func()) func(error) {
+	pg := f.pg
+	return func(err error) {
 		// On the committer's goroutine: f.mu may be held by a caller
 		// waiting for this very commit.
 		pg.mu.Lock()
+		if also != nil {
+			also()
+		}
 		f.queued--
 		last := f.queued == 0
 		if last {
@@ -197,14 +248,4 @@ func (f *fileNode) queue(key string, op journal.Op, w *store.ValueWriter) error 
 			pg.ended()
 		})
 	}
-	err := pg.queueWith(w, landed, op)
-	if err != nil {
-		pg.mu.Lock()
-		f.queued--
-		if f.queued == 0 && !f.created {
-			pg.unpendLocked(key, f)
-		}
-		pg.mu.Unlock()
-	}
-	return err
 }

@@ -53,6 +53,11 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	defer d.pg.keys.Unlock()
 	defer d.pg.dirsChanged()
 	moved := d.GetChild(name)
+	if !scoll {
+		if eno, done := d.queueRename(moved, name, src, nd, newName, dst, flags&renameNoReplace != 0, srcParent); done {
+			return eno
+		}
+	}
 	if eno := d.commitMoving(moved, src); eno != 0 {
 		return eno
 	}

@@ -3,6 +3,7 @@ package mount_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -134,4 +135,51 @@ func TestWritesIntoLaidOutFile(t *testing.T) {
 			t.Errorf("%s: %d bytes read back (%v), want %d as written", c.name, len(got), err, len(want))
 		}
 	}
+}
+
+// TestWriteThenRenameIsQueued: the write-to-a-temporary-then-rename of
+// rsync and editors commits in batches, as closes do, not once per rename:
+// 200 files so written make far fewer commits than files; each shows at
+// its final name with its content at once, the temporary names are gone,
+// and so it stays after the commits landed and after a remount.
+func TestWriteThenRenameIsQueued(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("l", "p")
+	meta := filepath.Join(pg, ".ledger")
+	before := commitCount(t, meta)
+	const n = 200
+	for i := range n {
+		tmp := filepath.Join(pg, fmt.Sprintf(".f%03d.tmp", i))
+		must(t, os.WriteFile(tmp, []byte(fmt.Sprint("content ", i)), 0o644))
+		final := filepath.Join(pg, fmt.Sprintf("f%03d", i))
+		must(t, os.Rename(tmp, final))
+		if b, err := os.ReadFile(final); err != nil || string(b) != fmt.Sprint("content ", i) {
+			t.Fatalf("right after its rename, %s holds %q (%v)", final, b, err)
+		}
+		if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+			t.Fatalf("right after the rename, %s: %v", tmp, err)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		names := ls(t, pg)
+		if len(names) != n {
+			t.Fatalf("%s: %d names in the page, want %d: %v", when, len(names), n, names)
+		}
+		for i := range n {
+			if b, err := os.ReadFile(filepath.Join(pg, fmt.Sprintf("f%03d", i))); err != nil || string(b) != fmt.Sprint("content ", i) {
+				t.Fatalf("%s: f%03d holds %q (%v)", when, i, b, err)
+			}
+		}
+	}
+	syncDir(t, pg)
+	check("after the commits landed")
+	if made := commitCount(t, meta) - before; made > n/4 {
+		t.Fatalf("%d files written and renamed made %d commits: the renames waited for commits of their own", n, made)
+	}
+	s.stop()
+	s = mountAt(t, repo, s.mnt)
+	check("after a remount")
 }
