@@ -26,6 +26,10 @@ type fileNode struct {
 	// .ledger/versions) the key it shows.
 	fixed    bool
 	fixedKey string
+	// atimeSet is set by a setattr of the access time, until the content
+	// is dropped: a read of the file meanwhile decides by it whether its
+	// access time is due (see advanceAtime).
+	atimeSet bool
 	// placed is the key the node had at its last flush. The kernel may
 	// forget a closed file's inode before the release that commits what
 	// the last close left (a truncation while open), and go-fuse then
@@ -297,7 +301,7 @@ func (f *fileNode) endChange() {
 	}
 	f.meta.Size = uint64(f.c.size) // as shown once unlinked
 	f.c.close()
-	f.c = nil
+	f.c, f.atimeSet = nil, false
 	f.pg.release(f.p)
 	f.p = nil
 	f.pg.mu.Lock()
@@ -329,8 +333,9 @@ func (f *fileNode) create(ctx context.Context, key string, m btree.Meta) (gofs.F
 func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	regular := f.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFREG
 	// Queued, as a close is: chmod, chown, utimes and truncate show at
-	// once and commit with the next batch; one waited for its own commit
-	// (stress-ng --chmod: 4.6 per second on a loaded machine).
+	// once and commit with the next batch; each waited for its own commit
+	// (stress-ng --chmod: 4.6 per second on a loaded machine; rsync sets
+	// every file's times before its rename).
 	eno := f.changeMeta(commitQueue, func(m *btree.Meta, c *content) (bool, syscall.Errno) {
 		if sz, ok := in.GetSize(); ok {
 			switch {
@@ -347,6 +352,10 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 			m.MtimeNs, m.HasMtime = nowNs(), true
 		}
 		changed := f.pg.fs.setAttrs(m, in)
+		if in.Valid&(fuse.FATTR_ATIME|fuse.FATTR_ATIME_NOW) != 0 {
+			// A read before this lands decides by this time (relatime).
+			f.atimeSet = true
+		}
 		// A truncation or chown by someone without CAP_FSETID (see
 		// killPriv).
 		if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 && killPriv(m) {
@@ -476,6 +485,12 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 					return nil, 0, errno("open", err)
 				}
 			}
+		}
+		if f.atimeSet && f.writers == 0 {
+			// Its access time set by a change still queued (touch -a): a
+			// read is due by that time, not the committed entry's.
+			f.advanceAtime(f.meta, f.metaTs)
+			f.atimeSet = false
 		}
 		f.readers++
 		f.pg.reading(p, h.id)
