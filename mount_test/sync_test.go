@@ -247,16 +247,10 @@ func mountSyncedWith(t *testing.T, bin, endpoint, repo string, args ...string) *
 // await polls, with a deadline, until cond holds.
 func await(t *testing.T, what string, cond func() bool) time.Duration {
 	t.Helper()
-	return awaitFor(t, what, 30*time.Second, cond)
-}
-
-// awaitFor polls until cond holds, failing the test after d.
-func awaitFor(t *testing.T, what string, d time.Duration, cond func() bool) time.Duration {
-	t.Helper()
 	start := time.Now()
-	for deadline := start.Add(d); !cond(); time.Sleep(5 * time.Millisecond) {
+	for deadline := start.Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
+			t.Fatalf("%s: not within 30 s", what)
 		}
 	}
 	return time.Since(start)

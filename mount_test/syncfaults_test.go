@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/s3test"
 )
@@ -66,11 +67,11 @@ func TestSyncMountFaults(t *testing.T) {
 	must(t, os.MkdirAll(pages()[0], 0o755))
 	must(t, os.WriteFile(filepath.Join(pages()[0], "base.txt"), []byte("base\n"), 0o644))
 	for _, pg := range pages() {
-		await(t, "the first file on every mount", fileIs(filepath.Join(pg, "base.txt"), "base\n"))
+		w.Until(t, "the first file on every mount", time.Minute, fileIs(filepath.Join(pg, "base.txt"), "base\n"))
 	}
 	converged := func(what string) {
 		t.Helper()
-		await(t, what+": one head on all three", func() bool {
+		w.Until(t, what+": one head on all three", time.Minute, func() bool {
 			h := latest(pages()[0])
 			for _, pg := range pages()[1:] {
 				if latest(pg) != h {
@@ -92,7 +93,7 @@ func TestSyncMountFaults(t *testing.T) {
 		syncDir(t, pg)
 	}
 	for i, pg := range pages() {
-		await(t, fmt.Sprintf("mount %d's .ledger/sync tells of the error", i), func() bool {
+		w.Until(t, fmt.Sprintf("mount %d's .ledger/sync tells of the error", i), time.Minute, func() bool {
 			b, _ := os.ReadFile(filepath.Join(pg, ".ledger", "sync"))
 			return strings.Contains(string(b), "last error: 20")
 		})
@@ -136,7 +137,7 @@ func TestSyncMountFaults(t *testing.T) {
 	ms[0].kill()
 	ms[0] = mountSyncedAt(t, w.Endpoint, repos[0])
 	for _, pg := range pages() {
-		await(t, "big.bin on every mount", func() bool {
+		w.Until(t, "big.bin on every mount", time.Minute, func() bool {
 			b, err := os.ReadFile(filepath.Join(pg, "big.bin"))
 			return err == nil && bytes.Equal(b, big)
 		})
@@ -149,7 +150,7 @@ func TestSyncMountFaults(t *testing.T) {
 	ms[1] = mountSyncedAt(t, w.Endpoint, repos[1], "--sync-every", "1h")
 	big2 := content(22, 24<<20)
 	must(t, os.WriteFile(filepath.Join(pages()[2], "big2.bin"), big2, 0o644))
-	await(t, "mount 2 pushed big2.bin", func() bool {
+	w.Until(t, "mount 2 pushed big2.bin", time.Minute, func() bool {
 		b, _ := os.ReadFile(filepath.Join(pages()[2], ".ledger", "sync"))
 		return strings.Contains(string(b), "waiting to upload: nothing\n")
 	})

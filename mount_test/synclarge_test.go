@@ -40,7 +40,7 @@ func TestSyncLarge(t *testing.T) {
 		must(t, os.WriteFile(filepath.Join(pa, "small", fmt.Sprintf("f%05d", i)), []byte(fmt.Sprintf("small file %d\n", i)), 0o644))
 	}
 	syncDir(t, pa)
-	awaitFor(t, "a pushed everything", 10*time.Minute, func() bool {
+	w.Until(t, "a pushed everything", 10*time.Minute, func() bool {
 		b, _ := os.ReadFile(filepath.Join(pa, ".ledger", "sync"))
 		return strings.Contains(string(b), "waiting to upload: nothing\n")
 	})
@@ -51,7 +51,7 @@ func TestSyncLarge(t *testing.T) {
 
 	b := mountSyncedWith(t, plainBinary, w.Endpoint, t.TempDir(), "--sync-every", "1s")
 	pb := filepath.Join(b.mnt, "home", "data")
-	awaitFor(t, "the large file on b", 10*time.Minute, func() bool {
+	w.Until(t, "the large file on b", 10*time.Minute, func() bool {
 		st, err := os.Stat(filepath.Join(pb, "big.bin"))
 		return err == nil && st.Size() == int64(size)
 	})
@@ -77,7 +77,7 @@ func TestSyncLarge(t *testing.T) {
 	must(t, err)
 	must(t, ef.Close())
 	wantEdited := sha(t, filepath.Join(pb, "big.bin"))
-	await(t, "b's edit on a", func() bool {
+	w.Until(t, "b's edit on a", time.Minute, func() bool {
 		one := make([]byte, 1)
 		g, err := os.Open(big)
 		if err != nil {

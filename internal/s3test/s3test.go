@@ -311,6 +311,29 @@ func (w *Watcher) Await(t testing.TB, what string, n int, match func(Request) bo
 	}
 }
 
+// Until returns once cond holds, checking it at the start and after each
+// request the proxy passes: for what a client of the proxy does between
+// its requests (a mount polls through it, so every poll is one). It fails
+// the test after d.
+func (w *Watcher) Until(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	timeout := time.NewTimer(d)
+	defer timeout.Stop()
+	for {
+		w.mu.Lock()
+		ch := w.changed
+		w.mu.Unlock()
+		if cond() {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timeout.C:
+			t.Fatalf("%s: not within %v", what, d)
+		}
+	}
+}
+
 // PackPut matches a pack's upload that the store took.
 func PackPut(r Request) bool {
 	return r.Method == http.MethodPut && strings.Contains(r.Path, "/packs/") && r.Status == http.StatusOK
