@@ -34,14 +34,10 @@ func forget(parent *gofs.Inode, name string) {
 	if parent == nil {
 		return
 	}
-	child := parent.GetChild(name)
-	if child == nil {
+	if child := parent.GetChild(name); child != nil {
+		dropChild(parent, name, child)
+	} else {
 		parent.NotifyEntry(name) // a cached negative entry
-		return
-	}
-	parent.RmChild(name)
-	if parent.NotifyDelete(name, child) != 0 {
-		parent.NotifyEntry(name)
 	}
 }
 

@@ -261,11 +261,8 @@ func (pg *pageRef) catchUp(p *store.Page, from, to *store.Commit, touched func(k
 				continue
 			}
 			if f.changedBehind(ch, ts) {
-				n.RmChild(name)
 				pg.fs.inos.release(pg.id('f', ch.Key))
-				if n.NotifyDelete(name, child) != 0 {
-					n.NotifyEntry(name)
-				}
+				dropChild(n, name, child)
 				continue
 			}
 			child.NotifyContent(0, 0)
@@ -292,10 +289,17 @@ func (pg *pageRef) catchUp(p *store.Page, from, to *store.Commit, touched func(k
 			continue
 		}
 		parent.removing(d.name, prefix)(true)
-		d.parent.RmChild(d.name)
-		if d.parent.NotifyDelete(d.name, d.node) != 0 {
-			d.parent.NotifyEntry(d.name)
-		}
+		dropChild(d.parent, d.name, d.node)
+	}
+}
+
+// dropChild takes child, at name, out of parent and out of the kernel's
+// cache: a change the node did not make removed or replaced it. With no
+// FUSE operation on either node under way (see the package's notes).
+func dropChild(parent *gofs.Inode, name string, child *gofs.Inode) {
+	parent.RmChild(name)
+	if parent.NotifyDelete(name, child) != 0 {
+		parent.NotifyEntry(name)
 	}
 }
 

@@ -93,9 +93,9 @@ type versionList struct {
 // costs its own diff.
 type versionIndex struct {
 	mu     sync.Mutex
-	head   store.CommitID
+	head   store.CommitID // x is up to date at head
 	pruned uint64
-	x      *history.VersionIndex
+	x      *history.VersionIndex // nil: none yet, or a collection pruned
 }
 
 // of returns key's versions in p, walking what is new in the history if it
@@ -107,11 +107,10 @@ func (x *versionIndex) of(p *store.Page, key string) ([]history.Version, error) 
 	if err != nil {
 		return nil, err
 	}
-	pruned := p.Pruned()
-	if x.x == nil || pruned != x.pruned {
-		x.x, x.head, x.pruned = history.NewVersionIndex(), store.CommitID{}, pruned
-	}
-	if x.head != head.ID || x.head == (store.CommitID{}) {
+	if pruned := p.Pruned(); x.x == nil || pruned != x.pruned || head.ID != x.head {
+		if x.x == nil || pruned != x.pruned {
+			x.x, x.pruned = history.NewVersionIndex(), pruned
+		}
 		if err := x.x.Update(p); err != nil {
 			x.x = nil
 			return nil, err

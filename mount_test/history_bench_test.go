@@ -63,13 +63,20 @@ func buildPage(b testing.TB, keys, commits int) string {
 	return repoDir
 }
 
+// mountBuilt mounts a repository buildPage made and returns its page's
+// path.
+func mountBuilt(tb testing.TB, keys, commits int) string {
+	tb.Helper()
+	repo := buildPage(tb, keys, commits)
+	s := mountWith(tb, plainBinary, repo, filepath.Join(tb.TempDir(), "mnt"))
+	return filepath.Join(s.mnt, "l", "p")
+}
+
 // BenchmarkSnapshotOpen opens and lists a page of 100,000 entries at its
 // head and at an earlier commit: a snapshot is the commit's tree, so both
 // cost the same.
 func BenchmarkSnapshotOpen(b *testing.B) {
-	repo := buildPage(b, 100000, 1)
-	s := mountWith(b, plainBinary, repo, filepath.Join(b.TempDir(), "mnt"))
-	pg := filepath.Join(s.mnt, "l", "p")
+	pg := mountBuilt(b, 100000, 1)
 	log, err := os.ReadFile(filepath.Join(pg, ".ledger", "log"))
 	must(b, err)
 	older := strings.Fields(strings.Split(string(log), "\n")[1])[0]
@@ -91,9 +98,7 @@ func BenchmarkSnapshotOpen(b *testing.B) {
 // BenchmarkCommitsListing lists .ledger/commits of a page with 10,000
 // commits.
 func BenchmarkCommitsListing(b *testing.B) {
-	repo := buildPage(b, 0, 10000)
-	s := mountWith(b, plainBinary, repo, filepath.Join(b.TempDir(), "mnt"))
-	dir := filepath.Join(s.mnt, "l", "p", ".ledger", "commits")
+	dir := filepath.Join(mountBuilt(b, 0, 10000), ".ledger", "commits")
 	for b.Loop() {
 		es, err := os.ReadDir(dir)
 		if err != nil || len(es) != 10001 {
@@ -132,9 +137,7 @@ func TestBenchCommand(t *testing.T) {
 func TestLogIsWrittenAsRead(t *testing.T) {
 	t.Parallel()
 	const commits = 3000
-	repo := buildPage(t, 0, commits)
-	s := mountWith(t, plainBinary, repo, filepath.Join(t.TempDir(), "mnt"))
-	logPath := filepath.Join(s.mnt, "l", "p", ".ledger", "log")
+	logPath := filepath.Join(mountBuilt(t, 0, commits), ".ledger", "log")
 	st, err := os.Stat(logPath)
 	must(t, err)
 	if st.Size() != 0 {
@@ -158,9 +161,7 @@ func TestLogIsWrittenAsRead(t *testing.T) {
 // BenchmarkLogHead reads the first three lines of .ledger/log of a page
 // with 20,000 commits, a new head each time (the log is written anew).
 func BenchmarkLogHead(b *testing.B) {
-	repo := buildPage(b, 0, 20000)
-	s := mountWith(b, plainBinary, repo, filepath.Join(b.TempDir(), "mnt"))
-	pg := filepath.Join(s.mnt, "l", "p")
+	pg := mountBuilt(b, 0, 20000)
 	for i := 0; b.Loop(); i++ {
 		newHead(b, pg, i)
 		out, err := exec.Command("head", "-3", filepath.Join(pg, ".ledger", "log")).Output()
@@ -175,9 +176,7 @@ func BenchmarkLogHead(b *testing.B) {
 // new head before each; the first listing of each, the mount's first look
 // at that history, is reported apart (first-ms).
 func BenchmarkHistoryViews(b *testing.B) {
-	repo := buildPage(b, 0, 20000)
-	s := mountWith(b, plainBinary, repo, filepath.Join(b.TempDir(), "mnt"))
-	pg := filepath.Join(s.mnt, "l", "p")
+	pg := mountBuilt(b, 0, 20000)
 	log, err := os.ReadFile(filepath.Join(pg, ".ledger", "log"))
 	must(b, err)
 	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
