@@ -81,6 +81,13 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 	if !ok {
 		return 0 // deleted meanwhile
 	}
+	if sync && f.pg.v.queues() {
+		if done, err := f.logIntent(key); err != nil {
+			return errno("fsync", err)
+		} else if done {
+			return 0
+		}
+	}
 	// An fsync on the live page is queued as a close is, and made durable
 	// by a record in the page's sync log rather than a sync of its db; a
 	// close of a key the log holds is recorded too (see journal.Op.Log).

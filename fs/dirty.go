@@ -45,6 +45,29 @@ type content struct {
 
 	spool *os.File
 	ext   *btree.BTreeG[extent]
+
+	// Since the last intent of these changes (fileNode.logIntent), while
+	// intentOn: the ranges written and the least size the file had.
+	intentOn    bool
+	sinceIntent *btree.BTreeG[extent]
+	intentMin   int64
+}
+
+func newExtents() *btree.BTreeG[extent] {
+	return btree.NewG(16, func(a, b extent) bool { return a.start < b.start })
+}
+
+// intentLogged starts what the next intent follows from: nothing written
+// since this one.
+func (c *content) intentLogged() {
+	c.intentOn, c.sinceIntent, c.intentMin = true, newExtents(), c.size
+}
+
+// noteWrite records [s, e) as written since the last intent, if any.
+func (c *content) noteWrite(s, e int64) {
+	if c.intentOn {
+		addExtent(c.sinceIntent, s, e)
+	}
 }
 
 type extent struct{ start, end int64 }
@@ -116,6 +139,7 @@ func (c *content) reset(id cas.ObjectIdentifier, size int64) {
 	c.base, c.baseID, c.baseSize, c.size, c.dirty = nil, id, size, size, false
 	c.baseFull, c.baseLen = true, size
 	c.kept = nil
+	c.intentOn, c.sinceIntent = false, nil
 }
 
 // baseReader opens the base value at its first read: after a close, reading
@@ -171,6 +195,7 @@ func (c *content) write(data []byte, off int64) error {
 		}
 		c.streamPos = end
 		c.size = max(c.size, end)
+		c.noteWrite(off, end)
 		return nil
 	}
 	if c.stream != nil {
@@ -194,7 +219,8 @@ func (c *content) write(data []byte, off int64) error {
 	if _, err := c.spool.WriteAt(data, off); err != nil {
 		return fmt.Errorf("spool: %w", err)
 	}
-	c.addExtent(off, end)
+	addExtent(c.ext, off, end)
+	c.noteWrite(off, end)
 	c.size = max(c.size, end)
 	return nil
 }
@@ -245,20 +271,20 @@ func (c *content) ensureSpool() error {
 	}
 	os.Remove(f.Name()) // lives as long as the descriptor
 	c.spool = f
-	c.ext = btree.NewG(16, func(a, b extent) bool { return a.start < b.start })
+	c.ext = newExtents()
 	return nil
 }
 
-// addExtent records [s, e) as written, merging with touching extents.
-func (c *content) addExtent(s, e int64) {
+// addExtent records [s, e) in t, merging with touching extents.
+func addExtent(t *btree.BTreeG[extent], s, e int64) {
 	var drop []extent
-	c.ext.DescendLessOrEqual(extent{start: s}, func(x extent) bool {
+	t.DescendLessOrEqual(extent{start: s}, func(x extent) bool {
 		if x.end >= s {
 			drop = append(drop, x)
 		}
 		return false
 	})
-	c.ext.AscendGreaterOrEqual(extent{start: s}, func(x extent) bool {
+	t.AscendGreaterOrEqual(extent{start: s}, func(x extent) bool {
 		if x.start > e {
 			return false
 		}
@@ -267,9 +293,26 @@ func (c *content) addExtent(s, e int64) {
 	})
 	for _, x := range drop {
 		s, e = min(s, x.start), max(e, x.end)
-		c.ext.Delete(x)
+		t.Delete(x)
 	}
-	c.ext.ReplaceOrInsert(extent{s, e})
+	t.ReplaceOrInsert(extent{s, e})
+}
+
+// clipExtents cuts the extents of t at n.
+func clipExtents(t *btree.BTreeG[extent], n int64) {
+	var drop []extent
+	t.AscendGreaterOrEqual(extent{}, func(x extent) bool {
+		if x.end > n {
+			drop = append(drop, x)
+		}
+		return true
+	})
+	for _, x := range drop {
+		t.Delete(x)
+		if x.start < n {
+			t.ReplaceOrInsert(extent{x.start, n})
+		}
+	}
 }
 
 func (c *content) truncate(n int64) error {
@@ -291,25 +334,17 @@ func (c *content) truncate(n int64) error {
 		return nil
 	}
 	c.dirty = true
+	if c.intentOn {
+		c.intentMin = min(c.intentMin, n)
+		clipExtents(c.sinceIntent, n)
+	}
 	if n == 0 {
 		c.dropSpool()
 		c.base, c.baseSize, c.baseFull, c.size = nil, 0, false, 0
 		return nil
 	}
 	if n < c.size && c.ext != nil {
-		var drop []extent
-		c.ext.AscendGreaterOrEqual(extent{}, func(x extent) bool {
-			if x.end > n {
-				drop = append(drop, x)
-			}
-			return true
-		})
-		for _, x := range drop {
-			c.ext.Delete(x)
-			if x.start < n {
-				c.ext.ReplaceOrInsert(extent{x.start, n})
-			}
-		}
+		clipExtents(c.ext, n)
 	}
 	if n < c.baseSize {
 		c.baseSize, c.baseFull = n, false

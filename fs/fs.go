@@ -111,8 +111,21 @@ type FS struct {
 	pages map[string]*pageRef
 	inos  inoTable
 	// background runs what follows a queued commit's landing; Close waits
-	// for it.
+	// for it. closing, under mu, refuses what would start after.
 	background sync.WaitGroup
+	closing    bool
+}
+
+// startBackground counts one more goroutine in background, unless Close
+// has begun; the caller starts it, and it calls background.Done.
+func (f *FS) startBackground() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closing {
+		return false
+	}
+	f.background.Add(1)
+	return true
 }
 
 // New returns the filesystem of repo.
@@ -144,6 +157,7 @@ func (f *FS) Close() {
 	pages := slices.Collect(maps.Values(f.pages))
 	f.mu.Unlock()
 	for _, p := range pages {
+		p.stopIntents()
 		p.rollbackAll()
 		if err := p.flushAtimes(); err != nil {
 			l, n := p.names()
@@ -154,6 +168,9 @@ func (f *FS) Close() {
 			slog.Error("queued commit failed at unmount; recovery commits it at the next start", "page", l+"/"+n, "err", err)
 		}
 	}
+	f.mu.Lock()
+	f.closing = true
+	f.mu.Unlock()
 	f.background.Wait()
 }
 

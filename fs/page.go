@@ -3,6 +3,7 @@ package fs
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
@@ -43,6 +44,10 @@ type pageRef struct {
 	ledger   string
 	name     string
 	ov       overlay // what is queued, shown as committed
+	// intents are the files whose fsynced changes wait, logged, for their
+	// commit, which intentTimer runs (see intent.go).
+	intents     map[*fileNode]struct{}
+	intentTimer *time.Timer
 	// cond, on mu, is broadcast when q.ending reaches 0 and when a file is
 	// closed or leaves q.files (see idleWithin).
 	endCond *sync.Cond

@@ -27,7 +27,7 @@ func (e *Engine) replayLog(p *store.Page) error {
 		if r.Delete {
 			return !found, nil
 		}
-		want, err := DecodeOp(r.Key, r.Row)
+		want, err := replayedOp(r)
 		if err != nil {
 			return false, err
 		}
@@ -40,7 +40,7 @@ func (e *Engine) replayLog(p *store.Page) error {
 				ops[i] = Op{Key: r.Key, Kind: store.OpDelete}
 				continue
 			}
-			op, err := DecodeOp(r.Key, r.Row)
+			op, err := replayedOp(r)
 			if err != nil {
 				return err
 			}
@@ -63,6 +63,16 @@ func (e *Engine) replayLog(p *store.Page) error {
 		return nil
 	}
 	return p.Durability().Replay(holds, commit)
+}
+
+// replayedOp is the put a replayed record ends with; an intent's row names
+// the value it was built on, and puts the one the replay rebuilt.
+func replayedOp(r store.Replayed) (Op, error) {
+	op, err := DecodeOp(r.Key, r.Row)
+	if err == nil && r.Intent {
+		op.Entry.Value.Digest = r.Result
+	}
+	return op, err
 }
 
 // sameMeta compares metadata but for the access time, which a later read

@@ -110,8 +110,15 @@ type Durability struct {
 	gen, durable uint64
 	changed      map[string]keyChange
 	// results holds the Result of each key's latest record in the
-	// current epoch (empty for a delete).
+	// current epoch (empty for a delete; for an intent, its Base: the
+	// next record of the key builds on that).
 	results map[string]string
+	// intents holds each key's intent (LogIntent), the record of an fsync
+	// of a change the db has not been written yet: a checkpoint carries
+	// them into the new epoch, and a change of the key written to the db
+	// supersedes its intent.
+	intents     map[string][]*synclog.Record
+	intentBytes int
 	// failed is why the log could not be created: the page syncs its db
 	// instead until it is opened again.
 	failed error
@@ -133,7 +140,7 @@ const maxChanged = 1 << 16
 
 // maxLogged bounds what one append logs: larger changes are made durable
 // by syncing the db, which costs less than copying them.
-const maxLogged = synclog.DefaultSize / 2
+const maxLogged = synclog.DefaultSize / 4
 
 // Durability returns the page's durability owner.
 func (p *Page) Durability() *Durability { return &p.dur }
@@ -182,6 +189,10 @@ func (d *Durability) Empty() bool {
 func (d *Durability) CanLog(key string, base cas.Digest) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.canLogLocked(key, base)
+}
+
+func (d *Durability) canLogLocked(key string, base cas.Digest) bool {
 	if r, ok := d.results[key]; ok {
 		return r == string(base)
 	}
@@ -219,9 +230,40 @@ func (d *Durability) Prepare(logs bool, changes []Logged) error {
 		}
 	}
 	if checkpoint || need > 0 && !d.room(need) {
+		// The changes supersede their keys' intents: the new epoch must
+		// not carry them, or a replay would put them back over the
+		// changes.
+		d.supersede(changes)
 		return d.Checkpoint()
 	}
 	return nil
+}
+
+// supersede drops the intents of the keys changes change.
+func (d *Durability) supersede(changes []Logged) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := range changes {
+		if changes[i].Kind != OpAtime {
+			d.dropIntentLocked(changes[i].Key)
+		}
+	}
+}
+
+func (d *Durability) dropIntentLocked(key string) {
+	for _, r := range d.intents[key] {
+		d.intentBytes -= r.Len()
+	}
+	delete(d.intents, key)
+}
+
+// DropIntents drops every intent, for a change of every key (a journal
+// that clears the page) about to be written.
+func (d *Durability) DropIntents() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	clear(d.intents)
+	d.intentBytes = 0
 }
 
 // room reports whether records of n bytes in all fit in the log before
@@ -269,6 +311,9 @@ func (d *Durability) Note(keys []string, all bool) func() {
 // durable with the db, and no earlier record of its key is left to undo
 // it.
 func (d *Durability) Record(logs bool, changes []Logged) error {
+	// Written, the changes supersede their keys' intents; a logged
+	// change's record, appended below, follows the intent in the chain.
+	d.supersede(changes)
 	if !logs {
 		return nil
 	}
@@ -328,6 +373,10 @@ func (d *Durability) record(c *Logged) (*synclog.Record, error) {
 func (d *Durability) append(r *synclog.Record) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.appendLocked(r)
+}
+
+func (d *Durability) appendLocked(r *synclog.Record) error {
 	if d.failed != nil {
 		return synclog.ErrFull // said once; the db's syncs do the work
 	}
@@ -352,7 +401,9 @@ func (d *Durability) append(r *synclog.Record) error {
 	if d.results == nil {
 		d.results = map[string]string{}
 	}
-	d.results[r.Key] = string(r.Result)
+	if !r.Intent { // an intent's chain goes on from its base (LogIntent)
+		d.results[r.Key] = string(r.Result)
+	}
 	if c, ok := d.changed[r.Key]; ok && c.gen != math.MaxUint64 {
 		c.epoch = d.log.Epoch()
 		d.changed[r.Key] = c
@@ -369,6 +420,75 @@ func (d *Durability) SyncLog() error {
 	}
 	d.p.repo.counters.logSyncs.Add(1)
 	return d.log.Sync()
+}
+
+// maxIntents bounds the bytes of the intents a checkpoint carries into the
+// new epoch: half of what an epoch holds.
+const maxIntents = synclog.DefaultSize / 4
+
+// LogIntent makes a change of key durable ahead of its commit, the way an
+// fsync of a file being written does: a record of the content it puts
+// (src, size bytes) and of its journal row (row, whose value the replay
+// sets to the one it rebuilds) is appended to the log and synced, before
+// the value is computed or anything is written to the db. With follows,
+// src holds the changes since the key's last intent (Base unused, Keep the
+// bytes of that intent's content kept); else those since src.Base.
+//
+// The change must be committed later as usual, with a record built on the
+// same base; until then the intents stand for it, and a checkpoint carries
+// them over. false: nothing was logged (no room, or the base is not
+// durable, or follows and the key has no intent), and the caller commits
+// the change instead. full reports that the intents held fill half of what
+// they may: their files should be committed soon.
+func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSource, follows bool) (ok, full bool, err error) {
+	r := &synclog.Record{Key: key, Op: row, Size: size, Intent: true, Follows: follows, Keep: src.Keep}
+	if !follows {
+		r.Base = []byte(src.Base)
+	}
+	for _, x := range src.Extents {
+		r.Extents = append(r.Extents, synclog.Extent{Off: x.Off, Data: x.Data})
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.p.readOnly != nil {
+		return false, false, nil
+	}
+	chain := d.intents[key]
+	switch {
+	case follows && len(chain) == 0:
+		return false, false, nil
+	case !follows && src.Base != "" && !d.canLogLocked(key, src.Base):
+		return false, false, nil
+	}
+	n := r.Len()
+	if !follows {
+		for _, old := range chain {
+			n -= old.Len()
+		}
+	}
+	if d.intentBytes+n > maxIntents {
+		return false, true, nil
+	}
+	if err := d.appendLocked(r); err != nil {
+		if errors.Is(err, synclog.ErrFull) {
+			return false, true, nil
+		}
+		return false, false, err
+	}
+	if !follows {
+		d.results[key] = string(src.Base)
+		chain = chain[:0]
+	}
+	if d.intents == nil {
+		d.intents = map[string][]*synclog.Record{}
+	}
+	d.intentBytes += n
+	d.intents[key] = append(chain, r)
+	d.p.repo.counters.logSyncs.Add(1)
+	if err := d.log.Sync(); err != nil {
+		return false, false, err
+	}
+	return true, d.intentBytes > maxIntents/2, nil
 }
 
 // Durable reports whether the latest change of key is on disk: synced with
@@ -445,11 +565,18 @@ func (d *Durability) checkpoint() error {
 	if d.log == nil {
 		return nil
 	}
-	if err := d.log.Reset(); err != nil {
+	var carry []*synclog.Record
+	for _, chain := range d.intents {
+		carry = append(carry, chain...)
+	}
+	if err := d.log.Reset(carry...); err != nil {
 		return err
 	}
 	d.found = nil
 	clear(d.results)
+	for k, chain := range d.intents {
+		d.results[k] = string(chain[0].Base)
+	}
 	return nil
 }
 
@@ -462,6 +589,11 @@ func (d *Durability) close(remove bool) error {
 	if d.log != nil {
 		err = d.log.Close()
 		d.log = nil
+	}
+	if len(d.intents) > 0 {
+		// Fsynced changes never committed: the next open replays them.
+		slog.Warn("page closed with fsynced changes not committed; they are replayed when it opens", "page", d.p.Ledger+"/"+d.p.Name, "changes", len(d.intents))
+		return err
 	}
 	if !remove {
 		return err

@@ -10,10 +10,12 @@ import (
 
 // A Replayed is the change the records a crash left in the sync log end
 // with for one key: a delete, or the put of Row, whose value (Result) the
-// replay has stored again.
+// replay has stored again. The Row of an intent (Durability.LogIntent)
+// names another value: the put is of Result.
 type Replayed struct {
 	Key    string
 	Delete bool
+	Intent bool
 	Row    []byte
 	Result cas.Digest
 }
@@ -45,15 +47,23 @@ func (d *Durability) Replay(holds func(Replayed) (bool, error), commit func([]Re
 	for _, key := range keys {
 		rs := byKey[key]
 		last := rs[len(rs)-1]
-		c := Replayed{Key: key, Delete: last.Delete, Row: last.Op, Result: cas.Digest(last.Result)}
+		c := Replayed{Key: key, Delete: last.Delete, Intent: isIntent(last), Row: last.Op, Result: cas.Digest(last.Result)}
+		if c.Intent {
+			// Its value is known once rebuilt.
+			id, err := d.rebuildChain(rs)
+			if err != nil {
+				return fmt.Errorf("replay sync log: %q: %w", key, err)
+			}
+			c.Result = id.Digest
+		}
 		if ok, err := holds(c); err != nil || ok {
 			if err != nil {
 				return fmt.Errorf("replay sync log: %q: %w", key, err)
 			}
 			continue
 		}
-		if !c.Delete {
-			if err := d.rebuildChain(rs); err != nil {
+		if !c.Delete && !c.Intent {
+			if _, err := d.rebuildChain(rs); err != nil {
 				return fmt.Errorf("replay sync log: %q: %w", key, err)
 			}
 		}
@@ -67,66 +77,105 @@ func (d *Durability) Replay(holds func(Replayed) (bool, error), commit func([]Re
 	return d.Checkpoint()
 }
 
-// rebuildChain stores again the values of a key's records, from the last
-// that needs nothing before it (one without base bytes, or built from a
-// durable value rather than the previous record's result) to the end.
-func (d *Durability) rebuildChain(rs []*synclog.Record) error {
-	start := len(rs) - 1
-	for start > 0 && rs[start].Keep > 0 && !rs[start-1].Delete && string(rs[start].Base) == string(rs[start-1].Result) {
-		start--
-	}
-	for _, r := range rs[start:] {
-		id, err := d.rebuild(r)
-		if err != nil {
-			return err
+// isIntent reports whether r is an intent: a put whose value is computed
+// when it is replayed.
+func isIntent(r *synclog.Record) bool { return !r.Delete && r.Intent }
+
+// rebuildChain stores again the values the last of a key's records needs,
+// and returns the id of its value. A record builds on a durable value, on
+// the value another record made (its Result), or, an intent that Follows,
+// on the one before it; each of those is rebuilt first. Intents the last
+// does not build on are passed over: a later record of the key supersedes
+// them.
+func (d *Durability) rebuildChain(rs []*synclog.Record) (cas.ObjectIdentifier, error) {
+	var units [][]*synclog.Record // each a record and the intents that follow it
+	i := len(rs) - 1
+	for {
+		j := i
+		for rs[j].Follows {
+			if j == 0 || !isIntent(rs[j-1]) {
+				return cas.ObjectIdentifier{}, fmt.Errorf("intent follows no intent")
+			}
+			j--
 		}
-		if string(id.Digest) != string(r.Result) {
-			return fmt.Errorf("record rebuilds value %s, not the %s it names", id, cas.Digest(r.Result))
+		units = append(units, rs[j:i+1])
+		if rs[j].Keep == 0 {
+			break
+		}
+		k := j - 1
+		for k >= 0 && !rs[k].Delete && (isIntent(rs[k]) || string(rs[k].Result) != string(rs[j].Base)) {
+			k--
+		}
+		if k < 0 || rs[k].Delete {
+			break // built on a durable value
+		}
+		i = k
+	}
+	var id cas.ObjectIdentifier
+	for u := len(units) - 1; u >= 0; u-- {
+		unit := units[u]
+		var err error
+		if id, err = d.rebuild(unit); err != nil {
+			return id, err
+		}
+		if r := unit[0]; !isIntent(r) && string(id.Digest) != string(r.Result) {
+			return id, fmt.Errorf("record rebuilds value %s, not the %s it names", id, cas.Digest(r.Result))
 		}
 	}
-	return nil
+	return id, nil
 }
 
-// rebuild stores the value a put record describes and returns its id.
-func (d *Durability) rebuild(r *synclog.Record) (cas.ObjectIdentifier, error) {
+// rebuild stores the value put records describe, the first built on its
+// base (if it keeps bytes of one) and each other following the one before,
+// and returns its id.
+func (d *Durability) rebuild(rs []*synclog.Record) (cas.ObjectIdentifier, error) {
 	p := d.p
-	c := &recordContent{r: r}
-	if r.Keep > 0 {
-		base := cas.ObjectIdentifier{Digest: cas.Digest(r.Base)}
+	first, last := rs[0], rs[len(rs)-1]
+	var src io.ReaderAt
+	base := cas.ObjectIdentifier{Digest: cas.Digest(first.Base)}
+	if first.Keep > 0 {
 		br, err := p.OpenValue(base)
 		if err != nil {
 			return cas.ObjectIdentifier{}, fmt.Errorf("open the record's base %s: %w", base, err)
 		}
-		c.base = br
-		changed := make([]cas.Range, 0, len(r.Extents)+1)
+		src = br
+	}
+	keep := first.Keep
+	var changed []cas.Range
+	for _, r := range rs {
+		src = &recordContent{r: r, prev: src}
+		keep = min(keep, r.Keep)
 		for _, e := range r.Extents {
 			changed = append(changed, cas.Range{Start: e.Off, End: e.Off + uint64(len(e.Data))})
 		}
-		if r.Size > r.Keep {
-			changed = append(changed, cas.Range{Start: r.Keep, End: r.Size})
-		}
-		// As a file's commit passes them: unsorted, the last range
-		// overlapping extents past Keep; cas.Edit sorts and clips.
-		w, id, err := p.EditValue(base, c, r.Size, changed)
-		if err != nil {
+	}
+	if first.Keep == 0 {
+		w := p.NewValueWriter()
+		if _, err := io.Copy(w, io.NewSectionReader(src, 0, int64(last.Size))); err != nil {
+			w.Abort()
 			return cas.ObjectIdentifier{}, err
 		}
-		return id, w.Commit()
+		id, _, err := w.Close()
+		return id, err
 	}
-	w := p.NewValueWriter()
-	if _, err := io.Copy(w, io.NewSectionReader(c, 0, int64(r.Size))); err != nil {
-		w.Abort()
+	if last.Size > keep {
+		changed = append(changed, cas.Range{Start: keep, End: last.Size})
+	}
+	// As a file's commit passes them: unsorted, ranges overlapping and
+	// past the end; cas.Edit sorts and clips.
+	w, id, err := p.EditValue(base, src, last.Size, changed)
+	if err != nil {
 		return cas.ObjectIdentifier{}, err
 	}
-	id, _, err := w.Close()
-	return id, err
+	return id, w.Commit()
 }
 
-// recordContent reads the content a put record describes: the base's
-// first Keep bytes, zeros up to Size, the extents over them.
+// recordContent reads the content a put record describes: the first Keep
+// bytes of what it builds on (prev), zeros up to Size, the extents over
+// them.
 type recordContent struct {
 	r    *synclog.Record
-	base *cas.Reader
+	prev io.ReaderAt
 }
 
 func (c *recordContent) ReadAt(b []byte, off int64) (int, error) {
@@ -140,7 +189,7 @@ func (c *recordContent) ReadAt(b []byte, off int64) (int, error) {
 	clear(b)
 	if keep := int64(c.r.Keep); off < keep {
 		n := min(end, keep) - off
-		if _, err := c.base.ReadAt(b[:n], off); err != nil && err != io.EOF {
+		if _, err := c.prev.ReadAt(b[:n], off); err != nil && err != io.EOF {
 			return 0, err
 		}
 	}

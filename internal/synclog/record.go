@@ -12,9 +12,17 @@ import (
 // the Result of the key's previous record in the same epoch; a record with
 // Keep 0 needs no base. Result is the digest of the value that content
 // makes, Op the journal row of the put (value and metadata).
+//
+// An intent is a put whose value is computed when it is replayed: it has
+// no Result, and its Op names another value. An intent that Follows the
+// key's previous record, an intent too, holds the changes since that one:
+// its content is that record's first Keep bytes, zeros up to Size, and
+// Extents over them.
 type Record struct {
 	Key     string
 	Delete  bool
+	Intent  bool
+	Follows bool
 	Op      []byte
 	Base    []byte
 	Keep    uint64
@@ -30,8 +38,10 @@ type Extent struct {
 }
 
 const (
-	kindPut    = 1
-	kindDelete = 2
+	kindPut     = 1
+	kindDelete  = 2
+	kindIntent  = 3
+	kindFollows = 4
 )
 
 // Len is an upper bound of the record's encoded size.
@@ -43,7 +53,8 @@ func (r *Record) Len() int {
 	return n + binary.MaxVarintLen64
 }
 
-// MarshalBinary encodes the record: a kind byte, then for a put the
+// MarshalBinary encodes the record: a kind byte (put, delete, intent or
+// intent that follows), then for a put or an intent the
 // length-prefixed key, op, base and result, keep and size (8 bytes each,
 // little-endian), the extent count and each extent's offset (8 bytes) and
 // length-prefixed bytes; for a delete the key alone.
@@ -58,7 +69,14 @@ func (r *Record) MarshalBinary() ([]byte, error) {
 		}
 	}
 	b := make([]byte, 0, r.Len())
-	b = append(b, kindPut)
+	switch {
+	case r.Follows:
+		b = append(b, kindFollows)
+	case r.Intent:
+		b = append(b, kindIntent)
+	default:
+		b = append(b, kindPut)
+	}
 	b = appendBytes(b, []byte(r.Key))
 	b = appendBytes(b, r.Op)
 	b = appendBytes(b, r.Base)
@@ -88,7 +106,8 @@ func (r *Record) UnmarshalBinary(b []byte) error {
 	switch kind {
 	case kindDelete:
 		r.Delete = true
-	case kindPut:
+	case kindPut, kindIntent, kindFollows:
+		r.Intent, r.Follows = kind != kindPut, kind == kindFollows
 		r.Op, r.Base, r.Result = d.bytes(), d.bytes(), d.bytes()
 		r.Keep, r.Size = d.u64(), d.u64()
 		n := d.uvarint()

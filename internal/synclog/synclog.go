@@ -8,12 +8,17 @@
 // record overwrites blocks already allocated and costs one fdatasync. The
 // page db is synced at checkpoints, after which the log starts a new epoch.
 //
-// Layout: a 4 KiB header (magic, epoch, CRC-32C), then records, each a
-// 4-byte little-endian payload length, a 4-byte CRC-32C of the epoch and the
-// payload, and the payload (see Record). A reader takes the records of the
-// header's epoch in order up to the first that is torn, zero or of another
-// epoch: what a crash or an earlier epoch left past the end never reads as a
-// record.
+// Layout: the file is two halves, each a 4 KiB header (magic, epoch,
+// CRC-32C) and then records, each a 4-byte little-endian payload length, a
+// 4-byte CRC-32C of the epoch and the payload, and the payload (see
+// Record). The half whose header has the higher epoch is the current one;
+// a reader takes the records of that epoch in order up to the first that is
+// torn, zero or of another epoch: what a crash or an earlier epoch left past
+// the end never reads as a record. A new epoch is begun in the other half,
+// its records (those a checkpoint must carry over: fsyncs whose changes are
+// not in the db yet) written and synced before its header, so that a crash
+// at any point leaves one whole epoch to read. Logs of the first format
+// (magic LFSYNC01: one header, the whole file one epoch) are still read.
 package synclog
 
 import (
@@ -32,13 +37,14 @@ import (
 const FileName = "ledgerfs-sync.log"
 
 const (
-	magic      = "LFSYNC01"
+	magic      = "LFSYNC02"
+	magicV1    = "LFSYNC01"
 	headerSize = 4096
 	frameSize  = 8
 )
 
 // DefaultSize is the size of a new log file.
-const DefaultSize = 4 << 20
+const DefaultSize = 8 << 20
 
 // ErrFull reports an append that does not fit before the next checkpoint.
 var ErrFull = errors.New("synclog: log full")
@@ -47,11 +53,18 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Log is an open sync log. It is not safe for concurrent use.
 type Log struct {
-	f        *os.File
-	size     int64
-	epoch    uint64
-	off      int64 // where the next record goes
-	unsynced bool  // records appended since the last Sync
+	f     *os.File
+	size  int64
+	epoch uint64
+	// next is the epoch the next Reset begins: past any a crashed Reset
+	// may have left records of in the other half without its header.
+	next uint64
+	// start and end bound the current epoch's records; a log of the first
+	// format has one region, and begins the second format at its Reset.
+	start, end int64
+	v1         bool
+	off        int64 // where the next record goes
+	unsynced   bool  // records appended since the last Sync
 }
 
 // Open opens the log at path, creating it with size bytes if it does not
@@ -59,7 +72,7 @@ type Log struct {
 func Open(path string, size int64) (*Log, []Record, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, os.ErrNotExist) {
-		l, err := create(path, size)
+		l, err := create(path, size, nil)
 		return l, nil, err
 	}
 	if err != nil {
@@ -91,17 +104,17 @@ func ReadFile(path string) ([]Record, error) {
 	return recs, nil
 }
 
-// create writes a new log: header and zeros, synced with its directory
-// entry, so that appends overwrite allocated blocks.
-func create(path string, size int64) (*Log, error) {
-	size = max(size, 2*headerSize)
+// create writes a new log: header, the records carry and zeros, synced with
+// its directory entry, so that appends overwrite allocated blocks.
+func create(path string, size int64, carry []*Record) (*Log, error) {
+	size = max(size, 4*headerSize)
 	tmp := path + ".new"
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("synclog: %w", err)
 	}
-	l := &Log{f: f, size: size, epoch: 1, off: headerSize}
-	err = l.fill()
+	l := &Log{f: f, size: size, epoch: 1, next: 2, start: headerSize, end: size / 2, off: headerSize}
+	err = l.fill(carry)
 	if err == nil {
 		err = os.Rename(tmp, path)
 	}
@@ -116,16 +129,25 @@ func create(path string, size int64) (*Log, error) {
 	return l, nil
 }
 
-func (l *Log) fill() error {
-	zeros := make([]byte, 1<<20)
+func (l *Log) fill(carry []*Record) error {
+	recs, err := frames(l.epoch, carry)
+	if err != nil {
+		return err
+	}
+	if headerSize+int64(len(recs)) > l.end {
+		return ErrFull
+	}
+	zeros := make([]byte, max(1<<20, headerSize+len(recs)))
 	copy(zeros, l.header())
+	copy(zeros[headerSize:], recs)
+	l.off += int64(len(recs) - frameSize)
 	for off := int64(0); off < l.size; off += int64(len(zeros)) {
 		n := min(int64(len(zeros)), l.size-off)
 		if _, err := l.f.WriteAt(zeros[:n], off); err != nil {
 			return err
 		}
 		if off == 0 {
-			clear(zeros[:headerSize])
+			clear(zeros)
 		}
 	}
 	return l.f.Sync()
@@ -140,11 +162,26 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-func (l *Log) header() []byte {
+func (l *Log) header() []byte { return header(magic, l.epoch) }
+
+func header(m string, epoch uint64) []byte {
 	h := make([]byte, 0, 20)
-	h = append(h, magic...)
-	h = binary.LittleEndian.AppendUint64(h, l.epoch)
+	h = append(h, m...)
+	h = binary.LittleEndian.AppendUint64(h, epoch)
 	return binary.LittleEndian.AppendUint32(h, crc32.Checksum(h, castagnoli))
+}
+
+// readHeader returns the epoch of the header at the start of b, if it is
+// a whole one with magic m.
+func readHeader(b []byte, m string) (uint64, bool) {
+	if len(b) < len(m)+12 || string(b[:len(m)]) != m {
+		return 0, false
+	}
+	h := b[:len(m)+8]
+	if crc32.Checksum(h, castagnoli) != binary.LittleEndian.Uint32(b[len(h):]) {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(b[len(m):]), true
 }
 
 // read parses the header and the records of its epoch.
@@ -157,25 +194,70 @@ func read(f *os.File) (*Log, []Record, error) {
 	if _, err := io.ReadFull(f, data); err != nil {
 		return nil, nil, err
 	}
-	epoch, recs, end, err := Parse(data)
+	p, err := parse(data)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &Log{f: f, size: st.Size(), epoch: epoch, off: end}, recs, nil
+	return &Log{f: f, size: st.Size(), epoch: p.epoch, next: p.newest + 2, start: p.start, end: p.endRegion,
+		v1: p.v1, off: p.off}, p.recs, nil
 }
 
 // Parse reads a whole log file's bytes: its epoch, the records of that
-// epoch and where the next record would go. Only a bad header is an error.
+// epoch and where the next record would go. Only a log with no whole
+// header is an error.
 func Parse(data []byte) (epoch uint64, recs []Record, end int64, err error) {
-	if len(data) < 2*headerSize || string(data[:len(magic)]) != magic {
-		return 0, nil, 0, errors.New("not a sync log")
+	p, err := parse(data)
+	return p.epoch, p.recs, p.off, err
+}
+
+type parsed struct {
+	epoch, newest    uint64
+	start, endRegion int64
+	v1               bool
+	recs             []Record
+	off              int64
+}
+
+func parse(data []byte) (parsed, error) {
+	size := int64(len(data))
+	if size < 2*headerSize {
+		return parsed{}, errors.New("not a sync log")
 	}
-	h := data[:len(magic)+8]
-	if crc32.Checksum(h, castagnoli) != binary.LittleEndian.Uint32(data[len(h):]) {
-		return 0, nil, 0, errors.New("sync log header damaged")
+	if e, ok := readHeader(data, magicV1); ok {
+		p := parsed{epoch: e, newest: e, start: headerSize, endRegion: size, v1: true}
+		p.recs, p.off = records(data[:size], e, headerSize)
+		return p, nil
 	}
-	epoch = binary.LittleEndian.Uint64(data[len(magic):])
-	off := int64(headerSize)
+	if size < 4*headerSize {
+		return parsed{}, errors.New("not a sync log")
+	}
+	half := size / 2
+	var p parsed
+	found := false
+	for h := int64(0); h < 2*half; h += half {
+		e, ok := readHeader(data[h:], magic)
+		if !ok {
+			continue
+		}
+		p.newest = max(p.newest, e)
+		if !found || e > p.epoch {
+			p.epoch, p.start, p.endRegion, found = e, h+headerSize, min(h+half, size), true
+		}
+	}
+	if !found {
+		if string(data[:len(magicV1)]) == magicV1 || string(data[:len(magic)]) == magic {
+			return parsed{}, errors.New("sync log header damaged")
+		}
+		return parsed{}, errors.New("not a sync log")
+	}
+	p.recs, p.off = records(data[:p.endRegion], p.epoch, p.start)
+	return p, nil
+}
+
+// records reads the records of epoch from off on, up to the first that is
+// not one, and returns them with where the next would go.
+func records(data []byte, epoch uint64, off int64) ([]Record, int64) {
+	var recs []Record
 	for off+frameSize <= int64(len(data)) {
 		n := int64(binary.LittleEndian.Uint32(data[off:]))
 		sum := binary.LittleEndian.Uint32(data[off+4:])
@@ -193,7 +275,7 @@ func Parse(data []byte) (epoch uint64, recs []Record, end int64, err error) {
 		recs = append(recs, r)
 		off += frameSize + n
 	}
-	return epoch, recs, off, nil
+	return recs, off
 }
 
 func checksum(epoch uint64, payload []byte) uint32 {
@@ -203,34 +285,35 @@ func checksum(epoch uint64, payload []byte) uint32 {
 }
 
 // Room reports whether n more payload bytes fit before the next checkpoint.
-func (l *Log) Room(n int) bool { return l.off+frameSize+int64(n) <= l.size }
+func (l *Log) Room(n int) bool { return l.off+2*frameSize+int64(n) <= l.end }
 
 // Empty reports whether the current epoch has no record.
-func (l *Log) Empty() bool { return l.off == headerSize }
+func (l *Log) Empty() bool { return l.off == l.start }
 
 // Epoch is the current epoch: it changes at each Reset.
 func (l *Log) Epoch() uint64 { return l.epoch }
 
 // Append writes r after the records so far; Sync makes it durable.
 func (l *Log) Append(r *Record) error {
-	payload, err := r.MarshalBinary()
+	frame, err := l.frame(r)
 	if err != nil {
 		return err
 	}
-	if !l.Room(len(payload)) {
+	if !l.Room(len(frame) - 2*frameSize) {
 		return ErrFull
 	}
-	frame := make([]byte, frameSize, frameSize+len(payload))
-	binary.LittleEndian.PutUint32(frame, uint32(len(payload)))
-	binary.LittleEndian.PutUint32(frame[4:], checksum(l.epoch, payload))
-	frame = append(frame, payload...)
 	if _, err := l.f.WriteAt(frame, l.off); err != nil {
 		return fmt.Errorf("synclog: append: %w", err)
 	}
-	l.off += int64(len(frame))
+	l.off += int64(len(frame) - frameSize)
 	l.unsynced = true
 	return nil
 }
+
+// frame encodes r as a record of the current epoch, followed by an empty
+// frame: the log ends there, whatever an earlier use of the same bytes
+// left after it.
+func (l *Log) frame(r *Record) ([]byte, error) { return frames(l.epoch, []*Record{r}) }
 
 // Unsynced reports whether records were appended since the last Sync.
 func (l *Log) Unsynced() bool { return l.unsynced }
@@ -240,27 +323,86 @@ func (l *Log) Sync() error {
 	if !l.unsynced {
 		return nil
 	}
-	if err := unix.Fdatasync(int(l.f.Fd())); err != nil {
+	if err := l.fdatasync(); err != nil {
 		return fmt.Errorf("synclog: sync: %w", err)
 	}
 	l.unsynced = false
 	return nil
 }
 
-// Reset starts a new epoch with no record, durably: the caller has made
-// what the records held durable elsewhere.
-func (l *Log) Reset() error {
-	if l.Empty() {
+func (l *Log) fdatasync() error {
+	return unix.Fdatasync(int(l.f.Fd()))
+}
+
+// Reset starts a new epoch holding only carry, durably: the caller has made
+// what the other records held durable elsewhere. The new epoch is written
+// in the other half of the file, its records synced before its header, so
+// that a crash leaves either the old epoch whole or the new one.
+func (l *Log) Reset(carry ...*Record) error {
+	if l.Empty() && len(carry) == 0 && !l.v1 {
 		return nil
 	}
-	l.epoch++
-	if _, err := l.f.WriteAt(l.header(), 0); err != nil {
+	if l.v1 {
+		// The first format has no second half: this epoch rewrites the
+		// file in the current one, through a new file.
+		return l.rewrite(carry)
+	}
+	half := l.size / 2
+	start := int64(headerSize)
+	if l.start < half {
+		start = half + headerSize
+	}
+	epoch, end := l.next, start-headerSize+half
+	buf, err := frames(epoch, carry)
+	if err != nil {
 		return fmt.Errorf("synclog: reset: %w", err)
 	}
-	if err := unix.Fdatasync(int(l.f.Fd())); err != nil {
+	if start+int64(len(buf)) > end {
+		return fmt.Errorf("synclog: reset: %w", ErrFull)
+	}
+	if _, err := l.f.WriteAt(buf, start); err != nil {
 		return fmt.Errorf("synclog: reset: %w", err)
 	}
-	l.off, l.unsynced = headerSize, false
+	if len(carry) > 0 {
+		if err := l.fdatasync(); err != nil {
+			return fmt.Errorf("synclog: reset: %w", err)
+		}
+	}
+	if _, err := l.f.WriteAt(header(magic, epoch), start-headerSize); err != nil {
+		return fmt.Errorf("synclog: reset: %w", err)
+	}
+	if err := l.fdatasync(); err != nil {
+		return fmt.Errorf("synclog: reset: %w", err)
+	}
+	l.epoch, l.next, l.start, l.end = epoch, epoch+1, start, end
+	l.off, l.unsynced = start+int64(len(buf)-frameSize), false
+	return nil
+}
+
+// frames encodes records as a run of frames of epoch, ending with an empty
+// frame.
+func frames(epoch uint64, recs []*Record) ([]byte, error) {
+	buf := make([]byte, 0, frameSize)
+	for _, r := range recs {
+		payload, err := r.MarshalBinary()
+		if err != nil {
+			return nil, err
+		}
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(len(payload)))
+		buf = binary.LittleEndian.AppendUint32(buf, checksum(epoch, payload))
+		buf = append(buf, payload...)
+	}
+	return append(buf, make([]byte, frameSize)...), nil
+}
+
+// rewrite replaces a log of the first format with a new one holding carry.
+func (l *Log) rewrite(carry []*Record) error {
+	n, err := create(l.f.Name(), l.size, carry)
+	if err != nil {
+		return err
+	}
+	l.f.Close()
+	*l = *n
 	return nil
 }
 

@@ -16,6 +16,12 @@ func randRecord(rng *rand.Rand) Record {
 	}
 	r := Record{Key: randString(rng, 40), Op: randBytes(rng, 60), Base: randBytes(rng, 33),
 		Result: randBytes(rng, 33), Keep: rng.Uint64N(1 << 30), Size: 1 << 20}
+	switch rng.IntN(3) {
+	case 1:
+		r.Intent, r.Result = true, nil
+	case 2:
+		r.Intent, r.Follows, r.Result = true, true, nil
+	}
 	for range rng.IntN(4) {
 		data := randBytes(rng, 300)
 		r.Extents = append(r.Extents, Extent{Off: rng.Uint64N(r.Size - uint64(len(data))), Data: data})
@@ -175,12 +181,13 @@ func TestTornRecordEndsTheLog(t *testing.T) {
 func TestFull(t *testing.T) {
 	path := filepath.Join(t.TempDir(), FileName)
 	l, _ := openLog(t, path)
-	big := Record{Key: "k", Size: 40 << 10, Extents: []Extent{{Data: make([]byte, 40<<10)}}}
+	// Each epoch has half the file: 28 KiB after its header.
+	big := Record{Key: "k", Size: 20 << 10, Extents: []Extent{{Data: make([]byte, 20<<10)}}}
 	if err := l.Append(&big); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Append(&big); err != ErrFull {
-		t.Fatalf("second 40 KiB record in a 64 KiB log: %v, want ErrFull", err)
+		t.Fatalf("second 20 KiB record in a 64 KiB log: %v, want ErrFull", err)
 	}
 	must(t, l.Reset())
 	if err := l.Append(&big); err != nil {
@@ -219,13 +226,14 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("re-encoded record differs: %v", err)
 		}
 		l := &Log{epoch: 7}
-		data := append(l.header(), make([]byte, 2*headerSize)...)
+		data := l.header()
 		frame := make([]byte, frameSize)
 		frame[0], frame[1], frame[2], frame[3] = byte(len(payload)), byte(len(payload)>>8), byte(len(payload)>>16), byte(len(payload)>>24)
 		sum := checksum(7, payload)
 		frame[4], frame[5], frame[6], frame[7] = byte(sum), byte(sum>>8), byte(sum>>16), byte(sum>>24)
-		data = append(append(data[:headerSize], frame...), payload...)
-		data = append(data, make([]byte, headerSize)...)
+		data = append(append(append(data, make([]byte, headerSize-len(data))...), frame...), payload...)
+		half := max(2*headerSize, len(data)+frameSize)
+		data = append(data, make([]byte, 2*half-len(data))...)
 		if _, recs, _, err := Parse(data); err != nil || len(recs) != 1 {
 			t.Fatalf("a valid frame parsed as %d records (%v)", len(recs), err)
 		}
@@ -236,7 +244,9 @@ func FuzzParse(f *testing.F) {
 // never a record past the end.
 func FuzzParseFile(f *testing.F) {
 	l := &Log{epoch: 3}
-	f.Add(append(l.header(), make([]byte, 2*headerSize)...))
+	f.Add(append(l.header(), make([]byte, 4*headerSize)...))
+	v1 := header(magicV1, 3)
+	f.Add(append(v1, make([]byte, 2*headerSize)...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _, end, err := Parse(data)
 		if err == nil && end > int64(len(data)) {
@@ -244,3 +254,107 @@ func FuzzParseFile(f *testing.F) {
 		}
 	})
 }
+
+// A reset carries the records it is given into the new epoch, in the other
+// half of the file, and drops the rest; halves alternate reset after reset.
+func TestResetCarries(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	l, _ := openLog(t, path)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for round := range 4 {
+		var all []Record
+		for range 3 {
+			r := randRecord(rng)
+			must(t, l.Append(&r))
+			all = append(all, r)
+		}
+		must(t, l.Sync())
+		carry := all[1:2]
+		must(t, l.Reset(&carry[0]))
+		_, got := openLog(t, path)
+		if len(got) != 1 || !equal(got[0], carry[0]) {
+			t.Fatalf("round %d: %d records after a reset carrying one", round, len(got))
+		}
+		extra := randRecord(rng)
+		must(t, l.Append(&extra))
+		must(t, l.Sync())
+		if _, got = openLog(t, path); len(got) != 2 || !equal(got[1], extra) {
+			t.Fatalf("round %d: %d records after appending to the carried one, want 2", round, len(got))
+		}
+	}
+	must(t, l.Reset())
+	if _, got := openLog(t, path); len(got) != 0 {
+		t.Fatalf("%d records after a reset carrying none", len(got))
+	}
+}
+
+// A crash inside a reset, after its records reached the other half but
+// before its header, leaves the old epoch to read; the next reset, after
+// reopening, never reads those records as its own.
+func TestCrashedResetLeavesOldEpoch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	l, _ := openLog(t, path)
+	rng := rand.New(rand.NewPCG(9, 10))
+	old := randRecord(rng)
+	must(t, l.Append(&old))
+	must(t, l.Sync())
+	// What the reset would have written, without its header.
+	stale := []*Record{ptr(randRecord(rng)), ptr(randRecord(rng))}
+	buf, err := frames(l.next, stale)
+	must(t, err)
+	_, err = l.f.WriteAt(buf, l.size/2+headerSize)
+	must(t, err)
+	must(t, l.Close())
+
+	l2, got := openLog(t, path)
+	if len(got) != 1 || !equal(got[0], old) {
+		t.Fatalf("after a crashed reset: %d records, want the old epoch's one", len(got))
+	}
+	must(t, l2.Reset())
+	// Even should the reset's header reach the disk and not the empty
+	// frame it writes after it, the stale records are of another epoch.
+	_, err = l2.f.WriteAt(buf, l.size/2+headerSize)
+	must(t, err)
+	if _, got = openLog(t, path); len(got) != 0 {
+		t.Fatalf("reset after a crashed one reads %d records, want none", len(got))
+	}
+	one := randRecord(rng)
+	must(t, l2.Append(&one))
+	must(t, l2.Sync())
+	if _, got = openLog(t, path); len(got) != 1 || !equal(got[0], one) {
+		t.Fatalf("%d records, want only the one appended", len(got))
+	}
+}
+
+// A log of the first format (one epoch over the whole file) is read, and
+// its reset rewrites it in the current one.
+func TestReadsFirstFormat(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	rng := rand.New(rand.NewPCG(11, 12))
+	want := []*Record{ptr(randRecord(rng)), ptr(randRecord(rng)), ptr(randRecord(rng))}
+	recs, err := frames(5, want)
+	must(t, err)
+	data := append(header(magicV1, 5), make([]byte, headerSize-len(header(magicV1, 5)))...)
+	data = append(data, recs...)
+	data = append(data, make([]byte, 64<<10-len(data))...)
+	must(t, os.WriteFile(path, data, 0o600))
+	l, got := openLog(t, path)
+	if len(got) != 3 || !equal(got[2], *want[2]) {
+		t.Fatalf("first format: %d records read, want 3", len(got))
+	}
+	must(t, l.Reset(want[1]))
+	if _, got = openLog(t, path); len(got) != 1 || !equal(got[0], *want[1]) {
+		t.Fatalf("after its reset: %d records, want the one carried", len(got))
+	}
+	head := make([]byte, len(magic))
+	f, err := os.Open(path)
+	must(t, err)
+	defer f.Close()
+	_, err = f.ReadAt(head, 0)
+	must(t, err)
+	if string(head) != magic {
+		t.Fatalf("reset left magic %q, want %q", head, magic)
+	}
+}
+
+func ptr(r Record) *Record { return &r }
