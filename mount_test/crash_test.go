@@ -403,6 +403,58 @@ func TestKillRightAfterFsync(t *testing.T) {
 			}
 			return nil
 		}},
+		{"fsyncs of writes, an extension and a truncate, one after another", func() {
+			fsyncFile("big", func(f *os.File) error {
+				if _, err := f.WriteAt(patch, 100); err != nil {
+					return err
+				}
+				if err := f.Sync(); err != nil {
+					return err
+				}
+				if _, err := f.WriteAt(patch, 7<<19); err != nil { // past the end: a hole before it
+					return err
+				}
+				if err := f.Sync(); err != nil {
+					return err
+				}
+				if _, err := f.WriteAt([]byte("more"), 1<<20); err != nil {
+					return err
+				}
+				if err := f.Sync(); err != nil {
+					return err
+				}
+				if err := f.Truncate(3<<20 + 10); err != nil {
+					return err
+				}
+				_, err := f.WriteAt([]byte("last"), 3<<20)
+				return err
+			})
+		}, func() error {
+			want := append(append(bytes.Clone(big[:1<<20+5]), patch...), big[1<<20+5+4096:]...) // the first case's
+			copy(want[100:], patch)
+			copy(want[1<<20:], "more")
+			want = append(want, make([]byte, 10)...)
+			copy(want[3<<20:], "last")
+			if got, err := os.ReadFile(path("big")); err != nil || !bytes.Equal(got, want) {
+				return fmt.Errorf("big: %d bytes, want %d, %v", len(got), len(want), err)
+			}
+			return nil
+		}},
+		{"create, fsync, unlink", func() {
+			f, err := os.Create(path("temporary"))
+			must(t, err)
+			open = append(open, f)
+			_, err = f.Write([]byte("fsynced, then unlinked"))
+			must(t, err)
+			must(t, f.Sync())
+			must(t, os.Remove(path("temporary")))
+			fsyncDir(path(""))
+		}, func() error {
+			if _, err := os.Lstat(path("temporary")); !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("temporary after its unlink: %v", err)
+			}
+			return nil
+		}},
 		{"setattr", func() {
 			fsyncFile("small", func(f *os.File) error {
 				if err := f.Chmod(0o600); err != nil {
