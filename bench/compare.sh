@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Measures the same workloads, in one run, on a native directory, on go-fuse's
-# example/loopback over a native directory, and on a fresh ledgerfs page, and
-# prints every figure with its ratio to native and to loopback, then the
-# performance targets of BENCHMARKS.md as met or not.
+# example/loopback over a native directory, on go-fuse's loopback without
+# passthrough (as root), on JuiceFS (if built) and on a fresh ledgerfs page,
+# then prints every figure with ledgerfs's ratio to each of the others, and
+# the performance targets of BENCHMARKS.md as met or not (bench/report.py).
+#
+#   bench/compare.sh [WORKDIR]          (as root, so that caches can be dropped)
+#   RUNS=3 bench/compare.sh [WORKDIR]   three full runs, then their medians
 #
 # Run as root, example/loopback hands its open files to the kernel (FUSE
 # passthrough, Linux >= 6.9): reads and writes of file data never reach it.
 # As root the script therefore also measures the same loopback with
 # CAP_SYS_ADMIN dropped ("lb-nopt"), where every read and write is a request
-# to the server, as on ledgerfs; targets are judged against the first.
-#
-#   bench/compare.sh [WORKDIR]        (as root, so that caches can be dropped)
+# to the server, as on ledgerfs; targets are judged against it.
 #
 # With a juicefs binary on PATH (or named by JUICEFS), JuiceFS is a column too:
 # a fresh volume with Badger metadata and local file storage under WORKDIR,
@@ -20,8 +22,9 @@
 # SIZE_MIB (1024), BIG_MIB (4096), SMALL_FILES (10000), LS_FILES (100000),
 # PAGES (1000), SYNC_OPS (300: timed 4 KiB pwrite+fdatasync, and SQLite
 # transactions) and SQL_MIB (100: the SQLite database) scale the workloads;
-# QUICK=1 shrinks all of them for a smoke run. Needs bc, python3 and, for the
-# fio rows, fio.
+# QUICK=1 shrinks all of them for a smoke run; APPS=0 leaves out the
+# applications (git, go build, tar xzf, rsync). Needs bc, python3, fio,
+# stress-ng, git and rsync.
 #
 # ledgerfs is mounted with LEDGERFS_FLAGS, by default with collections off
 # (--collect-after 0 --collect-every 0): a collection that starts between two
@@ -29,6 +32,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-$(mktemp -d /tmp/ledgerfs-bench.XXXXXX)}
+# RUNS=N: N full runs one after another, each with fresh mounts in
+# WORKDIR/runI, then the medians of their figures and ratios.
+if [ "${RUNS:-1}" -gt 1 ] && [ -z "${COMPARE_RUN:-}" ]; then
+  for i in $(seq "$RUNS"); do
+    COMPARE_RUN=$i "$0" "$work/run$i" >"$work/run$i.log" 2>&1 || { echo "run $i failed: $work/run$i.log" >&2; exit 1; }
+    echo "run $i of $RUNS done" >&2
+  done
+  python3 bench/report.py "$work"/run*/figures.tsv | tee "$work/medians.txt"
+  exit 0
+fi
 if [ "${QUICK:-}" = 1 ]; then
   : "${SIZE_MIB:=64}" "${BIG_MIB:=256}" "${SMALL_FILES:=500}" "${LS_FILES:=2000}" "${PAGES:=50}" "${SYNC_OPS:=100}" "${SQL_MIB:=16}"
 fi
@@ -74,7 +87,7 @@ cleanup() {
   # keeps everything.
   if [ "${KEEP:-}" != 1 ]; then
     rm -rf "$work/jfs-data" "$work/jfs-cache" "$work/repo" "$work/lb-under" "$work/lbnp-under" \
-      "$work/native" "$work/src.bin" 2>/dev/null || true
+      "$work/native" "$work/src.bin" "$work/gitsrc" "$work/modsrc" "$work/src.tgz" 2>/dev/null || true
   fi
 }
 trap cleanup EXIT
@@ -150,6 +163,22 @@ echo "chunker+hash (cas.BenchmarkChunkAndHash): $ceiling MB/s; cas.BenchmarkWrit
 
 # Source data, generated once on the native disk (random: nothing dedups).
 head -c "$((SIZE_MIB << 20))" /dev/urandom >"$work/src.bin"
+
+# The applications' inputs, made once on the native disk: a git repository
+# of GOROOT/src (a local clone's source), a tarball of it, and this module's
+# source (go build, with the build cache warm outside the mounts). npm ci is
+# not among them: npm 11 fetches package metadata from the registry even
+# with every tarball in its cache (--offline fails with ENOTCACHED), so it
+# would time the network.
+if [ "${APPS:-1}" = 1 ]; then
+  rm -rf "$work/gitsrc" "$work/modsrc"
+  cp -a "$GOSRC" "$work/gitsrc"
+  git -C "$work/gitsrc" init -q && git -C "$work/gitsrc" add -A &&
+    git -C "$work/gitsrc" -c user.name=bench -c user.email=bench@localhost commit -qm src
+  tar czf "$work/src.tgz" -C "$(dirname "$GOSRC")" src
+  mkdir -p "$work/modsrc" && git ls-files -z -co --exclude-standard | xargs -0 cp --parents -t "$work/modsrc"
+  GOFLAGS=-buildvcs=false go build -C "$work/modsrc" -o /dev/null ./cmd/ledgerfs # warms the build cache
+fi
 
 for t in "${order[@]}"; do
   d=${dir[$t]}
@@ -254,7 +283,60 @@ PY
   drop_caches
   s=$(now); (cd "$d" && tar cf - gosrc | cat >/dev/null); e=$(now)
   measure "tar c of the copied GOROOT/src" s "$t" "$(echo "$e-$s" | bc -l)"
-  rm -rf "$d/gosrc"
+  drop_caches
+  s=$(now); rm -rf "$d/gosrc"; e=$(now)
+  measure "rm -rf of the copied GOROOT/src" s "$t" "$(echo "$e-$s" | bc -l)"
+
+  # Write to a temporary name, then rename over the final one: rsync's,
+  # editors' and package managers' pattern.
+  mkdir -p "$d/tmpren"
+  s=$(now)
+  python3 - "$d/tmpren" "$((SMALL_FILES / 5))" <<'PY'
+import os, sys
+d, n = sys.argv[1], int(sys.argv[2])
+pool = memoryview(os.urandom(4096 * n))
+for i in range(n):
+    tmp = os.path.join(d, ".f%06d.tmp" % i)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.write(fd, pool[4096 * i:4096 * (i + 1)])
+    os.close(fd)
+    os.rename(tmp, os.path.join(d, "f%06d" % i))
+PY
+  e=$(now)
+  measure "write 4 KiB to a temp name, rename over" files/s "$t" "$(echo "$((SMALL_FILES / 5))/($e-$s)" | bc -l)"
+  rm -rf "$d/tmpren"
+
+  # Metadata changes one at a time: stress-ng's bogo ops per second.
+  if command -v stress-ng >/dev/null; then
+    for st in chmod rename dir utime; do
+      mkdir -p "$d/sng"
+      v=$(stress-ng --"$st" 2 --timeout 5s --metrics-brief --temp-path "$d/sng" 2>&1 | awk -v s="$st" '$2 == "metrc:" && $4 == s {print $9; exit}')
+      measure "stress-ng --$st 2" "ops/s" "$t" "${v:-0}"
+      rm -rf "$d/sng"
+    done
+  fi
+
+  if [ "${APPS:-1}" = 1 ]; then
+    drop_caches
+    s=$(now); git clone -q --no-hardlinks "$work/gitsrc" "$d/clone"; e=$(now)
+    measure "git clone (local, GOROOT/src)" s "$t" "$(echo "$e-$s" | bc -l)"
+    drop_caches
+    s=$(now); git -C "$d/clone" status --porcelain >/dev/null; e=$(now)
+    measure "git status in the clone, cold" s "$t" "$(echo "$e-$s" | bc -l)"
+    rm -rf "$d/clone"
+    cp -a "$work/modsrc" "$d/mod"
+    drop_caches
+    s=$(now); GOFLAGS=-buildvcs=false go build -C "$d/mod" -o "$d/mod/ledgerfs.bin" ./cmd/ledgerfs; e=$(now)
+    measure "go build (source in it, cache warm)" s "$t" "$(echo "$e-$s" | bc -l)"
+    rm -rf "$d/mod"
+    mkdir -p "$d/untar"
+    s=$(now); tar xzf "$work/src.tgz" -C "$d/untar"; e=$(now)
+    measure "tar xzf of GOROOT/src" s "$t" "$(echo "$e-$s" | bc -l)"
+    rm -rf "$d/untar"
+    s=$(now); rsync -a "$GOSRC/" "$d/rsync/"; e=$(now)
+    measure "rsync -a GOROOT/src in" s "$t" "$(echo "$e-$s" | bc -l)"
+    rm -rf "$d/rsync"
+  fi
 
   if [ -n "${pid[$t]:-}" ]; then
     reset_hwm "${pid[$t]}"
@@ -272,72 +354,15 @@ PY
 done
 
 printf '\nchunker+hash ceiling (cas.BenchmarkChunkAndHash): %s MB/s; cas.BenchmarkWriter: %s MB/s\n' "$ceiling" "$writer"
-# One column per system, then ledgerfs's ratio to each of the others.
-refs=("${order[@]:0:${#order[@]}-1}")
-declare -A short=([native]=nat [loopback]=lb [lb-nopt]=lbnp [juicefs]=jfs)
-printf '\n%-46s' workload
-for t in "${order[@]}"; do printf ' %10s' "$t"; done
-for t in "${refs[@]}"; do printf ' %8s' "lf/${short[$t]}"; done
-echo
-ratio() { [ -n "$1" ] && [ -n "$2" ] && [ "$(echo "$2 != 0" | bc -l)" = 1 ] && echo "scale=2; $1/$2" | bc -l || echo -; }
-for w in "${rows[@]}"; do
-  name=${w%|*}; unit=${w#*|}
-  f=${res["$name|ledgerfs"]:-}
-  printf '%-46s' "$name"
-  for t in "${order[@]}"; do printf ' %10.2f' "${res["$name|$t"]:-0}"; done
-  for t in "${refs[@]}"; do printf ' %8s' "$(ratio "$f" "${res["$name|$t"]:-}")"; done
-  printf '  %s\n' "$unit"
-done
-
-# The targets (BENCHMARKS.md), judged on this run's figures.
 for mib in 4 "$SIZE_MIB"; do
   [ ! -f "$work/sync-edit-$mib.txt" ] || echo "ledgerfs, 4 KiB pwrite+fdatasync in a $mib MiB file: $(cat "$work/sync-edit-$mib.txt")"
 done
-val() { echo "${res["$1|$2"]:-}"; }
-target() { # description value condition
-  printf '%-66s %10s  %s\n' "$1" "$2" "$( [ "$(echo "$3" | bc -l)" = 1 ] && echo met || echo "NOT met")"
-}
-# vs SYSTEM BOUND ROW [higher|lower]: ledgerfs's figure over SYSTEM's, at
-# least (higher is better) or at most (lower is better) BOUND.
-vs() {
-  local sys=$1 bound=$2 row=$3 dir=$4 a b
-  a=$(val "$row" ledgerfs); b=$(val "$row" "$sys")
-  [ -n "$a" ] && [ -n "$b" ] || return 0
-  local r; r=$(ratio "$a" "$b")
-  if [ "$dir" = higher ]; then target "$row: / $sys >= $bound" "$r" "$a >= $bound * $b"
-  else target "$row: / $sys <= $bound" "$r" "$a <= $bound * $b"; fi
-}
-echo
-p50small="4 KiB pwrite+fdatasync, 4 MiB file: p50"; p50big="4 KiB pwrite+fdatasync, ${SIZE_MIB} MiB file: p50"
-p99small="4 KiB pwrite+fdatasync, 4 MiB file: p99"; p99big="4 KiB pwrite+fdatasync, ${SIZE_MIB} MiB file: p99"
-target "commit of 4 KiB: p50 in ${SIZE_MIB} MiB / in 4 MiB <= 1.5" "$(ratio "$(val "$p50big" ledgerfs)" "$(val "$p50small" ledgerfs)")" "$(val "$p50big" ledgerfs) <= 1.5 * $(val "$p50small" ledgerfs)"
-target "commit of 4 KiB: p99 in ${SIZE_MIB} MiB / in 4 MiB <= 1.5" "$(ratio "$(val "$p99big" ledgerfs)" "$(val "$p99small" ledgerfs)")" "$(val "$p99big" ledgerfs) <= 1.5 * $(val "$p99small" ledgerfs)"
-for row in "$p50small" "$p99small" "$p50big" "$p99big"; do vs native 2 "$row" lower; done
-for mode in delete wal; do
-  vs native 0.5 "SQLite ${SQL_MIB} MiB, 1-row transactions, $mode" higher
-  vs juicefs 1 "SQLite ${SQL_MIB} MiB, 1-row transactions, $mode" higher
-done
-vs lb-nopt 1 "rm -rf of the ${LS_FILES} entries" lower
-vs juicefs 1 "rm -rf of the ${LS_FILES} entries" lower
-vs lb-nopt 1 "${SMALL_FILES} x 4 KiB creates" higher
-vs juicefs 2 "${SMALL_FILES} x 4 KiB creates" higher
-for row in "cp -a GOROOT/src" "tar c of the copied GOROOT/src"; do
-  vs lb-nopt 1 "$row" lower
-  vs juicefs 1 "$row" lower
-done
-vs lb-nopt 0.7 "cold seq read ${SIZE_MIB} MiB (dd)" higher
-vs juicefs 1 "cold seq read ${SIZE_MIB} MiB (dd)" higher
-vs lb-nopt 1 "fio rand read 4k (20 s max)" higher
-for row in "seq write ${SIZE_MIB} MiB (dd, fsync)" "fio seq write 1M, end_fsync"; do
-  vs lb-nopt 0.8 "$row" higher
-  vs native 0.7 "$row" higher
-done
-vs lb-nopt 1 "fio rand write 4k, fsync at end (20 s max)" higher
-c="storage added by a 2nd copy of ${SIZE_MIB} MiB"
-target "2nd copy adds < 1 % (percent)" "$(printf %.3f "$(val "$c" ledgerfs)")" "$(val "$c" ledgerfs) < 1"
-c="storage added by a 1-byte edit"
-target "1-byte edit adds < 1 MiB (KiB)" "$(printf %.0f "$(val "$c" ledgerfs)")" "$(val "$c" ledgerfs) < 1024"
-c="peak server RSS writing ${BIG_MIB} MiB"
-target "RSS writing ${BIG_MIB} MiB < 256 MiB" "$(val "$c" ledgerfs)" "$(val "$c" ledgerfs) < 256"
-c="peak server RSS, ${PAGES} pages touched"
-target "RSS with ${PAGES} pages touched < 512 MiB" "$(val "$c" ledgerfs)" "$(val "$c" ledgerfs) < 512"
+# The table and the targets (BENCHMARKS.md), judged on this run's figures.
+for w in "${rows[@]}"; do
+  name=${w%|*}; unit=${w#*|}
+  for t in "${order[@]}"; do
+    v=${res["$name|$t"]:-}
+    [ -z "$v" ] || printf '%s\t%s\t%s\t%s\n' "$name" "$unit" "$t" "$v"
+  done
+done >"$work/figures.tsv"
+python3 bench/report.py "$work/figures.tsv"

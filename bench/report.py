@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""The table and the targets of one or more runs of bench/compare.sh.
+
+  report.py RUN/figures.tsv...
+
+Each figures.tsv holds one run's figures, a line each: workload, unit,
+system, value. With several runs, every figure shown is the median of the
+runs', and every ratio the median of the ratios taken within each run (the
+systems measured side by side, as the targets are judged). Targets are
+BENCHMARKS.md's: each line says met or NOT met.
+"""
+import statistics
+import sys
+
+ORDER = ["native", "loopback", "lb-nopt", "juicefs", "ledgerfs"]
+SHORT = {"native": "nat", "loopback": "lb", "lb-nopt": "lbnp", "juicefs": "jfs"}
+
+
+def load(paths):
+    runs, rows, units = [], [], {}
+    for p in paths:
+        run = {}
+        with open(p) as f:
+            for line in f:
+                name, unit, system, value = line.rstrip("\n").split("\t")
+                run[(name, system)] = float(value)
+                if name not in units:
+                    rows.append(name)
+                    units[name] = unit
+        runs.append(run)
+    return runs, rows, units
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def main(paths):
+    runs, rows, units = load(paths)
+    systems = [s for s in ORDER if any((r, s) in run for run in runs for r in rows)]
+    refs = [s for s in systems if s != "ledgerfs"]
+
+    def value(row, system):
+        return median([run.get((row, system)) for run in runs])
+
+    def ratio(row, system, of="ledgerfs"):
+        rs = []
+        for run in runs:
+            a, b = run.get((row, of)), run.get((row, system))
+            if a is not None and b:
+                rs.append(a / b)
+        return median(rs)
+
+    n = len(runs)
+    print(f"\n{'medians of %d runs' % n if n > 1 else 'one run'}")
+    print(f"{'workload':<46}" + "".join(f" {s:>10}" for s in systems)
+          + "".join(f" {'lf/' + SHORT[s]:>8}" for s in refs))
+    for row in rows:
+        line = f"{row:<46}"
+        for s in systems:
+            v = value(row, s)
+            line += f" {v:>10.2f}" if v is not None else f" {'-':>10}"
+        for s in refs:
+            r = ratio(row, s)
+            line += f" {r:>8.2f}" if r is not None else f" {'-':>8}"
+        print(line + "  " + units[row])
+
+    print()
+    size = next((r.split()[2] for r in rows if r.startswith("seq write ")), "1024")
+    small = next((r.split()[0] for r in rows if r.endswith(" x 4 KiB creates")), "10000")
+    many = next((r.split()[3] for r in rows if r.startswith("ls -l ")), "100000")
+    sql = next((r.split()[1] for r in rows if r.startswith("SQLite ")), "100")
+
+    def target(desc, got, ok):
+        shown = "-" if got is None else f"{got:.2f}"
+        state = "no figure" if got is None else ("met" if ok else "NOT met")
+        print(f"{desc:<72} {shown:>8}  {state}")
+
+    def vs(system, bound, row, higher):
+        if (row, system) not in runs[0] and value(row, system) is None:
+            return
+        r = ratio(row, system)
+        op = ">=" if higher else "<="
+        target(f"{row}: / {system} {op} {bound}", r,
+               r is not None and (r >= bound if higher else r <= bound))
+
+    p50 = [f"4 KiB pwrite+fdatasync, {m} MiB file: p50" for m in ("4", size)]
+    p99 = [f"4 KiB pwrite+fdatasync, {m} MiB file: p99" for m in ("4", size)]
+    print("1. fsync")
+    for row in p50:
+        vs("lb-nopt", 1.5, row, False)
+        vs("juicefs", 1, row, False)
+    for row in p99:
+        vs("lb-nopt", 2, row, False)
+        vs("juicefs", 1, row, False)
+    print("2. databases")
+    for mode in ("delete", "wal"):
+        row = f"SQLite {sql} MiB, 1-row transactions, {mode}"
+        vs("lb-nopt", 0.8, row, True)
+        vs("juicefs", 1, row, True)
+    print("3. sequential write")
+    for row in (f"seq write {size} MiB (dd, fsync)", "fio seq write 1M, end_fsync"):
+        vs("lb-nopt", 0.8, row, True)
+    print("4. reads")
+    for row in (f"cold seq read {size} MiB (dd)", "fio seq read 1M, cold"):
+        vs("lb-nopt", 0.8, row, True)
+        vs("juicefs", 1, row, True)
+    vs("lb-nopt", 0.7, "fio rand read 4k (20 s max)", True)
+    vs("juicefs", 1.2, "fio rand read 4k (20 s max)", True)
+    print("5. trees and renames")
+    for row in ("rm -rf of the copied GOROOT/src", "cp -a GOROOT/src"):
+        vs("lb-nopt", 1, row, False)
+        vs("juicefs", 1, row, False)
+    vs("lb-nopt", 1, "tar c of the copied GOROOT/src", False)
+    vs("lb-nopt", 1, "write 4 KiB to a temp name, rename over", True)
+    for st in ("chmod", "rename", "dir", "utime"):
+        vs("lb-nopt", 1, f"stress-ng --{st} 2", True)
+    print("6. applications")
+    for row in ("git clone (local, GOROOT/src)", "git status in the clone, cold",
+                "go build (source in it, cache warm)",
+                "tar xzf of GOROOT/src", "rsync -a GOROOT/src in"):
+        vs("lb-nopt", 1.2, row, False)
+    print("8. what leads stays ahead")
+    vs("lb-nopt", 1, f"{small} x 4 KiB creates", True)
+    vs("lb-nopt", 1, "ledgerfs bench: 4 KiB deletes", True)
+    vs("lb-nopt", 1, "fio rand write 4k, fsync at end (20 s max)", True)
+    vs("lb-nopt", 1, f"ls -l {many} entries", False)
+    vs("lb-nopt", 1, "ledgerfs bench: 4 KiB stats", True)
+    vs("lb-nopt", 1, f"rm -rf of the {many} entries", False)
+    for row, desc, bound in ((f"storage added by a 2nd copy of {size} MiB", "2nd copy adds < 1 % (percent)", 1),
+                             ("storage added by a 1-byte edit", "1-byte edit adds < 1 MiB (KiB)", 1024)):
+        v = value(row, "ledgerfs")
+        target(desc, v, v is not None and v < bound)
+    for row, bound in ((r, 256) for r in rows if r.startswith("peak server RSS writing")):
+        v = value(row, "ledgerfs")
+        target(f"{row} < {bound} MiB", v, v is not None and v < bound)
+    for row, bound in ((r, 512) for r in rows if r.startswith("peak server RSS,")):
+        v = value(row, "ledgerfs")
+        target(f"{row} < {bound} MiB", v, v is not None and v < bound)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    main(sys.argv[1:])
