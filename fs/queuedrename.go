@@ -10,17 +10,25 @@ import (
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
-// queueRename renames a regular file within its directory as a queued
-// change, as a close is: the write-to-a-temporary-then-rename of rsync,
-// editors and package managers then costs no commit of its own, where
-// waiting for the close's commit and then its own took 2 ms a file. It
-// applies to the plain case only, and reports whether it did: no hard
-// links, no directory at either name, no record of either key in the sync
-// log (an fsynced file is renamed through the head, as before), the live
-// page. Called with the page's keys held exclusively.
+// queueRename renames a regular file as a queued change, as a close is:
+// the write-to-a-temporary-then-rename of rsync, editors and package
+// managers then costs no commit of its own, where waiting for the close's
+// commit and then its own took 2 ms a file, and a file moved to another
+// directory of the page no more. It applies to the plain case only, and
+// reports whether it did: no hard links, no directory at either name, no
+// record of either key in the sync log (an fsynced file is renamed through
+// the head, as before), the live page. Called with the page's keys held
+// exclusively.
 func (d *dirNode) queueRename(moved *gofs.Inode, name, src string, nd *dirNode, newName, dst string, noReplace bool, parent string) (syscall.Errno, bool) {
-	if !d.pg.v.queues() || nd != d || moved == nil {
+	if !d.pg.v.queues() || moved == nil {
 		return 0, false
+	}
+	newParent := parent
+	if nd != d {
+		var err error
+		if newParent, _, err = nd.prefix(); err != nil {
+			return errno("rename", err), true
+		}
 	}
 	f, ok := moved.Operations().(*fileNode)
 	if !ok || f.StableAttr().Mode&syscall.S_IFMT != syscall.S_IFREG || f.linked.Load() != nil {
@@ -95,7 +103,11 @@ func (d *dirNode) queueRename(moved *gofs.Inode, name, src string, nd *dirNode, 
 			g.setUnlinked(true)
 		}
 	}
-	pg.touch(parent) // first, for the move to carry it
+	// First, for the move to carry them: both directories' times change.
+	pg.touch(parent)
+	if newParent != parent {
+		pg.touch(newParent)
+	}
 	ops := []journal.Op{{Key: src, Kind: store.OpRenameDelete}, {Key: dst, Entry: e}}
 	if err := f.queueMove(src, dst, ops); err != nil {
 		f.endChange()

@@ -23,6 +23,16 @@ func copyTree(t *testing.T, src, dst string) {
 	}
 }
 
+// randomBytes returns n bytes of a random stream seeded by seed.
+func randomBytes(seed uint64, n int) []byte {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
 // loggedPut is a put of key to content, recorded in the sync log as the
 // extents of content that differ from base's (the whole content when base
 // is nil).
@@ -41,11 +51,7 @@ func (e *env) loggedPut(key string, base *Op, baseContent, content []byte, exten
 func TestSyncLogReplaysWhatTheDbLost(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	rng := rand.New(rand.NewPCG(1, 1))
-	big := make([]byte, 600<<10)
-	for i := range big {
-		big[i] = byte(rng.Uint32())
-	}
+	big := randomBytes(1, 600<<10)
 	c := e.eng.CommitterFor(e.p)
 	f0 := e.put("f", string(big))
 	if err := c.Apply(true, f0, e.put("kept", "unchanged"), e.put("old", "replaced by a logged put")); err != nil {
@@ -291,11 +297,7 @@ func (e *env) intent(key string, base btree.Entry, size int, src *store.LogSourc
 func TestIntentsReplay(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	rng := rand.New(rand.NewPCG(2, 2))
-	big := make([]byte, 600<<10)
-	for i := range big {
-		big[i] = byte(rng.Uint32())
-	}
+	big := randomBytes(2, 600<<10)
 	c := e.eng.CommitterFor(e.p)
 	f0 := e.put("f", string(big))
 	if err := c.Apply(true, f0, e.put("kept", "unchanged")); err != nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -179,6 +180,64 @@ func TestWriteThenRenameIsQueued(t *testing.T) {
 	check("after the commits landed")
 	if made := commitCount(t, meta) - before; made > n/4 {
 		t.Fatalf("%d files written and renamed made %d commits: the renames waited for commits of their own", n, made)
+	}
+	s.stop()
+	s = mountAt(t, repo, s.mnt)
+	check("after a remount")
+}
+
+// A file moved to another directory of its page is queued as a rename
+// within one is: moves one after another share commits, each shows at
+// once, both directories' times move, and all of it stays after a remount.
+func TestMoveAcrossDirectoriesIsQueued(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("l", "p")
+	meta := filepath.Join(pg, ".ledger")
+	from, to := filepath.Join(pg, "from"), filepath.Join(pg, "to")
+	must(t, os.Mkdir(from, 0o755))
+	must(t, os.Mkdir(to, 0o755))
+	const n = 200
+	for i := range n {
+		must(t, os.WriteFile(filepath.Join(from, fmt.Sprintf("f%03d", i)), []byte(fmt.Sprint("content ", i)), 0o644))
+	}
+	syncDir(t, pg)
+	past := time.Unix(1, 0)
+	must(t, os.Chtimes(from, past, past))
+	must(t, os.Chtimes(to, past, past))
+	syncDir(t, pg)
+	before := commitCount(t, meta)
+	for i := range n {
+		name := fmt.Sprintf("f%03d", i)
+		must(t, os.Rename(filepath.Join(from, name), filepath.Join(to, name)))
+		if b, err := os.ReadFile(filepath.Join(to, name)); err != nil || string(b) != fmt.Sprint("content ", i) {
+			t.Fatalf("right after its move, to/%s holds %q (%v)", name, b, err)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		if names := ls(t, from); len(names) != 0 {
+			t.Fatalf("%s: from holds %v", when, names)
+		}
+		if names := ls(t, to); len(names) != n {
+			t.Fatalf("%s: to holds %d names, want %d", when, len(names), n)
+		}
+		for i := range n {
+			if b, err := os.ReadFile(filepath.Join(to, fmt.Sprintf("f%03d", i))); err != nil || string(b) != fmt.Sprint("content ", i) {
+				t.Fatalf("%s: to/f%03d holds %q (%v)", when, i, b, err)
+			}
+		}
+		for _, dir := range []string{from, to} {
+			if fi, err := os.Stat(dir); err != nil || !fi.ModTime().After(past) {
+				t.Fatalf("%s: %s's mtime %v, want it moved by the moves (%v)", when, dir, fi.ModTime(), err)
+			}
+		}
+	}
+	syncDir(t, pg)
+	check("after the commits landed")
+	if made := commitCount(t, meta) - before; made > n/4 {
+		t.Fatalf("%d moves made %d commits: they waited for commits of their own", n, made)
 	}
 	s.stop()
 	s = mountAt(t, repo, s.mnt)
