@@ -15,9 +15,10 @@ import (
 // sync log (store.Durability.LogIntent) before its value is computed: one
 // record and one sync of the log, no chunking, hashing or db write on the
 // way. The file stays written, not committed; its commit follows at its
-// close, at an fsync whose changes since the last commit outgrow
-// maxIntent, or intentDelay after its first intent, whichever comes first
-// — so history and sync see it soon, and several fsyncs share one commit.
+// close, intentDelay after its first intent, or as soon as the page's
+// intents fill their share of its log, whichever comes first — so history
+// and sync see it soon, and several fsyncs share one commit. An fsync whose
+// changes since the last intent exceed maxIntent commits them instead.
 const (
 	maxIntent   = 64 << 10
 	intentDelay = time.Second

@@ -295,6 +295,7 @@ func (j *Journal) Clear() error {
 		return err
 	}
 	d := j.p.Durability()
+	d.DropIntents() // the clear supersedes them: the checkpoint must not carry them
 	if !d.Empty() { // a clear changes every logged key
 		if err := d.Checkpoint(); err != nil {
 			return err

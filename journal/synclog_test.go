@@ -353,3 +353,37 @@ func TestIntentsReplay(t *testing.T) {
 		r.repo.Close()
 	}
 }
+
+// A journal that clears the page supersedes every intent: neither a
+// checkpoint nor a replay after a crash brings an intent's file back.
+func TestClearSupersedesIntents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.eng.CommitterFor(e.p)
+	if err := c.Apply(true, e.put("kept", "before the clear")); err != nil {
+		t.Fatal(err)
+	}
+	x := []byte("fsynced, then cleared")
+	e.intent("x", btree.Entry{}, len(x), &store.LogSource{Extents: []store.Extent{{Data: x}}}, false)
+	j, err := e.eng.Begin(e.p, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Clear(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.Durability().SyncLog(); err != nil {
+		t.Fatal(err)
+	}
+	e.repo.Close()
+	r := &env{t: t, dir: e.dir, eng: NewEngine()}
+	r.open()
+	r.acquire()
+	defer r.repo.Close()
+	if got := r.state(); len(got) != 0 {
+		t.Fatalf("after a clear and a reopen the page holds %v, want nothing", slicesKeys(got))
+	}
+}

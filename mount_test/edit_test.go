@@ -170,11 +170,7 @@ func TestWriteThenRenameIsQueued(t *testing.T) {
 		if len(names) != n {
 			t.Fatalf("%s: %d names in the page, want %d: %v", when, len(names), n, names)
 		}
-		for i := range n {
-			if b, err := os.ReadFile(filepath.Join(pg, fmt.Sprintf("f%03d", i))); err != nil || string(b) != fmt.Sprint("content ", i) {
-				t.Fatalf("%s: f%03d holds %q (%v)", when, i, b, err)
-			}
-		}
+		checkNumbered(t, when, pg, n)
 	}
 	syncDir(t, pg)
 	check("after the commits landed")
@@ -223,14 +219,12 @@ func TestMoveAcrossDirectoriesIsQueued(t *testing.T) {
 		if names := ls(t, to); len(names) != n {
 			t.Fatalf("%s: to holds %d names, want %d", when, len(names), n)
 		}
-		for i := range n {
-			if b, err := os.ReadFile(filepath.Join(to, fmt.Sprintf("f%03d", i))); err != nil || string(b) != fmt.Sprint("content ", i) {
-				t.Fatalf("%s: to/f%03d holds %q (%v)", when, i, b, err)
-			}
-		}
+		checkNumbered(t, when, to, n)
 		for _, dir := range []string{from, to} {
-			if fi, err := os.Stat(dir); err != nil || !fi.ModTime().After(past) {
-				t.Fatalf("%s: %s's mtime %v, want it moved by the moves (%v)", when, dir, fi.ModTime(), err)
+			fi, err := os.Stat(dir)
+			must(t, err)
+			if !fi.ModTime().After(past) {
+				t.Fatalf("%s: %s's mtime %v, want it moved by the moves", when, dir, fi.ModTime())
 			}
 		}
 	}
@@ -242,4 +236,15 @@ func TestMoveAcrossDirectoriesIsQueued(t *testing.T) {
 	s.stop()
 	s = mountAt(t, repo, s.mnt)
 	check("after a remount")
+}
+
+// checkNumbered checks that dir holds f000 to f(n-1), each "content i".
+func checkNumbered(t *testing.T, when, dir string, n int) {
+	t.Helper()
+	for i := range n {
+		name := fmt.Sprintf("f%03d", i)
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != fmt.Sprint("content ", i) {
+			t.Fatalf("%s: %s holds %q (%v)", when, name, b, err)
+		}
+	}
 }
