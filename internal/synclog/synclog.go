@@ -395,9 +395,11 @@ func frames(epoch uint64, recs []*Record) ([]byte, error) {
 	return append(buf, make([]byte, frameSize)...), nil
 }
 
-// rewrite replaces a log of the first format with a new one holding carry.
+// rewrite replaces a log of the first format with a new one holding carry,
+// of at least DefaultSize: an epoch of the first format had the whole file,
+// one of this format has half.
 func (l *Log) rewrite(carry []*Record) error {
-	n, err := create(l.f.Name(), l.size, carry)
+	n, err := create(l.f.Name(), max(l.size, DefaultSize), carry)
 	if err != nil {
 		return err
 	}

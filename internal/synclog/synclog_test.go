@@ -355,6 +355,9 @@ func TestReadsFirstFormat(t *testing.T) {
 	if string(head) != magic {
 		t.Fatalf("reset left magic %q, want %q", head, magic)
 	}
+	if st, err := f.Stat(); err != nil || st.Size() < DefaultSize {
+		t.Fatalf("rewritten log: %v, %d bytes, want at least %d (each epoch now has half)", err, st.Size(), DefaultSize)
+	}
 }
 
 func ptr(r Record) *Record { return &r }
