@@ -222,12 +222,6 @@ func TestSyncFaults(t *testing.T) {
 	}
 }
 
-// mountSynced mounts repo syncing with srv every 100 ms.
-func mountSynced(t *testing.T, srv *s3test.Server, repo string) *server {
-	t.Helper()
-	return mountSyncedAt(t, srv.Endpoint, repo)
-}
-
 // mountSyncedAt mounts repo syncing every 100 ms with the S3 server at
 // endpoint (a Watcher's, say), args added.
 func mountSyncedAt(t *testing.T, endpoint, repo string, args ...string) *server {
@@ -244,18 +238,6 @@ func mountSyncedWith(t *testing.T, bin, endpoint, repo string, args ...string) *
 	return mountEnv(t, bin, s3Env, repo, filepath.Join(t.TempDir(), "mnt"), append([]string{"--remote", "s3://ledgerfs/home", "--endpoint", endpoint, "--sync-every", "100ms", "--cache-timeout", "60"}, args...)...)
 }
 
-// await polls, with a deadline, until cond holds.
-func await(t *testing.T, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for deadline := start.Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30 s", what)
-		}
-	}
-	return time.Since(start)
-}
-
 func fileIs(path, want string) func() bool {
 	return func() bool {
 		b, err := os.ReadFile(path)
@@ -270,8 +252,17 @@ func fileIs(path, want string) func() bool {
 // both end on the same head.
 func TestMountsSync(t *testing.T) {
 	srv := s3test.Start(t)
-	a := mountSynced(t, srv, t.TempDir())
-	b := mountSynced(t, srv, t.TempDir())
+	w := srv.Watch(t)
+	a := mountSyncedAt(t, w.Endpoint, t.TempDir())
+	b := mountSyncedAt(t, w.Endpoint, t.TempDir())
+	// await checks cond again after each request either mount makes (each
+	// syncs every 100 ms), and says how long cond took to hold.
+	await := func(what string, cond func() bool) time.Duration {
+		t.Helper()
+		start := time.Now()
+		w.Until(t, what, 30*time.Second, cond)
+		return time.Since(start)
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("mount a's log:\n%s\nmount b's log:\n%s", a.log, b.log)
@@ -282,32 +273,32 @@ func TestMountsSync(t *testing.T) {
 	for i := range 10 {
 		want := fmt.Sprintf("change %d\n", i)
 		must(t, os.WriteFile(filepath.Join(pa, "notes.txt"), []byte(want), 0o644))
-		lat = append(lat, await(t, "a's change readable on b", fileIs(filepath.Join(pb, "notes.txt"), want)))
+		lat = append(lat, await("a's change readable on b", fileIs(filepath.Join(pb, "notes.txt"), want)))
 	}
 	slices.Sort(lat)
 	t.Logf("a change closed on a readable on b: p50 %v, max %v", lat[len(lat)/2], lat[len(lat)-1])
 
 	// b writes notes.txt, holding it open, while a changes it.
-	w, err := os.OpenFile(filepath.Join(pb, "notes.txt"), os.O_WRONLY|os.O_TRUNC, 0)
+	wf, err := os.OpenFile(filepath.Join(pb, "notes.txt"), os.O_WRONLY|os.O_TRUNC, 0)
 	must(t, err)
-	_, err = w.WriteString("b's, written ")
+	_, err = wf.WriteString("b's, written ")
 	must(t, err)
 	must(t, os.WriteFile(filepath.Join(pa, "other.txt"), []byte("marker\n"), 0o644))
 	must(t, os.WriteFile(filepath.Join(pa, "notes.txt"), []byte("a's change\n"), 0o644))
-	await(t, "a's later change on b", fileIs(filepath.Join(pb, "other.txt"), "marker\n"))
-	_, err = w.WriteString("while a changed it\n")
+	await("a's later change on b", fileIs(filepath.Join(pb, "other.txt"), "marker\n"))
+	_, err = wf.WriteString("while a changed it\n")
 	must(t, err)
-	must(t, w.Close())
+	must(t, wf.Close())
 	want := "b's, written while a changed it\n"
-	await(t, "b's close on b", fileIs(filepath.Join(pb, "notes.txt"), want))
-	await(t, "b's close on a", fileIs(filepath.Join(pa, "notes.txt"), want))
+	await("b's close on b", fileIs(filepath.Join(pb, "notes.txt"), want))
+	await("b's close on a", fileIs(filepath.Join(pa, "notes.txt"), want))
 	latest := func(pg string) string {
 		l, _ := os.Readlink(filepath.Join(pg, ".ledger", "latest"))
 		return l
 	}
-	await(t, "one head on both", func() bool { return latest(pa) == latest(pb) && latest(pa) != "" })
+	await("one head on both", func() bool { return latest(pa) == latest(pb) && latest(pa) != "" })
 	status := filepath.Join(pa, ".ledger", "sync")
-	await(t, ".ledger/sync says nothing waits", func() bool {
+	await(".ledger/sync says nothing waits", func() bool {
 		b, err := os.ReadFile(status)
 		return err == nil && strings.Contains(string(b), "remote: s3://ledgerfs/home\n") &&
 			strings.Contains(string(b), "waiting to upload: nothing\n") && strings.Contains(string(b), "last error: none\n")
@@ -322,13 +313,13 @@ func TestMountsSync(t *testing.T) {
 	}
 	must(t, os.Mkdir(filepath.Join(a.mnt, "empty"), 0o755))
 	must(t, os.Mkdir(filepath.Join(a.mnt, "home", "scratch"), 0o755))
-	await(t, "a's new page on b", exists(filepath.Join(b.mnt, "home", "scratch")))
-	await(t, "a's new ledger on b", exists(filepath.Join(b.mnt, "empty")))
+	await("a's new page on b", exists(filepath.Join(b.mnt, "home", "scratch")))
+	await("a's new ledger on b", exists(filepath.Join(b.mnt, "empty")))
 	must(t, os.Rename(pa, filepath.Join(a.mnt, "home", "desk")))
 	must(t, os.Remove(filepath.Join(a.mnt, "home", "scratch")))
-	await(t, "a's renamed page on b", fileIs(filepath.Join(b.mnt, "home", "desk", "notes.txt"), want))
-	await(t, "the page's old name gone on b", gone(pb))
-	await(t, "a's deleted page gone on b", gone(filepath.Join(b.mnt, "home", "scratch")))
+	await("a's renamed page on b", fileIs(filepath.Join(b.mnt, "home", "desk", "notes.txt"), want))
+	await("the page's old name gone on b", gone(pb))
+	await("a's deleted page gone on b", gone(filepath.Join(b.mnt, "home", "scratch")))
 
 	stats, err := os.ReadFile(filepath.Join(a.mnt, ".stats"))
 	must(t, err)
