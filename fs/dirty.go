@@ -298,6 +298,35 @@ func addExtent(t *btree.BTreeG[extent], s, e int64) {
 	t.ReplaceOrInsert(extent{s, e})
 }
 
+// extentBytes is the bytes the extents of t (nil: none) cover.
+func extentBytes(t *btree.BTreeG[extent]) int64 {
+	var n int64
+	if t != nil {
+		t.Ascend(func(x extent) bool {
+			n += x.end - x.start
+			return true
+		})
+	}
+	return n
+}
+
+// copyExtents copies the current content of each extent of t (nil: none).
+func (c *content) copyExtents(t *btree.BTreeG[extent]) ([]store.Extent, error) {
+	var out []store.Extent
+	var err error
+	if t != nil {
+		t.Ascend(func(x extent) bool {
+			b := make([]byte, x.end-x.start)
+			if _, err = c.readAt(b, x.start); err == io.EOF {
+				err = nil
+			}
+			out = append(out, store.Extent{Off: uint64(x.start), Data: b})
+			return err == nil
+		})
+	}
+	return out, err
+}
+
 // clipExtents cuts the extents of t at n.
 func clipExtents(t *btree.BTreeG[extent], n int64) {
 	var drop []extent

@@ -36,21 +36,18 @@ func (f *fileNode) logIntent(key string) (bool, error) {
 	d := c.p.Durability()
 	var src *store.LogSource
 	if c.intentOn {
-		src = &store.LogSource{Keep: uint64(c.intentMin)}
-		var err error
-		c.sinceIntent.Ascend(func(x extent) bool {
-			b := make([]byte, x.end-x.start)
-			if _, err = c.readAt(b, x.start); err != nil && err != io.EOF {
-				return false
-			}
-			err = nil
-			src.Extents = append(src.Extents, store.Extent{Off: uint64(x.start), Data: b})
-			return true
-		})
+		if extentBytes(c.sinceIntent) > maxIntent {
+			return false, nil
+		}
+		ext, err := c.copyExtents(c.sinceIntent)
 		if err != nil {
 			return false, err
 		}
+		src = &store.LogSource{Keep: uint64(c.intentMin), Extents: ext}
 	} else {
+		if extentBytes(c.ext) > maxIntent {
+			return false, nil
+		}
 		var err error
 		if src, err = f.logSource(d, key); err != nil || src == nil {
 			return false, err
@@ -66,13 +63,6 @@ func (f *fileNode) logIntent(key string) (bool, error) {
 			}
 			src.Extents = []store.Extent{{Data: b}}
 		}
-	}
-	n := 0
-	for _, x := range src.Extents {
-		n += len(x.Data)
-	}
-	if n > maxIntent {
-		return false, nil
 	}
 	m := f.meta
 	m.Size = uint64(c.size)

@@ -19,28 +19,14 @@ const maxLoggedChange = 1 << 20
 func (f *fileNode) logSource(d *store.Durability, key string) (*store.LogSource, error) {
 	c := f.c
 	if c.stream == nil && !c.fromStream() && c.baseSize > 0 && d.CanLog(key, c.baseID.Digest) {
-		var n int64
-		var ext []extent
-		if c.ext != nil {
-			c.ext.Ascend(func(x extent) bool {
-				ext = append(ext, x)
-				n += x.end - x.start
-				return n <= maxLoggedChange
-			})
-		}
-		if n > maxLoggedChange {
+		if extentBytes(c.ext) > maxLoggedChange {
 			return nil, nil
 		}
-		src := &store.LogSource{Base: c.baseID.Digest, Keep: uint64(c.baseSize),
-			Extents: make([]store.Extent, len(ext))}
-		for i, x := range ext {
-			b := make([]byte, x.end-x.start)
-			if _, err := c.spool.ReadAt(b, x.start); err != nil {
-				return nil, err
-			}
-			src.Extents[i] = store.Extent{Off: uint64(x.start), Data: b}
+		ext, err := c.copyExtents(c.ext)
+		if err != nil {
+			return nil, err
 		}
-		return src, nil
+		return &store.LogSource{Base: c.baseID.Digest, Keep: uint64(c.baseSize), Extents: ext}, nil
 	}
 	if c.size > maxLoggedChange {
 		return nil, nil
