@@ -64,6 +64,8 @@ type Config struct {
 	// commits; it pushes its own soon after each lands (and pulls first).
 	Remote    func(context.Context, *store.Repository) (remote.Backend, error)
 	SyncEvery time.Duration
+	// Sync says how to unlock an encrypted remote, or make a new one.
+	Sync cloudsync.Options
 }
 
 // Server is one repository served at one mount point.
@@ -92,9 +94,10 @@ func New(cfg Config) (s *Server, err error) {
 		}
 		return nil, err
 	}
+	opened := s // s is nil once a failure returns
 	defer func() {
 		if err != nil {
-			s.Close()
+			opened.Close()
 		}
 	}()
 	if s.repo.Created() {

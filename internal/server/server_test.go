@@ -86,3 +86,16 @@ func TestRunStopsItsGoroutines(t *testing.T) {
 		t.Fatalf("%s is still mounted after Run returned", mnt)
 	}
 }
+
+// A New that fails after it opened the repository closes it, and returns
+// the error: it does not panic, and the repository opens again.
+func TestNewFailureClosesTheRepository(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	repo := filepath.Join(t.TempDir(), "repo")
+	for range 2 {
+		s, err := New(Config{Repo: repo, Mountpoint: t.TempDir(), MetricsAddr: "127.0.0.1:-1"})
+		if err == nil || s != nil || !strings.Contains(err.Error(), "--metrics") {
+			t.Fatalf("New with a bad metrics address: %v, %v", s, err)
+		}
+	}
+}
