@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Measures ledgerfs sync against a real S3 server on 127.0.0.1 (versitygw,
 # from $LEDGERFS_TEST_VERSITYGW or PATH or built with go install into
-# ~/.cache/ledgerfs-test): a 1 GiB file pushed against a plain PUT of the
-# same bytes by curl to the same server (time, requests, bytes); the bytes a
+# ~/.cache/ledgerfs-test; MinIO instead with MINIO=PATH-OF-ITS-BINARY): a
+# 1 GiB file pushed to an encrypted store, to an unencrypted one
+# (--no-encryption) and by a plain PUT of the same bytes by curl to the same
+# server (time, requests, bytes); the bytes a
 # 1-byte edit of it pushes; 10,000 small files pushed and pulled; with two
 # mounts syncing in the background at their defaults, the time from a close
 # on one to the content being readable on the other (20 changes a run); and
-# the requests per minute of an idle mount of 100 pages. Medians of RUNS
+# the requests per minute of an idle mount of 100 pages (versitygw only: it
+# logs each request). Medians of RUNS
 # (3) runs.
 #
 #   bench/sync.sh [WORKDIR]          (as root, for the mounts that write the data)
@@ -24,11 +27,19 @@ if [ -z "$vgw" ]; then
   [ -x "$vgw" ] || GOBIN=$(dirname "$vgw") GOFLAGS=-buildvcs=false go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
 fi
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1
+export LEDGERFS_PASSWORD=bench-passphrase
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 endpoint=http://127.0.0.1:$port
 mkdir -p "$work/s3"
-"$vgw" --access bench --secret bench-secret --port "127.0.0.1:$port" posix "$work/s3" >"$work/versitygw.log" 2>&1 &
-vpid=$!
+if [ -n "${MINIO:-}" ]; then
+  MINIO_ROOT_USER=bench MINIO_ROOT_PASSWORD=bench-secret "$MINIO" server --quiet --address "127.0.0.1:$port" "$work/s3" >"$work/versitygw.log" 2>&1 &
+  vpid=$!
+  for _ in $(seq 300); do curl -s -o /dev/null "$endpoint/minio/health/live" && break; sleep 0.1; done
+  for b in $(seq "$RUNS"); do curl -s -f --aws-sigv4 "aws:amz:us-east-1:s3" --user bench:bench-secret -X PUT "$endpoint/bench$b" >/dev/null; done
+else
+  "$vgw" --access bench --secret bench-secret --port "127.0.0.1:$port" posix "$work/s3" >"$work/versitygw.log" 2>&1 &
+  vpid=$!
+fi
 mnt=$work/mnt lpid= mnt2=$work/mnt2 lpid2=
 cleanup() {
   if mountpoint -q "$mnt"; then umount "$mnt" || true; fi
@@ -44,7 +55,9 @@ for _ in $(seq 100); do curl -s -o /dev/null "$endpoint" && break; sleep 0.1; do
 now() { date +%s.%N; }
 mountrepo() { mkdir -p "$mnt"; "$work/ledgerfs" mount "$1" "$mnt" >"$work/mount.log" 2>&1 & lpid=$!; for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done; }
 unmountrepo() { umount "$mnt"; wait "$lpid"; lpid=; }
-objects() { find "$work/s3/$1" -type f 2>/dev/null | wc -l; }
+# MinIO keeps an object as a directory with an xl.meta (and its parts).
+if [ -n "${MINIO:-}" ]; then objects() { find "$work/s3/$1" -name xl.meta 2>/dev/null | wc -l; }
+else objects() { find "$work/s3/$1" -type f 2>/dev/null | wc -l; }; fi
 bytes() { du -sb "$work/s3/$1" 2>/dev/null | cut -f1; }
 out="$work/figures.tsv"
 : >"$out"
@@ -59,8 +72,12 @@ for run in $(seq "$RUNS"); do
   mkdir -p "$mnt/home/work"
   cp "$work/big.bin" "$mnt/home/work/big.bin"
   unmountrepo
+  cp -a "$work/repo-a$run" "$work/repo-p$run"
+  s=$(now); "$work/ledgerfs" sync "$work/repo-p$run" --remote "s3://$bucket/plain" --endpoint "$endpoint" --no-encryption >/dev/null; e=$(now)
+  put "push of a ${SIZE_MIB} MiB file, unencrypted, s" "$(echo "$e-$s" | bc -l)"
+  rm -rf "$work/repo-p$run"
   s=$(now); "$work/ledgerfs" sync "$work/repo-a$run" --remote "s3://$bucket/a" --endpoint "$endpoint" >/dev/null; e=$(now)
-  put "push of a ${SIZE_MIB} MiB file, s" "$(echo "$e-$s" | bc -l)"
+  put "push of a ${SIZE_MIB} MiB file, encrypted, s" "$(echo "$e-$s" | bc -l)"
   put "push of a ${SIZE_MIB} MiB file, objects" "$(objects "$bucket/a")"
   put "push of a ${SIZE_MIB} MiB file, MiB stored" "$(echo "$(bytes "$bucket/a")/1048576" | bc -l)"
   s=$(now); curl -s -f --aws-sigv4 "aws:amz:us-east-1:s3" --user bench:bench-secret -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -T "$work/big.bin" "$endpoint/$bucket/raw.bin"; e=$(now)
@@ -130,7 +147,7 @@ print(json.dumps({"p50": lat[len(lat) // 2], "p99": lat[-1]}))
 PY
   put "close on one mount to readable on the other: p50 s" "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["p50"])' "$work/latency.json")"
   put "close on one mount to readable on the other: p99 s" "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["p99"])' "$work/latency.json")"
-  if [ "$run" = 1 ]; then
+  if [ "$run" = 1 ] && [ -z "${MINIO:-}" ]; then
     # An idle mount of 100 pages: its requests in 30 s, once the pages
     # are synced, counted in the server's log (one line each).
     for i in $(seq 100); do mkdir -p "$mnt/idle/p$i"; echo "$i" >"$mnt/idle/p$i/f"; done

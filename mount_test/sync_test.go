@@ -25,8 +25,12 @@ func syncCmd(endpoint, repo string) *exec.Cmd {
 }
 
 // s3Env is the environment of a ledgerfs process that reaches the test S3
-// servers.
-var s3Env = []string{"AWS_ACCESS_KEY_ID=" + s3test.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3test.SecretKey, "AWS_REGION=us-east-1"}
+// servers, with the passphrase its stores are encrypted under.
+var s3Env = []string{"AWS_ACCESS_KEY_ID=" + s3test.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3test.SecretKey, "AWS_REGION=us-east-1",
+	"LEDGERFS_PASSWORD=" + testPassphrase}
+
+// testPassphrase is the passphrase of the tests' remote stores.
+const testPassphrase = "a passphrase of the mount tests"
 
 // syncRepo runs `ledgerfs sync` of an unmounted repository with the S3
 // server srv, bucket "ledgerfs", prefix "home".

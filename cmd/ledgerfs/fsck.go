@@ -157,9 +157,13 @@ func fsckRemote(ctx context.Context, w io.Writer, repoDir string) error {
 	if err != nil {
 		return err
 	}
-	problems, err := cloudsync.Verify(ctx, repo, be)
+	opt, err := rf.options()
 	if err != nil {
 		return err
+	}
+	problems, err := cloudsync.Verify(ctx, repo, be, opt)
+	if err != nil {
+		return syncError(err)
 	}
 	if len(problems) == 0 {
 		fmt.Fprintf(w, "remote %s: holds every piece and commit marked synced\n", be.Location())

@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ledgerfs/ledgerfs/fs"
+	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/internal/server"
 	"github.com/ledgerfs/ledgerfs/store"
@@ -148,7 +149,12 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 					return err
 				}
 			}
+			syncOpt, err := rf.options()
+			if err != nil {
+				return err
+			}
 			return serve(serveConfig{
+				syncOpt:      syncOpt,
 				pruneBelow:   pruneBelow,
 				collectEvery: collectEvery, collectAfter: after,
 				remote: rf, syncEvery: syncEvery,
@@ -203,6 +209,7 @@ type serveConfig struct {
 	collectAfter         uint64
 	pruneBelow           string // a size or a share of the filesystem
 	remote               remoteFlags
+	syncOpt              cloudsync.Options
 	syncEvery            time.Duration
 }
 
@@ -252,6 +259,7 @@ func serve(c serveConfig) error {
 			return rf.backend(ctx)
 		},
 		SyncEvery: c.syncEvery,
+		Sync:      c.syncOpt,
 		Mounted: func() {
 			startGuard(mnt)
 			if err := setReadAhead(mnt, readAheadKiB); err != nil {
@@ -265,7 +273,7 @@ func serve(c serveConfig) error {
 		Detach:   detach,
 	})
 	if err != nil {
-		return err
+		return syncError(err)
 	}
 	defer srv.Close()
 	if err := srv.Run(ctx); err != nil {

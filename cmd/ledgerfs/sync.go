@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
+	"github.com/ledgerfs/ledgerfs/internal/repokey"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
@@ -39,10 +42,19 @@ AWS_REGION; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,
 else the shared credentials file (AWS_PROFILE). A store that holds
 something else than a ledgerfs repository is refused.
 
+A new remote is encrypted: object bodies, commits, page and ledger names and
+the names of content-named objects are sealed or keyed-hashed with keys
+derived from a master key made at random, kept in the store wrapped by the
+passphrase ($LEDGERFS_PASSWORD, $LEDGERFS_PASSWORD_FILE or --password-file)
+or by a key file (--key-file). Another device joins with the same
+passphrase or key file; the repository then keeps the key and needs it no
+more. --no-encryption makes a new remote readable to whoever can read the
+bucket.
+
 When two devices changed the same file, the later change wins and the
 other is kept next to it as NAME.sync-conflict-YYYYMMDD-HHMMSS-DEVICE.EXT; a
 change beats a delete. A page made on two devices is one page.`,
-		Example: "  ledgerfs sync ~/.ledgerfs --remote s3://my-bucket/laptop\n" +
+		Example: "  LEDGERFS_PASSWORD_FILE=~/.ledgerfs-pass ledgerfs sync ~/.ledgerfs --remote s3://my-bucket/laptop\n" +
 			"  AWS_ENDPOINT_URL=http://127.0.0.1:9000 ledgerfs sync ~/.ledgerfs --remote s3://ledgerfs\n" +
 			"  ledgerfs sync ~/.ledgerfs --remote file:///media/usb/ledgerfs",
 		Args: cobra.ExactArgs(1),
@@ -65,10 +77,14 @@ change beats a delete. A page made on two devices is one page.`,
 			if err != nil {
 				return err
 			}
-			start := time.Now()
-			s, err := cloudsync.New(ctx, repo, be)
+			opt, err := rf.options()
 			if err != nil {
 				return err
+			}
+			start := time.Now()
+			s, err := cloudsync.New(ctx, repo, be, opt)
+			if err != nil {
+				return syncError(err)
 			}
 			// A bar per phase on a terminal, nothing otherwise.
 			var ph phases
@@ -92,10 +108,64 @@ change beats a delete. A page made on two devices is one page.`,
 	return cmd
 }
 
-// remoteFlags say where a remote store is.
+// remoteFlags say where a remote store is, and what unlocks it.
 type remoteFlags struct {
 	url, endpoint, region string
 	pathStyle             bool
+	passwordFile, keyFile string
+	plain                 bool
+}
+
+// envPassword holds the passphrase of an encrypted store, as restic's
+// RESTIC_PASSWORD does; envPasswordFile names a file that holds it.
+const (
+	envPassword     = "LEDGERFS_PASSWORD"
+	envPasswordFile = "LEDGERFS_PASSWORD_FILE"
+)
+
+// options returns what unlocks the store: the key file's bytes, else the
+// passphrase of --password-file, $LEDGERFS_PASSWORD_FILE or
+// $LEDGERFS_PASSWORD (a file's trailing newline is not part of it).
+func (f *remoteFlags) options() (cloudsync.Options, error) {
+	opt := cloudsync.Options{Plain: f.plain}
+	if f.keyFile != "" {
+		b, err := os.ReadFile(f.keyFile)
+		if err != nil {
+			return opt, fmt.Errorf("key file: %w", err)
+		}
+		if len(b) < repokey.MinKeyFile {
+			return opt, fmt.Errorf("key file %s holds %d bytes; a key file holds at least %d (head -c 32 /dev/urandom > FILE)", f.keyFile, len(b), repokey.MinKeyFile)
+		}
+		opt.Secret.KeyFile = b
+		return opt, nil
+	}
+	file := f.passwordFile
+	if file == "" {
+		file = os.Getenv(envPasswordFile)
+	}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return opt, fmt.Errorf("password file: %w", err)
+		}
+		b = bytes.TrimRight(b, "\r\n")
+		if len(b) == 0 {
+			return opt, fmt.Errorf("password file %s is empty", file)
+		}
+		opt.Secret.Passphrase = b
+		return opt, nil
+	}
+	opt.Secret.Passphrase = []byte(os.Getenv(envPassword))
+	return opt, nil
+}
+
+// syncError adds to an error of a store that wants a secret where to give
+// one.
+func syncError(err error) error {
+	if errors.Is(err, cloudsync.ErrNoSecret) {
+		return fmt.Errorf("%w (give it with $%s, --password-file FILE or --key-file FILE; a new store is unencrypted only with --no-encryption)", err, envPassword)
+	}
+	return err
 }
 
 func (f *remoteFlags) register(cmd *cobra.Command) {
@@ -104,6 +174,9 @@ func (f *remoteFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.endpoint, "endpoint", "", "the S3 server, http(s)://HOST[:PORT] (default $AWS_ENDPOINT_URL, else AWS)")
 	fl.StringVar(&f.region, "region", "", "the bucket's region (default $AWS_REGION)")
 	fl.BoolVar(&f.pathStyle, "path-style", false, "path-style requests (http://HOST/BUCKET/KEY), as most self-hosted servers need; the default with an endpoint other than AWS")
+	fl.StringVar(&f.passwordFile, "password-file", "", "a file that holds the passphrase of the remote's key (default $"+envPasswordFile+", else $"+envPassword+"); needed to make an encrypted remote and to join one")
+	fl.StringVar(&f.keyFile, "key-file", "", "a file of at least 32 random bytes that holds the remote's key instead of a passphrase (head -c 32 /dev/urandom > FILE)")
+	fl.BoolVar(&f.plain, "no-encryption", false, "make a new remote unencrypted: its objects, names and contents readable to whoever can read the bucket")
 }
 
 // fromRepository fills what the flags leave unset from the repository's

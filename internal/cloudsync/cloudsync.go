@@ -16,6 +16,7 @@ import (
 	"github.com/restic/chunker"
 
 	"github.com/ledgerfs/ledgerfs/internal/remote"
+	"github.com/ledgerfs/ledgerfs/internal/repokey"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
@@ -29,6 +30,7 @@ const DefaultPackSize = 8 << 20
 type Syncer struct {
 	repo     *store.Repository
 	be       remote.Backend
+	key      *repokey.Key // seals what goes to an encrypted store; nil: plain
 	device   string
 	packSize int
 	// Progress, if set, is told of each phase's progress: "push LEDGER/PAGE"
@@ -82,40 +84,47 @@ type Stats struct {
 }
 
 // New connects repo to the store in be: it writes the store's
-// configuration if the store is empty, refuses one whose chunker
+// configuration if the store is empty (encrypted, unless opt says plain),
+// unlocks an encrypted store's key, refuses a store whose chunker
 // polynomial differs from the repository's (the same content would make
 // different pieces), and registers the repository's device.
-func New(ctx context.Context, repo *store.Repository, be remote.Backend) (*Syncer, error) {
-	pol := repo.Polynomial().String()
-	cfg, err := remote.Open(ctx, be, pol)
+func New(ctx context.Context, repo *store.Repository, be remote.Backend, opt Options) (*Syncer, error) {
+	remotePol, key, err := openStore(ctx, repo, be, opt, true)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Polynomial != pol {
+	pol := repo.Polynomial().String()
+	if remotePol != pol {
 		// A repository that has chunked nothing takes the remote's.
-		if u, perr := strconv.ParseUint(cfg.Polynomial, 0, 64); perr == nil {
+		if u, perr := strconv.ParseUint(remotePol, 0, 64); perr == nil {
 			if err := repo.AdoptPolynomial(chunker.Pol(u)); err == nil {
-				pol = cfg.Polynomial
+				pol = remotePol
 			}
 		}
 	}
-	if cfg.Polynomial != pol {
-		return nil, fmt.Errorf("cloudsync: %s chunks with polynomial %s and this repository with %s: devices that share a remote must chunk alike (a new, empty repository takes the remote's)", be.Location(), cfg.Polynomial, pol)
+	if remotePol != pol {
+		what := "polynomial " + remotePol
+		if key != nil {
+			what = "another polynomial (a secret of the store)"
+		}
+		return nil, fmt.Errorf("cloudsync: %s chunks with %s and this repository with %s: devices that share a remote must chunk alike (a new, empty repository takes the remote's)", be.Location(), what, pol)
 	}
 	device, err := repo.DeviceID()
 	if err != nil {
 		return nil, err
 	}
+	s := &Syncer{repo: repo, be: be, key: key, device: device, packSize: DefaultPackSize, now: time.Now}
 	body, err := json.Marshal(struct {
 		Created time.Time `json:"created"`
 	}{time.Now().UTC()})
 	if err != nil {
 		return nil, err
 	}
-	if err := be.Create(ctx, deviceName(device), body); err != nil && !errors.Is(err, remote.ErrExists) {
+	name := deviceName(device)
+	if err := be.Create(ctx, name, s.seal(name, body)); err != nil && !errors.Is(err, remote.ErrExists) {
 		return nil, err
 	}
-	return &Syncer{repo: repo, be: be, device: device, packSize: DefaultPackSize, now: time.Now}, nil
+	return s, nil
 }
 
 // Changed tells a Watched syncer that ledger/page has a new commit to

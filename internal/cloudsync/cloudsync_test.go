@@ -18,6 +18,7 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
+	"github.com/ledgerfs/ledgerfs/internal/repokey"
 	"github.com/ledgerfs/ledgerfs/internal/retention"
 	"github.com/ledgerfs/ledgerfs/internal/s3test"
 	"github.com/ledgerfs/ledgerfs/journal"
@@ -33,6 +34,9 @@ type device struct {
 	s    *Syncer
 }
 
+// testSecret is the key file the tests' stores are encrypted under.
+var testSecret = repokey.Secret{KeyFile: []byte("a key file of the tests, 32 bytes or more")}
+
 func newDevice(t testing.TB, name string, be remote.Backend) *device {
 	t.Helper()
 	eng := journal.NewEngine()
@@ -41,7 +45,7 @@ func newDevice(t testing.TB, name string, be remote.Backend) *device {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { repo.Close() })
-	s, err := New(context.Background(), repo, be)
+	s, err := New(context.Background(), repo, be, Options{Secret: testSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +388,7 @@ func TestVerify(t *testing.T) {
 	a.write("l", "p", "f", random(3, 600<<10))
 	a.sync()
 	ctx := context.Background()
-	if problems, err := Verify(ctx, a.repo, be); err != nil || len(problems) != 0 {
+	if problems, err := Verify(ctx, a.repo, be, Options{}); err != nil || len(problems) != 0 {
 		t.Fatalf("after a sync: %v, %v", problems, err)
 	}
 	var pack, log string
@@ -397,12 +401,12 @@ func TestVerify(t *testing.T) {
 		}
 	}
 	must(t, os.Remove(filepath.Join(dir, pack)))
-	problems, err := Verify(ctx, a.repo, be)
+	problems, err := Verify(ctx, a.repo, be, Options{})
 	if err != nil || len(problems) < 2 || !strings.Contains(strings.Join(problems, "\n"), "pieces marked synced are in no pack") {
 		t.Fatalf("a pack lost: %q, %v; want it and its pieces named", problems, err)
 	}
 	must(t, os.Remove(filepath.Join(dir, log)))
-	problems, err = Verify(ctx, a.repo, be)
+	problems, err = Verify(ctx, a.repo, be, Options{})
 	if err != nil || !strings.Contains(strings.Join(problems, "\n"), "commits not marked unsynced are in no batch") {
 		t.Fatalf("the batch lost: %q, %v; want its commits named", problems, err)
 	}

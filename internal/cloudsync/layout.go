@@ -12,7 +12,6 @@ package cloudsync
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -36,11 +35,12 @@ const (
 func deviceName(device string) string { return devicesDir + device }
 
 // packName is the object of the pack of pieces refs, in order: named by
-// the SHA-256 of their digests and lengths, which fix its bytes (a piece's
-// digest names its content), so a pack written twice is the same object,
-// and naming it costs no pass over its bytes.
-func packName(refs []pieceRef) string {
-	h := sha256.New()
+// the hash (nameHash) of their digests and lengths, which fix its bytes (a
+// piece's digest names its content), so a pack written twice is the same
+// object (sealed anew: the same content), and naming it costs no pass
+// over its bytes.
+func (s *Syncer) packName(refs []pieceRef) string {
+	h := s.nameHash()
 	var n [8]byte
 	for _, r := range refs {
 		binary.LittleEndian.PutUint64(n[:], uint64(len(r.Digest)))
@@ -49,8 +49,8 @@ func packName(refs []pieceRef) string {
 		binary.LittleEndian.PutUint64(n[:], uint64(r.Len))
 		h.Write(n[:])
 	}
-	s := hex.EncodeToString(h.Sum(nil))
-	return packsDir + s[:2] + "/" + s
+	x := hex.EncodeToString(h.Sum(nil))
+	return packsDir + x[:2] + "/" + x
 }
 
 // batchName is the seq'th batch in device's log.
@@ -122,7 +122,16 @@ type pieceRef struct {
 	Len    int64  `json:"n"`
 }
 
-func encodeBatch(b *batch) ([]byte, error) { return json.Marshal(b) }
+// writeBatch writes b to its device's log: remote.ErrExists if a batch of
+// its number is there already.
+func (s *Syncer) writeBatch(ctx context.Context, b *batch) (name string, err error) {
+	body, err := json.Marshal(b)
+	if err != nil {
+		return "", err
+	}
+	name = batchName(b.Device, b.Seq)
+	return name, s.be.Create(ctx, name, s.seal(name, body))
+}
 
 func decodeBatch(name string, body []byte) (*batch, error) {
 	var b batch
@@ -138,7 +147,7 @@ func decodeBatch(name string, body []byte) (*batch, error) {
 
 // readBatch reads and decodes the batch at name.
 func (s *Syncer) readBatch(ctx context.Context, name string) (*batch, error) {
-	body, err := s.be.Get(ctx, name)
+	body, err := s.get(ctx, name)
 	if err != nil {
 		return nil, err
 	}

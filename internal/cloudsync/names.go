@@ -65,12 +65,7 @@ func (s *Syncer) pushNames(ctx context.Context, st *Stats) error {
 		if err != nil {
 			return err
 		}
-		name := batchName(s.device, seq)
-		body, err := encodeBatch(&batch{Device: s.device, Seq: seq, Names: changes})
-		if err != nil {
-			return err
-		}
-		err = s.be.Create(ctx, name, body)
+		name, err := s.writeBatch(ctx, &batch{Device: s.device, Seq: seq, Names: changes})
 		if errors.Is(err, remote.ErrExists) {
 			// A push cut short after its batch went up: the batch holds
 			// the oldest changes, if it is this device's.

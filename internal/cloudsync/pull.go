@@ -275,7 +275,7 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, pb pa
 	}
 	pw := p.NewPieceWriter()
 	pw.Track = true
-	f.p, f.pw = p, pw
+	f.p, f.pw, f.walked = p, pw, map[cas.Digest]bool{}
 	for _, c := range fresh {
 		if err := f.node(ctx, c.Root); err != nil {
 			pw.Discard()
@@ -426,6 +426,9 @@ type fetcher struct {
 	p     *store.Page
 	pw    *store.PieceWriter
 	st    *Stats
+	// walked holds the pieces of p this pull fetched or walked below:
+	// transient until it lands, and complete.
+	walked map[cas.Digest]bool
 }
 
 // maxPacks bounds the packs a fetcher keeps: 4 of 8 MiB.
@@ -438,9 +441,10 @@ func (f *fetcher) piece(ctx context.Context, d cas.Digest) (bool, error) {
 	if d.IsInline() {
 		return false, nil
 	}
-	if ok, err := f.p.Has(d); err != nil || ok {
+	if ok, err := f.complete(d); err != nil || ok {
 		return false, err
 	}
+	f.walked[d] = true
 	r, ok := f.index[d]
 	if !ok {
 		var err error
@@ -467,9 +471,9 @@ func (f *fetcher) piece(ctx context.Context, d cas.Digest) (bool, error) {
 	if r.Off < 0 || r.Len < 0 || r.Off+r.Len > int64(len(pack)) {
 		return false, fmt.Errorf("piece %s: %d bytes at %d of a %d-byte pack %s", d, r.Len, r.Off, len(pack), r.Pack)
 	}
-	data := pack[r.Off : r.Off+r.Len]
-	if err := d.Verify(data); err != nil {
-		return false, fmt.Errorf("piece %s from pack %s: %w", d, r.Pack, err)
+	data, err := f.s.openPiece(d, r.Pack, pack[r.Off:r.Off+r.Len])
+	if err != nil {
+		return false, err
 	}
 	if err := f.pw.Put(d, data); err != nil {
 		return false, err
@@ -482,6 +486,21 @@ func (f *fetcher) piece(ctx context.Context, d cas.Digest) (bool, error) {
 		return true, f.pw.Flush()
 	}
 	return true, nil
+}
+
+// complete reports whether the page holds d with every piece below it: a
+// piece held and not transient. A transient one may be what a pull that
+// failed midway fetched before the pieces below it; it is fetched again
+// (the writer skips what is held) and walked.
+func (f *fetcher) complete(d cas.Digest) (bool, error) {
+	if f.walked[d] {
+		return true, nil
+	}
+	if ok, err := f.p.Has(d); err != nil || !ok {
+		return false, err
+	}
+	t, err := f.p.IsTransient(d)
+	return !t, err
 }
 
 // value fetches the pieces of a value the page lacks.
@@ -498,7 +517,7 @@ func (f *fetcher) node(ctx context.Context, id cas.ObjectIdentifier) error {
 	if id == btree.EmptyRoot || id.Digest.IsInline() {
 		return nil
 	}
-	if held, err := f.p.Has(id.Digest); err != nil || held {
+	if ok, err := f.complete(id.Digest); err != nil || ok {
 		return err
 	}
 	// The node's own pieces (a large node is an index over chunks), in

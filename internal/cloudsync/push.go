@@ -145,12 +145,7 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 		for _, c := range commits {
 			pb.Commits = append(pb.Commits, c.Bytes)
 		}
-		body, err := encodeBatch(&batch{Device: s.device, Seq: seq, Pages: []pageBatch{pb}})
-		if err != nil {
-			return err
-		}
-		name := batchName(s.device, seq)
-		err = s.be.Create(ctx, name, body)
+		name, err := s.writeBatch(ctx, &batch{Device: s.device, Seq: seq, Pages: []pageBatch{pb}})
 		if errors.Is(err, remote.ErrExists) {
 			// Written by a push cut short before it recorded it, or by
 			// another copy of this repository.
@@ -274,7 +269,7 @@ func (s *Syncer) uploadPieces(ctx context.Context, p *store.Page, pieces []cas.D
 			return
 		}
 		body, mine := buf, refs[start:]
-		name := packName(mine)
+		name := s.packName(mine)
 		for i := range mine {
 			mine[i].Pack = name
 		}
@@ -303,8 +298,9 @@ func (s *Syncer) uploadPieces(ctx context.Context, p *store.Page, pieces []cas.D
 			g.Wait()
 			return nil, fmt.Errorf("piece %s: %w", d, err)
 		}
-		refs = append(refs, pieceRef{Digest: []byte(d), Off: int64(len(buf)), Len: int64(len(data))})
-		buf = append(buf, data...)
+		off := len(buf)
+		buf = s.sealPiece(buf, d, data)
+		refs = append(refs, pieceRef{Digest: []byte(d), Off: int64(off), Len: int64(len(buf) - off)})
 		st.PiecesUp++
 		if len(buf) >= s.packSize {
 			flush()

@@ -14,8 +14,14 @@ import (
 // does: every piece marked synced is in a pack a batch names, within the
 // pack's size, and every commit without an unsynced row is in a batch. It
 // returns what is missing, one line each; it reads listings and batches,
-// not the packs' bytes.
-func Verify(ctx context.Context, repo *store.Repository, be remote.Backend) ([]string, error) {
+// not the packs' bytes. An encrypted store's key is the one the repository
+// keeps, else opt's secret's.
+func Verify(ctx context.Context, repo *store.Repository, be remote.Backend, opt Options) ([]string, error) {
+	_, key, err := openStore(ctx, repo, be, opt, false)
+	if err != nil {
+		return nil, err
+	}
+	s := &Syncer{repo: repo, be: be, key: key}
 	packs := map[string]int64{}
 	if err := be.List(ctx, packsDir, "", func(o remote.Object) error {
 		packs[o.Name] = o.Size
@@ -37,6 +43,10 @@ func Verify(ctx context.Context, repo *store.Repository, be remote.Backend) ([]s
 		body, err := be.Get(ctx, name)
 		if err != nil {
 			return nil, err
+		}
+		if body, err = s.open(name, body); err != nil {
+			problems = append(problems, err.Error())
+			continue
 		}
 		b, err := decodeBatch(name, body)
 		if err != nil {

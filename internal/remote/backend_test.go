@@ -117,11 +117,11 @@ func TestOpen(t *testing.T) {
 	ctx := context.Background()
 	for kind, be := range backends(t) {
 		t.Run(kind, func(t *testing.T) {
-			cfg, err := remote.Open(ctx, be, "3da3358b4dc173")
+			cfg, err := remote.Open(ctx, be, plain("3da3358b4dc173"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			again, err := remote.Open(ctx, be, "2f0d3f6b33a6e5")
+			again, err := remote.Open(ctx, be, plain("2f0d3f6b33a6e5"))
 			if err != nil || again.Polynomial != "3da3358b4dc173" || !again.Created.Equal(cfg.Created) {
 				t.Fatalf("second open: %+v, %v; want the first's configuration %+v", again, err, cfg)
 			}
@@ -132,24 +132,38 @@ func TestOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := be.Put(ctx, remote.KeysDir+"0123", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := remote.Open(ctx, be, plain("3da3358b4dc173")); err != nil || cfg.Version != 1 {
+		t.Fatalf("open of a store holding only a key object: %+v, %v; want it made", cfg, err)
+	}
+	if be, err = remote.NewDir(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
 	if err := be.Put(ctx, "photos/2026/a.jpg", []byte("jpeg")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := remote.Open(ctx, be, "3da3358b4dc173"); err == nil || !strings.Contains(err.Error(), "holds something else") {
+	if _, err := remote.Open(ctx, be, plain("3da3358b4dc173")); err == nil || !strings.Contains(err.Error(), "holds something else") {
 		t.Fatalf("open of a store holding photos: %v, want refused", err)
 	}
 	if err := be.Put(ctx, remote.ConfigName, []byte(`{"version": 2}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := remote.Open(ctx, be, "3da3358b4dc173"); err == nil || !strings.Contains(err.Error(), "not ledgerfs's") {
+	if _, err := remote.Open(ctx, be, plain("3da3358b4dc173")); err == nil || !strings.Contains(err.Error(), "not ledgerfs's") {
 		t.Fatalf("open of a store with another format's config: %v, want refused", err)
 	}
 	if err := be.Put(ctx, remote.ConfigName, []byte(`{"format": "ledgerfs", "version": 99, "polynomial": "1"}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := remote.Open(ctx, be, "3da3358b4dc173"); err == nil || !strings.Contains(err.Error(), "newer ledgerfs") {
+	if _, err := remote.Open(ctx, be, plain("3da3358b4dc173")); err == nil || !strings.Contains(err.Error(), "newer ledgerfs") {
 		t.Fatalf("open of a newer layout: %v, want refused", err)
 	}
+}
+
+// plain makes the configuration of a plain store chunked with pol.
+func plain(pol string) func() (remote.Config, error) {
+	return func() (remote.Config, error) { return remote.Config{Polynomial: pol}, nil }
 }
 
 // TestOpenRace: devices that open an empty store at once agree on one
@@ -166,7 +180,7 @@ func TestOpenRace(t *testing.T) {
 				got <- "error: " + err.Error()
 				return
 			}
-			cfg, err := remote.Open(ctx, be, fmt.Sprintf("%x", 0x3da3358b4dc173+i))
+			cfg, err := remote.Open(ctx, be, plain(fmt.Sprintf("%x", 0x3da3358b4dc173+i)))
 			if err != nil {
 				got <- "error: " + err.Error()
 				return

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -15,8 +16,18 @@ const ConfigName = "config"
 // Format names what a store holds in its configuration object.
 const Format = "ledgerfs"
 
-// Version is the layout of the store this code reads and writes.
-const Version = 1
+// Version is the newest layout of the store this code reads and writes:
+// 1, plain; 2, encrypted (Config.Encryption).
+const Version = 2
+
+// KeysDir holds an encrypted store's key objects, which a device that makes
+// the store writes before its configuration.
+const KeysDir = "keys/"
+
+// Encryption names how an encrypted store's objects are sealed: bodies with
+// XChaCha20-Poly1305, names of content-named objects HMAC-SHA256, each
+// under a key derived (HKDF-SHA256) from the master key.
+const Encryption = "xchacha20-poly1305"
 
 // Config is the remote repository's configuration object. Every device
 // that shares the store chunks with its polynomial, so that the same
@@ -25,16 +36,25 @@ type Config struct {
 	Format  string `json:"format"`
 	Version int    `json:"version"`
 	// Polynomial is the chunker polynomial, in hex (restic/chunker's
-	// Pol.String).
-	Polynomial string    `json:"polynomial"`
+	// Pol.String), of a plain store.
+	Polynomial string    `json:"polynomial,omitempty"`
 	Created    time.Time `json:"created"`
+	// Encryption is Encryption for an encrypted store, whose polynomial
+	// is a secret of its devices, in Sealed (sealed under the master key).
+	Encryption string `json:"encryption,omitempty"`
+	Sealed     []byte `json:"sealed,omitempty"`
 }
 
-// Open returns the configuration of the repository in be, writing it with
-// polynomial pol if be holds nothing yet. It refuses a store that holds
-// other objects and no configuration ("something else"), and one made in
-// another format or by a newer layout.
-func Open(ctx context.Context, be Backend, pol string) (Config, error) {
+// Encrypted reports whether the store's objects are sealed.
+func (c Config) Encrypted() bool { return c.Encryption != "" }
+
+// Open returns the configuration of the repository in be. If be holds
+// nothing yet, or only key objects (a device that makes it writes them
+// first), it writes the configuration create returns, with Format, Version
+// and Created filled in. It refuses a store that holds other objects and
+// no configuration ("something else"), and one made in another format or by
+// a newer layout.
+func Open(ctx context.Context, be Backend, create func() (Config, error)) (Config, error) {
 	for {
 		cfg, err := readConfig(ctx, be)
 		if !errors.Is(err, ErrNotFound) {
@@ -42,6 +62,9 @@ func Open(ctx context.Context, be Backend, pol string) (Config, error) {
 		}
 		var other string
 		err = be.List(ctx, "", "", func(o Object) error {
+			if strings.HasPrefix(o.Name, KeysDir) {
+				return nil
+			}
 			other = o.Name
 			return errStop
 		})
@@ -54,7 +77,14 @@ func Open(ctx context.Context, be Backend, pol string) (Config, error) {
 		if other != "" {
 			return Config{}, fmt.Errorf("remote: %s holds something else (%s, and no %s object of ledgerfs): choose an empty bucket or prefix", be.Location(), other, ConfigName)
 		}
-		cfg = Config{Format: Format, Version: Version, Polynomial: pol, Created: time.Now().UTC()}
+		if cfg, err = create(); err != nil {
+			return Config{}, err
+		}
+		cfg.Format, cfg.Created = Format, time.Now().UTC()
+		cfg.Version = 1
+		if cfg.Encrypted() {
+			cfg.Version = 2
+		}
 		body, err := json.MarshalIndent(cfg, "", "  ")
 		if err != nil {
 			return Config{}, err
@@ -84,8 +114,11 @@ func readConfig(ctx context.Context, be Backend) (Config, error) {
 	if cfg.Version > Version {
 		return Config{}, fmt.Errorf("remote: %s holds a repository of layout %d, made by a newer ledgerfs (this one reads layout %d)", be.Location(), cfg.Version, Version)
 	}
-	if cfg.Version < 1 || cfg.Polynomial == "" {
-		return Config{}, fmt.Errorf("remote: %s: its %s object is damaged (version %d, polynomial %q)", be.Location(), ConfigName, cfg.Version, cfg.Polynomial)
+	switch {
+	case cfg.Version < 1,
+		cfg.Version == 1 && (cfg.Polynomial == "" || cfg.Encrypted()),
+		cfg.Version == 2 && (cfg.Encryption != Encryption || len(cfg.Sealed) == 0):
+		return Config{}, fmt.Errorf("remote: %s: its %s object is damaged (version %d, polynomial %q, encryption %q)", be.Location(), ConfigName, cfg.Version, cfg.Polynomial, cfg.Encryption)
 	}
 	return cfg, nil
 }

@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
+	"github.com/ledgerfs/ledgerfs/internal/repokey"
 )
 
 // syncer runs a mount's sync: a round (pull, then push) every SyncEvery,
@@ -55,6 +57,13 @@ func (y *syncer) run(ctx context.Context) {
 // until it changes or a round goes through.
 func (y *syncer) round(ctx context.Context) {
 	err := y.connect(ctx)
+	if locked(err) {
+		// No retry opens it: each would cost a passphrase's hashing.
+		slog.Error("sync is off until the mount is started with the remote's passphrase or key file", "err", err)
+		cloudsync.NoteError(y.s.repo, err)
+		y.none = true
+		return
+	}
 	if err == nil && y.cs != nil {
 		var st cloudsync.Stats
 		st, err = y.cs.Sync(ctx) // records its own errors
@@ -87,7 +96,7 @@ func (y *syncer) connect(ctx context.Context) error {
 		y.none = true
 		return nil
 	}
-	cs, err := cloudsync.New(ctx, y.s.repo, y.s.metrics.CountRequests(be))
+	cs, err := cloudsync.New(ctx, y.s.repo, y.s.metrics.CountRequests(be), y.s.cfg.Sync)
 	if err != nil {
 		return err
 	}
@@ -124,12 +133,19 @@ func (y *syncer) joinFirst() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), joinTimeout)
 	defer cancel()
-	if err := y.connect(ctx); err != nil {
+	if err := y.connect(ctx); locked(err) {
+		return err // a mount that could never sync is not served
+	} else if err != nil {
 		slog.Warn("the remote did not answer before the mount serves; a new repository must take its chunking before anything is written, or it cannot sync", "err", err)
 		cloudsync.NoteError(y.s.repo, err)
 		y.lastErr = err.Error()
 	}
 	return nil
+}
+
+// locked reports an error of a remote that the mount has no secret for.
+func locked(err error) bool {
+	return errors.Is(err, cloudsync.ErrNoSecret) || errors.Is(err, repokey.ErrWrongSecret)
 }
 
 // last runs one round after the mount ended, bounded by lastTimeout.
