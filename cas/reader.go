@@ -130,7 +130,11 @@ func (r *Reader) lookup(d Digest) (cached, *fetch, bool) {
 // piece returns the piece d: cached, being fetched by another read, or
 // fetched now. Chunks are read through readChunk, which copies them out
 // under the lock; piece serves index pieces and the root of a new reader.
-func (r *Reader) piece(d Digest) (cached, error) {
+func (r *Reader) piece(d Digest) (cached, error) { return r.pieceFrom(r.src, d) }
+
+// pieceFrom is piece, fetching from src: a stream's index pieces come
+// from the stream's source, which may bring the chunks after them along.
+func (r *Reader) pieceFrom(src Source, d Digest) (cached, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c, f, ok := r.lookup(d)
@@ -147,7 +151,7 @@ func (r *Reader) piece(d Digest) (cached, error) {
 		r.keep(c)
 		return c, nil
 	}
-	c, err := r.fetchLocked(r.src, d, nil)
+	c, err := r.fetchLocked(src, d, nil)
 	if err == nil && c.index != nil {
 		r.shared.set(c)
 	}
@@ -255,9 +259,11 @@ const maxIndexDepth = 16
 // a stream (the kernel's read-ahead sends several at once, not in order);
 // streamAfter of them in a row make the reader stream. Random reads seldom
 // land near each other twice in a row.
+// A read of streamSpan bytes or more is a stream by itself.
 const (
 	streamSlack = 4 << 20
 	streamAfter = 2
+	streamSpan  = 1 << 20
 )
 
 // streams records a read of n bytes at off and reports whether the reader
@@ -272,7 +278,7 @@ func (r *Reader) streams(off, n uint64) bool {
 		r.run = 0
 		r.lastEnd = off + n
 	}
-	return r.run >= streamAfter
+	return r.run >= streamAfter || n >= streamSpan
 }
 
 // readAt copies from the piece d, which starts at offset 0 of its own
@@ -284,7 +290,7 @@ func (r *Reader) readAt(src Source, d Digest, p []byte, pos uint64, depth int) (
 	if !d.IsIndex() {
 		return r.readChunk(src, d, p, pos)
 	}
-	c, err := r.piece(d)
+	c, err := r.pieceFrom(src, d)
 	if err != nil {
 		return 0, err
 	}

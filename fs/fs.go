@@ -422,6 +422,11 @@ func errno(op string, err error) syscall.Errno {
 		return syscall.EBUSY
 	case errors.Is(err, context.Canceled):
 		return syscall.EINTR
+	case errors.Is(err, store.ErrRemoteOnly):
+		// The remote unreachable, or an object of it damaged: the read
+		// fails, the mount goes on.
+		slog.Warn("content in the remote store only could not be fetched", "op", op, "err", err)
+		return syscall.EIO
 	}
 	slog.Error("filesystem operation failed", "op", op, "err", err)
 	return syscall.EIO

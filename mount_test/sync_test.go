@@ -81,7 +81,7 @@ func TestSyncTwoDevices(t *testing.T) {
 		t.Fatalf("sync of b: %s", out)
 	}
 
-	b := mount(t, repoB)
+	b := mountRemote(t, repoB) // its files' contents come from the remote when read
 	pgB := filepath.Join(b.mnt, "home", "work")
 	if got, err := os.ReadFile(filepath.Join(pgB, "notes.txt")); err != nil || string(got) != "from a\n" {
 		t.Fatalf("notes.txt on b: %q, %v", got, err)
@@ -110,7 +110,7 @@ func TestSyncTwoDevices(t *testing.T) {
 	syncRepo(t, srv, repoA) // merges: a's edit is the later
 	syncRepo(t, srv, repoB)
 	for _, repo := range []string{repoA, repoB} {
-		s := mount(t, repo)
+		s := mountRemote(t, repo)
 		dir := filepath.Join(s.mnt, "home", "work")
 		if got, _ := os.ReadFile(filepath.Join(dir, "notes.txt")); string(got) != "a's edit\n" {
 			t.Fatalf("%s: notes.txt %q, want the later edit", repo, got)
@@ -216,7 +216,7 @@ func TestSyncFaults(t *testing.T) {
 	}
 
 	syncRepo(t, srv, repoB)
-	b := mount(t, repoB)
+	b := mountRemote(t, repoB)
 	for i, name := range []string{"one.bin", "two.bin"} {
 		want := content(11+i, 24<<20)
 		got, err := os.ReadFile(filepath.Join(b.mnt, "home", "work", name))
@@ -224,6 +224,14 @@ func TestSyncFaults(t *testing.T) {
 			t.Fatalf("%s on b: %d bytes (%v), want a's %d", name, len(got), err, len(want))
 		}
 	}
+}
+
+// mountRemote mounts repo with the test S3 servers' credentials and
+// passphrase, syncing with the remote it keeps: a repository whose pulls
+// left contents in the remote reads them from there.
+func mountRemote(t *testing.T, repo string) *server {
+	t.Helper()
+	return mountEnv(t, binary, s3Env, repo, filepath.Join(t.TempDir(), "mnt"))
 }
 
 // mountSyncedAt mounts repo syncing every 100 ms with the S3 server at

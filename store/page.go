@@ -173,7 +173,7 @@ func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 		})
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, fmt.Errorf("piece %s: %w", d, cas.ErrNotFound)
+		return p.fetch(d, buf, stream)
 	}
 	p.repo.trim.AddValueRead(len(out), stream)
 	return out, err

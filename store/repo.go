@@ -149,7 +149,9 @@ type Repository struct {
 	// pruned counts deletions of commits, in any page: views of history
 	// cached by head (a log, a file's versions) are stale once it moves.
 	pruned atomic.Uint64
-	closed bool
+	// fetcher fetches the pieces pages do not hold (SetFetcher).
+	fetcher atomic.Pointer[Fetcher]
+	closed  bool
 	// namesMu orders the keys of recorded name changes (namesLast: the
 	// last one's nanoseconds).
 	namesMu   sync.Mutex

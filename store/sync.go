@@ -201,11 +201,15 @@ func (r *Repository) AdoptPolynomial(pol chunker.Pol) error {
 }
 
 // The repository's remote settings (ledgerfs config): the remote store's
-// URL, and the S3 endpoint and region to reach it with.
+// URL, the S3 endpoint and region to reach it with, and what a pull
+// fetches.
 const (
 	SettingRemote         = "remote"
 	SettingRemoteEndpoint = "remote-endpoint"
 	SettingRemoteRegion   = "remote-region"
+	// SettingFetch is "all" for a repository whose pulls fetch every
+	// value; else values are fetched when read.
+	SettingFetch = "fetch"
 )
 
 // settingKey is the repository db row of a remote setting.

@@ -12,7 +12,7 @@ import (
 
 func newConfig() *cobra.Command {
 	return &cobra.Command{
-		Use:   "config REPO [compression=zstd|none] [remote=URL] [remote-endpoint=URL] [remote-region=REGION]",
+		Use:   "config REPO [compression=zstd|none] [remote=URL] [remote-endpoint=URL] [remote-region=REGION] [fetch=lazy|all]",
 		Short: "Show or set a repository's options",
 		Long: `Config shows the options of an unmounted repository, or sets one.
 
@@ -26,7 +26,11 @@ remote       the store ledgerfs sync shares the pages through:
              when it collects.
 remote-endpoint, remote-region
              the S3 server and the bucket's region, when not given by
-             --endpoint and --region or AWS_ENDPOINT_URL and AWS_REGION.`,
+             --endpoint and --region or AWS_ENDPOINT_URL and AWS_REGION.
+fetch        lazy (the default): a sync brings other devices' commits and
+             trees, and a file's content is fetched from the remote when
+             first read, then kept; all: a sync brings every file's
+             content too, for a machine that must read offline.`,
 		Example: "  ledgerfs config ~/.ledgerfs\n  ledgerfs config ~/.ledgerfs compression=none\n" +
 			"  ledgerfs config ~/.ledgerfs remote=s3://ledgerfs/home remote-endpoint=http://nas:9000",
 		Args: cobra.MinimumNArgs(1),
@@ -61,12 +65,14 @@ func config(w io.Writer, repoDir string, set []string) error {
 				}
 			}
 			fallthrough
-		case k == store.SettingRemoteEndpoint || k == store.SettingRemoteRegion:
+		case k == store.SettingFetch && v != "lazy" && v != "all":
+			return fmt.Errorf("fetch=%q: want lazy or all", v)
+		case k == store.SettingRemoteEndpoint || k == store.SettingRemoteRegion || k == store.SettingFetch:
 			if err := repo.SetSetting(k, v); err != nil {
 				return err
 			}
 		default:
-			return fmt.Errorf("unknown option %q (compression, remote, remote-endpoint, remote-region)", k)
+			return fmt.Errorf("unknown option %q (compression, remote, remote-endpoint, remote-region, fetch)", k)
 		}
 	}
 	on, err := repo.Compression()
@@ -74,7 +80,7 @@ func config(w io.Writer, repoDir string, set []string) error {
 		return err
 	}
 	fmt.Fprintf(w, "compression=%s\n", map[bool]string{true: "zstd", false: "none"}[on])
-	for _, k := range []string{store.SettingRemote, store.SettingRemoteEndpoint, store.SettingRemoteRegion} {
+	for _, k := range []string{store.SettingRemote, store.SettingRemoteEndpoint, store.SettingRemoteRegion, store.SettingFetch} {
 		v, err := repo.Setting(k)
 		if err != nil {
 			return err

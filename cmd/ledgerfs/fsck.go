@@ -115,6 +115,9 @@ func fsckPage(w io.Writer, repo *store.Repository, ledger, page string, repair b
 	}
 	if r.OK() {
 		fmt.Fprintf(w, "%s: ok (%d commits, %d tree nodes, %d values, %d pieces)\n", name, r.Commits, r.Nodes, r.Values, r.Pieces)
+		if r.Remote > 0 {
+			fmt.Fprintf(w, "  %d pieces in the remote only, fetched when read\n", r.Remote)
+		}
 		if r.Unreached > 0 {
 			fmt.Fprintf(w, "  %d pieces no commit reaches (left by a collection that stopped; the next one deletes them)\n", r.Unreached)
 		}

@@ -114,6 +114,7 @@ type remoteFlags struct {
 	pathStyle             bool
 	passwordFile, keyFile string
 	plain                 bool
+	fetchTimeout          time.Duration // a read's wait for the remote
 }
 
 // envPassword holds the passphrase of an encrypted store, as restic's
@@ -127,7 +128,7 @@ const (
 // passphrase of --password-file, $LEDGERFS_PASSWORD_FILE or
 // $LEDGERFS_PASSWORD (a file's trailing newline is not part of it).
 func (f *remoteFlags) options() (cloudsync.Options, error) {
-	opt := cloudsync.Options{Plain: f.plain}
+	opt := cloudsync.Options{Plain: f.plain, FetchTimeout: f.fetchTimeout}
 	if f.keyFile != "" {
 		b, err := os.ReadFile(f.keyFile)
 		if err != nil {
@@ -176,6 +177,7 @@ func (f *remoteFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.pathStyle, "path-style", false, "path-style requests (http://HOST/BUCKET/KEY), as most self-hosted servers need; the default with an endpoint other than AWS")
 	fl.StringVar(&f.passwordFile, "password-file", "", "a file that holds the passphrase of the remote's key (default $"+envPasswordFile+", else $"+envPassword+"); needed to make an encrypted remote and to join one")
 	fl.StringVar(&f.keyFile, "key-file", "", "a file of at least 32 random bytes that holds the remote's key instead of a passphrase (head -c 32 /dev/urandom > FILE)")
+	fl.DurationVar(&f.fetchTimeout, "fetch-timeout", cloudsync.DefaultFetchTimeout, "how long a read waits for content from the remote before it fails (EIO)")
 	fl.BoolVar(&f.plain, "no-encryption", false, "make a new remote unencrypted: its objects, names and contents readable to whoever can read the bucket")
 }
 

@@ -42,6 +42,9 @@ type Report struct {
 	Unreached int
 	Values    int
 	Pieces    int
+	// Remote counts pieces not held that the remote store holds: values
+	// a lazy pull left to be fetched when read.
+	Remote int
 }
 
 // OK reports whether the page has no problem and nothing left over.
@@ -228,6 +231,11 @@ func (w *walker) value(id cas.ObjectIdentifier, c store.CommitID) bool {
 			return false, err
 		}
 		if !has {
+			// A value of a lazy pull is fetched when read.
+			if located, err := w.p.Located(d); err != nil || located {
+				w.r.Remote++
+				return false, err
+			}
 			ok = w.r.problem("commit %s: piece %s of value %s is missing", c, short(d), short(id.Digest))
 			return false, nil
 		}

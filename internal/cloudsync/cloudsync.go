@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/restic/chunker"
@@ -28,11 +29,18 @@ const DefaultPackSize = 8 << 20
 // and merges other devices'. One process owns the repository; the Syncer
 // is not safe for concurrent use, but for Changed.
 type Syncer struct {
-	repo     *store.Repository
-	be       remote.Backend
-	key      *repokey.Key // seals what goes to an encrypted store; nil: plain
-	device   string
-	packSize int
+	repo   *store.Repository
+	be     remote.Backend
+	key    *repokey.Key // seals what goes to an encrypted store; nil: plain
+	device string
+	// lazy leaves values to be fetched when read (Fetch): a pull fetches
+	// commits and tree nodes only.
+	lazy         bool
+	fetchTimeout time.Duration
+	flightMu     sync.Mutex
+	flights      []*fetchFlight // Fetch's reads under way
+	fetched      atomic.Int64   // bytes Fetch read from the remote
+	packSize     int
 	// Progress, if set, is told of each phase's progress: "push LEDGER/PAGE"
 	// with the pieces packed of those to go up, "pull LEDGER/PAGE" with the
 	// pieces fetched (total 0: not known ahead).
@@ -71,6 +79,24 @@ func (s *Syncer) progress(phase string, done, total int) {
 	}
 }
 
+// Options say how a Syncer reaches an encrypted store, and what it
+// fetches when.
+type Options struct {
+	// Secret unlocks an encrypted store's master key when the repository
+	// keeps none that opens it (a device joining), and wraps the master
+	// key of a store made here.
+	Secret repokey.Secret
+	// Plain makes a store made here unencrypted. A store that exists is
+	// what it is.
+	Plain bool
+	// FetchAll makes a pull fetch every piece its commits reach; else
+	// values are fetched when first read (Syncer.Fetch).
+	FetchAll bool
+	// FetchTimeout bounds a read's wait for a piece; 0 means
+	// DefaultFetchTimeout.
+	FetchTimeout time.Duration
+}
+
 // Stats are what a Sync moved.
 type Stats struct {
 	// CommitsUp and PiecesUp were uploaded, in BytesUp of packs; PacksUp
@@ -83,7 +109,8 @@ type Stats struct {
 	BytesDown                                  int64
 }
 
-// New connects repo to the store in be: it writes the store's
+// New connects repo to the store in be, and makes the syncer fetch the
+// pieces repo's pages lack (see Fetch): it writes the store's
 // configuration if the store is empty (encrypted, unless opt says plain),
 // unlocks an encrypted store's key, refuses a store whose chunker
 // polynomial differs from the repository's (the same content would make
@@ -113,7 +140,13 @@ func New(ctx context.Context, repo *store.Repository, be remote.Backend, opt Opt
 	if err != nil {
 		return nil, err
 	}
-	s := &Syncer{repo: repo, be: be, key: key, device: device, packSize: DefaultPackSize, now: time.Now}
+	if v, err := repo.Setting(store.SettingFetch); err != nil {
+		return nil, err
+	} else if v == "all" {
+		opt.FetchAll = true
+	}
+	s := &Syncer{repo: repo, be: be, key: key, device: device, packSize: DefaultPackSize, now: time.Now,
+		lazy: !opt.FetchAll, fetchTimeout: cmp.Or(opt.FetchTimeout, DefaultFetchTimeout)}
 	body, err := json.Marshal(struct {
 		Created time.Time `json:"created"`
 	}{time.Now().UTC()})
@@ -124,6 +157,7 @@ func New(ctx context.Context, repo *store.Repository, be remote.Backend, opt Opt
 	if err := be.Create(ctx, name, s.seal(name, body)); err != nil && !errors.Is(err, remote.ErrExists) {
 		return nil, err
 	}
+	repo.SetFetcher(s)
 	return s, nil
 }
 

@@ -115,6 +115,28 @@ func (d *device) files(l, p string) map[string]string {
 	return out
 }
 
+// read returns the content of key in page l/p's head.
+func (d *device) read(l, p, key string) ([]byte, error) {
+	d.t.Helper()
+	pg := d.page(l, p)
+	defer d.repo.Release(pg)
+	head, err := pg.Head()
+	must(d.t, err)
+	e, ok, err := pg.Tree(head).Get(key)
+	if err != nil || !ok {
+		d.t.Fatalf("%s: %s/%s: no %s (%v)", d.name, l, p, key, err)
+	}
+	r, err := pg.OpenValue(e.Value)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, e.Meta.Size)
+	if _, err := r.ReadAt(b, 0); err != nil && err != io.EOF {
+		return nil, err
+	}
+	return b, nil
+}
+
 func (d *device) head(l, p string) store.CommitID {
 	d.t.Helper()
 	pg := d.page(l, p)

@@ -17,17 +17,6 @@ import (
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
-// Options say how a Syncer reaches an encrypted store.
-type Options struct {
-	// Secret unlocks an encrypted store's master key when the repository
-	// keeps none that opens it (a device joining), and wraps the master
-	// key of a store made here.
-	Secret repokey.Secret
-	// Plain makes a store made here unencrypted. A store that exists is
-	// what it is.
-	Plain bool
-}
-
 // ErrNoSecret reports an encrypted store, or a new one, with no secret to
 // unlock or make its key.
 var ErrNoSecret = errors.New("no passphrase or key file")

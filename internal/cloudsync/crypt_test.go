@@ -201,9 +201,11 @@ func TestKeyMismatch(t *testing.T) {
 	}
 }
 
-// TestDamagedObjects: a byte changed in a pack or a batch stops the pull
-// with an error that names the object; no piece of it lands, and once the
-// object is whole again the pull goes through.
+// TestDamagedObjects: a byte changed in a batch stops the pull with an
+// error that names it; a byte changed in a pack stops a pull that fetches
+// values, or a lazy device's first read of the file, with an error that
+// names the pack; no piece of it lands, and once the object is whole again
+// the pull, and the read, give the file's bytes.
 func TestDamagedObjects(t *testing.T) {
 	dir := t.TempDir()
 	be, err := remote.NewDir(dir)
@@ -221,27 +223,43 @@ func TestDamagedObjects(t *testing.T) {
 			batch = o.Name
 		}
 	}
-	b := newDevice(t, "b", be)
-	for _, name := range []string{pack, batch} {
+	damage := func(name string) (mend func()) {
 		path := filepath.Join(dir, name)
 		orig, err := os.ReadFile(path)
 		must(t, err)
 		bad := bytes.Clone(orig)
-		bad[len(bad)/2] ^= 0x40
-		must(t, os.Chmod(path, 0o644))
+		bad[len(bad)-100] ^= 0x40 // in the value, packed after the tree
 		must(t, os.WriteFile(path, bad, 0o644))
-		_, err = b.s.Sync(context.Background())
+		return func() { must(t, os.WriteFile(path, orig, 0o644)) }
+	}
+	eager, err := openDevice(t, "eager", be, Options{Secret: testSecret, FetchAll: true}, 0)
+	must(t, err)
+	lazy, err := openDevice(t, "lazy", be, Options{Secret: testSecret}, 0)
+	must(t, err)
+	for _, name := range []string{pack, batch} {
+		mend := damage(name)
+		_, err = eager.s.Sync(context.Background())
 		if err == nil || !strings.Contains(err.Error(), name) || !errors.Is(err, repokey.ErrOpen) {
 			t.Fatalf("pull with %s damaged: %v, want an error naming it", name, err)
 		}
-		t.Logf("after damaged %s: head %v err %v", name, b.head("l", "p"), err)
-		if got := b.files("l", "p"); len(got) != 0 {
-			t.Fatalf("b holds %d files after a failed pull", len(got))
+		if got := eager.files("l", "p"); len(got) != 0 {
+			t.Fatalf("eager holds %d files after a failed pull", len(got))
 		}
-		must(t, os.WriteFile(path, orig, 0o644))
+		mend()
 	}
-	b.sync()
-	if got := b.files("l", "p")["f"]; got != string(want) {
-		t.Fatal("b's file after the objects were mended: not a's bytes")
+	eager.sync()
+	if got := eager.files("l", "p")["f"]; got != string(want) {
+		t.Fatal("eager's file after the objects were mended: not a's bytes")
+	}
+
+	lazy.sync() // the tree only
+	mend := damage(pack)
+	_, err = lazy.read("l", "p", "f")
+	if err == nil || !strings.Contains(err.Error(), pack) || !strings.Contains(err.Error(), "authentication failed") || !errors.Is(err, store.ErrRemoteOnly) {
+		t.Fatalf("lazy's read with the pack damaged: %v, want an error naming it", err)
+	}
+	mend()
+	if got, err := lazy.read("l", "p", "f"); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("lazy's read after the pack was mended: %v", err)
 	}
 }

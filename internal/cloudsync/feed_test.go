@@ -67,7 +67,7 @@ func (c *counting) Get(ctx context.Context, name string) ([]byte, error) {
 
 func (c *counting) GetRange(ctx context.Context, name string, off, n int64) ([]byte, error) {
 	b, err := c.Backend.GetRange(ctx, name, off, n)
-	c.count("get", 0, len(b), 0)
+	c.count("range", 0, len(b), 0)
 	return b, err
 }
 

@@ -1,6 +1,7 @@
 package cloudsync
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -20,8 +21,8 @@ import (
 
 // Rows of the repository's sync state that Pull keeps.
 const (
-	statePos   = "pos/"   // + device: the number of its last batch applied
-	statePiece = "piece/" // + hex digest: where a remote piece is (a pieceRef)
+	statePos  = "pos/"  // + device: the number of its last batch applied
+	statePack = "pack/" // + pack name: the pieces the batches read put in it (packIndex)
 )
 
 // errMissingParent stops a batch whose commits build on commits of another
@@ -191,21 +192,64 @@ func (s *Syncer) position(dev string) (uint64, bool, error) {
 // for commits of later pulls that reach them.
 func (s *Syncer) keepIndex(refs []pieceRef) error {
 	kv := make(map[string][]byte, len(refs))
+	packs := map[string][]pieceRef{}
 	for _, r := range refs {
 		b, err := json.Marshal(r)
 		if err != nil {
 			return err
 		}
-		kv[statePiece+hex.EncodeToString(r.Digest)] = b
+		kv[store.SyncPieceKey(cas.Digest(r.Digest))] = b
+		packs[r.Pack] = append(packs[r.Pack], r)
+	}
+	for name, rs := range packs {
+		old, err := s.packIndex(name)
+		if err != nil {
+			return err
+		}
+		merged := mergeRefs(old, rs)
+		if len(merged) == len(old) {
+			continue
+		}
+		b, err := json.Marshal(merged)
+		if err != nil {
+			return err
+		}
+		kv[statePack+name] = b
 	}
 	return s.repo.SetSyncState(kv)
+}
+
+// packIndex returns the pieces the batches read say pack name holds, in
+// order.
+func (s *Syncer) packIndex(name string) ([]pieceRef, error) {
+	v, found, err := s.repo.SyncState(statePack + name)
+	if err != nil || !found {
+		return nil, err
+	}
+	var rs []pieceRef
+	if err := json.Unmarshal(v, &rs); err != nil {
+		return nil, fmt.Errorf("cloudsync: the pieces of pack %s: %w", name, err)
+	}
+	return rs, nil
+}
+
+// mergeRefs returns the pieces of old and add, one each, in pack order.
+func mergeRefs(old, add []pieceRef) []pieceRef {
+	out := slices.Clone(old)
+	for _, r := range add {
+		i, found := slices.BinarySearchFunc(out, r.Off, func(e pieceRef, off int64) int { return cmp.Compare(e.Off, off) })
+		if !found {
+			out = slices.Insert(out, i, r)
+		}
+	}
+	return out
 }
 
 // pieceAt returns where piece d is in the store, as the batches read and
 // written here said.
 func (s *Syncer) pieceAt(d cas.Digest) (pieceRef, bool, error) {
 	var r pieceRef
-	v, found, err := s.repo.SyncState(statePiece + hex.EncodeToString([]byte(d)))
+	v, found, err := s.repo.SyncState(store.SyncPieceKey(d))
 	if err != nil || !found {
 		return r, false, err
 	}
@@ -275,9 +319,13 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, pb pa
 	}
 	pw := p.NewPieceWriter()
 	pw.Track = true
-	f.p, f.pw, f.walked = p, pw, map[cas.Digest]bool{}
+	f.p, f.pw, f.walked, f.nodes = p, pw, map[cas.Digest]bool{}, nil
 	for _, c := range fresh {
-		if err := f.node(ctx, c.Root); err != nil {
+		err := f.node(ctx, c.Root)
+		if err == nil {
+			err = f.values(ctx)
+		}
+		if err != nil {
 			pw.Discard()
 			return fmt.Errorf("fetch commit %s: %w", c.ID, err)
 		}
@@ -429,9 +477,12 @@ type fetcher struct {
 	// walked holds the pieces of p this pull fetched or walked below:
 	// transient until it lands, and complete.
 	walked map[cas.Digest]bool
+	// nodes are the tree nodes node fetched, for values.
+	nodes []cas.ObjectIdentifier
 }
 
-// maxPacks bounds the packs a fetcher keeps: 4 of 8 MiB.
+// maxPacks bounds the packs a fetcher keeps, the least recently used
+// dropped first: 4 of 8 MiB.
 const maxPacks = 4
 
 // piece stores d, fetched and verified, unless the page holds it; it
@@ -456,7 +507,11 @@ func (f *fetcher) piece(ctx context.Context, d cas.Digest) (bool, error) {
 		}
 	}
 	pack, ok := f.packs[r.Pack]
-	if !ok {
+	if ok {
+		// Last used last: a pack of tree nodes serves the whole walk.
+		i := slices.Index(f.order, r.Pack)
+		f.order = append(slices.Delete(f.order, i, i+1), r.Pack)
+	} else {
 		var err error
 		if pack, err = f.s.be.Get(ctx, r.Pack); err != nil {
 			return false, err
@@ -510,9 +565,10 @@ func (f *fetcher) value(ctx context.Context, id cas.ObjectIdentifier) error {
 	}, nil)
 }
 
-// node fetches a tree node, the values its entries hold and the nodes
-// below it, where the page lacks them: a piece held has all its own below
-// it (children are stored before the commit that reaches them lands).
+// node fetches a tree node and the nodes below it, where the page lacks
+// them, and lists each it fetched in f.nodes, parents first: a node held
+// has all the nodes below it (children are stored before the commit that
+// reaches them lands). Their values come after, in values.
 func (f *fetcher) node(ctx context.Context, id cas.ObjectIdentifier) error {
 	if id == btree.EmptyRoot || id.Digest.IsInline() {
 		return nil
@@ -528,18 +584,37 @@ func (f *fetcher) node(ctx context.Context, id cas.ObjectIdentifier) error {
 	if err := f.pw.Flush(); err != nil {
 		return err
 	}
-	children, values, err := f.p.Nodes().Refs(id)
+	f.nodes = append(f.nodes, id)
+	children, _, err := f.p.Nodes().Refs(id)
 	if err != nil {
 		return err
-	}
-	for _, v := range values {
-		if err := f.value(ctx, v); err != nil {
-			return err
-		}
 	}
 	for _, c := range children {
 		if err := f.node(ctx, c); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// values fetches the values of the nodes node fetched, in its order, which
+// is the order a push packs them in (walkOrder): unless the syncer is lazy,
+// and they are fetched when read.
+func (f *fetcher) values(ctx context.Context) error {
+	nodes := f.nodes
+	f.nodes = nil
+	if f.s.lazy {
+		return nil
+	}
+	for _, id := range nodes {
+		_, values, err := f.p.Nodes().Refs(id)
+		if err != nil {
+			return err
+		}
+		for _, v := range values {
+			if err := f.value(ctx, v); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -319,11 +319,13 @@ func (s *Syncer) uploadPieces(ctx context.Context, p *store.Page, pieces []cas.D
 const packsInFlight = 3
 
 // walkOrder returns pieces in the order a device that pulls the commits
-// needs them: each commit's tree from its root, a node's own pieces, then
-// its values', then the nodes below, parents before children, as the
-// fetcher walks; the pieces no commit reaches last. Packed in this order,
-// a pull reads each pack once, where packing in key order scattered a
-// value's chunks over every pack (a pull of 1 GiB fetched a pack per chunk).
+// needs them, as the fetcher walks: first each commit's tree nodes from its
+// root, parents before children (a node's own pieces: a large node is an
+// index over chunks), then the values of those nodes in the same order,
+// then the pieces no commit reaches. Packed in this order, a pull reads
+// each pack once, where packing in key order scattered a value's chunks
+// over every pack (a pull of 1 GiB fetched a pack per chunk); and the tree
+// nodes fill packs of their own, which is all a lazy pull fetches.
 func walkOrder(p *store.Page, commits []*store.Commit, pieces []cas.Digest) ([]cas.Digest, error) {
 	want := make(map[cas.Digest]bool, len(pieces))
 	for _, d := range pieces {
@@ -340,6 +342,7 @@ func walkOrder(p *store.Page, commits []*store.Commit, pieces []cas.Digest) ([]c
 		out = append(out, d)
 		return true, nil
 	}
+	var nodes []cas.ObjectIdentifier
 	var node func(id cas.ObjectIdentifier) error
 	node = func(id cas.ObjectIdentifier) error {
 		if id == btree.EmptyRoot || id.Digest.IsInline() || !want[id.Digest] {
@@ -348,14 +351,10 @@ func walkOrder(p *store.Page, commits []*store.Commit, pieces []cas.Digest) ([]c
 		if err := cas.Walk(p, id, take, nil); err != nil {
 			return err
 		}
-		children, values, err := p.Nodes().Refs(id)
+		nodes = append(nodes, id)
+		children, _, err := p.Nodes().Refs(id)
 		if err != nil {
 			return err
-		}
-		for _, v := range values {
-			if err := cas.Walk(p, v, take, nil); err != nil {
-				return err
-			}
 		}
 		for _, c := range children {
 			if err := node(c); err != nil {
@@ -368,6 +367,18 @@ func walkOrder(p *store.Page, commits []*store.Commit, pieces []cas.Digest) ([]c
 		if err := node(c.Root); err != nil {
 			return nil, fmt.Errorf("walk commit %s: %w", c.ID, err)
 		}
+		for _, id := range nodes {
+			_, values, err := p.Nodes().Refs(id)
+			if err != nil {
+				return nil, fmt.Errorf("walk commit %s: %w", c.ID, err)
+			}
+			for _, v := range values {
+				if err := cas.Walk(p, v, take, nil); err != nil {
+					return nil, fmt.Errorf("walk commit %s: %w", c.ID, err)
+				}
+			}
+		}
+		nodes = nodes[:0]
 	}
 	for _, d := range pieces {
 		if want[d] {

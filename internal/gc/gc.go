@@ -324,7 +324,10 @@ func (m *marker) add(d cas.Digest) bool {
 		return false
 	}
 	m.seen[d] = struct{}{}
-	return true
+	// An index piece of a value not fetched yet (a lazy pull's) has
+	// nothing held below it: walking it would fetch it.
+	held, err := m.p.Has(d)
+	return held || err != nil
 }
 
 // value marks the pieces of a value.

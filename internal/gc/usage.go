@@ -111,6 +111,9 @@ func PageUsage(repo *store.Repository, p *store.Page) (Usage, error) {
 			count(d, n)
 			return nil
 		}
+		if held, err := p.Has(d); err != nil || !held {
+			return err // not fetched yet (a lazy pull's): nothing held below
+		}
 		data, err := cas.GetPiece(p, d, nil)
 		if err != nil {
 			return err

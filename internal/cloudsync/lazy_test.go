@@ -1,0 +1,170 @@
+package cloudsync
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/internal/check"
+	"github.com/ledgerfs/ledgerfs/internal/gc"
+	"github.com/ledgerfs/ledgerfs/internal/remote"
+	"github.com/ledgerfs/ledgerfs/internal/retention"
+	"github.com/ledgerfs/ledgerfs/store"
+)
+
+// TestLazyValues: a device that pulls a page fetches its tree, not its
+// values: listing it and reading every entry's size fetches nothing; a
+// read of a file fetches the pieces it needs (a read in order, those after
+// them in one request each), verified and kept, so that a second read
+// fetches nothing; the device that fetches everything gets the same bytes.
+func TestLazyValues(t *testing.T) {
+	dir, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	be := &counting{Backend: dir}
+	a := newDevice(t, "a", be)
+	big := random(11, 6<<20)
+	a.write("l", "p", "big.bin", big)
+	for i := range 300 {
+		a.write("l", "p", fmt.Sprintf("small/%03d", i), random(uint64(100+i), 3000+i))
+	}
+	a.sync()
+	var packBytes int64
+	for _, o := range objects(t, dir) {
+		if o.Name[:len(packsDir)] == packsDir {
+			packBytes += o.Size
+		}
+	}
+	b := newDevice(t, "b", be)
+	be.take()
+	st := b.sync()
+	// 300 commits of small files pack their trees with their values; the
+	// big file's chunks, packed after its tree, stay in the store.
+	if st.CommitsDown != 301 || st.BytesDown > packBytes-int64(len(big))+2*(256<<10) {
+		t.Fatalf("b's pull: %+v; the packs hold %d bytes: want the trees, not the big file", st, packBytes)
+	}
+	// Sizes come from the tree.
+	be.take()
+	pg := b.page("l", "p")
+	head, err := pg.Head()
+	must(t, err)
+	it := pg.Tree(head).Seek("")
+	var n int
+	var size uint64
+	for it.Next() {
+		n++
+		size += it.Entry().Meta.Size
+	}
+	must(t, it.Err())
+	b.repo.Release(pg)
+	if got := be.take(); n != 301 || size < uint64(len(big)) || len(got) != 0 {
+		t.Fatalf("listing %d entries of %d bytes made requests %v", n, size, got)
+	}
+
+	// A collection (history pruned to the head: 300 trees go) and a check
+	// of the page fetch nothing, and find the values in the remote.
+	r0, err := gc.CollectPage(b.repo, "l", "p", gc.PageOptions{Policy: &retention.Policy{Last: 1}, Wait: true})
+	must(t, err)
+	pg = b.page("l", "p")
+	rep, err := check.Page(pg, nil)
+	b.repo.Release(pg)
+	must(t, err)
+	if got := be.take(); len(got) != 0 || r0.Pruned == 0 || !rep.OK() || rep.Remote == 0 {
+		t.Fatalf("collection (%+v) and check (%+v) of a lazy page: requests %v", r0, rep, got)
+	}
+
+	// A read of 4 KiB in the middle: the value's index pieces down to the
+	// chunk (each a ranged read: they are packed among the chunks), and
+	// the chunk.
+	pg = b.page("l", "p")
+	e, _, err := pg.Tree(head).Get("big.bin")
+	must(t, err)
+	r, err := pg.OpenValue(e.Value)
+	must(t, err)
+	buf := make([]byte, 4096)
+	_, err = r.ReadAt(buf, 3<<20)
+	must(t, err)
+	if !bytes.Equal(buf, big[3<<20:3<<20+4096]) {
+		t.Fatal("a read in the middle: not a's bytes")
+	}
+	if got := be.take(); got["range"] < 2 || got["range"] > 5 || total(got) != got["range"] {
+		t.Fatalf("a 4 KiB read made requests %v, want a ranged read per index level", got)
+	}
+	b.repo.Release(pg)
+
+	// Read whole, in order: far fewer requests than pieces.
+	got, err := b.read("l", "p", "big.bin")
+	must(t, err)
+	if !bytes.Equal(got, big) {
+		t.Fatal("b reads other bytes than a wrote")
+	}
+	reqs := be.take()
+	pieces := 0
+	pg = b.page("l", "p")
+	must(t, cas.Walk(pg, e.Value, func(cas.Digest) (bool, error) { pieces++; return true, nil }, nil))
+	b.repo.Release(pg)
+	t.Logf("a read in order of %d pieces: requests %v", pieces, reqs)
+	if reqs["range"] == 0 || reqs["range"] > pieces/4 || total(reqs) != reqs["range"] {
+		t.Fatalf("a read in order of %d pieces made requests %v", pieces, reqs)
+	}
+	if got, err := b.read("l", "p", "big.bin"); err != nil || !bytes.Equal(got, big) || total(be.take()) != 0 {
+		t.Fatalf("the second read: %v, or it made requests", err)
+	}
+	// What was fetched is kept as synced: a push sends none of it.
+	if st := b.sync(); st.PiecesUp != 0 {
+		t.Fatalf("b pushed %d pieces after reading", st.PiecesUp)
+	}
+
+	c, err := openDevice(t, "c", be, Options{Secret: testSecret, FetchAll: true}, 0)
+	must(t, err)
+	c.s.packSize = 256 << 10
+	be.take()
+	c.sync()
+	pulled := be.take()
+	c.repo.SetFetcher(nil) // what c reads, it holds
+	if !maps.Equal(c.files("l", "p"), b.files("l", "p")) {
+		t.Fatal("the device that fetches everything holds other files")
+	}
+	if pulled["range"] != 0 {
+		t.Fatalf("a pull of everything made ranged reads %v", pulled)
+	}
+}
+
+// unreachable is a store whose reads of ranges never answer.
+type unreachable struct{ remote.Backend }
+
+func (unreachable) GetRange(ctx context.Context, name string, off, n int64) ([]byte, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestLazyReadUnreachable: a read of a value not fetched yet, while the
+// remote does not answer, fails after the fetch timeout with
+// store.ErrRemoteOnly, not an errno of the network; once the remote
+// answers, the read gives the bytes.
+func TestLazyReadUnreachable(t *testing.T) {
+	dir, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a := newDevice(t, "a", dir)
+	want := random(12, 300<<10)
+	a.write("l", "p", "f", want)
+	a.sync()
+	b, err := openDevice(t, "b", unreachable{dir}, Options{Secret: testSecret, FetchTimeout: 300 * time.Millisecond}, 0)
+	must(t, err)
+	b.sync()
+	start := time.Now()
+	_, err = b.read("l", "p", "f")
+	if !errors.Is(err, store.ErrRemoteOnly) || errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 10*time.Second {
+		t.Fatalf("a read with the remote unreachable: %v after %s, want ErrRemoteOnly after the timeout", err, time.Since(start))
+	}
+	again, err := New(context.Background(), b.repo, dir, Options{})
+	must(t, err)
+	b.s = again
+	if got, err := b.read("l", "p", "f"); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the read once the remote answers: %v", err)
+	}
+}

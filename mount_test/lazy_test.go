@@ -1,0 +1,143 @@
+package mount_test
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ledgerfs/ledgerfs/internal/s3test"
+)
+
+// TestLazyValuesThroughMount: a page synced to a second mount through a
+// real S3 server arrives without its contents: ls -lR, find, stat and du
+// --apparent-size of it read no pack; a read fetches what it needs (a big
+// file in few requests) and keeps it, so a second read fetches nothing.
+// With the server killed, a read of content not fetched yet fails with EIO
+// after --fetch-timeout, one log line naming it, while what was fetched
+// reads on; once the server is back the read works. A mount killed (kill
+// -9) in the middle of a fetch leaves a repository that reads every file
+// right once remounted.
+func TestLazyValuesThroughMount(t *testing.T) {
+	srv := s3test.Start(t)
+	w := srv.Watch(t)
+	a := mountSyncedAt(t, w.Endpoint, t.TempDir())
+	pa := a.page("home", "data")
+	var want int64
+	for d := range 10 {
+		dir := filepath.Join(pa, fmt.Sprintf("d%02d", d))
+		must(t, os.Mkdir(dir, 0o755))
+		for f := range 100 {
+			b := content(d*100+f, 1000+f)
+			must(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%03d.txt", f)), b, 0o644))
+			want += int64(len(b))
+		}
+	}
+	big := content(7, 24<<20)
+	must(t, os.WriteFile(filepath.Join(pa, "big.bin"), big, 0o644))
+	must(t, os.WriteFile(filepath.Join(pa, "big2.bin"), content(8, 24<<20), 0o644))
+	want += 2 * int64(len(big))
+	syncDir(t, pa)
+	w.Until(t, "a's page pushed", time.Minute, func() bool {
+		b, err := os.ReadFile(filepath.Join(pa, ".ledger", "sync"))
+		return err == nil && strings.Contains(string(b), "waiting to upload: nothing\n")
+	})
+	latest := func(pg string) string {
+		l, _ := os.Readlink(filepath.Join(pg, ".ledger", "latest"))
+		return l
+	}
+
+	repoB := t.TempDir()
+	b := mountSyncedAt(t, w.Endpoint, repoB, "--fetch-timeout", "2s")
+	pb := filepath.Join(b.mnt, "home", "data")
+	w.Until(t, "a's head on b", time.Minute, func() bool { return latest(pb) != "" && latest(pb) == latest(pa) })
+	packGets := func() int { return w.Count(s3test.PackGet) }
+	before := packGets()
+	run(t, pb, "ls", "-lR")
+	if n := strings.Count(run(t, pb, "find", ".", "-type", "f", "-printf", "%s\n"), "\n"); n != 1002 {
+		t.Fatalf("find lists %d files, want 1002", n)
+	}
+	run(t, pb, "find", ".", "-type", "f", "-exec", "stat", "--format", "%s %Y", "{}", "+")
+	du := strings.Fields(run(t, pb, "du", "-s", "-b", "--apparent-size", "."))[0]
+	if got := packGets() - before; got != 0 {
+		t.Fatalf("ls -lR, find, stat and du read %d packs", got)
+	}
+	if n, _ := strconv.ParseInt(du, 10, 64); n < want {
+		t.Fatalf("du --apparent-size says %d bytes, the files hold %d", n, want)
+	}
+
+	// Reads fetch, then keep.
+	small := filepath.Join(pb, "d03", "f042.txt")
+	if got, err := os.ReadFile(small); err != nil || string(got) != string(content(342, 1042)) {
+		t.Fatalf("a small file read on b: %v", err)
+	}
+	before = packGets()
+	if sha(t, filepath.Join(pb, "big.bin")) != fmt.Sprintf("%x", sha256.Sum256(big)) {
+		t.Fatal("big.bin read on b: other bytes")
+	}
+	reqs := packGets() - before
+	t.Logf("a 24 MiB file read in order: %d requests of packs", reqs)
+	if reqs == 0 || reqs > 24 { // a request a MiB; one a chunk would be 1,500
+		t.Fatalf("a 24 MiB file read in order made %d requests of packs", reqs)
+	}
+	before = packGets()
+	sha(t, filepath.Join(pb, "big.bin"))
+	if got, err := os.ReadFile(small); err != nil || string(got) != string(content(342, 1042)) || packGets() != before {
+		t.Fatalf("reads of fetched files again: %v, %d requests", err, packGets()-before)
+	}
+
+	// The server gone: EIO after the timeout, what is held reads on.
+	srv.Kill()
+	start := time.Now()
+	_, err := os.ReadFile(filepath.Join(pb, "d05", "f005.txt"))
+	took := time.Since(start)
+	if !errors.Is(err, syscall.EIO) || took > 30*time.Second {
+		t.Fatalf("a read with the server down: %v after %v, want EIO after --fetch-timeout", err, took)
+	}
+	t.Logf("a read with the server down failed after %v", took)
+	if got, err := os.ReadFile(small); err != nil || string(got) != string(content(342, 1042)) {
+		t.Fatalf("a fetched file with the server down: %v", err)
+	}
+	if n := strings.Count(b.log.String(), "content in the remote store only could not be fetched"); n != 1 {
+		t.Fatalf("%d log lines for one failed read:\n%s", n, b.log)
+	}
+	srv.Restart()
+	w.Until(t, "the read once the server is back", time.Minute, func() bool {
+		got, err := os.ReadFile(filepath.Join(pb, "d05", "f005.txt"))
+		return err == nil && string(got) == string(content(505, 1005))
+	})
+
+	// kill -9 in the middle of a fetch of big2.bin.
+	before = packGets()
+	done := make(chan error, 1)
+	go func() {
+		f, err := os.Open(filepath.Join(pb, "big2.bin"))
+		if err == nil {
+			_, err = io.Copy(io.Discard, f)
+			f.Close()
+		}
+		done <- err
+	}()
+	w.Await(t, "big2.bin's fetch under way", before+2, s3test.PackGet, nil)
+	b.kill()
+	<-done
+	b = mountSyncedAt(t, w.Endpoint, repoB)
+	pb = filepath.Join(b.mnt, "home", "data")
+	if sha(t, filepath.Join(pb, "big2.bin")) != fmt.Sprintf("%x", sha256.Sum256(content(8, 24<<20))) ||
+		sha(t, filepath.Join(pb, "big.bin")) != fmt.Sprintf("%x", sha256.Sum256(big)) {
+		t.Fatal("after a kill during a fetch, the files read other bytes")
+	}
+	b.stop()
+	out, err := exec.Command(binary, "fsck", repoB).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "in the remote only, fetched when read") {
+		t.Fatalf("fsck after a kill during a fetch: %v\n%s", err, out)
+	}
+}

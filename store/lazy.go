@@ -1,0 +1,102 @@
+package store
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ledgerfs/ledgerfs/cas"
+)
+
+// A Fetcher brings the pieces a page does not hold from the remote store
+// that holds them (a synced page's values are fetched when first read, not
+// when pulled). Fetch returns piece d of p, verified, after storing it as
+// synced (a read-only page: without); for a read in order (stream) it may
+// store the pieces after d that the same request brought. It must be safe
+// for concurrent use, and bound its wait for the remote.
+type Fetcher interface {
+	Fetch(p *Page, d cas.Digest, stream bool) ([]byte, error)
+}
+
+// ErrRemoteOnly reports a piece that is in the remote store only, which
+// could not be fetched (no remote connected, the remote unreachable, the
+// object damaged).
+var ErrRemoteOnly = errors.New("store: piece is in the remote store only and could not be fetched")
+
+// SetFetcher makes f fetch the pieces pages lack (nil: none).
+func (r *Repository) SetFetcher(f Fetcher) {
+	if f == nil {
+		r.fetcher.Store(nil)
+		return
+	}
+	r.fetcher.Store(&f)
+}
+
+// SyncPieceKey is the sync state key (see SyncState) under which the sync
+// machinery keeps where the remote store holds piece d.
+func SyncPieceKey(d cas.Digest) string { return "piece/" + hex.EncodeToString([]byte(d)) }
+
+// Located reports whether the remote store holds piece d, as far as the
+// batches read and written here say: a piece reachable and not held is
+// then not missing, only not fetched yet.
+func (r *Repository) Located(d cas.Digest) (bool, error) {
+	_, ok, err := r.SyncState(SyncPieceKey(d))
+	return ok, err
+}
+
+// Located reports whether the remote store holds piece d of the page
+// (Repository.Located).
+func (p *Page) Located(d cas.Digest) (bool, error) { return p.repo.Located(d) }
+
+// fetch fetches d, which the page does not hold, through the fetcher.
+func (p *Page) fetch(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
+	f := p.repo.fetcher.Load()
+	if f == nil {
+		if ok, err := p.repo.Located(d); err != nil || !ok {
+			return nil, fmt.Errorf("piece %s: %w", d, cas.ErrNotFound)
+		}
+		return nil, fmt.Errorf("piece %s: %w (no remote connected)", d, ErrRemoteOnly)
+	}
+	data, err := (*f).Fetch(p, d, stream)
+	if err != nil {
+		if errors.Is(err, cas.ErrNotFound) {
+			return nil, err
+		}
+		// The cause as text: a network error's errno must not reach
+		// a reader as its own.
+		return nil, fmt.Errorf("piece %s: %w: %v", d, ErrRemoteOnly, err)
+	}
+	p.repo.trim.AddValueRead(len(data), stream)
+	return append(buf[:0], data...), nil
+}
+
+// PutFetched stores pieces fetched from the remote store, marked synced,
+// in one transaction per batch; a piece held already is left as it is. A
+// read-only page keeps nothing.
+func (p *Page) PutFetched(ds []cas.Digest, data [][]byte) error {
+	if err := p.check(); err != nil {
+		return err
+	}
+	if !p.Writable() {
+		return nil // read anew next time
+	}
+	err := batched(p.db, len(ds), func(txn *badger.Txn, i int) error {
+		key := objectKey(ds[i])
+		switch _, err := txn.Get(key); {
+		case err == nil:
+			return nil
+		case !errors.Is(err, badger.ErrKeyNotFound):
+			return err
+		}
+		if err := txn.Set(key, data[i]); err != nil {
+			return err
+		}
+		return txn.Set(statusKey(Synced, ds[i]), nil)
+	})
+	if err != nil {
+		return fmt.Errorf("store: keep fetched pieces: %w", err)
+	}
+	return nil
+}
