@@ -18,6 +18,7 @@ type counting struct {
 	mu               sync.Mutex
 	n                map[string]int
 	up, down, listed int64
+	packs            map[string]int // whole reads of each pack, ever
 }
 
 func (c *counting) count(kind string, up, down, listed int) {
@@ -61,6 +62,14 @@ func (c *counting) Put(ctx context.Context, name string, body []byte) error {
 
 func (c *counting) Get(ctx context.Context, name string) ([]byte, error) {
 	b, err := c.Backend.Get(ctx, name)
+	if strings.HasPrefix(name, packsDir) {
+		c.mu.Lock()
+		if c.packs == nil {
+			c.packs = map[string]int{}
+		}
+		c.packs[name]++
+		c.mu.Unlock()
+	}
 	c.count("get", 0, len(b), 0)
 	return b, err
 }

@@ -123,8 +123,14 @@ func TestLazyValues(t *testing.T) {
 	must(t, err)
 	c.s.packSize = 256 << 10
 	be.take()
+	clear(be.packs)
 	c.sync()
 	pulled := be.take()
+	for name, n := range be.packs {
+		if n > 1 {
+			t.Fatalf("a pull of everything read pack %s %d times", name, n)
+		}
+	}
 	c.repo.SetFetcher(nil) // what c reads, it holds
 	if !maps.Equal(c.files("l", "p"), b.files("l", "p")) {
 		t.Fatal("the device that fetches everything holds other files")
