@@ -7,7 +7,9 @@
 # server (time, requests, bytes); the bytes a
 # 1-byte edit of it pushes; 10,000 small files pushed and pulled; with two
 # mounts syncing in the background at their defaults, the time from a close
-# on one to the content being readable on the other (20 changes a run); and
+# on one to the content being readable on the other (20 changes a run); the
+# first read of a 4 KiB file and of the big file on the second device, whose
+# pull left contents in the remote, against a plain GET by curl; and
 # the requests per minute of an idle mount of 100 pages (versitygw only: it
 # logs each request). Medians of RUNS
 # (3) runs.
@@ -71,6 +73,7 @@ for run in $(seq "$RUNS"); do
   mountrepo "$work/repo-a$run"
   mkdir -p "$mnt/home/work"
   cp "$work/big.bin" "$mnt/home/work/big.bin"
+  head -c 4096 /dev/urandom >"$mnt/home/work/small.bin"
   unmountrepo
   cp -a "$work/repo-a$run" "$work/repo-p$run"
   s=$(now); "$work/ledgerfs" sync "$work/repo-p$run" --remote "s3://$bucket/plain" --endpoint "$endpoint" --no-encryption >/dev/null; e=$(now)
@@ -84,6 +87,23 @@ for run in $(seq "$RUNS"); do
   put "plain PUT of the same bytes by curl, s" "$(echo "$e-$s" | bc -l)"
   s=$(now); "$work/ledgerfs" sync "$work/repo-b$run" --remote "s3://$bucket/a" --endpoint "$endpoint" >/dev/null; e=$(now)
   put "pull of it on a second device, s" "$(echo "$e-$s" | bc -l)"
+  # That pull brought the tree: the contents are fetched when first read,
+  # through a mount of the second device.
+  mountrepo "$work/repo-b$run"
+  put "first read of a 4 KiB file there (fetched), ms" "$(python3 -c '
+import sys, time
+s = time.monotonic()
+with open(sys.argv[1], "rb") as f:
+    assert len(f.read()) == 4096
+print((time.monotonic() - s) * 1000)' "$mnt/home/work/small.bin")"
+  s=$(now); cat "$mnt/home/work/big.bin" >/dev/null; e=$(now)
+  put "first read of the ${SIZE_MIB} MiB file there (fetched), s" "$(echo "$e-$s" | bc -l)"
+  sync; echo 3 >/proc/sys/vm/drop_caches
+  s=$(now); cat "$mnt/home/work/big.bin" >/dev/null; e=$(now)
+  put "second read of it (local), s" "$(echo "$e-$s" | bc -l)"
+  unmountrepo
+  s=$(now); curl -s -f --aws-sigv4 "aws:amz:us-east-1:s3" --user bench:bench-secret -o /dev/null "$endpoint/$bucket/raw.bin"; e=$(now)
+  put "plain GET of the same bytes by curl, s" "$(echo "$e-$s" | bc -l)"
 
   # The repository keeps its remote now: the mount itself pushes what it
   # wrote (at the latest when it unmounts), the sync after finds the rest.

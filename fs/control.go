@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
+	"github.com/ledgerfs/ledgerfs/internal/keypath"
 	"github.com/ledgerfs/ledgerfs/internal/retention"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -240,4 +242,105 @@ func (pg *pageRef) syncFile() *controlFile {
 		}
 		return []byte(text)
 	}}
+}
+
+// localFile is .ledger/local: what of the page is kept local, a line each
+// ("/" for the whole page); written "pin PATH" it fetches what PATH (a
+// file or directory of the page, "/" for all of it) holds and keeps it
+// local, before the write returns; "unpin PATH" lets it be fetched when
+// read again.
+func (pg *pageRef) localFile() *controlFile {
+	return &controlFile{
+		text: func() []byte {
+			var b strings.Builder
+			err := pg.view(func(p *store.Page, _ *store.Commit, _ *btree.Tree) error {
+				kept, err := p.LocalPrefixes()
+				for _, k := range kept {
+					b.WriteString(localPath(k) + "\n")
+				}
+				return err
+			})
+			if err != nil {
+				return []byte(fmt.Sprintf("# %v\n", err))
+			}
+			if b.Len() == 0 {
+				return []byte("# nothing pinned: contents are fetched from the remote when first read\n")
+			}
+			return []byte(b.String())
+		},
+		write: func(b []byte) error {
+			if pg.fs.opts.ReadOnly {
+				return syscall.EROFS
+			}
+			for _, line := range strings.Split(strings.TrimSpace(stripComments(string(b))), "\n") {
+				verb, path, _ := strings.Cut(strings.TrimSpace(line), " ")
+				if verb == "" {
+					continue
+				}
+				if verb != "pin" && verb != "unpin" {
+					return fmt.Errorf("%q: want pin PATH or unpin PATH: %w", line, syscall.EINVAL)
+				}
+				if err := pg.keepLocal(strings.TrimSpace(path), verb == "pin"); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// keepLocal keeps what path (within the page) holds local, fetching it
+// now, or stops keeping it.
+func (pg *pageRef) keepLocal(path string, on bool) error {
+	return pg.view(func(p *store.Page, _ *store.Commit, t *btree.Tree) error {
+		what, err := localKey(t, path)
+		if err != nil {
+			return err
+		}
+		if err := p.SetLocal(what, on); err != nil || !on {
+			return err
+		}
+		n, size, err := p.MakeLocal(what)
+		if n > 0 {
+			l, name := pg.names()
+			slog.Info("pinned: fetched", "page", l+"/"+name, "path", path, "pieces", n, "bytes", size)
+		}
+		return err
+	})
+}
+
+// localKey returns what store.Page.SetLocal takes for path: "" for the
+// page, a file's key, a directory's key prefix.
+func localKey(t *btree.Tree, path string) (string, error) {
+	path = strings.Trim(path, "/")
+	if path == "" || path == "." {
+		return "", nil
+	}
+	comps := strings.Split(path, "/")
+	if key, coll, err := keypath.Key(comps); err == nil && !coll {
+		if _, ok, err := t.Get(key); err != nil {
+			return "", err
+		} else if ok {
+			return key, nil
+		}
+	}
+	prefix, err := keypath.Prefix(comps)
+	if err != nil {
+		return "", fmt.Errorf("%q: not a path of the page: %w", path, syscall.EINVAL)
+	}
+	return prefix, nil
+}
+
+// localPath shows what LocalPrefixes gives as a path of the page.
+func localPath(k string) string {
+	if k == "" {
+		return "/"
+	}
+	dir := strings.HasSuffix(k, "/")
+	comps := keypath.Path(strings.TrimSuffix(k, "/"), false)
+	p := strings.Join(comps, "/")
+	if dir {
+		p += "/"
+	}
+	return p
 }

@@ -152,7 +152,7 @@ var (
 var ledgerDirEntries = map[string]uint32{
 	"at": fuse.S_IFDIR, "commit": fuse.S_IFDIR, "commits": fuse.S_IFDIR, "heads": fuse.S_IFDIR,
 	"latest": fuse.S_IFLNK, "log": fuse.S_IFREG, "transactions": fuse.S_IFDIR, "versions": fuse.S_IFDIR,
-	"retention": fuse.S_IFREG, "stats": fuse.S_IFREG, "sync": fuse.S_IFREG,
+	"retention": fuse.S_IFREG, "stats": fuse.S_IFREG, "sync": fuse.S_IFREG, "local": fuse.S_IFREG,
 }
 
 func (d *historyRoot) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
@@ -195,6 +195,8 @@ func (d *historyRoot) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 		n = d.pg.owner.statsFile()
 	case "sync":
 		n = d.pg.owner.syncFile()
+	case "local":
+		n = d.pg.owner.localFile()
 	default:
 		return nil, syscall.ENOENT
 	}

@@ -94,8 +94,24 @@ func TestLazyValuesThroughMount(t *testing.T) {
 		t.Fatalf("reads of fetched files again: %v, %d requests", err, packGets()-before)
 	}
 
+	// A pinned directory is fetched at once, and reads offline.
+	before = packGets()
+	run(t, "", binary, "pin", filepath.Join(pb, "d07"))
+	if packGets() == before {
+		t.Fatal("ledgerfs pin fetched nothing")
+	}
+	if got, err := os.ReadFile(filepath.Join(pb, ".ledger", "local")); err != nil || string(got) != "d07/\n" {
+		t.Fatalf(".ledger/local after a pin: %q, %v", got, err)
+	}
+
 	// The server gone: EIO after the timeout, what is held reads on.
 	srv.Kill()
+	for f := range 100 {
+		name := filepath.Join(pb, "d07", fmt.Sprintf("f%03d.txt", f))
+		if got, err := os.ReadFile(name); err != nil || string(got) != string(content(700+f, 1000+f)) {
+			t.Fatalf("a pinned file with the server down: %v", err)
+		}
+	}
 	start := time.Now()
 	_, err := os.ReadFile(filepath.Join(pb, "d05", "f005.txt"))
 	took := time.Since(start)
@@ -136,6 +152,11 @@ func TestLazyValuesThroughMount(t *testing.T) {
 		t.Fatal("after a kill during a fetch, the files read other bytes")
 	}
 	b.stop()
+	cat := exec.Command(binary, "cat", repoB, "home", "data", "d09/f009.txt")
+	cat.Env = append(os.Environ(), s3Env...)
+	if got, err := cat.Output(); err != nil || string(got) != string(content(909, 1009)) {
+		t.Fatalf("ledgerfs cat of a file never read, unmounted: %v", err)
+	}
 	out, err := exec.Command(binary, "fsck", repoB).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "in the remote only, fetched when read") {
 		t.Fatalf("fsck after a kill during a fetch: %v\n%s", err, out)

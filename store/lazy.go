@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -32,6 +33,14 @@ func (r *Repository) SetFetcher(f Fetcher) {
 		return
 	}
 	r.fetcher.Store(&f)
+}
+
+// DropFetcher stops f fetching for the repository, unless another
+// fetcher took its place.
+func (r *Repository) DropFetcher(f Fetcher) {
+	if cur := r.fetcher.Load(); cur != nil && *cur == f {
+		r.fetcher.CompareAndSwap(cur, nil)
+	}
 }
 
 // SyncPieceKey is the sync state key (see SyncState) under which the sync
@@ -99,4 +108,81 @@ func (p *Page) PutFetched(ds []cas.Digest, data [][]byte) error {
 		return fmt.Errorf("store: keep fetched pieces: %w", err)
 	}
 	return nil
+}
+
+// prefixLocal rows of the repository db name the key prefixes of a page
+// that are kept local: local/{ledger}{page id}/{prefix} → empty.
+const prefixLocal = "local/"
+
+func localPrefix(ledger string, id PageID) []byte {
+	return append([]byte(prefixLocal+ledger), id[:]...)
+}
+
+// LocalPrefixes returns what of the page is kept local, in order: key
+// prefixes of directories (ending in '/'), keys of files, or "" for the
+// whole page.
+func (p *Page) LocalPrefixes() ([]string, error) {
+	base := localPrefix(p.Ledger, p.ID)
+	var out []string
+	err := p.repo.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: base})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			out = append(out, string(it.Item().Key()[len(base):]))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// SetLocal keeps the entries under key prefix local (on), or lets them be
+// fetched when read again (off; what is held stays until evicted).
+func (p *Page) SetLocal(prefix string, on bool) error {
+	key := append(localPrefix(p.Ledger, p.ID), prefix...)
+	return p.repo.db.Update(func(txn *badger.Txn) error {
+		if on {
+			return txn.Set(key, nil)
+		}
+		return txn.Delete(key)
+	})
+}
+
+// MakeLocal fetches every piece the values of the head's entries under
+// what (as LocalPrefixes gives it: a directory's key prefix, a file's key,
+// "" for all) reach that the page does not hold, and returns how many
+// pieces and bytes it fetched. Pieces in order come in ranged reads of
+// their packs (GetStreaming).
+func (p *Page) MakeLocal(what string) (pieces int, bytes int64, err error) {
+	prefix, exact := what, what != "" && !strings.HasSuffix(what, "/")
+	head, err := p.Head()
+	if err != nil {
+		return 0, 0, err
+	}
+	it := p.Tree(head).Seek(prefix)
+	for it.Next() {
+		e := it.Entry()
+		if !strings.HasPrefix(e.Key, prefix) || exact && e.Key != prefix {
+			break
+		}
+		err := cas.Walk(p, e.Value, func(d cas.Digest) (bool, error) {
+			if d.IsInline() {
+				return false, nil
+			}
+			held, err := p.Has(d)
+			if err != nil || held {
+				return held && d.IsIndex(), err
+			}
+			data, err := p.GetStreaming(d, nil)
+			if err != nil {
+				return false, fmt.Errorf("%s: %w", e.Key, err)
+			}
+			pieces++
+			bytes += int64(len(data))
+			return d.IsIndex(), nil
+		}, nil)
+		if err != nil {
+			return pieces, bytes, err
+		}
+	}
+	return pieces, bytes, it.Err()
 }

@@ -170,6 +170,12 @@ func withPage(repoDir, ledger, page string, fn func(p *store.Page) error) error 
 		return err
 	}
 	defer repo.Close()
+	// What a sync left in the remote is fetched when read.
+	stop, err := fetchFromRemote(repo)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	p, err := repo.Acquire(ledger, page)
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("no page %s/%s in %s", ledger, page, repoDir)

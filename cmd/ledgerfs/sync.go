@@ -8,12 +8,14 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/internal/repokey"
@@ -86,6 +88,7 @@ change beats a delete. A page made on two devices is one page.`,
 			if err != nil {
 				return syncError(err)
 			}
+			defer s.Close()
 			// A bar per phase on a terminal, nothing otherwise.
 			var ph phases
 			s.Progress = ph.update
@@ -94,6 +97,7 @@ change beats a delete. A page made on two devices is one page.`,
 			if err != nil {
 				return err
 			}
+			s.Close() // the pieces it fetched are stored
 			if err := repo.Close(); err != nil {
 				return err
 			}
@@ -253,4 +257,56 @@ func (f *remoteFlags) backend(ctx context.Context) (remote.Backend, error) {
 	}
 	cfg.PathStyle = f.pathStyle || endpoint != "" && !strings.Contains(endpoint, "amazonaws.com")
 	return remote.NewS3(ctx, cfg)
+}
+
+// remoteFetcher connects to the repository's remote at the first piece a
+// read needs from it (store.Fetcher): an unmounted repository then reads
+// what a sync left in the remote, as ledgerfs cat does.
+type remoteFetcher struct {
+	repo *store.Repository
+	once sync.Once
+	s    *cloudsync.Syncer
+	err  error
+}
+
+// fetchFromRemote makes repo fetch from its remote, if it keeps one, until
+// the returned function is called.
+func fetchFromRemote(repo *store.Repository) (stop func(), err error) {
+	if kept, err := repo.Setting(store.SettingRemote); err != nil || kept == "" {
+		return func() {}, err
+	}
+	f := &remoteFetcher{repo: repo}
+	repo.SetFetcher(f)
+	return func() {
+		repo.DropFetcher(f)
+		if f.s != nil {
+			f.s.Close()
+		}
+	}, nil
+}
+
+func (f *remoteFetcher) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error) {
+	f.once.Do(func() {
+		var rf remoteFlags
+		if f.err = rf.fromRepository(f.repo); f.err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), cloudsync.DefaultFetchTimeout)
+		defer cancel()
+		be, err := rf.backend(ctx)
+		if err != nil {
+			f.err = err
+			return
+		}
+		opt, err := rf.options()
+		if err != nil {
+			f.err = err
+			return
+		}
+		f.s, f.err = cloudsync.New(ctx, f.repo, be, opt)
+	})
+	if f.err != nil {
+		return nil, syncError(f.err)
+	}
+	return f.s.Fetch(p, d, stream)
 }

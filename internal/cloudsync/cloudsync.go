@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/restic/chunker"
 
 	"github.com/ledgerfs/ledgerfs/internal/remote"
@@ -39,8 +40,12 @@ type Syncer struct {
 	fetchTimeout time.Duration
 	flightMu     sync.Mutex
 	flights      []*fetchFlight // Fetch's reads under way
-	fetched      atomic.Int64   // bytes Fetch read from the remote
-	packSize     int
+	bg           sync.WaitGroup // their goroutines (Close waits)
+	// packs caches the pieces of packs read lately (packIndex): a stream
+	// looks its pack up at every piece it lacks.
+	packs    *lru.Cache[string, []pieceRef]
+	fetched  atomic.Int64 // bytes Fetch read from the remote
+	packSize int
 	// Progress, if set, is told of each phase's progress: "push LEDGER/PAGE"
 	// with the pieces packed of those to go up, "pull LEDGER/PAGE" with the
 	// pieces fetched (total 0: not known ahead).
@@ -97,6 +102,9 @@ type Options struct {
 	FetchTimeout time.Duration
 }
 
+// packsCached bounds the packs whose pieces a syncer keeps in memory.
+const packsCached = 64
+
 // Stats are what a Sync moved.
 type Stats struct {
 	// CommitsUp and PiecesUp were uploaded, in BytesUp of packs; PacksUp
@@ -145,8 +153,12 @@ func New(ctx context.Context, repo *store.Repository, be remote.Backend, opt Opt
 	} else if v == "all" {
 		opt.FetchAll = true
 	}
+	packs, err := lru.New[string, []pieceRef](packsCached)
+	if err != nil {
+		return nil, err
+	}
 	s := &Syncer{repo: repo, be: be, key: key, device: device, packSize: DefaultPackSize, now: time.Now,
-		lazy: !opt.FetchAll, fetchTimeout: cmp.Or(opt.FetchTimeout, DefaultFetchTimeout)}
+		lazy: !opt.FetchAll, fetchTimeout: cmp.Or(opt.FetchTimeout, DefaultFetchTimeout), packs: packs}
 	body, err := json.Marshal(struct {
 		Created time.Time `json:"created"`
 	}{time.Now().UTC()})

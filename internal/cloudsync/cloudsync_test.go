@@ -49,6 +49,7 @@ func newDevice(t testing.TB, name string, be remote.Backend) *device {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.Close)
 	s.packSize = 256 << 10 // several packs per test
 	return &device{t: t, name: name, repo: repo, eng: eng, s: s}
 }

@@ -197,12 +197,17 @@ func (s *Syncer) sealPiece(pack []byte, d cas.Digest, data []byte) []byte {
 }
 
 // openPiece returns the bytes of piece d from what a pack holds of it,
-// verified against its digest.
-func (s *Syncer) openPiece(d cas.Digest, pack string, sealed []byte) ([]byte, error) {
+// verified against its digest; inPlace decrypts within sealed, which
+// then holds the result.
+func (s *Syncer) openPiece(d cas.Digest, pack string, sealed []byte, inPlace bool) ([]byte, error) {
 	data := sealed
 	if s.key != nil {
+		var dst []byte
+		if inPlace {
+			dst = sealed[repokey.NonceSize:repokey.NonceSize]
+		}
 		var err error
-		if data, err = s.key.Open(nil, []byte(d), sealed); err != nil {
+		if data, err = s.key.Open(dst, []byte(d), sealed); err != nil {
 			return nil, fmt.Errorf("piece %s from pack %s: %w", d, pack, err)
 		}
 	}

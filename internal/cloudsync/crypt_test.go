@@ -33,6 +33,9 @@ func openDevice(t *testing.T, name string, be remote.Backend, opt Options, pol u
 		must(t, repo.AdoptPolynomial(chunker.Pol(pol)))
 	}
 	d.s, err = New(context.Background(), repo, be, opt)
+	if err == nil {
+		t.Cleanup(d.s.Close)
+	}
 	return d, err
 }
 
@@ -194,6 +197,8 @@ func TestKeyMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a device that joined, without its secret: %v", err)
 	}
+	t.Cleanup(again.Close)
+	b.s.Close()
 	b.s = again
 	b.sync()
 	if got := b.files("l", "p")["f"]; got != "a's" {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -22,12 +23,18 @@ const DefaultFetchTimeout = 20 * time.Second
 // a value is read.
 const fetchAhead = 8 << 20
 
+// streamAhead is how many ranges of fetchAhead a stream has on their way
+// ahead of the one it reads: one downloads while another is opened.
+const streamAhead = 2
+
 // Fetch fetches piece d of page p from the remote store, verifies it,
 // stores it as synced and returns it (store.Fetcher). For a read in order
 // it fetches, in the same ranged request, the pieces after d in its pack,
-// up to fetchAhead bytes. A piece that a fetch under way brings is waited
-// for, not fetched again: the kernel reads ahead in several requests at
-// once. Safe for concurrent use.
+// up to fetchAhead bytes, and starts fetching the range after that one, so
+// that a stream finds its next pieces on their way. A piece that a fetch
+// under way brings is waited for, not fetched again: the kernel reads ahead
+// in several requests at once. Fetched pieces are stored in the background;
+// until they are, reads take them from the fetch. Safe for concurrent use.
 func (s *Syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error) {
 	r, ok, err := s.pieceAt(d)
 	if err != nil {
@@ -45,37 +52,43 @@ func (s *Syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error)
 	page := p.Ledger + "/" + p.Name
 	for {
 		s.flightMu.Lock()
-		if f := s.covering(page, r); f != nil {
-			s.flightMu.Unlock()
-			<-f.done
-			if data, ok := f.got[string(d)]; ok {
-				return data, nil
-			}
-			if f.err != nil {
-				return nil, f.err
-			}
-			continue // d did not open there: fetched alone, it says why
+		f := s.covering(page, r)
+		if f == nil {
+			f = s.fly(page, r, idx, stream)
 		}
-		f := &fetchFlight{page: page, pack: r.Pack, start: r.Off, stream: stream, done: make(chan struct{}), got: map[string][]byte{}}
-		refs := s.ahead(idx, r, s.nextFlight(page, r))
-		f.end = refs[len(refs)-1].Off + refs[len(refs)-1].Len
-		s.flights = append(s.flights, f)
+		if stream {
+			// streamAhead ranges ahead of the reader.
+			for next, k := f, 0; k < streamAhead; k++ {
+				i, found := slices.BinarySearchFunc(idx, next.end, func(e pieceRef, off int64) int { return cmpInt64(e.Off, off) })
+				if !found {
+					break
+				}
+				if g := s.covering(page, idx[i]); g != nil {
+					next = g
+					continue
+				}
+				if held, err := p.Has(cas.Digest(idx[i].Digest)); err != nil || held {
+					break
+				}
+				next = s.fly(page, idx[i], idx, true)
+			}
+		}
 		s.flightMu.Unlock()
-
-		f.err = s.fetchRange(p, refs, f.got)
-		s.flightMu.Lock()
-		s.flights = slices.DeleteFunc(s.flights, func(g *fetchFlight) bool { return g == f })
-		s.flightMu.Unlock()
-		close(f.done)
+		<-f.done
+		if data, ok := f.got[string(d)]; ok {
+			return data, nil
+		}
 		if f.err != nil {
 			return nil, f.err
 		}
-		return f.got[string(d)], nil
+		// d did not open there; fetched alone, it says why.
+		stream, idx = false, nil
 	}
 }
 
 // A fetchFlight is a ranged read of a pack under way for a page: got
-// holds, once done is closed, the pieces it brought, by digest.
+// holds, once done is closed, the pieces it brought, by digest. It stays
+// among the flights until they are stored.
 type fetchFlight struct {
 	page, pack string
 	start, end int64
@@ -85,11 +98,69 @@ type fetchFlight struct {
 	err        error
 }
 
-// covering returns the fetch under way that brings r to page. Called with
-// flightMu held.
+// fly starts fetching r, and the pieces after it in idx for a stream, in
+// the background. Called with flightMu held.
+func (s *Syncer) fly(page string, r pieceRef, idx []pieceRef, stream bool) *fetchFlight {
+	f := &fetchFlight{page: page, pack: r.Pack, start: r.Off, stream: stream, done: make(chan struct{}), got: map[string][]byte{}}
+	refs := []pieceRef{r}
+	if stream {
+		refs = s.ahead(idx, r, s.nextFlight(page, r))
+	}
+	f.end = refs[len(refs)-1].Off + refs[len(refs)-1].Len
+	s.flights = append(s.flights, f)
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		var ds []cas.Digest
+		var datas [][]byte
+		ds, datas, f.err = s.fetchRange(refs)
+		for i, d := range ds {
+			f.got[string(d)] = datas[i]
+		}
+		close(f.done)
+		if len(ds) > 0 {
+			s.store(page, ds, datas)
+		}
+		s.flightMu.Lock()
+		s.flights = slices.DeleteFunc(s.flights, func(g *fetchFlight) bool { return g == f })
+		s.flightMu.Unlock()
+	}()
+	return f
+}
+
+// store keeps fetched pieces in page, which it holds meanwhile; a failure
+// is logged (the pieces are fetched again when read).
+func (s *Syncer) store(page string, ds []cas.Digest, datas [][]byte) {
+	l, n, _ := strings.Cut(page, "/")
+	p, err := s.repo.Acquire(l, n)
+	if err == nil {
+		err = p.PutFetched(ds, datas)
+		s.repo.Release(p)
+	}
+	if err != nil {
+		slog.Warn("cloudsync: keep fetched pieces", "page", page, "err", err)
+	}
+}
+
+// Close waits for the fetches under way, and stops fetching for the
+// repository.
+func (s *Syncer) Close() {
+	s.repo.DropFetcher(s)
+	s.bg.Wait()
+}
+
+// covering returns the fetch under way that brings r to page, or brought
+// it and has not stored it yet. Called with flightMu held.
 func (s *Syncer) covering(page string, r pieceRef) *fetchFlight {
 	for _, f := range s.flights {
 		if f.page == page && f.pack == r.Pack && f.start <= r.Off && r.Off+r.Len <= f.end {
+			select {
+			case <-f.done:
+				if _, ok := f.got[string(r.Digest)]; !ok {
+					continue // it failed there
+				}
+			default:
+			}
 			return f
 		}
 	}
@@ -142,10 +213,10 @@ func cmpInt64(a, b int64) int {
 }
 
 // fetchRange reads refs, back to back in one pack, in one ranged request
-// bounded by the fetch timeout, and stores and puts in got those that open
-// and verify. A piece that does not open is an error (with the pack's
-// name) only if it is the first, the one asked for.
-func (s *Syncer) fetchRange(p *store.Page, refs []pieceRef, got map[string][]byte) error {
+// bounded by the fetch timeout, and returns those that open and verify. A
+// piece that does not open is an error (with the pack's name) only if it is
+// the first, the one asked for.
+func (s *Syncer) fetchRange(refs []pieceRef) ([]cas.Digest, [][]byte, error) {
 	first, last := refs[0], refs[len(refs)-1]
 	ctx, cancel := context.WithTimeout(context.Background(), s.fetchTimeout)
 	defer cancel()
@@ -154,28 +225,24 @@ func (s *Syncer) fetchRange(p *store.Page, refs []pieceRef, got map[string][]byt
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("no answer within %s (--fetch-timeout): %w", s.fetchTimeout, err)
 		}
-		return fmt.Errorf("fetch pack %s: %w", first.Pack, err)
+		return nil, nil, fmt.Errorf("fetch pack %s: %w", first.Pack, err)
 	}
 	if int64(len(body)) != last.Off+last.Len-first.Off {
-		return fmt.Errorf("fetch pack %s: %d bytes at %d, want %d: the pack is shorter than its batch says", first.Pack, len(body), first.Off, last.Off+last.Len-first.Off)
+		return nil, nil, fmt.Errorf("fetch pack %s: %d bytes at %d, want %d: the pack is shorter than its batch says", first.Pack, len(body), first.Off, last.Off+last.Len-first.Off)
 	}
+	s.fetched.Add(int64(len(body)))
 	ds := make([]cas.Digest, 0, len(refs))
 	datas := make([][]byte, 0, len(refs))
 	for i, r := range refs {
 		d := cas.Digest(r.Digest)
-		data, err := s.openPiece(d, r.Pack, body[r.Off-first.Off:r.Off-first.Off+r.Len])
+		data, err := s.openPiece(d, r.Pack, body[r.Off-first.Off:r.Off-first.Off+r.Len], true)
 		if err != nil {
 			if i == 0 {
-				return err
+				return nil, nil, err
 			}
 			break
 		}
 		ds, datas = append(ds, d), append(datas, data)
-		got[string(d)] = data
 	}
-	if err := p.PutFetched(ds, datas); err != nil {
-		slog.Warn("cloudsync: keep fetched pieces", "page", p.Ledger+"/"+p.Name, "err", err)
-	}
-	s.fetched.Add(int64(len(body)))
-	return nil
+	return ds, datas, nil
 }

@@ -169,6 +169,8 @@ func TestLazyReadUnreachable(t *testing.T) {
 	}
 	again, err := New(context.Background(), b.repo, dir, Options{})
 	must(t, err)
+	t.Cleanup(again.Close)
+	b.s.Close()
 	b.s = again
 	if got, err := b.read("l", "p", "f"); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("the read once the remote answers: %v", err)

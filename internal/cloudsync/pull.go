@@ -215,6 +215,7 @@ func (s *Syncer) keepIndex(refs []pieceRef) error {
 			return err
 		}
 		kv[statePack+name] = b
+		s.packs.Remove(name)
 	}
 	return s.repo.SetSyncState(kv)
 }
@@ -222,6 +223,9 @@ func (s *Syncer) keepIndex(refs []pieceRef) error {
 // packIndex returns the pieces the batches read say pack name holds, in
 // order.
 func (s *Syncer) packIndex(name string) ([]pieceRef, error) {
+	if rs, ok := s.packs.Get(name); ok {
+		return rs, nil
+	}
 	v, found, err := s.repo.SyncState(statePack + name)
 	if err != nil || !found {
 		return nil, err
@@ -230,6 +234,7 @@ func (s *Syncer) packIndex(name string) ([]pieceRef, error) {
 	if err := json.Unmarshal(v, &rs); err != nil {
 		return nil, fmt.Errorf("cloudsync: the pieces of pack %s: %w", name, err)
 	}
+	s.packs.Add(name, rs)
 	return rs, nil
 }
 
@@ -370,7 +375,25 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, pb pa
 	for _, c := range fresh {
 		meta[deviceKey(c.ID)] = []byte(device)
 	}
-	return p.MarkSynced(nil, nil, meta)
+	if err := p.MarkSynced(nil, nil, meta); err != nil {
+		return err
+	}
+	return s.keepLocal(p)
+}
+
+// keepLocal fetches what the page keeps local (store.Page.SetLocal) and
+// a lazy pull left in the remote.
+func (s *Syncer) keepLocal(p *store.Page) error {
+	kept, err := p.LocalPrefixes()
+	if err != nil || len(kept) == 0 {
+		return err
+	}
+	for _, k := range kept {
+		if _, _, err := p.MakeLocal(k); err != nil {
+			return fmt.Errorf("fetch what %s/%s keeps local: %w", p.Ledger, p.Name, err)
+		}
+	}
+	return nil
 }
 
 // deviceKey is the page's sync_metadata row that says which device made
@@ -526,7 +549,7 @@ func (f *fetcher) piece(ctx context.Context, d cas.Digest) (bool, error) {
 	if r.Off < 0 || r.Len < 0 || r.Off+r.Len > int64(len(pack)) {
 		return false, fmt.Errorf("piece %s: %d bytes at %d of a %d-byte pack %s", d, r.Len, r.Off, len(pack), r.Pack)
 	}
-	data, err := f.s.openPiece(d, r.Pack, pack[r.Off:r.Off+r.Len])
+	data, err := f.s.openPiece(d, r.Pack, pack[r.Off:r.Off+r.Len], false) // the pack is kept for other pieces
 	if err != nil {
 		return false, err
 	}

@@ -21,7 +21,7 @@ func Verify(ctx context.Context, repo *store.Repository, be remote.Backend, opt 
 	if err != nil {
 		return nil, err
 	}
-	s := &Syncer{repo: repo, be: be, key: key}
+	s := &Syncer{repo: repo, be: be, key: key} // reads batches only
 	packs := map[string]int64{}
 	if err := be.List(ctx, packsDir, "", func(o remote.Object) error {
 		packs[o.Name] = o.Size

@@ -187,7 +187,9 @@ func (b *s3Backend) Put(ctx context.Context, name string, body []byte) error {
 	return b.put(ctx, name, body, false)
 }
 
-func (b *s3Backend) get(ctx context.Context, name string, opts minio.GetObjectOptions) ([]byte, error) {
+// get reads an object, or with n >= 0 the range opts names, n bytes long:
+// read into a buffer of that size, not grown as it comes.
+func (b *s3Backend) get(ctx context.Context, name string, opts minio.GetObjectOptions, n int64) ([]byte, error) {
 	key, err := b.key(name)
 	if err != nil {
 		return nil, err
@@ -196,7 +198,17 @@ func (b *s3Backend) get(ctx context.Context, name string, opts minio.GetObjectOp
 	if err == nil {
 		defer obj.Close()
 		var data []byte
-		if data, err = io.ReadAll(obj); err == nil {
+		if n < 0 {
+			data, err = io.ReadAll(obj)
+		} else {
+			data = make([]byte, n)
+			var m int
+			m, err = io.ReadFull(obj, data)
+			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+				err = fmt.Errorf("range %s: want %d bytes, got %d", opts.Header().Get("Range"), n, m)
+			}
+		}
+		if err == nil {
 			return data, nil
 		}
 	}
@@ -207,7 +219,7 @@ func (b *s3Backend) get(ctx context.Context, name string, opts minio.GetObjectOp
 }
 
 func (b *s3Backend) Get(ctx context.Context, name string) ([]byte, error) {
-	return b.get(ctx, name, minio.GetObjectOptions{})
+	return b.get(ctx, name, minio.GetObjectOptions{}, -1)
 }
 
 func (b *s3Backend) GetRange(ctx context.Context, name string, off, n int64) ([]byte, error) {
@@ -215,11 +227,7 @@ func (b *s3Backend) GetRange(ctx context.Context, name string, off, n int64) ([]
 	if err := opts.SetRange(off, off+n-1); err != nil {
 		return nil, err
 	}
-	data, err := b.get(ctx, name, opts)
-	if err == nil && int64(len(data)) != n {
-		return nil, fmt.Errorf("remote: %s: %d bytes at %d, got %d", name, n, off, len(data))
-	}
-	return data, err
+	return b.get(ctx, name, opts, n)
 }
 
 func (b *s3Backend) List(ctx context.Context, prefix, startAfter string, fn func(Object) error) error {

@@ -25,7 +25,11 @@ import (
 const Size = 32
 
 // Overhead is what Seal adds to a body: its nonce and its tag.
-const Overhead = chacha20poly1305.NonceSizeX + chacha20poly1305.Overhead
+const Overhead = NonceSize + chacha20poly1305.Overhead
+
+// NonceSize is the size of the nonce a sealed body starts with: Open may
+// decrypt in place into sealed[NonceSize:NonceSize].
+const NonceSize = chacha20poly1305.NonceSizeX
 
 // ErrOpen reports a sealed body that does not open: made under another
 // key, or changed since.

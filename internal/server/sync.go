@@ -159,4 +159,5 @@ func (y *syncer) last() {
 	if _, err := y.cs.Sync(ctx); err != nil {
 		slog.Warn("sync at unmount failed; the next sync sends what is left", "err", err)
 	}
+	y.cs.Close()
 }
