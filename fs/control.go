@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -248,7 +249,9 @@ func (pg *pageRef) syncFile() *controlFile {
 // ("/" for the whole page); written "pin PATH" it fetches what PATH (a
 // file or directory of the page, "/" for all of it) holds and keeps it
 // local, before the write returns; "unpin PATH" lets it be fetched when
-// read again.
+// read again; "evict" removes the page's db from the device, if every
+// change is synced and nothing uses or pins it (EBUSY otherwise; the log
+// says why).
 func (pg *pageRef) localFile() *controlFile {
 	return &controlFile{
 		text: func() []byte {
@@ -274,11 +277,16 @@ func (pg *pageRef) localFile() *controlFile {
 			}
 			for _, line := range strings.Split(strings.TrimSpace(stripComments(string(b))), "\n") {
 				verb, path, _ := strings.Cut(strings.TrimSpace(line), " ")
-				if verb == "" {
+				switch {
+				case verb == "":
 					continue
-				}
-				if verb != "pin" && verb != "unpin" {
-					return fmt.Errorf("%q: want pin PATH or unpin PATH: %w", line, syscall.EINVAL)
+				case verb == "evict" && path == "":
+					if err := pg.evictPage(); err != nil {
+						return err
+					}
+					continue
+				case verb != "pin" && verb != "unpin":
+					return fmt.Errorf("%q: want pin PATH, unpin PATH or evict: %w", line, syscall.EINVAL)
 				}
 				if err := pg.keepLocal(strings.TrimSpace(path), verb == "pin"); err != nil {
 					return err
@@ -287,6 +295,23 @@ func (pg *pageRef) localFile() *controlFile {
 			return nil
 		},
 	}
+}
+
+// evictPage removes the page's db from the device (store.Repository.Evict):
+// it comes back when next read.
+func (pg *pageRef) evictPage() error {
+	l, n := pg.names()
+	if pg.busy() {
+		return fmt.Errorf("page %s/%s is in use: %w", l, n, syscall.EBUSY)
+	}
+	_, err := pg.fs.repo.Evict(l, n)
+	if errors.Is(err, store.ErrNotEvictable) {
+		// EBUSY, not EAGAIN: a writer would wait for its descriptor to
+		// become writable (Go's os package does).
+		slog.Info("page not evicted", "page", l+"/"+n, "err", err)
+		return fmt.Errorf("%w: %w", err, syscall.EBUSY)
+	}
+	return err
 }
 
 // keepLocal keeps what path (within the page) holds local, fetching it

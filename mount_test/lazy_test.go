@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -131,6 +132,20 @@ func TestLazyValuesThroughMount(t *testing.T) {
 		return err == nil && string(got) == string(content(505, 1005))
 	})
 
+	// By hand: a pinned page stays; unpinned, it goes, and comes back.
+	if out, err := exec.Command(binary, "evict", pb).CombinedOutput(); err == nil || !strings.Contains(string(out), "pinned") ||
+		!strings.Contains(b.log.String(), "it is pinned") {
+		t.Fatalf("ledgerfs evict of a pinned page: %v\n%s", err, out)
+	}
+	run(t, "", binary, "pin", "--remove", filepath.Join(pb, "d07"))
+	run(t, "", binary, "evict", pb)
+	if dirs, _ := filepath.Glob(filepath.Join(repoB, "1", "ledgers", "*", "*")); len(dirs) != 0 {
+		t.Fatalf("after ledgerfs evict the page's db is still there: %v", dirs)
+	}
+	if sha(t, filepath.Join(pb, "big.bin")) != fmt.Sprintf("%x", sha256.Sum256(big)) {
+		t.Fatal("big.bin after the page came back: other bytes")
+	}
+
 	// kill -9 in the middle of a fetch of big2.bin.
 	before = packGets()
 	done := make(chan error, 1)
@@ -160,5 +175,71 @@ func TestLazyValuesThroughMount(t *testing.T) {
 	out, err := exec.Command(binary, "fsck", repoB).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "in the remote only, fetched when read") {
 		t.Fatalf("fsck after a kill during a fetch: %v\n%s", err, out)
+	}
+}
+
+// TestEvictionThroughMount: a mount with --cache-size below what its
+// pages take evicts the closed, synced ones (their dbs leave the disk,
+// their names stay listed); reading them again brings them back from the
+// remote, with the same bytes.
+func TestEvictionThroughMount(t *testing.T) {
+	srv := s3test.Start(t)
+	w := srv.Watch(t)
+	a := mountSyncedAt(t, w.Endpoint, t.TempDir())
+	pages := []string{"p0", "p1", "p2"}
+	for i, name := range pages {
+		pg := a.page("home", name)
+		must(t, os.WriteFile(filepath.Join(pg, "f.bin"), content(40+i, 1<<20), 0o644))
+		syncDir(t, pg)
+	}
+	w.Until(t, "a's pages pushed", time.Minute, func() bool {
+		for _, name := range pages {
+			b, err := os.ReadFile(filepath.Join(a.mnt, "home", name, ".ledger", "sync"))
+			if err != nil || !strings.Contains(string(b), "waiting to upload: nothing\n") {
+				return false
+			}
+		}
+		return true
+	})
+	repoB := t.TempDir()
+	b := mountSyncedAt(t, w.Endpoint, repoB, "--cache-size", "1", "--max-idle-pages", "0")
+	read := func(name string) error {
+		got, err := os.ReadFile(filepath.Join(b.mnt, "home", name, "f.bin"))
+		if err == nil && string(got) != string(content(40+slices.Index(pages, name), 1<<20)) {
+			err = errors.New("other bytes")
+		}
+		return err
+	}
+	w.Until(t, "a's pages readable on b", time.Minute, func() bool {
+		for _, name := range pages {
+			if read(name) != nil {
+				return false
+			}
+		}
+		return true
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("b's log:\n%s", b.log)
+		}
+	})
+	// Each page, read, is no longer in use: the next round evicts it.
+	w.Until(t, "b's pages evicted", time.Minute, func() bool {
+		dirs, err := filepath.Glob(filepath.Join(repoB, "1", "ledgers", "*", "*"))
+		return err == nil && len(dirs) == 0
+	})
+	if n := strings.Count(b.log.String(), "page evicted"); n < len(pages) {
+		t.Fatalf("%d pages evicted, by b's log", n)
+	}
+	if got := ls(t, filepath.Join(b.mnt, "home")); !slices.Equal(got, pages) {
+		t.Fatalf("b lists %v after eviction, want %v", got, pages)
+	}
+	for _, name := range pages {
+		if err := read(name); err != nil {
+			t.Fatalf("%s after it was evicted: %v", name, err)
+		}
+	}
+	if !strings.Contains(b.log.String(), "evicted page comes back") {
+		t.Fatalf("no line of a page coming back in b's log:\n%s", b.log)
 	}
 }

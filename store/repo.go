@@ -151,6 +151,7 @@ type Repository struct {
 	pruned atomic.Uint64
 	// fetcher fetches the pieces pages do not hold (SetFetcher).
 	fetcher atomic.Pointer[Fetcher]
+	closes  atomic.Uint64 // page dbs closed (Closes)
 	closed  bool
 	// namesMu orders the keys of recorded name changes (namesLast: the
 	// last one's nanoseconds).
@@ -437,6 +438,12 @@ func (r *Repository) recover() error {
 		}
 		for _, p := range pages {
 			if _, err := os.Stat(r.pageDir(l, PageIDFor(p))); errors.Is(err, fs.ErrNotExist) {
+				if ev, err := r.Evicted(l, p); err != nil || ev {
+					if err != nil {
+						return err
+					}
+					continue // its db is in the remote
+				}
 				slog.Warn("dropping page whose db is gone", "ledger", l, "page", p)
 				if err := r.dropPageRows(l, p, nil); err != nil {
 					return err
@@ -677,7 +684,10 @@ func (r *Repository) renamePage(ledger, from, to string, rec bool) error {
 	}
 	nid := PageIDFor(to)
 	if err := os.Rename(r.pageDir(ledger, PageIDFor(from)), r.pageDir(ledger, nid)); err != nil {
-		return fmt.Errorf("rename page: %w", err)
+		if ev, everr := r.Evicted(ledger, from); !errors.Is(err, fs.ErrNotExist) || everr != nil || !ev {
+			return fmt.Errorf("rename page: %w", err)
+		}
+		// Evicted: its head row moves with the others.
 	}
 	return r.db.Update(func(txn *badger.Txn) error {
 		if err := r.recordName(txn, nc); err != nil {
@@ -921,6 +931,9 @@ func (r *Repository) OpenPages() int {
 
 func (r *Repository) openPage(ledger, page string) (*Page, error) {
 	id := PageIDFor(page)
+	if err := r.comeBack(ledger, page, id); err != nil {
+		return nil, err
+	}
 	// Opening for changes writes (a memtable log, a value log's header,
 	// the manifest); without room for that the page can still be read.
 	readOnly := r.opts.ReadOnly
@@ -1042,8 +1055,13 @@ func (r *Repository) closeDB(p *Page) error {
 			return txn.Set(openedKey(p.Ledger, p.ID), EncodeUint64(uint64(nowNs())))
 		}))
 	}
+	r.closes.Add(1)
 	return errors.Join(errs...)
 }
+
+// Closes counts the page dbs closed since the repository opened: what an
+// eviction waits for.
+func (r *Repository) Closes() uint64 { return r.closes.Load() }
 
 // evict closes a page that must not stay open (before a rename or delete).
 func (r *Repository) evict(ledger, page string) error {

@@ -170,7 +170,7 @@ func (r *Repository) setUint64Row(key []byte, v uint64) error {
 // collection time) to another name, or drops them when toPage is empty.
 // Called in the transaction that renames or deletes the page.
 func movePageRows(txn *badger.Txn, ledger, page, toLedger, toPage string) error {
-	from := [][]byte{retentionKey(ledger, page), collectedKey(ledger, PageIDFor(page)), compressedKey(ledger, PageIDFor(page))}
+	from := [][]byte{retentionKey(ledger, page), collectedKey(ledger, PageIDFor(page)), compressedKey(ledger, PageIDFor(page)), evictedKey(ledger, PageIDFor(page))}
 	if toPage == "" {
 		for _, k := range from {
 			if err := txn.Delete(k); err != nil {
@@ -179,7 +179,7 @@ func movePageRows(txn *badger.Txn, ledger, page, toLedger, toPage string) error 
 		}
 		return nil
 	}
-	to := [][]byte{retentionKey(toLedger, toPage), collectedKey(toLedger, PageIDFor(toPage)), compressedKey(toLedger, PageIDFor(toPage))}
+	to := [][]byte{retentionKey(toLedger, toPage), collectedKey(toLedger, PageIDFor(toPage)), compressedKey(toLedger, PageIDFor(toPage)), evictedKey(toLedger, PageIDFor(toPage))}
 	for i := range from {
 		if err := moveRow(txn, from[i], to[i]); err != nil {
 			return err

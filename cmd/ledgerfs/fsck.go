@@ -118,6 +118,9 @@ func fsckPage(w io.Writer, repo *store.Repository, ledger, page string, repair b
 		if r.Remote > 0 {
 			fmt.Fprintf(w, "  %d pieces in the remote only, fetched when read\n", r.Remote)
 		}
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
 		if r.Unreached > 0 {
 			fmt.Fprintf(w, "  %d pieces no commit reaches (left by a collection that stopped; the next one deletes them)\n", r.Unreached)
 		}

@@ -65,6 +65,7 @@ func newMount() *cobra.Command {
 		metricsAt    string
 		collectEvery time.Duration
 		collectAfter string
+		cacheSize    string
 		pruneBelow   string
 		rf           remoteFlags
 		syncEvery    time.Duration
@@ -141,6 +142,10 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			if err != nil {
 				return err
 			}
+			cacheBytes, err := parseSize("--cache-size", cacheSize)
+			if err != nil {
+				return err
+			}
 			if _, _, err := parseShare("--prune-below", pruneBelow); err != nil {
 				return err
 			}
@@ -156,7 +161,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			return serve(serveConfig{
 				syncOpt:      syncOpt,
 				pruneBelow:   pruneBelow,
-				collectEvery: collectEvery, collectAfter: after,
+				collectEvery: collectEvery, collectAfter: after, cacheSize: cacheBytes,
 				remote: rf, syncEvery: syncEvery,
 				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther, nonEmpty: nonEmpty,
 				debug: debugLog, idlePages: idlePages, cache: time.Duration(cacheSecs * float64(time.Second)),
@@ -186,6 +191,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.DurationVar(&collectEvery, "collect-every", time.Hour, "how often to collect the pages changed since their last collection: prune the commits their retention policy does not keep and delete what no kept commit reaches (0: only when --collect-after or .collect says)")
 	f.StringVar(&pruneBelow, "prune-below", "10%", "when less than this is free on the repository's filesystem (a size, or a share of the filesystem; at least 4 times --reserve), a page is pruned to its newest 2 commits before a file of it is written; 0: never")
 	f.StringVar(&collectAfter, "collect-after", "256MiB", "collect a page soon after its changes deleted or replaced this much content (0: never)")
+	f.StringVar(&cacheSize, "cache-size", "0", "with a remote, keep the repository under this size: closed pages whose every change is synced are evicted, least recently used first, and come back from the remote when next opened (0: never)")
 	f.DurationVar(&closeWait, "close-timeout", 30*time.Second, "how long to wait for one page database to close (at unmount or when idle) before giving up on it")
 	rf.register(cmd)
 	f.DurationVar(&syncEvery, "sync-every", 2*time.Second, "with a remote (--remote, or ledgerfs config REPO remote=URL), how often to pull other devices' commits; the mount pushes its own soon after each lands")
@@ -207,6 +213,7 @@ type serveConfig struct {
 	metricsAddr          string
 	collectEvery         time.Duration
 	collectAfter         uint64
+	cacheSize            uint64
 	pruneBelow           string // a size or a share of the filesystem
 	remote               remoteFlags
 	syncOpt              cloudsync.Options
@@ -260,6 +267,7 @@ func serve(c serveConfig) error {
 		},
 		SyncEvery: c.syncEvery,
 		Sync:      c.syncOpt,
+		CacheSize: c.cacheSize,
 		Mounted: func() {
 			startGuard(mnt)
 			if err := setReadAhead(mnt, readAheadKiB); err != nil {

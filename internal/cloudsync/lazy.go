@@ -142,6 +142,9 @@ func (s *Syncer) store(page string, ds []cas.Digest, datas [][]byte) {
 	}
 }
 
+// Fetched is the bytes reads fetched from the remote so far.
+func (s *Syncer) Fetched() int64 { return s.fetched.Load() }
+
 // Close waits for the fetches under way, and stops fetching for the
 // repository.
 func (s *Syncer) Close() {

@@ -345,6 +345,11 @@ func (m *marker) node(id cas.ObjectIdentifier) error {
 	if _, ok := m.seen[id.Digest]; ok {
 		return nil
 	}
+	// A node not held (a page that came back after eviction fetches its
+	// tree as it is read) has nothing held below it.
+	if held, err := m.p.Has(id.Digest); err != nil || !held {
+		return err
+	}
 	// The node's own pieces: a large node is stored as an index over
 	// chunks, like a value.
 	if err := cas.Walk(m.p, id, func(d cas.Digest) (bool, error) { return m.add(d), nil }, nil); err != nil {

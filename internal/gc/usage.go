@@ -83,6 +83,9 @@ func PageUsage(repo *store.Repository, p *store.Page) (Usage, error) {
 		if _, ok := content[id.Digest]; ok {
 			return nil
 		}
+		if held, err := p.Has(id.Digest); err != nil || !held {
+			return err // fetched when read, with what is below it
+		}
 		// A large node is an index over chunks: count them all as the
 		// node's (stored bytes, not content).
 		err := cas.Walk(p, id, func(d cas.Digest) (bool, error) { return count(d, -1), nil }, nil)

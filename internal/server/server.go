@@ -66,6 +66,9 @@ type Config struct {
 	SyncEvery time.Duration
 	// Sync says how to unlock an encrypted remote, or make a new one.
 	Sync cloudsync.Options
+	// CacheSize, if not 0, is the size the repository is kept under by
+	// evicting closed, synced pages (gc.EvictOver) after sync rounds.
+	CacheSize uint64
 }
 
 // Server is one repository served at one mount point.

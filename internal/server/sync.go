@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
+	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/repokey"
 )
 
@@ -19,6 +20,9 @@ type syncer struct {
 	watched atomic.Pointer[cloudsync.Syncer] // cs, for commits to tell it of their pages
 	none    bool                             // the repository has no remote
 	lastErr string
+	evicted time.Time // the last check of the cache size
+	closes  uint64    // the repository's Closes at it
+	fetched int64     // the syncer's Fetched at it
 }
 
 // pushDelay lets the commits of a burst of closes land before they go up.
@@ -64,8 +68,8 @@ func (y *syncer) round(ctx context.Context) {
 		y.none = true
 		return
 	}
+	var st cloudsync.Stats
 	if err == nil && y.cs != nil {
-		var st cloudsync.Stats
 		st, err = y.cs.Sync(ctx) // records its own errors
 		y.s.metrics.ObserveSync(st, err)
 	} else if err != nil && ctx.Err() == nil {
@@ -73,6 +77,9 @@ func (y *syncer) round(ctx context.Context) {
 	}
 	if ctx.Err() != nil {
 		return // stopping: the error is the stop's
+	}
+	if err == nil && y.cs != nil {
+		y.evict(st)
 	}
 	switch {
 	case err != nil && err.Error() != y.lastErr:
@@ -141,6 +148,29 @@ func (y *syncer) joinFirst() error {
 		y.lastErr = err.Error()
 	}
 	return nil
+}
+
+// evictEvery is how often a mount with a cache size checks it when
+// nothing changed meanwhile.
+const evictEvery = time.Minute
+
+// evict keeps the repository under the mount's cache size, after a round
+// that went through, when the round moved something, reads fetched
+// contents or a page closed since the last check, or evictEvery passed.
+func (y *syncer) evict(st cloudsync.Stats) {
+	budget := y.s.cfg.CacheSize
+	closes, fetched := y.s.repo.Closes(), y.cs.Fetched()
+	if budget == 0 || st == (cloudsync.Stats{}) && closes == y.closes && fetched == y.fetched && time.Since(y.evicted) < evictEvery {
+		return
+	}
+	y.evicted, y.closes, y.fetched = time.Now(), closes, fetched
+	n, freed, err := gc.EvictOver(y.s.repo, budget, y.s.fsys.Busy)
+	switch {
+	case err != nil:
+		slog.Warn("evict pages", "err", err)
+	case n > 0:
+		slog.Info("evicted pages to stay under --cache-size", "pages", n, "bytes", freed, "cache_size", budget)
+	}
 }
 
 // locked reports an error of a remote that the mount has no secret for.
