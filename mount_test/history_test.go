@@ -126,7 +126,7 @@ func TestHistoryViews(t *testing.T) {
 	if slices.Contains(ls(t, pg), ".ledger") {
 		t.Fatal(".ledger is listed in the page")
 	}
-	want := []string{"at", "commit", "commits", "heads", "latest", "log", "retention", "stats", "sync", "transactions", "versions"}
+	want := []string{"at", "commit", "commits", "heads", "latest", "local", "log", "retention", "stats", "sync", "transactions", "versions"}
 	if got := ls(t, meta); !slices.Equal(got, want) {
 		t.Fatalf(".ledger lists %v, want %v", got, want)
 	}

@@ -264,6 +264,16 @@ func TestDamagedObjects(t *testing.T) {
 		t.Fatalf("lazy's read with the pack damaged: %v, want an error naming it", err)
 	}
 	mend()
+	// Missing: the same, naming it.
+	path := filepath.Join(dir, pack)
+	orig, err := os.ReadFile(path)
+	must(t, err)
+	must(t, os.Remove(path))
+	_, err = lazy.read("l", "p", "f")
+	if err == nil || !strings.Contains(err.Error(), pack) || !errors.Is(err, store.ErrRemoteOnly) {
+		t.Fatalf("lazy's read with the pack missing: %v, want an error naming it", err)
+	}
+	must(t, os.WriteFile(path, orig, 0o644))
 	if got, err := lazy.read("l", "p", "f"); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("lazy's read after the pack was mended: %v", err)
 	}

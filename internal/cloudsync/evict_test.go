@@ -46,6 +46,7 @@ func TestEvictPage(t *testing.T) {
 		t.Fatal("b before eviction: not a's files")
 	}
 	bdir := b.repo.Dir()
+	b.s.Settle() // the fetched pieces stored: the page is no longer in use
 	before := b.repo.DiskUsage()
 	freed, err := b.repo.Evict("l", "p")
 	must(t, err)
@@ -123,6 +124,7 @@ func TestEvictPage(t *testing.T) {
 	}
 
 	// EvictOver: least recently closed first, down to the budget.
+	b.s.Settle()
 	n, _, err := gc.EvictOver(b.repo, 1, nil)
 	must(t, err)
 	if n == 0 {

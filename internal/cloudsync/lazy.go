@@ -149,8 +149,12 @@ func (s *Syncer) Fetched() int64 { return s.fetched.Load() }
 // repository.
 func (s *Syncer) Close() {
 	s.repo.DropFetcher(s)
-	s.bg.Wait()
+	s.Settle()
 }
+
+// Settle waits until the pieces fetched so far are stored: a page is in
+// use until they are. Not while reads go on (they start fetches).
+func (s *Syncer) Settle() { s.bg.Wait() }
 
 // covering returns the fetch under way that brings r to page, or brought
 // it and has not stored it yet. Called with flightMu held.

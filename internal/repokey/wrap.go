@@ -1,6 +1,7 @@
 package repokey
 
 import (
+	"crypto/cipher"
 	"crypto/hkdf"
 	"crypto/rand"
 	"crypto/sha256"
@@ -81,11 +82,7 @@ func Wrap(k *Key, s Secret) ([]byte, error) {
 	default:
 		return nil, errors.New("repokey: no passphrase or key file to wrap the key with")
 	}
-	kek, err := o.kek(s)
-	if err != nil {
-		return nil, err
-	}
-	aead, err := chacha20poly1305.NewX(kek)
+	aead, err := o.aead(s)
 	if err != nil {
 		return nil, err
 	}
@@ -108,11 +105,7 @@ func Unwrap(body []byte, s Secret) (*Key, error) {
 	if (o.Kind == KindKeyFile) != (len(s.KeyFile) > 0) {
 		return nil, ErrWrongSecret
 	}
-	kek, err := o.kek(s)
-	if err != nil {
-		return nil, err
-	}
-	aead, err := chacha20poly1305.NewX(kek)
+	aead, err := o.aead(s)
 	if err != nil {
 		return nil, err
 	}
@@ -125,6 +118,15 @@ func Unwrap(body []byte, s Secret) (*Key, error) {
 		return nil, ErrWrongSecret
 	}
 	return FromMaster(master)
+}
+
+// aead seals and opens the master key under s.
+func (o *keyObject) aead(s Secret) (cipher.AEAD, error) {
+	kek, err := o.kek(s)
+	if err != nil {
+		return nil, err
+	}
+	return chacha20poly1305.NewX(kek)
 }
 
 // kek is the key that seals the master key: Argon2id of a passphrase, or
