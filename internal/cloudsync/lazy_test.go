@@ -79,7 +79,8 @@ func TestLazyValues(t *testing.T) {
 
 	// A read of 4 KiB in the middle: the value's index pieces down to the
 	// chunk (each a ranged read: they are packed among the chunks), and
-	// the chunk.
+	// the chunk, or the two it straddles; how deep the index is depends on
+	// the repository's random polynomial.
 	pg = b.page("l", "p")
 	e, _, err := pg.Tree(head).Get("big.bin")
 	must(t, err)
@@ -91,7 +92,7 @@ func TestLazyValues(t *testing.T) {
 	if !bytes.Equal(buf, big[3<<20:3<<20+4096]) {
 		t.Fatal("a read in the middle: not a's bytes")
 	}
-	if got := be.take(); got["range"] < 2 || got["range"] > 5 || total(got) != got["range"] {
+	if got := be.take(); got["range"] < 2 || got["range"] > 8 || total(got) != got["range"] {
 		t.Fatalf("a 4 KiB read made requests %v, want a ranged read per index level", got)
 	}
 	b.repo.Release(pg)

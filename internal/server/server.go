@@ -154,7 +154,8 @@ func New(cfg Config) (s *Server, err error) {
 		}
 	}
 	if cfg.Remote != nil && !cfg.Store.ReadOnly {
-		s.syncer = &syncer{s: s}
+		s.syncer = &syncer{s: s, ready: make(chan struct{})}
+		s.repo.SetFetcher(s.syncer)
 		if err := s.syncer.joinFirst(); err != nil {
 			return nil, err
 		}

@@ -1,15 +1,19 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/repokey"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // syncer runs a mount's sync: a round (pull, then push) every SyncEvery,
@@ -20,9 +24,14 @@ type syncer struct {
 	watched atomic.Pointer[cloudsync.Syncer] // cs, for commits to tell it of their pages
 	none    bool                             // the repository has no remote
 	lastErr string
-	evicted time.Time // the last check of the cache size
-	closes  uint64    // the repository's Closes at it
-	fetched int64     // the syncer's Fetched at it
+	// ready is closed once cs is connected, or never will be (readyErr
+	// says why): reads wait for it (Fetch).
+	ready     chan struct{}
+	readyOnce sync.Once
+	readyErr  error
+	evicted   time.Time // the last check of the cache size
+	closes    uint64    // the repository's Closes at it
+	fetched   int64     // the syncer's Fetched at it
 }
 
 // pushDelay lets the commits of a burst of closes land before they go up.
@@ -66,6 +75,7 @@ func (y *syncer) round(ctx context.Context) {
 		slog.Error("sync is off until the mount is started with the remote's passphrase or key file", "err", err)
 		cloudsync.NoteError(y.s.repo, err)
 		y.none = true
+		y.settle(err)
 		return
 	}
 	var st cloudsync.Stats
@@ -101,9 +111,13 @@ func (y *syncer) connect(ctx context.Context) error {
 	}
 	if be == nil {
 		y.none = true
+		y.settle(errors.New("the repository has no remote"))
 		return nil
 	}
 	cs, err := cloudsync.New(ctx, y.s.repo, y.s.metrics.CountRequests(be), y.s.cfg.Sync)
+	if locked(err) {
+		y.settle(err)
+	}
 	if err != nil {
 		return err
 	}
@@ -112,8 +126,39 @@ func (y *syncer) connect(ctx context.Context) error {
 	cs.Watched = true
 	y.cs = cs
 	y.watched.Store(cs)
+	y.settle(nil) // cs fetches from now on (cloudsync.New made it the fetcher)
 	slog.Info("syncing", "remote", be.Location(), "device", cs.Device())
 	return nil
+}
+
+// Fetch is the repository's fetcher until the syncer connects
+// (store.Fetcher): a read of content in the remote right after the mount
+// serves waits for the connection, up to the fetch timeout, rather than
+// fail because the first round has not run yet.
+func (y *syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error) {
+	t := time.NewTimer(cmp.Or(y.s.cfg.Sync.FetchTimeout, cloudsync.DefaultFetchTimeout))
+	defer t.Stop()
+	select {
+	case <-y.ready:
+	case <-t.C:
+		return nil, errors.New("the remote is not connected yet")
+	}
+	if y.readyErr != nil {
+		return nil, y.readyErr
+	}
+	return y.watched.Load().Fetch(p, d, stream)
+}
+
+// settle ends the wait of reads for the connection: err says why none
+// will come.
+func (y *syncer) settle(err error) {
+	y.readyOnce.Do(func() {
+		y.readyErr = err
+		if err != nil {
+			y.s.repo.DropFetcher(y)
+		}
+		close(y.ready)
+	})
 }
 
 // changed tells the syncer, once connected, of a commit of ledger/page: its
@@ -180,6 +225,7 @@ func locked(err error) bool {
 
 // last runs one round after the mount ended, bounded by lastTimeout.
 func (y *syncer) last() {
+	y.settle(errors.New("the mount ended before it reached its remote"))
 	if y.cs == nil {
 		return
 	}
