@@ -125,13 +125,13 @@ func TestEvictPage(t *testing.T) {
 
 	// EvictOver: least recently closed first, down to the budget.
 	b.s.Settle()
-	n, _, err := gc.EvictOver(b.repo, 1, nil)
+	n, _, over, err := gc.EvictOver(b.repo, 1, nil)
 	must(t, err)
-	if n == 0 {
-		t.Fatal("EvictOver with a budget of 1 byte evicted nothing")
+	if n == 0 || !over {
+		t.Fatalf("EvictOver with a budget of 1 byte evicted %d pages, over %v", n, over)
 	}
-	if n, _, err := gc.EvictOver(b.repo, uint64(b.repo.DiskUsage())+1, nil); err != nil || n != 0 {
-		t.Fatalf("EvictOver under budget: %d, %v", n, err)
+	if n, _, over, err := gc.EvictOver(b.repo, uint64(b.repo.DiskUsage())+1, nil); err != nil || n != 0 || over {
+		t.Fatalf("EvictOver under budget: %d, %v, %v", n, over, err)
 	}
 	// Evicted pages stay pages across a reopen (which drops pages whose db
 	// is gone otherwise).

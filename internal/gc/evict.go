@@ -16,15 +16,17 @@ import (
 // repository's directory holds more than budget bytes; busy, if set, keeps
 // the pages a mount uses. An evicted page keeps its name and comes back
 // when next opened (store.Repository.Evict). It returns how many pages it
-// evicted and the bytes their dbs held.
-func EvictOver(repo *store.Repository, budget uint64, busy func(ledger, page string) bool) (n int, freed int64, err error) {
+// evicted, the bytes their dbs held, and whether the repository is still
+// over budget (its pages in use, or holding changes not synced).
+func EvictOver(repo *store.Repository, budget uint64, busy func(ledger, page string) bool) (n int, freed int64, over bool, err error) {
 	used := repo.DiskUsage()
 	if used <= int64(budget) {
-		return 0, 0, nil
+		return 0, 0, false, nil
 	}
+	defer func() { over = used-freed > int64(budget) }()
 	usage, err := repo.Usage()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, true, err
 	}
 	// Open pages (zero) come last: one nobody uses is closed and goes
 	// too, if it must.
@@ -43,12 +45,12 @@ func EvictOver(repo *store.Repository, budget uint64, busy func(ledger, page str
 	var cands []candidate
 	ledgers, err := repo.Ledgers()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, true, err
 	}
 	for _, l := range ledgers {
 		pages, err := repo.Pages(l)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, true, err
 		}
 		for _, p := range pages {
 			id := store.PageIDFor(p)
@@ -74,10 +76,10 @@ func EvictOver(repo *store.Repository, budget uint64, busy func(ledger, page str
 			slog.Debug("page not evicted", "page", c.ledger+"/"+c.page, "err", err)
 			continue
 		case err != nil:
-			return n, freed, err
+			return n, freed, true, err
 		}
 		n++
 		freed += size
 	}
-	return n, freed, nil
+	return n, freed, true, nil
 }

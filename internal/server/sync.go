@@ -32,6 +32,7 @@ type syncer struct {
 	evicted   time.Time // the last check of the cache size
 	closes    uint64    // the repository's Closes at it
 	fetched   int64     // the syncer's Fetched at it
+	over      bool      // it left the repository over its cache size
 }
 
 // pushDelay lets the commits of a burst of closes land before they go up.
@@ -196,8 +197,12 @@ func (y *syncer) joinFirst() error {
 }
 
 // evictEvery is how often a mount with a cache size checks it when
-// nothing changed meanwhile.
-const evictEvery = time.Minute
+// nothing changed meanwhile; evictRetry, while the last check left it over
+// (pages in use then may be idle now).
+const (
+	evictEvery = time.Minute
+	evictRetry = 2 * time.Second
+)
 
 // evict keeps the repository under the mount's cache size, after a round
 // that went through, when the round moved something, reads fetched
@@ -205,11 +210,16 @@ const evictEvery = time.Minute
 func (y *syncer) evict(st cloudsync.Stats) {
 	budget := y.s.cfg.CacheSize
 	closes, fetched := y.s.repo.Closes(), y.cs.Fetched()
-	if budget == 0 || st == (cloudsync.Stats{}) && closes == y.closes && fetched == y.fetched && time.Since(y.evicted) < evictEvery {
+	wait := evictEvery
+	if y.over {
+		wait = evictRetry
+	}
+	if budget == 0 || st == (cloudsync.Stats{}) && closes == y.closes && fetched == y.fetched && time.Since(y.evicted) < wait {
 		return
 	}
 	y.evicted, y.closes, y.fetched = time.Now(), closes, fetched
-	n, freed, err := gc.EvictOver(y.s.repo, budget, y.s.fsys.Busy)
+	n, freed, over, err := gc.EvictOver(y.s.repo, budget, y.s.fsys.Busy)
+	y.over = over
 	switch {
 	case err != nil:
 		slog.Warn("evict pages", "err", err)
