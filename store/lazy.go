@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/dgraph-io/badger/v4"
@@ -185,4 +186,27 @@ func (p *Page) MakeLocal(what string) (pieces int, bytes int64, err error) {
 		}
 	}
 	return pieces, bytes, it.Err()
+}
+
+// moveLocalRows moves what a page keeps local to its new name (toPage
+// empty: drops it), with the page's other rows.
+func moveLocalRows(txn *badger.Txn, ledger, page, toLedger, toPage string) error {
+	base := localPrefix(ledger, PageIDFor(page))
+	var whats []string
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: base, PrefetchValues: false})
+	for it.Rewind(); it.Valid(); it.Next() {
+		whats = append(whats, string(it.Item().Key()[len(base):]))
+	}
+	it.Close()
+	for _, w := range whats {
+		if err := txn.Delete(append(slices.Clone(base), w...)); err != nil {
+			return err
+		}
+		if toPage != "" {
+			if err := txn.Set(append(localPrefix(toLedger, PageIDFor(toPage)), w...), nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -170,6 +170,9 @@ func (r *Repository) setUint64Row(key []byte, v uint64) error {
 // collection time) to another name, or drops them when toPage is empty.
 // Called in the transaction that renames or deletes the page.
 func movePageRows(txn *badger.Txn, ledger, page, toLedger, toPage string) error {
+	if err := moveLocalRows(txn, ledger, page, toLedger, toPage); err != nil {
+		return err
+	}
 	from := [][]byte{retentionKey(ledger, page), collectedKey(ledger, PageIDFor(page)), compressedKey(ledger, PageIDFor(page)), evictedKey(ledger, PageIDFor(page))}
 	if toPage == "" {
 		for _, k := range from {

@@ -71,6 +71,14 @@ func TestEvictPage(t *testing.T) {
 	if _, err := b.repo.Evict("l", "r"); !errors.Is(err, store.ErrNotEvictable) {
 		t.Fatalf("evict a pinned page: %v", err)
 	}
+	// The pin follows a rename, and goes with a delete.
+	must(t, b.repo.RenamePage("l", "r", "r2"))
+	pr = b.page("l", "r2")
+	if kept, err := pr.LocalPrefixes(); err != nil || len(kept) != 1 {
+		t.Fatalf("a pinned page renamed keeps %q (%v)", kept, err)
+	}
+	b.repo.Release(pr)
+	must(t, b.repo.RenamePage("l", "r2", "r"))
 	pr = b.page("l", "r")
 	must(t, pr.SetLocal("", false))
 	if _, err := b.repo.Evict("l", "r"); !errors.Is(err, store.ErrBusy) {
