@@ -100,7 +100,7 @@ func (r *Repository) Evict(ledger, page string) (int64, error) {
 		return 0, fmt.Errorf("evict %s/%s: %s: %w", ledger, page, why, ErrNotEvictable)
 	}
 	dir := r.pageDir(ledger, id)
-	size := dirSize(dir)
+	size := DiskUsage(dir)
 	if err := r.db.Update(func(txn *badger.Txn) error {
 		return txn.Set(evictedKey(ledger, id), head.Bytes)
 	}); err != nil {
@@ -194,18 +194,17 @@ func (r *Repository) comeBack(ledger, page string, id PageID) error {
 	return nil
 }
 
-// dirSize is the disk space the files under dir take: their blocks, not
-// their sizes (Badger's value logs are sparse until written).
-func dirSize(dir string) int64 {
+// DiskUsage is what du counts under dir: allocated blocks, in bytes (not
+// file sizes: Badger's value logs are sparse until written).
+func DiskUsage(dir string) int64 {
 	var n int64
 	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			if fi, err := d.Info(); err == nil {
-				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-					n += st.Blocks * 512
-				} else {
-					n += fi.Size()
-				}
+		if err != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
 			}
 		}
 		return nil
@@ -214,4 +213,4 @@ func dirSize(dir string) int64 {
 }
 
 // DiskUsage is the disk space the repository's directory takes.
-func (r *Repository) DiskUsage() int64 { return dirSize(r.dir) }
+func (r *Repository) DiskUsage() int64 { return DiskUsage(r.dir) }

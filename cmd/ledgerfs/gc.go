@@ -4,10 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -137,7 +134,7 @@ mount's root collects it now.`,
 
 func collect(w io.Writer, repoDir string, only []string, override *retention.Policy, dry bool) error {
 	start := time.Now()
-	before := diskUsage(repoDir)
+	before := store.DiskUsage(repoDir)
 	repo, names, err := openPages(repoDir, writable(), "the mount collects idle pages on its own; to collect now, echo LEDGER/PAGE > %s/.collect", only)
 	if err != nil {
 		return err
@@ -166,7 +163,7 @@ func collect(w io.Writer, repoDir string, only []string, override *retention.Pol
 	if err := repo.Close(); err != nil {
 		return err
 	}
-	after := diskUsage(repoDir)
+	after := store.DiskUsage(repoDir)
 	fmt.Fprintf(w, "%s: %d of %d commits and %d of %d pieces (%s) %s; on disk %s -> %s in %s\n", count(len(names), "page"),
 		total.Pruned, total.Commits, total.Deleted, total.Objects, humanize.IBytes(uint64(total.Freed)),
 		map[bool]string{true: "would be removed", false: "removed"}[dry],
@@ -197,23 +194,6 @@ func pagesOf(repo *store.Repository, only []string) ([][2]string, error) {
 		}
 	}
 	return names, nil
-}
-
-// diskUsage is what du counts under dir: allocated blocks, in bytes.
-func diskUsage(dir string) int64 {
-	var n int64
-	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if info, err := d.Info(); err == nil {
-			if st, ok := info.Sys().(*syscall.Stat_t); ok {
-				n += st.Blocks * 512
-			}
-		}
-		return nil
-	})
-	return n
 }
 
 // compressedText says what a collection compressed, if anything.

@@ -39,19 +39,10 @@ var testSecret = repokey.Secret{KeyFile: []byte("a key file of the tests, 32 byt
 
 func newDevice(t testing.TB, name string, be remote.Backend) *device {
 	t.Helper()
-	eng := journal.NewEngine()
-	repo, err := store.Open(t.TempDir(), eng.Hooks(store.Options{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { repo.Close() })
-	s, err := New(context.Background(), repo, be, Options{Secret: testSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	s.packSize = 256 << 10 // several packs per test
-	return &device{t: t, name: name, repo: repo, eng: eng, s: s}
+	d, err := openDevice(t, name, be, Options{Secret: testSecret}, 0)
+	must(t, err)
+	d.s.packSize = 256 << 10 // several packs per test
+	return d
 }
 
 func (d *device) page(l, p string) *store.Page {

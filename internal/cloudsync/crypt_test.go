@@ -22,7 +22,7 @@ import (
 
 // openDevice makes a repository, chunking with pol if it is not 0, and
 // connects it to be with opt.
-func openDevice(t *testing.T, name string, be remote.Backend, opt Options, pol uint64) (*device, error) {
+func openDevice(t testing.TB, name string, be remote.Backend, opt Options, pol uint64) (*device, error) {
 	t.Helper()
 	eng := journal.NewEngine()
 	repo, err := store.Open(t.TempDir(), eng.Hooks(store.Options{}))

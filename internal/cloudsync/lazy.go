@@ -1,6 +1,7 @@
 package cloudsync
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,7 +60,7 @@ func (s *Syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error)
 		if stream {
 			// streamAhead ranges ahead of the reader.
 			for next, k := f, 0; k < streamAhead; k++ {
-				i, found := slices.BinarySearchFunc(idx, next.end, func(e pieceRef, off int64) int { return cmpInt64(e.Off, off) })
+				i, found := refAt(idx, next.end)
 				if !found {
 					break
 				}
@@ -194,7 +195,7 @@ func (s *Syncer) nextFlight(page string, r pieceRef) int64 {
 // lie among its chunks, and are read first); they are not stored again.
 func (s *Syncer) ahead(idx []pieceRef, r pieceRef, limit int64) []pieceRef {
 	out := []pieceRef{r}
-	i, found := slices.BinarySearchFunc(idx, r.Off, func(e pieceRef, off int64) int { return cmpInt64(e.Off, off) })
+	i, found := refAt(idx, r.Off)
 	if !found {
 		return out
 	}
@@ -209,14 +210,9 @@ func (s *Syncer) ahead(idx []pieceRef, r pieceRef, limit int64) []pieceRef {
 	return out
 }
 
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+// refAt finds the piece at offset off of a pack's pieces, in order.
+func refAt(idx []pieceRef, off int64) (int, bool) {
+	return slices.BinarySearchFunc(idx, off, func(e pieceRef, off int64) int { return cmp.Compare(e.Off, off) })
 }
 
 // fetchRange reads refs, back to back in one pack, in one ranged request

@@ -1,7 +1,6 @@
 package cloudsync
 
 import (
-	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -242,7 +241,7 @@ func (s *Syncer) packIndex(name string) ([]pieceRef, error) {
 func mergeRefs(old, add []pieceRef) []pieceRef {
 	out := slices.Clone(old)
 	for _, r := range add {
-		i, found := slices.BinarySearchFunc(out, r.Off, func(e pieceRef, off int64) int { return cmp.Compare(e.Off, off) })
+		i, found := refAt(out, r.Off)
 		if !found {
 			out = slices.Insert(out, i, r)
 		}
