@@ -119,6 +119,12 @@ func (c *countedBackend) GetRange(ctx context.Context, name string, off, n int64
 	return b, err
 }
 
+func (c *countedBackend) Delete(ctx context.Context, name string) error {
+	err := c.Backend.Delete(ctx, name)
+	c.count("delete", err)
+	return err
+}
+
 // List counts one request per listing; a long one is several pages of
 // 1,000 keys on S3, counted as one.
 func (c *countedBackend) List(ctx context.Context, prefix, startAfter string, fn func(remote.Object) error) error {

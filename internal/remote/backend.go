@@ -26,7 +26,9 @@ var ErrExists = errors.New("remote: object exists")
 // digits, '-', '_', '.' and '/'. Objects are written whole and never
 // changed: every write of a name either creates it (Create, conditional),
 // or writes what any other write of it would (Put of content-named data),
-// so that a retry is harmless and no lock is needed.
+// so that a retry is harmless and no lock is needed. Only the bucket's
+// collection deletes, under its lock (Lock), and what it deletes is
+// announced first (see package cloudsync).
 type Backend interface {
 	// Create writes an object that must not exist yet, atomically:
 	// ErrExists if it does (S3's If-None-Match: *).
@@ -42,6 +44,9 @@ type Backend interface {
 	// sorts after startAfter ("" for all), in key order, until fn returns
 	// an error, which List returns.
 	List(ctx context.Context, prefix, startAfter string, fn func(Object) error) error
+	// Delete removes an object; deleting one that does not exist is no
+	// error (a collection cut short deletes it again).
+	Delete(ctx context.Context, name string) error
 	// Location names the backend for messages: s3://bucket/prefix, a
 	// directory.
 	Location() string

@@ -101,6 +101,17 @@ func TestBackends(t *testing.T) {
 			if !errors.Is(err, stop) || n != 1 {
 				t.Fatalf("listing stopped by its callback: %v after %d, want the callback's error after 1", err, n)
 			}
+			for range 2 { // a delete of a missing object is no error
+				if err := be.Delete(ctx, "logs/d1/0001"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := be.Get(ctx, "logs/d1/0001"); !errors.Is(err, remote.ErrNotFound) {
+				t.Fatalf("get of a deleted object: %v, want ErrNotFound", err)
+			}
+			if err := be.Create(ctx, "logs/d1/0001", []byte("again")); err != nil {
+				t.Fatalf("create of a deleted name: %v", err)
+			}
 			for _, bad := range []string{"", "/abs", "a/", "a//b", "a/../b", "a b", ".tmp-x"} {
 				if err := be.Put(ctx, bad, nil); err == nil {
 					t.Errorf("put of bad name %q taken", bad)

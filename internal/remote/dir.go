@@ -83,6 +83,17 @@ func (d *dirBackend) Put(ctx context.Context, name string, body []byte) error {
 	return d.write(name, body, os.Rename)
 }
 
+func (d *dirBackend) Delete(ctx context.Context, name string) error {
+	p, err := d.path(name)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remote: delete %s: %w", name, err)
+	}
+	return nil
+}
+
 func (d *dirBackend) Get(ctx context.Context, name string) ([]byte, error) {
 	p, err := d.path(name)
 	if err != nil {

@@ -187,6 +187,18 @@ func (b *s3Backend) Put(ctx context.Context, name string, body []byte) error {
 	return b.put(ctx, name, body, false)
 }
 
+func (b *s3Backend) Delete(ctx context.Context, name string) error {
+	key, err := b.key(name)
+	if err != nil {
+		return err
+	}
+	// S3 answers a delete of a missing key with success.
+	if err := b.c.RemoveObject(ctx, b.bucket, key, minio.RemoveObjectOptions{}); err != nil {
+		return fmt.Errorf("remote: delete %s: %w", name, err)
+	}
+	return nil
+}
+
 // get reads an object, or with n >= 0 the range opts names, n bytes long:
 // read into a buffer of that size, not grown as it comes.
 func (b *s3Backend) get(ctx context.Context, name string, opts minio.GetObjectOptions, n int64) ([]byte, error) {
