@@ -80,6 +80,44 @@ func (r *Repository) SetSyncState(kv map[string][]byte) error {
 	})
 }
 
+// DeleteSyncState deletes the values kept at keys.
+func (r *Repository) DeleteSyncState(keys []string) error {
+	return batched(r.db, len(keys), func(txn *badger.Txn, i int) error {
+		return txn.Delete([]byte(prefixSync + keys[i]))
+	})
+}
+
+// ScanSyncState calls fn with each key under prefix that the sync
+// machinery kept (as SyncState names it), and its value, in key order.
+func (r *Repository) ScanSyncState(prefix string, fn func(key string, v []byte) error) error {
+	return scanRows(r.db.View, prefixSync, prefix, fn)
+}
+
+// ScanSyncMetadata calls fn with each of the page's sync_metadata rows
+// under prefix (keys as SyncMetadata names them), in key order.
+func (p *Page) ScanSyncMetadata(prefix string, fn func(key string, v []byte) error) error {
+	return scanRows(p.view, PrefixSyncMetadata, prefix, fn)
+}
+
+// scanRows calls fn with each row under base+prefix, its key without base.
+func scanRows(view func(func(*badger.Txn) error) error, base, prefix string, fn func(key string, v []byte) error) error {
+	return view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(base + prefix), PrefetchValues: false})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if err := fn(string(item.Key()[len(base):]), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // SyncMetadata returns the page's sync_metadata row at key.
 func (p *Page) SyncMetadata(key string) ([]byte, bool, error) {
 	return getRow(p.view, []byte(PrefixSyncMetadata+key))
