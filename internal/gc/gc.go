@@ -264,6 +264,9 @@ type marker struct {
 	stop   func() bool
 	n      int
 	halted bool
+	// remote: walk into tree nodes and index pieces not held too, read
+	// through the repository's fetcher (Reach).
+	remote bool
 }
 
 // falsePositives is the share of garbage chunks a collection keeps.
@@ -326,6 +329,9 @@ func (m *marker) add(d cas.Digest) bool {
 	m.seen[d] = struct{}{}
 	// An index piece of a value not fetched yet (a lazy pull's) has
 	// nothing held below it: walking it would fetch it.
+	if m.remote {
+		return true
+	}
 	held, err := m.p.Has(d)
 	return held || err != nil
 }
@@ -347,8 +353,10 @@ func (m *marker) node(id cas.ObjectIdentifier) error {
 	}
 	// A node not held (a page that came back after eviction fetches its
 	// tree as it is read) has nothing held below it.
-	if held, err := m.p.Has(id.Digest); err != nil || !held {
-		return err
+	if !m.remote {
+		if held, err := m.p.Has(id.Digest); err != nil || !held {
+			return err
+		}
 	}
 	// The node's own pieces: a large node is stored as an index over
 	// chunks, like a value.
@@ -374,6 +382,30 @@ func (m *marker) node(id cas.ObjectIdentifier) error {
 	}
 	return nil
 }
+
+// Reach is what commits of a repository's pages reach: every tree node
+// and index piece exactly, chunks in a Bloom filter (a false positive
+// keeps what is garbage). It walks into pieces not held here too, read
+// through the repository's fetcher, so that it finds what the remote store
+// holds for them: the bucket's collection keeps the packs of what it
+// reaches.
+type Reach struct{ m *marker }
+
+// NewReach returns an empty Reach sized for about n pieces.
+func NewReach(n int) *Reach {
+	m := newMarker(nil, n, func() bool { return false })
+	m.remote = true
+	return &Reach{m: m}
+}
+
+// Commit marks what commit c of page p reaches.
+func (r *Reach) Commit(p *store.Page, c *store.Commit) error {
+	r.m.p = p
+	return r.m.commit(c)
+}
+
+// Has reports whether a marked commit reaches d (a chunk: maybe).
+func (r *Reach) Has(d cas.Digest) bool { return r.m.reached(d) }
 
 // sweep deletes the pieces the marker did not reach. Transient ones too:
 // with the page held alone and no journal, they are values of closes that

@@ -24,6 +24,26 @@ func PolicyOf(repo *store.Repository, ledger, page string) (retention.Policy, st
 	return p, scope, nil
 }
 
+// KeepPrefix is the page's sync_metadata rows (store.Page.SyncMetadata)
+// keep/DEVICE: the page's retention policy on another device, as its last
+// batch of the page said.
+const KeepPrefix = "keep/"
+
+// withOthers returns the union of policy and the page's policies on the
+// other devices that sync it. A policy this ledgerfs cannot read (a newer
+// one's) keeps everything.
+func withOthers(p *store.Page, policy retention.Policy) (retention.Policy, error) {
+	err := p.ScanSyncMetadata(KeepPrefix, func(_ string, v []byte) error {
+		o, err := retention.Parse(string(v))
+		if err != nil {
+			o = retention.Policy{All: true}
+		}
+		policy = policy.Union(o)
+		return nil
+	})
+	return policy, err
+}
+
 // PageOptions steer CollectPage.
 type PageOptions struct {
 	// Policy, if set, replaces the page's stored policy.
@@ -70,6 +90,17 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 	p, err := repo.AcquireIdle(ledger, page)
 	if err != nil {
 		return Result{}, err
+	}
+	if syncs && o.Policy == nil {
+		// What any device's policy keeps stays here, so that the
+		// store's collection, which keeps what this device holds,
+		// keeps it too. A policy given for this collection is taken
+		// as given.
+		policy, err = withOthers(p, policy)
+		if err != nil {
+			repo.ReleaseIdle(p)
+			return Result{}, err
+		}
 	}
 	head, err := p.Head()
 	if err != nil {

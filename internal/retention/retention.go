@@ -40,6 +40,16 @@ func (p Policy) IsZero() bool { return p == Policy{} }
 // keepsAll reports whether p keeps every commit.
 func (p Policy) keepsAll() bool { return p.All || p.IsZero() }
 
+// Union keeps every commit p or o keeps: the greater of each rule (each
+// rule keeps more commits as its count or duration grows).
+func (p Policy) Union(o Policy) Policy {
+	if p.keepsAll() || o.keepsAll() {
+		return Policy{All: true}
+	}
+	return Policy{Last: max(p.Last, o.Last), Within: max(p.Within, o.Within), Hourly: max(p.Hourly, o.Hourly),
+		Daily: max(p.Daily, o.Daily), Weekly: max(p.Weekly, o.Weekly), Monthly: max(p.Monthly, o.Monthly)}
+}
+
 // String is the policy as Parse reads it: "keep-within=1h keep-hourly=48".
 func (p Policy) String() string {
 	if p.keepsAll() {

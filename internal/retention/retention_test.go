@@ -104,6 +104,40 @@ func TestRulesAdd(t *testing.T) {
 	})
 }
 
+// drawPolicy draws a policy of a few rules (none, or all: keep-all).
+func drawPolicy(t *rapid.T, label string) Policy {
+	rule := func(name string, hi int) int {
+		if rapid.Bool().Draw(t, label+" has "+name) {
+			return rapid.IntRange(1, hi).Draw(t, label+" "+name)
+		}
+		return 0
+	}
+	return Policy{
+		All:     rapid.IntRange(0, 9).Draw(t, label+" all") == 0,
+		Last:    rule("last", 5),
+		Within:  time.Duration(rule("within hours", 72)) * time.Hour,
+		Hourly:  rule("hourly", 5),
+		Daily:   rule("daily", 5),
+		Weekly:  rule("weekly", 3),
+		Monthly: rule("monthly", 3),
+	}
+}
+
+// TestUnion: the union of two policies keeps every commit either keeps.
+func TestUnion(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cs := drawCommits(t)
+		p, o := drawPolicy(t, "p"), drawPolicy(t, "o")
+		u := p.Union(o)
+		kp, ko, ku := p.Keep(cs), o.Keep(cs), u.Keep(cs)
+		for i := range cs {
+			if (kp[i] || ko[i]) && !ku[i] {
+				t.Fatalf("%v ∪ %v = %v drops commit %d, which %v keeps and %v keeps %v", p, o, u, i, p, o, ko[i])
+			}
+		}
+	})
+}
+
 func TestParseRoundTrip(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := Policy{
