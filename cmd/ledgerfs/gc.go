@@ -1,15 +1,19 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
+	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/retention"
 	"github.com/ledgerfs/ledgerfs/journal"
@@ -95,6 +99,8 @@ func writable() store.Options { return journal.NewEngine().Hooks(store.Options{}
 func newGC() *cobra.Command {
 	var dry bool
 	var pf policyFlags
+	var rf remoteFlags
+	var grace time.Duration
 	cmd := &cobra.Command{
 		Use:   "gc REPO [LEDGER [PAGE]]",
 		Short: "Prune history outside the retention policy and give the space back",
@@ -112,9 +118,22 @@ remove and changes nothing.
 
 A mounted repository collects itself: idle pages are collected in the
 background; writing a page's path (LEDGER/PAGE) to the .collect file at the
-mount's root collects it now.`,
-		Example: "  ledgerfs gc ~/.ledgerfs\n  ledgerfs gc --dry-run --keep-daily 7 ~/.ledgerfs notes\n  ledgerfs gc --keep-last 1 ~/.ledgerfs notes inbox",
-		Args:    cobra.RangeArgs(1, 3),
+mount's root collects it now.
+
+In a repository that syncs, a page keeps what any device's retention policy
+keeps (each device's policy for a page comes with its commits), and never a
+commit not pushed yet (--keep-* flags given to a run replace them all).
+--remote then collects the remote store too, after
+the repository: it pulls and pushes, finds the packs no commit this
+repository holds reaches, records them in the store, and deletes those a
+collection recorded at least --grace ago (1h) and nothing reaches since.
+Every device reads the records before it pushes and sends again what it
+still needs of a recorded pack. --grace 0 deletes at once: only when no
+other device is pushing. One device collects the store at a time (a lock
+object in it).`,
+		Example: "  ledgerfs gc ~/.ledgerfs\n  ledgerfs gc --dry-run --keep-daily 7 ~/.ledgerfs notes\n  ledgerfs gc --keep-last 1 ~/.ledgerfs notes inbox\n" +
+			"  ledgerfs gc --remote ~/.ledgerfs",
+		Args: cobra.RangeArgs(1, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			override, given, err := pf.policy(cmd)
 			if err != nil {
@@ -124,12 +143,80 @@ mount's root collects it now.`,
 			if given {
 				p = &override
 			}
-			return collect(cmd.OutOrStdout(), args[0], args[1:], p, dry)
+			bucket := cmd.Flags().Changed("remote")
+			if bucket && len(args) > 1 {
+				return fmt.Errorf("--remote collects the whole repository and its store: give no ledger or page")
+			}
+			if bucket && grace != 0 && grace < cloudsync.MinGrace {
+				return fmt.Errorf("--grace %s: at least %s (a device's push may take that long to see a collection's record), or 0", grace, cloudsync.MinGrace)
+			}
+			if err := collect(cmd.OutOrStdout(), args[0], args[1:], p, dry); err != nil || !bucket {
+				return err
+			}
+			if rf.url == keptRemote {
+				rf.url = ""
+			}
+			return collectStore(cmd, args[0], &rf, cloudsync.CollectOptions{Grace: grace, DryRun: dry})
 		},
 	}
 	cmd.Flags().BoolVarP(&dry, "dry-run", "n", false, "say what would be removed, remove nothing")
 	pf.register(cmd)
+	rf.register(cmd)
+	cmd.Flags().Lookup("remote").NoOptDefVal = keptRemote
+	cmd.Flags().Lookup("remote").Usage = "collect the remote store too: the repository's, or --remote=URL"
+	cmd.Flags().DurationVar(&grace, "grace", cloudsync.DefaultGrace, "with --remote: how long a pack recorded as unreached stays before it is deleted (0: at once)")
 	return cmd
+}
+
+// keptRemote is --remote given without a value: the repository's.
+const keptRemote = "kept"
+
+// collectStore collects the repository's remote store (cloudsync.Collect).
+func collectStore(cmd *cobra.Command, repoDir string, rf *remoteFlags, o cloudsync.CollectOptions) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	repo, err := openUnmounted(repoDir, writable(), "the mount syncs; unmount %s to collect its remote store")
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	if err := rf.fromRepository(repo); err != nil {
+		return err
+	}
+	be, err := rf.backend(ctx)
+	if err != nil {
+		return err
+	}
+	opt, err := rf.options()
+	if err != nil {
+		return err
+	}
+	s, err := cloudsync.New(ctx, repo, be, opt)
+	if err != nil {
+		return syncError(err)
+	}
+	defer s.Close()
+	var ph phases
+	s.Progress = ph.update
+	cs, err := s.Collect(ctx, o)
+	ph.done()
+	if err != nil {
+		return err
+	}
+	s.Close()
+	if err := repo.Close(); err != nil {
+		return err
+	}
+	verb := "deleted"
+	if o.DryRun {
+		verb = "would delete"
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "store %s: %d packs (%s): %d reached, %d not yet in a batch, %d unreached (recorded); %s %d packs (%s)%s; %d commits kept, in %s\n",
+		be.Location(), cs.Packs, humanize.IBytes(uint64(cs.Bytes)), cs.Live, cs.Unknown, cs.Recorded,
+		verb, cs.Deleted, humanize.IBytes(uint64(cs.DeletedBytes)),
+		map[bool]string{true: " (batches wait to apply: none deleted)"}[cs.Waiting], cs.Kept, time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 func collect(w io.Writer, repoDir string, only []string, override *retention.Policy, dry bool) error {

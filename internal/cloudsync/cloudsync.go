@@ -76,6 +76,9 @@ type Syncer struct {
 
 	scannedAt time.Time // the last full scan of the devices' logs
 	lookedAt  time.Time // the last look at the change feed (or scan)
+
+	absorbedAt time.Time    // the last read of the collection records
+	kept       *keptCommits // what the newest record keeps of old batches
 }
 
 func (s *Syncer) progress(phase string, done, total int) {
@@ -115,6 +118,9 @@ type Stats struct {
 	// Merges were made, Conflicts kept as conflict files.
 	CommitsDown, PiecesDown, Merges, Conflicts int
 	BytesDown                                  int64
+	// Waiting counts batches a pull left to apply later (their pages
+	// busy, or building on commits no batch brought yet).
+	Waiting int
 }
 
 // New connects repo to the store in be, and makes the syncer fetch the

@@ -112,6 +112,10 @@ type pageBatch struct {
 	// Commits are CommitStorage bytes, parents before children.
 	Commits [][]byte   `json:"commits"`
 	Pieces  []pieceRef `json:"pieces"`
+	// Keep is the page's retention policy on the device that wrote the
+	// batch (retention.Policy's text): the devices that collect the
+	// store keep what any device's policy keeps.
+	Keep string `json:"keep,omitempty"`
 }
 
 // A pieceRef says where a piece is: Len bytes at Off of a pack.

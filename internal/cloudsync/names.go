@@ -238,6 +238,9 @@ func (s *Syncer) seenThere(c store.NameChange, graft bool) (bool, error) {
 		there = append(there, cm)
 	}
 	for _, h := range heads {
+		if h.ID == store.FirstCommitID {
+			continue // the page holds nothing here to lose
+		}
 		covered := slices.ContainsFunc(there, func(t *store.Commit) bool { return t.ID == h.ID })
 		for _, t := range there {
 			if covered {

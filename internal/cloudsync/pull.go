@@ -14,6 +14,7 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -34,6 +35,9 @@ var errMissingParent = errors.New("a parent commit is not here yet")
 // device's order; one whose commits build on another device's commits
 // waits until those are applied.
 func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
+	if err := s.absorb(ctx, false); err != nil {
+		return err
+	}
 	names, err := s.newBatches(ctx)
 	if err != nil {
 		return err
@@ -93,12 +97,15 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 			}
 		}
 		switch {
-		case waiting == 0:
+		case waiting == 0 || busy && !progress:
+			// What waits on a busy page may wait on a batch that waits
+			// too: the next pull tries again.
+			for _, q := range queues {
+				st.Waiting += len(q)
+			}
 			return nil
 		case progress:
 			graft = false
-		case busy:
-			return nil // what waits may wait on a batch that waits too
 		case !graft:
 			graft = true
 		default:
@@ -266,14 +273,16 @@ func (s *Syncer) pieceAt(d cas.Digest) (pieceRef, bool, error) {
 // applyBatch makes b's changes of names, and lands what it holds of each
 // page.
 func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, graft bool, st *Stats) error {
-	if err := s.applyNames(b.Names, graft); err != nil {
+	// The commits a name change saw that a collection removed from the
+	// store never come: as with a graft, it goes on without them.
+	if err := s.applyNames(b.Names, graft || s.kept.covers(b.Device, b.Seq)); err != nil {
 		if errors.Is(err, errWait) || errors.Is(err, store.ErrBusy) {
 			return err
 		}
 		return fmt.Errorf("cloudsync: batch %s: %w", batchName(b.Device, b.Seq), err)
 	}
 	for _, pb := range b.Pages {
-		if err := s.applyPage(ctx, f, b.Device, pb, graft, st); err != nil {
+		if err := s.applyPage(ctx, f, b.Device, b.Seq, pb, graft, st); err != nil {
 			if errors.Is(err, errMissingParent) || errors.Is(err, errWait) || errors.Is(err, store.ErrBusy) {
 				return err
 			}
@@ -283,7 +292,7 @@ func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, graft boo
 	return nil
 }
 
-func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, pb pageBatch, graft bool, st *Stats) error {
+func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq uint64, pb pageBatch, graft bool, st *Stats) error {
 	if err := s.ensurePage(pb.Ledger, pb.Page); err != nil {
 		return err
 	}
@@ -301,6 +310,9 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, pb pa
 			return err
 		}
 		inBatch[id] = true
+		if s.kept.gone(device, seq, id) {
+			continue // collected from the store: its children graft
+		}
 		if ok, err := p.HasCommit(id); err != nil {
 			return err
 		} else if ok {
@@ -373,6 +385,9 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, pb pa
 	meta := map[string][]byte{"pulled_at": []byte(time.Now().UTC().Format(time.RFC3339))}
 	for _, c := range fresh {
 		meta[deviceKey(c.ID)] = []byte(device)
+	}
+	if pb.Keep != "" {
+		meta[gc.KeepPrefix+device] = []byte(pb.Keep)
 	}
 	if err := p.MarkSynced(nil, nil, meta); err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -98,6 +99,12 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 		return err
 	}
 	for {
+		// Pieces of packs a collection recorded go up again: read the
+		// records, if due, before choosing what goes up.
+		if err := s.absorb(ctx, false); err != nil {
+			return err
+		}
+		read := s.absorbedAt
 		ids, pieces, err := unsynced(p)
 		if err != nil {
 			return err
@@ -141,7 +148,17 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 		if err != nil {
 			return err
 		}
-		pb := pageBatch{Ledger: ledger, Page: page, Pieces: refs}
+		if s.now().Sub(read) > 2*absorbEvery {
+			// The upload took long: a collection may have recorded
+			// packs this batch reaches since the records were read.
+			s.absorbedAt = time.Time{}
+			continue
+		}
+		keep, _, err := gc.PolicyOf(s.repo, ledger, page)
+		if err != nil {
+			return err
+		}
+		pb := pageBatch{Ledger: ledger, Page: page, Pieces: refs, Keep: keep.String()}
 		for _, c := range commits {
 			pb.Commits = append(pb.Commits, c.Bytes)
 		}

@@ -36,7 +36,17 @@ func Verify(ctx context.Context, repo *store.Repository, be remote.Backend, opt 
 	}); err != nil {
 		return nil, err
 	}
+	// Batches a collection applied may name packs it deleted since.
+	recs, err := s.records(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var collected *keptCommits
+	if len(recs) > 0 {
+		collected = &keptCommits{positions: recs[len(recs)-1].rec.Positions}
+	}
 	var problems []string
+	said := map[string]bool{}
 	commits := map[store.CommitID]bool{}
 	pieces := map[cas.Digest]bool{}
 	for _, name := range batches {
@@ -60,8 +70,12 @@ func Verify(ctx context.Context, repo *store.Repository, be remote.Backend, opt 
 			for _, r := range pb.Pieces {
 				size, ok := packs[r.Pack]
 				switch {
+				case !ok && collected.covers(b.Device, b.Seq):
 				case !ok:
-					problems = append(problems, fmt.Sprintf("batch %s names pack %s, which the remote does not hold", name, r.Pack))
+					if line := fmt.Sprintf("batch %s names pack %s, which the remote does not hold", name, r.Pack); !said[line] {
+						said[line] = true
+						problems = append(problems, line)
+					}
 				case r.Off < 0 || r.Len < 0 || r.Off+r.Len > size:
 					problems = append(problems, fmt.Sprintf("batch %s puts piece %s past the end of pack %s", name, cas.Digest(r.Digest), r.Pack))
 				default:
