@@ -211,6 +211,9 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 	if err := s.unsync(ctx, setOf(unreached), false); err != nil {
 		return cs, err
 	}
+	if len(del) > 0 {
+		slog.Info("cloudsync: deleting unreached packs", "packs", len(del), "recorded", name)
+	}
 	s.progress("collect: delete", 0, len(del))
 	for i, p := range del {
 		if i%64 == 0 {

@@ -339,6 +339,11 @@ func PackPut(r Request) bool {
 	return r.Method == http.MethodPut && strings.Contains(r.Path, "/packs/") && r.Status == http.StatusOK
 }
 
+// PackDelete matches a pack's delete that the store took.
+func PackDelete(r Request) bool {
+	return r.Method == http.MethodDelete && strings.Contains(r.Path, "/packs/") && r.Status < 300
+}
+
 // PackGet matches a pack read from the store.
 func PackGet(r Request) bool {
 	return r.Method == http.MethodGet && strings.Contains(r.Path, "/packs/") && r.Status < 300
