@@ -1,6 +1,7 @@
 package mount_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/internal/s3test"
@@ -98,5 +100,42 @@ func TestCollectStoreKilled(t *testing.T) {
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("fsck --remote %s after the collection: %v\n%s", repo, err, b)
 		}
+	}
+}
+
+// TestMountCollectsStore: a mount with a schedule for the store's
+// collection (--collect-store-every) deletes the packs of a page another
+// device deleted, and keeps serving what its pages hold.
+func TestMountCollectsStore(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	w := srv.Watch(t)
+	repoA, repoB := t.TempDir(), t.TempDir()
+	a := mountPlain(t, repoA)
+	keep := content(1, 3<<20)
+	must(t, os.WriteFile(filepath.Join(a.page("home", "keep"), "f"), keep, 0o644))
+	must(t, os.WriteFile(filepath.Join(a.page("home", "drop"), "g"), content(2, 9<<20), 0o644))
+	a.stop()
+	syncRepo(t, srv, repoA)
+	before := storeBytes(t, srv)
+
+	b := mountSyncedAt(t, w.Endpoint, repoB, "--collect-store-every", "1ms", "--collect-store-grace", "0")
+	f := filepath.Join(b.mnt, "home", "keep", "f")
+	w.Until(t, "the page on b", time.Minute, func() bool { _, err := os.Stat(f); return err == nil })
+
+	a = mountPlain(t, repoA)
+	must(t, os.RemoveAll(filepath.Join(a.mnt, "home", "drop")))
+	a.stop()
+	deleted := w.Count(s3test.PackDelete)
+	syncRepo(t, srv, repoA)
+	w.Await(t, "a pack deleted by b's collection", deleted+1, s3test.PackDelete, b.exited)
+	if got, err := os.ReadFile(f); err != nil || !bytes.Equal(got, keep) {
+		t.Fatalf("the kept page's file on b after its collection of the store: %v", err)
+	}
+	if after := storeBytes(t, srv); after >= before-(8<<20) {
+		t.Fatalf("the store holds %d bytes after the collection, %d before: the deleted page's 9 MiB did not go", after, before)
+	}
+	if !strings.Contains(b.log.String(), "collected the remote store") {
+		t.Fatalf("b's log says nothing of the collection:\n%s", b.log.String())
 	}
 }

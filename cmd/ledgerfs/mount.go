@@ -69,6 +69,8 @@ func newMount() *cobra.Command {
 		pruneBelow   string
 		rf           remoteFlags
 		syncEvery    time.Duration
+		collectStore time.Duration
+		storeGrace   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "mount [flags] [REPO] MOUNTPOINT",
@@ -146,6 +148,9 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			if err != nil {
 				return err
 			}
+			if storeGrace != 0 && storeGrace < cloudsync.MinGrace {
+				return fmt.Errorf("--collect-store-grace %s: at least %s (a device's push may take that long to see a collection's record), or 0", storeGrace, cloudsync.MinGrace)
+			}
 			if _, _, err := parseShare("--prune-below", pruneBelow); err != nil {
 				return err
 			}
@@ -162,7 +167,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 				syncOpt:      syncOpt,
 				pruneBelow:   pruneBelow,
 				collectEvery: collectEvery, collectAfter: after, cacheSize: cacheBytes,
-				remote: rf, syncEvery: syncEvery,
+				remote: rf, syncEvery: syncEvery, collectStore: collectStore, storeGrace: storeGrace,
 				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther, nonEmpty: nonEmpty,
 				debug: debugLog, idlePages: idlePages, cache: time.Duration(cacheSecs * float64(time.Second)),
 				gcInterval: gcInterval, nodeCache: nodeCache << 20, closeTimeout: closeWait,
@@ -194,6 +199,8 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.StringVar(&cacheSize, "cache-size", "0", "with a remote, keep the repository under this size: closed pages whose every change is synced are evicted, least recently used first, and come back from the remote when next opened (0: never)")
 	f.DurationVar(&closeWait, "close-timeout", 30*time.Second, "how long to wait for one page database to close (at unmount or when idle) before giving up on it")
 	rf.register(cmd)
+	f.DurationVar(&collectStore, "collect-store-every", 24*time.Hour, "with a remote, how often to collect the remote store as ledgerfs gc --remote does (0: never)")
+	f.DurationVar(&storeGrace, "collect-store-grace", cloudsync.DefaultGrace, "how long a pack the store's collection found unreached stays before a later collection deletes it (0: at once, only when no other device pushes)")
 	f.DurationVar(&syncEvery, "sync-every", 2*time.Second, "with a remote (--remote, or ledgerfs config REPO remote=URL), how often to pull other devices' commits; the mount pushes its own soon after each lands")
 	return cmd
 }
@@ -218,6 +225,8 @@ type serveConfig struct {
 	remote               remoteFlags
 	syncOpt              cloudsync.Options
 	syncEvery            time.Duration
+	collectStore         time.Duration
+	storeGrace           time.Duration
 }
 
 // serve mounts the repository and serves it until the mount ends or a
@@ -265,9 +274,11 @@ func serve(c serveConfig) error {
 			}
 			return rf.backend(ctx)
 		},
-		SyncEvery: c.syncEvery,
-		Sync:      c.syncOpt,
-		CacheSize: c.cacheSize,
+		SyncEvery:    c.syncEvery,
+		Sync:         c.syncOpt,
+		CacheSize:    c.cacheSize,
+		CollectStore: c.collectStore,
+		StoreGrace:   c.storeGrace,
 		Mounted: func() {
 			startGuard(mnt)
 			if err := setReadAhead(mnt, readAheadKiB); err != nil {

@@ -283,7 +283,13 @@ func (s *Syncer) reachAll(ctx context.Context, l *lock) (*gc.Reach, map[store.Co
 		if err := l.refresh(ctx); err != nil {
 			return nil, nil, err
 		}
-		err := func() error {
+		evicted, err := s.repo.Evicted(lp[0], lp[1])
+		if err != nil {
+			return nil, nil, err
+		}
+		err = func() error {
+			// An evicted page comes back to be walked, its tree
+			// fetched, and goes again.
 			p, err := s.repo.Acquire(lp[0], lp[1])
 			if err != nil {
 				return err
@@ -298,6 +304,12 @@ func (s *Syncer) reachAll(ctx context.Context, l *lock) (*gc.Reach, map[store.Co
 				return reach.Commit(p, c)
 			})
 		}()
+		if err == nil && evicted {
+			s.Settle() // the nodes fetched are stored before it goes
+			if _, eerr := s.repo.Evict(lp[0], lp[1]); eerr != nil {
+				slog.Info("cloudsync: a page brought back to collect the store stays", "page", lp[0]+"/"+lp[1], "err", eerr)
+			}
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("cloudsync: mark %s/%s: %w", lp[0], lp[1], err)
 		}

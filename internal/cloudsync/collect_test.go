@@ -92,8 +92,16 @@ func TestCollectStore(t *testing.T) {
 			b.sync()
 			a.sync()
 			peak := storeBytes(t, be)
+			wantP3 := a.files("l", "p3")
+			// An evicted page is walked for the collection, and stays
+			// evicted.
+			_, err := a.repo.Evict("l", "p3")
+			must(t, err)
 
 			cs := a.collectStore(0)
+			if ev, err := a.repo.Evicted("l", "p3"); err != nil || !ev {
+				t.Fatalf("the page evicted before the collection is back after it (%v)", err)
+			}
 			if cs.Deleted == 0 || cs.Waiting {
 				t.Fatalf("a collection of old versions and a deleted page deleted nothing: %+v", cs)
 			}
@@ -109,11 +117,15 @@ func TestCollectStore(t *testing.T) {
 			}
 			// A device that joins now lands the kept commits only, and
 			// reads everything.
-			c, err := openDevice(t, "c", be, Options{Secret: testSecret, FetchAll: true}, 0)
+			var c *device
+			c, err = openDevice(t, "c", be, Options{Secret: testSecret, FetchAll: true}, 0)
 			must(t, err)
 			c.sync()
 			if got := c.files("l", "p1"); !maps.Equal(got, want) {
 				t.Fatal("a device that joined after the collection reads other files")
+			}
+			if got := c.files("l", "p3"); !maps.Equal(got, wantP3) {
+				t.Fatal("a device that joined after the collection reads other files of the page evicted on the collecting device")
 			}
 			// a keeps the last commit, b the last two: the store keeps two.
 			pc := c.page("l", "p1")

@@ -89,15 +89,20 @@ func (s *Syncer) nextSeq() (uint64, error) {
 }
 
 func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) error {
+	_, resend, err := s.repo.SyncState(resendKey(ledger, page))
+	if err != nil {
+		return err
+	}
+	// An evicted page has nothing to push (everything of it was synced):
+	// opening it would bring it back.
+	if ev, err := s.repo.Evicted(ledger, page); err != nil || ev && !resend {
+		return err
+	}
 	p, err := s.repo.Acquire(ledger, page)
 	if err != nil {
 		return err
 	}
 	defer s.repo.Release(p)
-	_, resend, err := s.repo.SyncState(resendKey(ledger, page))
-	if err != nil {
-		return err
-	}
 	for {
 		// Pieces of packs a collection recorded go up again: read the
 		// records, if due, before choosing what goes up.

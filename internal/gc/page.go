@@ -74,6 +74,10 @@ type PageOptions struct {
 // CollectPage collects one idle page of repo with its policy and has the
 // store give the space back. A page in use gives store.ErrBusy.
 func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Result, error) {
+	// An evicted page holds nothing here: opening it would bring it back.
+	if ev, err := repo.Evicted(ledger, page); err != nil || ev {
+		return Result{Unchanged: true}, err
+	}
 	policy, _, err := PolicyOf(repo, ledger, page)
 	if err != nil {
 		return Result{}, err

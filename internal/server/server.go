@@ -69,6 +69,10 @@ type Config struct {
 	// CacheSize, if not 0, is the size the repository is kept under by
 	// evicting closed, synced pages (gc.EvictOver) after sync rounds.
 	CacheSize uint64
+	// CollectStore, if not 0, is how often the mount collects its remote
+	// store (cloudsync.Collect), with StoreGrace.
+	CollectStore time.Duration
+	StoreGrace   time.Duration
 }
 
 // Server is one repository served at one mount point.

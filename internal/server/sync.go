@@ -90,6 +90,7 @@ func (y *syncer) round(ctx context.Context) {
 		return // stopping: the error is the stop's
 	}
 	if err == nil && y.cs != nil {
+		y.collectStore(ctx)
 		y.evict(st)
 	}
 	switch {
@@ -225,6 +226,55 @@ func (y *syncer) evict(st cloudsync.Stats) {
 		slog.Warn("evict pages", "err", err)
 	case n > 0:
 		slog.Info("evicted pages to stay under --cache-size", "pages", n, "bytes", freed, "cache_size", budget)
+	}
+}
+
+// stateStoreCollected is the repository's sync state row of the time,
+// RFC 3339, the mount last collected the remote store or found another
+// device collecting it.
+const stateStoreCollected = "store_collected_at"
+
+// collectStore collects the remote store, after a round that went
+// through, if CollectStore passed since the last time (of any mount of the
+// repository; the first mount with a schedule starts it). A store another
+// device collects counts as collected.
+func (y *syncer) collectStore(ctx context.Context) {
+	every := y.s.cfg.CollectStore
+	if every <= 0 {
+		return
+	}
+	v, ok, err := y.s.repo.SyncState(stateStoreCollected)
+	if err != nil {
+		slog.Warn("collect the remote store", "err", err)
+		return
+	}
+	at, perr := time.Parse(time.RFC3339Nano, string(v))
+	if ok && perr == nil && time.Since(at) < every {
+		return
+	}
+	if !ok {
+		// The schedule starts with the first mount that has one.
+		if err := y.s.repo.SetSyncState(map[string][]byte{stateStoreCollected: []byte(time.Now().UTC().Format(time.RFC3339Nano))}); err != nil {
+			slog.Warn("collect the remote store", "err", err)
+		}
+		return
+	}
+	start := time.Now()
+	cs, err := y.cs.Collect(ctx, cloudsync.CollectOptions{Grace: y.s.cfg.StoreGrace})
+	switch {
+	case ctx.Err() != nil:
+		return // stopping: the next mount collects
+	case errors.Is(err, cloudsync.ErrLocked):
+		slog.Info("another device is collecting the remote store", "err", err)
+	case err != nil:
+		slog.Warn("collect the remote store; retried at the next round", "err", err)
+		return
+	default:
+		slog.Info("collected the remote store", "packs", cs.Packs, "unreached", cs.Recorded,
+			"deleted", cs.Deleted, "deleted_bytes", cs.DeletedBytes, "took", time.Since(start).Round(time.Millisecond))
+	}
+	if err := y.s.repo.SetSyncState(map[string][]byte{stateStoreCollected: []byte(time.Now().UTC().Format(time.RFC3339Nano))}); err != nil {
+		slog.Warn("collect the remote store", "err", err)
 	}
 }
 
