@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/s3test"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // TestLazyValuesThroughMount: a page synced to a second mount through a
@@ -241,5 +242,33 @@ func TestEvictionThroughMount(t *testing.T) {
 	}
 	if !strings.Contains(b.log.String(), "evicted page comes back") {
 		t.Fatalf("no line of a page coming back in b's log:\n%s", b.log)
+	}
+}
+
+// TestCacheSizeBoundsReads: a mount with --cache-size reads a file 4 times
+// its cache size twice, through the remote; the repository stays under
+// the cache size plus a little (what its dbs take), and the file reads
+// the same both times.
+func TestCacheSizeBoundsReads(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	repoA, repoB := t.TempDir(), t.TempDir()
+	const size, cacheSize = 160 << 20, 40 << 20
+	a := mountPlain(t, repoA)
+	must(t, os.WriteFile(filepath.Join(a.page("home", "big"), "f.bin"), content(77, size), 0o644))
+	want := sha(t, filepath.Join(a.mnt, "home", "big", "f.bin"))
+	a.stop()
+	syncRepo(t, srv, repoA)
+	syncRepo(t, srv, repoB)
+	b := mountSyncedWith(t, plainBinary, srv.Endpoint, repoB, "--cache-size", fmt.Sprint(cacheSize))
+	for i := range 2 {
+		if got := sha(t, filepath.Join(b.mnt, "home", "big", "f.bin")); got != want {
+			t.Fatalf("read %d of the file through a cache of a quarter of it: other bytes", i+1)
+		}
+		used := store.DiskUsage(repoB)
+		t.Logf("after read %d: the repository takes %d MiB on disk (cache size %d MiB)", i+1, used>>20, cacheSize>>20)
+		if used > cacheSize+16<<20 {
+			t.Fatalf("after read %d the repository takes %d bytes on disk, over the cache size %d and 16 MiB of dbs", i+1, used, cacheSize)
+		}
 	}
 }

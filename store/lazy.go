@@ -174,6 +174,11 @@ func (p *Page) MakeLocal(what string) (pieces int, bytes int64, err error) {
 				return held && d.IsIndex(), err
 			}
 			data, err := p.GetStreaming(d, nil)
+			if err == nil {
+				// Into the db, whether or not the fetcher keeps it
+				// elsewhere (a cache may drop it).
+				err = p.PutFetched([]cas.Digest{d}, [][]byte{data})
+			}
 			if err != nil {
 				return false, fmt.Errorf("%s: %w", e.Key, err)
 			}

@@ -17,6 +17,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/restic/chunker"
 
+	"github.com/ledgerfs/ledgerfs/internal/piececache"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/internal/repokey"
 	"github.com/ledgerfs/ledgerfs/store"
@@ -44,7 +45,8 @@ type Syncer struct {
 	// packs caches the pieces of packs read lately (packIndex): a stream
 	// looks its pack up at every piece it lacks.
 	packs    *lru.Cache[string, []pieceRef]
-	fetched  atomic.Int64 // bytes Fetch read from the remote
+	cache    *piececache.Cache // Options.Cache
+	fetched  atomic.Int64      // bytes Fetch read from the remote
 	packSize int
 	// Progress, if set, is told of each phase's progress: "push LEDGER/PAGE"
 	// with the pieces packed of those to go up, "pull LEDGER/PAGE" with the
@@ -103,6 +105,10 @@ type Options struct {
 	// FetchTimeout bounds a read's wait for a piece; 0 means
 	// DefaultFetchTimeout.
 	FetchTimeout time.Duration
+	// Cache, if set, keeps what reads fetch instead of the page dbs:
+	// bounded, least recently used dropped first (a mount's
+	// --cache-size). Pinned pieces go in the page dbs whatever it says.
+	Cache *piececache.Cache
 }
 
 // packsCached bounds the packs whose pieces a syncer keeps in memory.
@@ -164,7 +170,7 @@ func New(ctx context.Context, repo *store.Repository, be remote.Backend, opt Opt
 		return nil, err
 	}
 	s := &Syncer{repo: repo, be: be, key: key, device: device, packSize: DefaultPackSize, now: time.Now,
-		lazy: !opt.FetchAll, fetchTimeout: cmp.Or(opt.FetchTimeout, DefaultFetchTimeout), packs: packs}
+		lazy: !opt.FetchAll, fetchTimeout: cmp.Or(opt.FetchTimeout, DefaultFetchTimeout), packs: packs, cache: opt.Cache}
 	body, err := json.Marshal(struct {
 		Created time.Time `json:"created"`
 	}{time.Now().UTC()})

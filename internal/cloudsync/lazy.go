@@ -29,7 +29,8 @@ const fetchAhead = 8 << 20
 const streamAhead = 2
 
 // Fetch fetches piece d of page p from the remote store, verifies it,
-// stores it as synced and returns it (store.Fetcher). For a read in order
+// stores it as synced (in the cache, if the syncer has one) and returns it
+// (store.Fetcher). For a read in order
 // it fetches, in the same ranged request, the pieces after d in its pack,
 // up to fetchAhead bytes, and starts fetching the range after that one, so
 // that a stream finds its next pieces on their way. A piece that a fetch
@@ -37,6 +38,11 @@ const streamAhead = 2
 // in several requests at once. Fetched pieces are stored in the background;
 // until they are, reads take them from the fetch. Safe for concurrent use.
 func (s *Syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error) {
+	if s.cache != nil {
+		if data, ok := s.cache.Get(d); ok {
+			return data, nil
+		}
+	}
 	r, ok, err := s.pieceAt(d)
 	if err != nil {
 		return nil, err
@@ -68,7 +74,7 @@ func (s *Syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error)
 					next = g
 					continue
 				}
-				if held, err := p.Has(cas.Digest(idx[i].Digest)); err != nil || held {
+				if held, err := p.Has(cas.Digest(idx[i].Digest)); err != nil || held || s.cache != nil && s.cache.Has(cas.Digest(idx[i].Digest)) {
 					break
 				}
 				next = s.fly(page, idx[i], idx, true)
@@ -119,7 +125,12 @@ func (s *Syncer) fly(page string, r pieceRef, idx []pieceRef, stream bool) *fetc
 			f.got[string(d)] = datas[i]
 		}
 		close(f.done)
-		if len(ds) > 0 {
+		switch {
+		case s.cache != nil:
+			for i, d := range ds {
+				s.cache.Put(d, datas[i])
+			}
+		case len(ds) > 0:
 			s.store(page, ds, datas)
 		}
 		s.flightMu.Lock()

@@ -12,6 +12,7 @@ import (
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/check"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
+	"github.com/ledgerfs/ledgerfs/internal/piececache"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/internal/retention"
 	"github.com/ledgerfs/ledgerfs/store"
@@ -175,5 +176,73 @@ func TestLazyReadUnreachable(t *testing.T) {
 	b.s = again
 	if got, err := b.read("l", "p", "f"); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("the read once the remote answers: %v", err)
+	}
+}
+
+// TestCacheOfFetchedPieces: with a cache (a mount's --cache-size), what
+// reads fetch goes into the cache, not the page db, and the cache stays
+// under its limit however much is read; a small file read twice is fetched
+// once; a file read in order that is larger than the cache is fetched again
+// (the least recently used pieces went first); what a page keeps local goes
+// into its db.
+func TestCacheOfFetchedPieces(t *testing.T) {
+	dir, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	be := &counting{Backend: dir}
+	a := newDevice(t, "a", be)
+	big, small := random(31, 3<<20), random(32, 40<<10)
+	a.write("l", "p", "big", big)
+	a.write("l", "p", "small", small)
+	a.sync()
+
+	const limit = 1 << 20
+	cache, err := piececache.Open(t.TempDir(), limit)
+	must(t, err)
+	b, err := openDevice(t, "b", be, Options{Secret: testSecret, Cache: cache}, 0)
+	must(t, err)
+	b.sync()
+	held := func() (n int) {
+		pg := b.page("l", "p")
+		defer b.repo.Release(pg)
+		must(t, pg.Pieces(store.Synced, func(d cas.Digest) error {
+			if !d.IsTreeNode() {
+				n++
+			}
+			return nil
+		}))
+		return n
+	}
+	before := held()
+	be.take()
+	for i := range 2 {
+		if got, err := b.read("l", "p", "small"); err != nil || !bytes.Equal(got, small) {
+			t.Fatalf("small through the cache: %v", err)
+		}
+		b.s.Settle()
+		if got := be.take(); (i == 0) != (got["range"] > 0) {
+			t.Fatalf("read %d of a small file made %v; want it fetched the first time only", i+1, got)
+		}
+	}
+	for range 2 {
+		if got, err := b.read("l", "p", "big"); err != nil || !bytes.Equal(got, big) {
+			t.Fatalf("big through the cache: %v", err)
+		}
+		b.s.Settle()
+		if cache.Size() > limit {
+			t.Fatalf("the cache holds %d bytes, over its limit %d", cache.Size(), limit)
+		}
+	}
+	if got := be.take(); got["range"] < 2 {
+		t.Fatalf("two reads of a file 3 times the cache made %v; want it fetched twice", got)
+	}
+	if n := held(); n != before {
+		t.Fatalf("the page db holds %d value pieces after reads through the cache, %d before", n, before)
+	}
+	pg := b.page("l", "p")
+	_, _, err = pg.MakeLocal("big")
+	b.repo.Release(pg)
+	must(t, err)
+	if n := held(); n <= before {
+		t.Fatal("a file kept local is not in the page db")
 	}
 }

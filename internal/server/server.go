@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/metrics"
+	"github.com/ledgerfs/ledgerfs/internal/piececache"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
@@ -159,6 +161,16 @@ func New(cfg Config) (s *Server, err error) {
 	}
 	if cfg.Remote != nil && !cfg.Store.ReadOnly {
 		s.syncer = &syncer{s: s, ready: make(chan struct{})}
+		if cfg.CacheSize > 0 {
+			// What reads fetch goes to a cache of its own, within
+			// the cache size, not into the page dbs.
+			c, err := piececache.Open(filepath.Join(s.repo.Dir(), "cache"), int64(cfg.CacheSize))
+			if err != nil {
+				return nil, err
+			}
+			s.cfg.Sync.Cache = c
+			s.syncer.sizeCache()
+		}
 		s.repo.SetFetcher(s.syncer)
 		if err := s.syncer.joinFirst(); err != nil {
 			return nil, err

@@ -219,6 +219,7 @@ func (y *syncer) evict(st cloudsync.Stats) {
 		return
 	}
 	y.evicted, y.closes, y.fetched = time.Now(), closes, fetched
+	y.sizeCache()
 	n, freed, over, err := gc.EvictOver(y.s.repo, budget, y.s.fsys.Busy)
 	y.over = over
 	switch {
@@ -276,6 +277,18 @@ func (y *syncer) collectStore(ctx context.Context) {
 	if err := y.s.repo.SetSyncState(map[string][]byte{stateStoreCollected: []byte(time.Now().UTC().Format(time.RFC3339Nano))}); err != nil {
 		slog.Warn("collect the remote store", "err", err)
 	}
+}
+
+// sizeCache gives the cache of fetched pieces what the cache size leaves
+// of the repository's disk beside it: pieces go, least recently used
+// first, before pages are evicted.
+func (y *syncer) sizeCache() {
+	c := y.s.cfg.Sync.Cache
+	if c == nil {
+		return
+	}
+	rest := y.s.repo.DiskUsage() - c.Size()
+	c.SetLimit(int64(y.s.cfg.CacheSize) - rest)
 }
 
 // locked reports an error of a remote that the mount has no secret for.
