@@ -99,23 +99,7 @@ func (p *Page) JournalEntry(id JournalID, key string) (v []byte, found bool, err
 // JournalEntries calls fn with journal id's entry rows whose keys start
 // with prefix, in key order.
 func (p *Page) JournalEntries(id JournalID, prefix string, fn func(key string, v []byte) error) error {
-	rowPrefix := []byte(journalEntryPrefix(id) + prefix)
-	skip := len(journalEntryPrefix(id))
-	return p.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: rowPrefix, PrefetchValues: true, PrefetchSize: 64})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			item := it.Item()
-			v, err := item.ValueCopy(nil)
-			if err != nil {
-				return err
-			}
-			if err := fn(string(item.Key()[skip:]), v); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return scanRows(p.view, journalEntryPrefix(id), prefix, fn)
 }
 
 // DeleteJournalRows deletes journal id's entry rows for keys and its clear

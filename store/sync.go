@@ -99,10 +99,11 @@ func (p *Page) ScanSyncMetadata(prefix string, fn func(key string, v []byte) err
 	return scanRows(p.view, PrefixSyncMetadata, prefix, fn)
 }
 
-// scanRows calls fn with each row under base+prefix, its key without base.
+// scanRows calls fn with each row under base+prefix, its key without base,
+// in key order.
 func scanRows(view func(func(*badger.Txn) error) error, base, prefix string, fn func(key string, v []byte) error) error {
 	return view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(base + prefix), PrefetchValues: false})
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(base + prefix), PrefetchValues: true, PrefetchSize: 64})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			item := it.Item()

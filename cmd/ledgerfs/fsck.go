@@ -156,14 +156,7 @@ func fsckRemote(ctx context.Context, w io.Writer, repoDir string) error {
 	}
 	defer repo.Close()
 	var rf remoteFlags
-	if err := rf.fromRepository(repo); err != nil {
-		return err
-	}
-	be, err := rf.backend(ctx)
-	if err != nil {
-		return err
-	}
-	opt, err := rf.options()
+	be, opt, err := rf.open(ctx, repo)
 	if err != nil {
 		return err
 	}

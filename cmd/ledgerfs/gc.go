@@ -181,14 +181,7 @@ func collectStore(cmd *cobra.Command, repoDir string, rf *remoteFlags, o cloudsy
 		return err
 	}
 	defer repo.Close()
-	if err := rf.fromRepository(repo); err != nil {
-		return err
-	}
-	be, err := rf.backend(ctx)
-	if err != nil {
-		return err
-	}
-	opt, err := rf.options()
+	be, opt, err := rf.open(ctx, repo)
 	if err != nil {
 		return err
 	}

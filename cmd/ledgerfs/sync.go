@@ -72,14 +72,7 @@ change beats a delete. A page made on two devices is one page.`,
 				return err
 			}
 			defer repo.Close()
-			if err := rf.fromRepository(repo); err != nil {
-				return err
-			}
-			be, err := rf.backend(ctx)
-			if err != nil {
-				return err
-			}
-			opt, err := rf.options()
+			be, opt, err := rf.open(ctx, repo)
 			if err != nil {
 				return err
 			}
@@ -224,6 +217,20 @@ func (f *remoteFlags) fromRepository(repo *store.Repository) error {
 		}
 	}
 	return nil
+}
+
+// open connects to repo's remote store, as the flags and the repository's
+// settings name it, and says what unlocks it.
+func (f *remoteFlags) open(ctx context.Context, repo *store.Repository) (remote.Backend, cloudsync.Options, error) {
+	if err := f.fromRepository(repo); err != nil {
+		return nil, cloudsync.Options{}, err
+	}
+	be, err := f.backend(ctx)
+	if err != nil {
+		return nil, cloudsync.Options{}, err
+	}
+	opt, err := f.options()
+	return be, opt, err
 }
 
 // check checks the remote's URL.
