@@ -208,7 +208,7 @@ func TestCollectKeepsPolicy(t *testing.T) {
 // collection leaves nothing no commit reaches.
 func TestKillCollection(t *testing.T) {
 	t.Parallel()
-	kills := 8
+	kills := 6
 	if *long {
 		kills = 40
 	}

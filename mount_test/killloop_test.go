@@ -82,10 +82,10 @@ func (m *model) ack(changes map[string][]byte) {
 // every present name must read back, every commit must read with its
 // changes (ledgerfs log reads the tree nodes each commit has of its own),
 // and every row must follow the schema.
-// 8 iterations; -long runs 200.
+// 6 iterations; -long runs 200.
 func TestKillLoop(t *testing.T) {
 	t.Parallel()
-	iterations := 8
+	iterations := 6
 	if *long {
 		iterations = 200
 	}

@@ -253,7 +253,7 @@ func TestCacheSizeBoundsReads(t *testing.T) {
 	t.Parallel()
 	srv := s3test.Start(t)
 	repoA, repoB := t.TempDir(), t.TempDir()
-	const size, cacheSize = 160 << 20, 40 << 20
+	const size, cacheSize = 96 << 20, 24 << 20
 	a := mountPlain(t, repoA)
 	must(t, os.WriteFile(filepath.Join(a.page("home", "big"), "f.bin"), content(77, size), 0o644))
 	want := sha(t, filepath.Join(a.mnt, "home", "big", "f.bin"))
