@@ -9,18 +9,20 @@
 # mounts syncing in the background at their defaults, the time from a close
 # on one to the content being readable on the other (20 changes a run); the
 # first read of a 4 KiB file and of the big file on the second device, whose
-# pull left contents in the remote, against a plain GET by curl; and
+# pull left contents in the remote, against a plain GET by curl; the big
+# file read twice by a third device with a --cache-size; and
 # the requests per minute of an idle mount of 100 pages (versitygw only: it
 # logs each request). Medians of RUNS
 # (3) runs.
 #
 #   bench/sync.sh [WORKDIR]          (as root, for the mounts that write the data)
 #
-# SIZE_MIB (1024) and FILES (10000) scale it.
+# SIZE_MIB (1024), FILES (10000) and CACHE_MIB (256, the --cache-size of a
+# third device that reads the big file twice) scale it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-$(mktemp -d /tmp/ledgerfs-syncbench.XXXXXX)}
-SIZE_MIB=${SIZE_MIB:-1024} FILES=${FILES:-10000} RUNS=${RUNS:-3}
+SIZE_MIB=${SIZE_MIB:-1024} FILES=${FILES:-10000} RUNS=${RUNS:-3} CACHE_MIB=${CACHE_MIB:-256}
 mkdir -p "$work"
 go build -o "$work/ledgerfs" ./cmd/ledgerfs
 vgw=${LEDGERFS_TEST_VERSITYGW:-$(command -v versitygw || true)}
@@ -55,7 +57,7 @@ trap cleanup EXIT
 for _ in $(seq 100); do curl -s -o /dev/null "$endpoint" && break; sleep 0.1; done
 
 now() { date +%s.%N; }
-mountrepo() { mkdir -p "$mnt"; "$work/ledgerfs" mount "$1" "$mnt" >"$work/mount.log" 2>&1 & lpid=$!; for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done; }
+mountrepo() { mkdir -p "$mnt"; "$work/ledgerfs" mount "${@:2}" "$1" "$mnt" >"$work/mount.log" 2>&1 & lpid=$!; for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done; }
 unmountrepo() { umount "$mnt"; wait "$lpid"; lpid=; }
 # MinIO keeps an object as a directory with an xl.meta (and its parts).
 if [ -n "${MINIO:-}" ]; then objects() { find "$work/s3/$1" -name xl.meta 2>/dev/null | wc -l; }
@@ -102,6 +104,20 @@ print((time.monotonic() - s) * 1000)' "$mnt/home/work/small.bin")"
   s=$(now); cat "$mnt/home/work/big.bin" >/dev/null; e=$(now)
   put "second read of it (local), s" "$(echo "$e-$s" | bc -l)"
   unmountrepo
+  # A third device reads it twice through a mount whose --cache-size is
+  # CACHE_MIB: the repository's disk after each read, and the second
+  # read's time (the file is larger than the cache: fetched again).
+  "$work/ledgerfs" sync "$work/repo-c$run" --remote "s3://$bucket/a" --endpoint "$endpoint" >/dev/null
+  mountrepo "$work/repo-c$run" --cache-size "${CACHE_MIB}MiB"
+  for k in first second; do
+    sync; echo 3 >/proc/sys/vm/drop_caches
+    s=$(now); cat "$mnt/home/work/big.bin" >/dev/null; e=$(now)
+    put "$k read of it with --cache-size ${CACHE_MIB}MiB, s" "$(echo "$e-$s" | bc -l)"
+    # (the cache drops files while du walks: it says so on stderr)
+    put "repository on disk after the $k read, MiB" "$(( $(du -s --block-size=1M "$work/repo-c$run" 2>/dev/null | cut -f1) ))"
+  done
+  unmountrepo
+  rm -rf "$work/repo-c$run"
   s=$(now); curl -s -f --aws-sigv4 "aws:amz:us-east-1:s3" --user bench:bench-secret -o /dev/null "$endpoint/$bucket/raw.bin"; e=$(now)
   put "plain GET of the same bytes by curl, s" "$(echo "$e-$s" | bc -l)"
 
