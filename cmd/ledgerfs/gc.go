@@ -205,10 +205,14 @@ func collectStore(cmd *cobra.Command, repoDir string, rf *remoteFlags, o cloudsy
 	if o.DryRun {
 		verb = "would delete"
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "store %s: %d packs (%s): %d reached, %d not yet in a batch, %d unreached (recorded); %s %d packs (%s)%s; %d commits kept, in %s\n",
-		be.Location(), cs.Packs, humanize.IBytes(uint64(cs.Bytes)), cs.Live, cs.Unknown, cs.Recorded,
+	recorded := "recorded"
+	if cs.Waiting || o.DryRun {
+		recorded = "not recorded"
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "store %s: %d packs (%s): %d reached, %d not yet in a batch, %d unreached (%s); %s %d packs (%s)%s; %d commits kept, in %s\n",
+		be.Location(), cs.Packs, humanize.IBytes(uint64(cs.Bytes)), cs.Live, cs.Unknown, cs.Recorded, recorded,
 		verb, cs.Deleted, humanize.IBytes(uint64(cs.DeletedBytes)),
-		map[bool]string{true: " (batches wait to apply: none deleted)"}[cs.Waiting], cs.Kept, time.Since(start).Round(time.Millisecond))
+		map[bool]string{true: " (batches of other devices wait to apply here: try again later)"}[cs.Waiting], cs.Kept, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

@@ -155,27 +155,31 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 		return cs, err
 	}
 	cs.Recorded = len(unreached)
+	if cs.Waiting {
+		// Commits of batches not applied here may reach what looks
+		// unreached, and a record's positions must not go back: no
+		// record, nothing deleted.
+		return cs, nil
+	}
 
 	records, err := s.records(ctx)
 	if err != nil {
 		return cs, err
 	}
 	// What goes now: unreached packs a record named at least the grace ago
-	// (all of them, with no grace), unless batches wait.
-	var del []string
-	if !cs.Waiting {
-		due := map[string]bool{}
-		for _, r := range records {
-			if s.now().Sub(r.rec.Time) >= o.Grace {
-				for _, p := range r.rec.Packs {
-					due[p] = true
-				}
+	// (all of them, with no grace).
+	due := map[string]bool{}
+	for _, r := range records {
+		if s.now().Sub(r.rec.Time) >= o.Grace {
+			for _, p := range r.rec.Packs {
+				due[p] = true
 			}
 		}
-		for _, p := range unreached {
-			if o.Grace == 0 || due[p] {
-				del = append(del, p)
-			}
+	}
+	var del []string
+	for _, p := range unreached {
+		if o.Grace == 0 || due[p] {
+			del = append(del, p)
 		}
 	}
 	if o.DryRun {
@@ -392,18 +396,27 @@ func (s *Syncer) absorb(ctx context.Context, force bool) error {
 	if err != nil {
 		return err
 	}
-	recs, err := s.records(ctx, string(last))
+	// A syncer new to the store's records reads them all: the newest
+	// one's kept commits steer its pulls, read before or not.
+	from := string(last)
+	if s.kept == nil {
+		from = ""
+	}
+	recs, err := s.records(ctx, from)
 	if err != nil {
 		return err
 	}
+	if len(recs) > 0 {
+		newest := recs[len(recs)-1]
+		s.kept = &keptCommits{positions: newest.rec.Positions, ids: map[store.CommitID]bool{}}
+		for _, id := range newest.rec.Kept {
+			s.kept.ids[store.CommitID(id)] = true
+		}
+	}
+	recs = slices.DeleteFunc(recs, func(r namedRecord) bool { return r.name <= string(last) })
 	if len(recs) == 0 {
 		s.absorbedAt = now
 		return nil
-	}
-	newest := recs[len(recs)-1]
-	s.kept = &keptCommits{positions: newest.rec.Positions, ids: map[store.CommitID]bool{}}
-	for _, id := range newest.rec.Kept {
-		s.kept.ids[store.CommitID(id)] = true
 	}
 	gone := map[string]bool{}
 	for _, r := range recs {
@@ -415,7 +428,7 @@ func (s *Syncer) absorb(ctx context.Context, force bool) error {
 	if err := s.unsync(ctx, gone, missed); err != nil {
 		return err
 	}
-	if err := s.repo.SetSyncState(map[string][]byte{stateCollected: []byte(newest.name)}); err != nil {
+	if err := s.repo.SetSyncState(map[string][]byte{stateCollected: []byte(recs[len(recs)-1].name)}); err != nil {
 		return err
 	}
 	s.absorbedAt = now
