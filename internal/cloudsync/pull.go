@@ -67,7 +67,7 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 	if err := s.keepIndex(slices.Collect(maps.Values(index))); err != nil {
 		return err
 	}
-	f := &fetcher{s: s, index: index, packs: map[string][]byte{}, st: st}
+	f := &fetcher{s: s, index: index, st: st}
 	// graft: no batch could apply, the rest wait on commits no batch read
 	// brings (a page deleted or renamed here, a history pruned there):
 	// they apply without them, their history starting where it can.
@@ -504,13 +504,12 @@ func (s *Syncer) madeBy(p *store.Page, c *store.Commit) (string, error) {
 // A fetcher stores the pieces a commit reaches that the page lacks, from
 // the packs the index names; it keeps the last few packs read.
 type fetcher struct {
-	s     *Syncer
-	index map[cas.Digest]pieceRef
-	packs map[string][]byte
-	order []string
-	p     *store.Page
-	pw    *store.PieceWriter
-	st    *Stats
+	s      *Syncer
+	index  map[cas.Digest]pieceRef
+	ranges []fetchedRange // the last read, least recently used first
+	p      *store.Page
+	pw     *store.PieceWriter
+	st     *Stats
 	// walked holds the pieces of p this pull fetched or walked below:
 	// transient until it lands, and complete.
 	walked map[cas.Digest]bool
@@ -518,8 +517,8 @@ type fetcher struct {
 	nodes []cas.ObjectIdentifier
 }
 
-// maxPacks bounds the packs a fetcher keeps, the least recently used
-// dropped first: 4 of 8 MiB.
+// maxPacks bounds the packs (or ranges) a fetcher keeps, the least
+// recently used dropped first: 4 of 8 MiB.
 const maxPacks = 4
 
 // piece stores d, fetched and verified, unless the page holds it; it
@@ -543,27 +542,11 @@ func (f *fetcher) piece(ctx context.Context, d cas.Digest) (bool, error) {
 			return false, fmt.Errorf("piece %s is in no batch read", d)
 		}
 	}
-	pack, ok := f.packs[r.Pack]
-	if ok {
-		// Last used last: a pack of tree nodes serves the whole walk.
-		i := slices.Index(f.order, r.Pack)
-		f.order = append(slices.Delete(f.order, i, i+1), r.Pack)
-	} else {
-		var err error
-		if pack, err = f.s.be.Get(ctx, r.Pack); err != nil {
-			return false, err
-		}
-		f.st.BytesDown += int64(len(pack))
-		if len(f.order) >= maxPacks {
-			delete(f.packs, f.order[0])
-			f.order = f.order[1:]
-		}
-		f.packs[r.Pack], f.order = pack, append(f.order, r.Pack)
+	sealed, err := f.bytesOf(ctx, d, r)
+	if err != nil {
+		return false, err
 	}
-	if r.Off < 0 || r.Len < 0 || r.Off+r.Len > int64(len(pack)) {
-		return false, fmt.Errorf("piece %s: %d bytes at %d of a %d-byte pack %s", d, r.Len, r.Off, len(pack), r.Pack)
-	}
-	data, err := f.s.openPiece(d, r.Pack, pack[r.Off:r.Off+r.Len], false) // the pack is kept for other pieces
+	data, err := f.s.openPiece(d, r.Pack, sealed, false) // the pack is kept for other pieces
 	if err != nil {
 		return false, err
 	}
@@ -578,6 +561,63 @@ func (f *fetcher) piece(ctx context.Context, d cas.Digest) (bool, error) {
 		return true, f.pw.Flush()
 	}
 	return true, nil
+}
+
+// A fetchedRange is bytes of a pack a pull read: the whole pack (off 0),
+// or in a lazy pull a run of tree nodes and index pieces.
+type fetchedRange struct {
+	pack string
+	off  int64
+	data []byte
+}
+
+// bytesOf returns what pack r.Pack holds of piece d, from a range read
+// already or a new one: the whole pack, or, in a lazy pull, the run of tree
+// nodes and index pieces that starts at d, back to back in the pack and up
+// to fetchAhead bytes (a push packs each commit's nodes together): so a
+// lazy pull reads the trees, not the values packed among them.
+func (f *fetcher) bytesOf(ctx context.Context, d cas.Digest, r pieceRef) ([]byte, error) {
+	for i, g := range f.ranges {
+		if g.pack == r.Pack && g.off <= r.Off && r.Off+r.Len <= g.off+int64(len(g.data)) {
+			// Last used last: a run of tree nodes serves the whole walk.
+			f.ranges = append(slices.Delete(f.ranges, i, i+1), g)
+			return g.data[r.Off-g.off : r.Off-g.off+r.Len], nil
+		}
+	}
+	g := fetchedRange{pack: r.Pack}
+	var err error
+	if f.s.lazy {
+		refs := []pieceRef{r}
+		if idx, err := f.s.packIndex(r.Pack); err != nil {
+			return nil, err
+		} else if i, found := refAt(idx, r.Off); found {
+			end := r.Off + r.Len
+			for _, n := range idx[i+1:] {
+				nd := cas.Digest(n.Digest)
+				if n.Off != end || !nd.IsTreeNode() && !nd.IsIndex() || end+n.Len-r.Off > fetchAhead {
+					break
+				}
+				end += n.Len
+			}
+			refs[0].Len = end - r.Off
+		}
+		g.off = r.Off
+		g.data, err = f.s.be.GetRange(ctx, r.Pack, r.Off, refs[0].Len)
+	} else {
+		g.data, err = f.s.be.Get(ctx, r.Pack)
+	}
+	if err != nil {
+		return nil, err
+	}
+	f.st.BytesDown += int64(len(g.data))
+	if len(f.ranges) >= maxPacks {
+		f.ranges = f.ranges[1:]
+	}
+	f.ranges = append(f.ranges, g)
+	if r.Off < g.off || r.Len < 0 || r.Off+r.Len > g.off+int64(len(g.data)) {
+		return nil, fmt.Errorf("piece %s: %d bytes at %d of pack %s, which holds %d bytes from %d", d, r.Len, r.Off, r.Pack, len(g.data), g.off)
+	}
+	return g.data[r.Off-g.off : r.Off-g.off+r.Len], nil
 }
 
 // complete reports whether the page holds d with every piece below it: a
