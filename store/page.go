@@ -166,7 +166,7 @@ func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 		return it.Value(func(v []byte) error {
 			var err error
 			out, err = decodePiece(buf[:0], v, enc)
-			if stream {
+			if stream && !d.IsIndex() {
 				p.ra.Near(p.repo.ra, v)
 			}
 			return err
@@ -175,7 +175,10 @@ func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return p.fetch(d, buf, stream)
 	}
-	p.repo.trim.AddValueRead(len(out), stream)
+	// An index piece held here is no part of a stream's run of chunks:
+	// a stream asks for it from its source only so that a remote fetch
+	// brings the chunks after it along.
+	p.repo.trim.AddValueRead(len(out), stream && !d.IsIndex())
 	return out, err
 }
 
