@@ -243,6 +243,26 @@ func TestEvictionThroughMount(t *testing.T) {
 	if !strings.Contains(b.log.String(), "evicted page comes back") {
 		t.Fatalf("no line of a page coming back in b's log:\n%s", b.log)
 	}
+
+	// kill -9 while the mount evicts them again (the pages just read are
+	// closed: the next round evicts them, one after another), once the
+	// first is gone.
+	n := strings.Count(b.log.String(), "page evicted")
+	if !b.log.until(func(s string) bool { return strings.Count(s, "page evicted") > n }, b.exited) {
+		t.Fatalf("b ended before it evicted the pages again:\n%s", b.log)
+	}
+	b.kill()
+	t.Logf("killed after %d of the %d pages were evicted again", strings.Count(b.log.String(), "page evicted")-n, len(pages))
+	b = mountSyncedAt(t, w.Endpoint, repoB)
+	for _, name := range pages {
+		if err := read(name); err != nil {
+			t.Fatalf("%s after a kill during eviction: %v", name, err)
+		}
+	}
+	b.stop()
+	if out, err := exec.Command(binary, "fsck", repoB).CombinedOutput(); err != nil {
+		t.Fatalf("fsck after a kill during eviction: %v\n%s", err, out)
+	}
 }
 
 // TestCacheSizeBoundsReads: a mount with --cache-size reads a file 4 times
