@@ -118,6 +118,9 @@ func TestMountCollectsStore(t *testing.T) {
 	a.stop()
 	syncRepo(t, srv, repoA)
 	before := storeBytes(t, srv)
+	// b holds the pages before it mounts: what this test watches is its
+	// collection, not how soon a new page shows.
+	syncRepo(t, srv, repoB)
 
 	b := mountSyncedAt(t, w.Endpoint, repoB, "--collect-store-every", "1ms", "--collect-store-grace", "0")
 	f := filepath.Join(b.mnt, "home", "keep", "f")
