@@ -162,7 +162,7 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 		return cs, nil
 	}
 
-	records, err := s.records(ctx)
+	records, err := s.records(ctx, "")
 	if err != nil {
 		return cs, err
 	}
@@ -275,11 +275,12 @@ func (s *Syncer) reachAll(ctx context.Context, l *lock) (*gc.Reach, map[store.Co
 	if err != nil {
 		return nil, nil, err
 	}
+	// The filter is sized for every piece whose place in the store is
+	// known here.
 	n := 0
-	_ = s.repo.ScanSyncState(statePack, func(_ string, v []byte) error {
-		n += strings.Count(string(v), `"d":`)
-		return nil
-	})
+	if err := s.repo.ScanSyncState(store.SyncPieceKey(""), func(string, []byte) error { n++; return nil }); err != nil {
+		return nil, nil, err
+	}
 	reach := gc.NewReach(n)
 	kept := map[store.CommitID]bool{}
 	for i, lp := range pages {
@@ -350,9 +351,9 @@ type namedRecord struct {
 
 // records reads the store's collection records after the name after ("" for
 // all), oldest first.
-func (s *Syncer) records(ctx context.Context, after ...string) ([]namedRecord, error) {
+func (s *Syncer) records(ctx context.Context, after string) ([]namedRecord, error) {
 	var names []string
-	err := s.be.List(ctx, collectedDir, strings.Join(after, ""), func(o remote.Object) error {
+	err := s.be.List(ctx, collectedDir, after, func(o remote.Object) error {
 		names = append(names, o.Name)
 		return nil
 	})

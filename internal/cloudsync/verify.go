@@ -37,7 +37,7 @@ func Verify(ctx context.Context, repo *store.Repository, be remote.Backend, opt 
 		return nil, err
 	}
 	// Batches a collection applied may name packs it deleted since.
-	recs, err := s.records(ctx)
+	recs, err := s.records(ctx, "")
 	if err != nil {
 		return nil, err
 	}
