@@ -49,6 +49,35 @@ func keepParent(t *btree.Tree, prefix string, gone ...string) ([]journal.Op, err
 	return []journal.Op{{Key: prefix, Kind: store.OpMarker, Entry: dirMarker(btree.Meta{Mode: 0o755, MtimeNs: nowNs(), HasMtime: true})}}, nil
 }
 
+// keepsItself reports whether the directory at prefix has a marker whose
+// commit is queued: it outlives its last entry without a marker from
+// keepParent, which reads only the head and would replace the queued one
+// (a mkdir -m 0700 whose last file went before the marker landed showed
+// 0755). Ask before reading the head: a marker that lands in between is
+// then in it.
+func (pg *pageRef) keepsItself(prefix string) bool {
+	if !pg.v.queues() {
+		return false
+	}
+	_, ok := pg.queuedMarker(prefix)
+	return ok
+}
+
+// queueRemoveDir queues the deletion of the marker of the empty directory
+// dir, which shows gone until it lands. A marker of dir still queued (a
+// mkdir or chmod just before) stops showing at once: it lands first, and
+// the deletion after it; a touch of dir waiting for a change then rides
+// with none (takeTouches finds its marker gone).
+func (pg *pageRef) queueRemoveDir(parent, dir string) error {
+	return pg.queueShown(journal.Op{Key: dir, Kind: store.OpDelete}, func(seq uint64) {
+		pg.ov.markers.Delete(dir)
+		pg.ov.showGone(dir, seq)
+		pg.dirShownLocked(parent, dir, -1)
+	}, func(seq uint64) {
+		pg.ov.landGone(dir, seq)
+	})
+}
+
 // queuedMarker returns the directory marker at key whose commit is queued.
 func (pg *pageRef) queuedMarker(key string) (btree.Entry, bool) {
 	pg.mu.Lock()
@@ -72,6 +101,17 @@ func (pg *pageRef) queuedMarkersUnder(prefix string) []string {
 func (pg *pageRef) queueMarker(key string, e btree.Entry) error {
 	return pg.queueShown(journal.Op{Key: key, Kind: store.OpMarker, Entry: e}, func(seq uint64) {
 		pg.ov.showMarker(key, e, seq)
+	}, func(seq uint64) {
+		pg.ov.landMarker(key, seq)
+	})
+}
+
+// queueMkdir is queueMarker of a new directory at key in the directory at
+// parent, which counts one more subdirectory from when it shows.
+func (pg *pageRef) queueMkdir(parent, key string, e btree.Entry) error {
+	return pg.queueShown(journal.Op{Key: key, Kind: store.OpMarker, Entry: e}, func(seq uint64) {
+		pg.ov.showMarker(key, e, seq)
+		pg.dirShownLocked(parent, key, 1)
 	}, func(seq uint64) {
 		pg.ov.landMarker(key, seq)
 	})

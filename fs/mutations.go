@@ -44,10 +44,13 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	}
 	d.pg.keys.RLock() // the key stays where it is until the entry is made
 	defer d.pg.keys.RUnlock()
-	defer d.pg.dirsChanged()
 	key, eno := d.freeName("mkdir", name)
 	if eno != 0 {
 		return nil, eno
+	}
+	prefix, _, err := d.prefix()
+	if err != nil {
+		return nil, errno("mkdir", err)
 	}
 	parent, eno := d.parentMeta()
 	if eno != 0 {
@@ -55,11 +58,11 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	}
 	marker := dirMarker(created(ctx, syscall.S_IFDIR|mode&0o7777, parent, d.pg.fs))
 	d.touch() // first, for the new marker's commit to carry (see pageRef.touch)
-	var err error
 	if d.pg.v.queues() {
-		err = d.pg.queueMarker(key+"/", marker)
+		err = d.pg.queueMkdir(prefix, key+"/", marker)
 	} else {
 		err = d.pg.apply(false, journal.Op{Key: key + "/", Kind: store.OpMarker, Entry: marker})
+		d.pg.dirsChanged()
 	}
 	if err != nil {
 		return nil, errno("mkdir", err)
@@ -85,14 +88,19 @@ func (d *dirNode) parentMeta() (btree.Meta, syscall.Errno) {
 	return m, errno("create", err)
 }
 
+// Rmdir removes an empty directory. On the live page, when the parent
+// keeps its marker or other entries, the removal is queued as an unlink's
+// is, and the directory shows gone until it lands: what fills a directory
+// (pending files, queued markers below it) and what empties it (queued
+// deletes, which the view hides) all show, so it need not wait for the
+// page's queued commits, and rm -r, make clean and stress-ng --dir remove
+// one directory after another without a commit each.
 func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if d.pg.readOnly() {
 		return syscall.EROFS
 	}
-	defer d.pg.dirsChanged()
-	if err := d.pg.settle(); err != nil {
-		return errno("rmdir", err)
-	}
+	d.pg.keys.RLock() // nothing moves into the directory meanwhile
+	defer d.pg.keys.RUnlock()
 	key, coll, err := d.childKey(name)
 	if err != nil || coll {
 		return nameErrno(err, syscall.ENOENT)
@@ -102,19 +110,27 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 		return errno("rmdir", err)
 	}
 	dir := key + "/"
+	// What is queued is read before the tree; see listDir.
 	if d.pg.pendingUnder(dir) != nil {
 		return syscall.ENOTEMPTY
 	}
-	var ops []journal.Op
+	queued := false // the directory's own marker
+	for _, k := range d.pg.queuedMarkersUnder(dir) {
+		if k != dir {
+			return syscall.ENOTEMPTY
+		}
+		queued = true
+	}
+	kept := d.pg.keepsItself(prefix)
+	var keep []journal.Op
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		it := t.Prefix(dir)
-		found := false
+		found := queued
 		for it.Next() {
-			found = true
 			if it.Entry().Key != dir {
 				return syscall.ENOTEMPTY
 			}
-			ops = append(ops, journal.Op{Key: dir, Kind: store.OpDelete})
+			found = true
 		}
 		if it.Err() != nil {
 			return it.Err()
@@ -127,18 +143,32 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 			}
 			return syscall.ENOENT
 		}
-		keep, err := keepParent(t, prefix, dir)
-		ops = append(ops, keep...)
+		if kept {
+			return nil
+		}
+		var err error
+		keep, err = keepParent(t, prefix, dir)
 		return err
 	})
-	if err == nil {
-		ops, err = d.pg.withTouch(prefix, ops)
-	}
 	if err != nil {
 		return errno("rmdir", err)
 	}
 	removed := d.removing(name, dir)
-	if err := d.pg.apply(false, ops...); err != nil {
+	if d.pg.v.queues() && len(keep) == 0 {
+		d.pg.touch(prefix) // first, for the removal to carry it
+		if err := d.pg.queueRemoveDir(prefix, dir); err != nil {
+			return errno("rmdir", err)
+		}
+		removed(true)
+		return 0
+	}
+	ops, err := d.pg.withTouch(prefix, append([]journal.Op{{Key: dir, Kind: store.OpDelete}}, keep...))
+	if err != nil {
+		return errno("rmdir", err)
+	}
+	err = d.pg.apply(false, ops...)
+	d.pg.dirsChanged()
+	if err != nil {
 		return errno("rmdir", err)
 	}
 	removed(true)
@@ -222,6 +252,7 @@ func (d *dirNode) unlinkShared(name, key, prefix string) (syscall.Errno, bool) {
 // a name of a file with hard links, which it reports.
 func (d *dirNode) unlink(key, prefix string) (eno syscall.Errno, linked bool) {
 	pending := d.pg.pendingFile(key) != nil // before the tree; see listDir
+	kept := d.pg.keepsItself(prefix)
 	var keep []journal.Op
 	err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		e, inTree, err := t.Get(key)
@@ -231,7 +262,7 @@ func (d *dirNode) unlink(key, prefix string) (eno syscall.Errno, linked bool) {
 		if !inTree && !pending {
 			return syscall.ENOENT
 		}
-		if linked = inTree && e.Meta.Link != ""; linked {
+		if linked = inTree && e.Meta.Link != ""; linked || kept {
 			return nil
 		}
 		keep, err = keepParent(t, prefix, key)

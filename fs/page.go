@@ -71,6 +71,27 @@ type pageRef struct {
 // subdirectories taken before are stale.
 func (pg *pageRef) dirsChanged() { pg.dirGen.Add(1) }
 
+// dirShownLocked says, as the directory at child shows made (delta 1) or
+// removed (-1) by a queued mkdir or rmdir, that the count of its parent
+// moves by delta and its own goes; the other counts stay. A mkdir beside
+// readers of a large directory recounted it, and every subdirectory's
+// count, at each change. Counts under way are stale (the generation
+// moves): they read before the change showed. Called with pg.mu held, in
+// the same hold as the change is shown.
+func (pg *pageRef) dirShownLocked(parent, child string, delta int) {
+	gen := pg.dirGen.Add(1)
+	if pg.subdirs == nil || pg.subdirsAt != gen-1 {
+		return // stale already
+	}
+	if n, ok := pg.subdirs[parent]; ok && int(n)+delta >= 0 {
+		pg.subdirs[parent] = uint32(int(n) + delta)
+	} else {
+		delete(pg.subdirs, parent)
+	}
+	delete(pg.subdirs, child)
+	pg.subdirsAt = gen
+}
+
 // names returns the ledger and page names, which a rename changes.
 func (pg *pageRef) names() (string, string) {
 	o := pg.owner

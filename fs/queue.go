@@ -171,10 +171,11 @@ func (pg *pageRef) commitThenSettle(op string, files ...*fileNode) syscall.Errno
 
 // settle waits until the live page's queued commits have landed. A close
 // returns before its commit; operations that read the head to decide what
-// to change (unlink, rename, rmdir), and views of history, settle first so
-// that they see every close that returned before them. Mkdir, symlink and
-// a directory's setattr need not: they read names, which pending files and
-// queued markers cover, and directory markers, which a close never changes.
+// to change (rename, link), and views of history, settle first so that
+// they see every close that returned before them. Mkdir, symlink, unlink,
+// rmdir and a directory's setattr need not: they read names, which pending
+// files, queued markers and queued deletes cover, and directory markers,
+// which a close never changes.
 func (pg *pageRef) settle() error {
 	if !pg.v.queues() {
 		return nil // a snapshot never changes; a transaction applies at once

@@ -811,3 +811,116 @@ func TestTimesOfRootLedgersAndLatest(t *testing.T) {
 		}
 	}
 }
+
+// Directories made and removed without a commit each (mkdir and rmdir are
+// queued as closes and unlinks are) show as POSIX says at once and after a
+// remount: a directory keeps the mode it was made with when its last file
+// goes before its marker lands; rmdir refuses a directory holding a file
+// or directory, pending or queued, takes one emptied by queued unlinks,
+// and shares commits; link counts follow every change.
+func TestQueuedDirectories(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("l", "p")
+	p := func(n string) string { return filepath.Join(pg, n) }
+	stat := func(n string) syscall.Stat_t {
+		t.Helper()
+		var st syscall.Stat_t
+		must(t, syscall.Lstat(p(n), &st))
+		return st
+	}
+	rmdirIs := func(n string, want error) {
+		t.Helper()
+		if err := syscall.Rmdir(p(n)); err != want {
+			t.Fatalf("rmdir %s: %v, want %v", n, err, want)
+		}
+	}
+
+	must(t, syscall.Mkdir(p("m"), 0o700))
+	must(t, os.WriteFile(p("m/f"), nil, 0o644))
+	must(t, os.Remove(p("m/f")))
+	if got := stat("m").Mode & 0o7777; got != 0o700 {
+		t.Errorf("a directory made 0700 whose only file went: mode %o", got)
+	}
+
+	must(t, os.Mkdir(p("a"), 0o755))
+	f, err := os.Create(p("a/open"))
+	must(t, err)
+	rmdirIs("a", syscall.ENOTEMPTY) // a file open, not committed
+	must(t, f.Close())
+	rmdirIs("a", syscall.ENOTEMPTY) // its commit queued
+	must(t, os.Remove(p("a/open")))
+	must(t, os.Mkdir(p("a/sub"), 0o755))
+	rmdirIs("a", syscall.ENOTEMPTY) // a directory's marker queued
+	if n := stat("a").Nlink; n != 3 {
+		t.Errorf("a with one subdirectory: %d links, want 3", n)
+	}
+	rmdirIs("a/sub", nil)
+	if n := stat("a").Nlink; n != 2 {
+		t.Errorf("a after rmdir a/sub: %d links, want 2", n)
+	}
+	rmdirIs("a", nil)
+	if _, err := os.Lstat(p("a")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a after rmdir: %v", err)
+	}
+	must(t, os.WriteFile(p("file"), nil, 0o644))
+	rmdirIs("file", syscall.ENOTDIR)
+	rmdirIs("none", syscall.ENOENT)
+
+	// A storm of mkdir and rmdir in one directory, some names made again
+	// with another mode, its link count read between.
+	must(t, os.Mkdir(p("s"), 0o755))
+	want := map[string]uint32{}
+	const n = 300
+	for i := range n {
+		name := fmt.Sprintf("s/d%03d", i)
+		must(t, syscall.Mkdir(p(name), 0o700))
+		want[name] = 0o700
+	}
+	before := commitCount(t, filepath.Join(pg, ".ledger"))
+	for i := 0; i < n; i += 2 {
+		name := fmt.Sprintf("s/d%03d", i)
+		rmdirIs(name, nil)
+		delete(want, name)
+		if i%6 == 0 {
+			must(t, syscall.Mkdir(p(name), 0o750))
+			want[name] = 0o750
+		}
+		if got := stat("s").Nlink; got != uint64(2+len(want)) {
+			t.Fatalf("s after %s: %d links, want %d", name, got, 2+len(want))
+		}
+	}
+	syncDir(t, pg)
+	commits := commitCount(t, filepath.Join(pg, ".ledger")) - before
+	t.Logf("%d rmdirs and %d mkdirs landed in %d commits", n/2, n/6, commits)
+	if commits >= n/2 {
+		t.Errorf("%d rmdirs made %d commits: they waited for one each", n/2, commits)
+	}
+	check := func(when string) {
+		t.Helper()
+		es, err := os.ReadDir(p("s"))
+		must(t, err)
+		if len(es) != len(want) {
+			t.Errorf("%s: s lists %d entries, want %d", when, len(es), len(want))
+		}
+		for _, e := range es {
+			name := "s/" + e.Name()
+			if m, ok := want[name]; !ok {
+				t.Errorf("%s: %s listed, removed", when, name)
+			} else if got := stat(name).Mode & 0o7777; got != m {
+				t.Errorf("%s: %s mode %o, want %o", when, name, got, m)
+			}
+		}
+		if got := stat("s").Nlink; got != uint64(2+len(want)) {
+			t.Errorf("%s: s has %d links, want %d", when, got, 2+len(want))
+		}
+		if got := stat("m").Mode & 0o7777; got != 0o700 {
+			t.Errorf("%s: m mode %o, want 0700", when, got)
+		}
+	}
+	check("served")
+	s.stop()
+	s = mountAt(t, repo, s.mnt)
+	check("after a remount")
+}
