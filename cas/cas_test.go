@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -628,5 +629,89 @@ func TestSharedIndexCache(t *testing.T) {
 	ic.c.Wait()
 	if n := read(ic); n != 0 {
 		t.Fatalf("a second reader fetched %d index pieces the first one had decoded", n)
+	}
+}
+
+// putLog records every Put in order, and fails a piece whose data does not
+// hash to its digest.
+type putLog struct {
+	t    *testing.T
+	puts []string
+}
+
+func (l *putLog) Put(d Digest, data []byte) error {
+	if err := d.Verify(data); err != nil {
+		l.t.Fatalf("piece %x: %v", d[:8], err)
+	}
+	l.puts = append(l.puts, string(d))
+	return nil
+}
+
+// Runs of zeros (a file grown by truncate or fallocate) cut at every
+// MinChunkSize and close every index level there; the splitter remembers
+// those chunks and one-child index pieces rather than hashing and encoding
+// them again. It must hand the sink exactly the pieces, in the order, that
+// it does without remembering, and the value must read back.
+func TestRunsOfZeros(t *testing.T) {
+	var seen repeats
+	zeros := make([]byte, MinChunkSize)
+	if _, ok := seen.zeroChunk(zeros); !ok {
+		t.Fatal("a chunk of zeros is not taken for one")
+	}
+	for _, at := range []int{1, MinChunkSize / 2, MinChunkSize - 2} {
+		b := make([]byte, MinChunkSize)
+		b[at] = 1
+		if _, ok := seen.zeroChunk(b); ok {
+			t.Fatalf("a chunk with byte %d set is taken for zeros", at)
+		}
+	}
+	r := rand.New(rand.NewPCG(7, 11))
+	for round := range 8 {
+		var content []byte
+		for range 1 + r.IntN(6) {
+			if r.IntN(2) == 0 {
+				content = append(content, randBytes(r.Uint64(), r.IntN(200<<10))...)
+			} else {
+				content = append(content, make([]byte, r.IntN(3<<20))...)
+			}
+		}
+		split := func(off bool) (ObjectIdentifier, []string) {
+			l := &putLog{t: t}
+			s := &splitter{kind: KindBlob, sink: l, seen: repeats{off: off}}
+			cs := newChunkStream(bytes.NewReader(content), testPol)
+			defer cs.release()
+			for {
+				c, lv, err := cs.next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.add(c, lv); err != nil {
+					t.Fatal(err)
+				}
+			}
+			id, _, err := s.finish()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return id, l.puts
+		}
+		id, puts := split(false)
+		want, wantPuts := split(true)
+		if id != want {
+			t.Fatalf("round %d (%d bytes): id %x remembering, %x not", round, len(content), id.Digest[:8], want.Digest[:8])
+		}
+		if !slices.Equal(puts, wantPuts) {
+			t.Fatalf("round %d: %d puts remembering, %d not, or in another order", round, len(puts), len(wantPuts))
+		}
+		ms := newMemStore()
+		if got := write(t, ms, content, 1<<20); got != id {
+			t.Fatalf("round %d: the writer's id %x, the splitter's %x", round, got.Digest[:8], id.Digest[:8])
+		}
+		if !bytes.Equal(readAll(t, ms, id), content) {
+			t.Fatalf("round %d: the value does not read back", round)
+		}
 	}
 }

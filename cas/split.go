@@ -103,6 +103,83 @@ type splitter struct {
 	heldLv  int
 	have    bool
 	size    uint64
+	seen    repeats
+}
+
+// repeats remembers the pieces a run of zeros makes again and again.
+// Rabin's fingerprint of a window of zeros is 0, so zeros cut at every
+// MinChunkSize with a cut that closes every index level: each of their
+// chunks is the same, and makes the same chain of one-child index pieces
+// above it. A file grown by truncate or fallocate is such a run; storing a
+// GiB of it hashed and encoded those same pieces 3 million times (16 s).
+// The pieces still go to the sink each time, for it to count them.
+type repeats struct {
+	zeros  map[int]Digest           // a chunk of n zero bytes
+	single map[IndexChild]onlyChild // a one-child index piece above zeros
+	above  map[Digest]bool          // the digests of both
+	off    bool                     // remember nothing (tests compare)
+}
+
+// onlyChild is a one-child index piece: its identifier and encoding.
+type onlyChild struct {
+	id   ObjectIdentifier
+	data []byte
+}
+
+// maxRepeats bounds what repeats remembers: a run of zeros needs one
+// chunk and a chain of index pieces per length of its last chunk.
+const maxRepeats = 256
+
+// zeroChunk returns the digest of data, a chunk, if it is all zeros.
+func (r *repeats) zeroChunk(data []byte) (Digest, bool) {
+	if r.off || len(data) == 0 || data[0] != 0 || data[len(data)-1] != 0 || !allZero(data) {
+		return "", false
+	}
+	d, ok := r.zeros[len(data)]
+	if !ok {
+		d = ComputeDigest(KindBlob, false, data)
+		if r.zeros == nil {
+			r.zeros, r.above = map[int]Digest{}, map[Digest]bool{}
+		}
+		if len(r.zeros) < maxRepeats {
+			r.zeros[len(data)] = d
+			r.above[d] = true
+		}
+	}
+	return d, true
+}
+
+// onlyChild returns the one-child index piece over c, if remembered.
+func (r *repeats) onlyChild(c IndexChild) (onlyChild, bool) {
+	o, ok := r.single[c]
+	return o, ok
+}
+
+// keepOnlyChild remembers o, the one-child index piece over c, if c is a
+// zero chunk or such a piece above one.
+func (r *repeats) keepOnlyChild(c IndexChild, o onlyChild) {
+	if r.off || !r.above[c.ID.Digest] || len(r.single) >= maxRepeats {
+		return
+	}
+	if r.single == nil {
+		r.single = map[IndexChild]onlyChild{}
+	}
+	r.single[c] = o
+	r.above[o.id.Digest] = true
+}
+
+// zeroPage is what allZero compares with.
+var zeroPage [MaxChunkSize]byte
+
+func allZero(b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), len(zeroPage))
+		if !bytes.Equal(b[:n], zeroPage[:n]) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
 }
 
 func (s *splitter) add(data []byte, lv int) error {
@@ -117,7 +194,13 @@ func (s *splitter) add(data []byte, lv int) error {
 }
 
 func (s *splitter) flushHeld() error {
-	id, err := s.put(KindBlob, false, s.held)
+	var id ObjectIdentifier
+	var err error
+	if d, ok := s.seen.zeroChunk(s.held); ok {
+		id, err = ObjectIdentifier{Digest: d}, s.putDigest(d, s.held)
+	} else {
+		id, err = s.put(KindBlob, false, s.held)
+	}
 	if err != nil {
 		return err
 	}
@@ -157,12 +240,24 @@ func (s *splitter) closeLevel(j int) error {
 	for _, c := range children {
 		ix.Size += c.Size
 	}
-	id, err := s.put(KindBlob, true, EncodeFileIndex(ix))
-	if err != nil {
-		return err
-	}
-	if s.indexes != nil {
-		s.indexes.set(indexEntry(id.Digest, ix))
+	var id ObjectIdentifier
+	if o, ok := s.seen.onlyChild(children[0]); ok && len(children) == 1 {
+		id = o.id
+		if err := s.putDigest(id.Digest, o.data); err != nil {
+			return err
+		}
+	} else {
+		data := EncodeFileIndex(ix)
+		var err error
+		if id, err = s.put(KindBlob, true, data); err != nil {
+			return err
+		}
+		if s.indexes != nil {
+			s.indexes.set(indexEntry(id.Digest, ix))
+		}
+		if len(children) == 1 {
+			s.seen.keepOnlyChild(children[0], onlyChild{id, data})
+		}
 	}
 	for len(s.levels) <= j+1 {
 		s.levels = append(s.levels, nil)
@@ -173,12 +268,15 @@ func (s *splitter) closeLevel(j int) error {
 
 func (s *splitter) put(kind Kind, index bool, data []byte) (ObjectIdentifier, error) {
 	d := ComputeDigest(kind, index, data)
-	if !d.IsInline() {
-		if err := s.sink.Put(d, data); err != nil {
-			return ObjectIdentifier{}, err
-		}
+	return ObjectIdentifier{Digest: d}, s.putDigest(d, data)
+}
+
+// putDigest hands data, whose digest is d, to the sink unless it is inline.
+func (s *splitter) putDigest(d Digest, data []byte) error {
+	if d.IsInline() {
+		return nil
 	}
-	return ObjectIdentifier{Digest: d}, nil
+	return s.sink.Put(d, data)
 }
 
 // finish closes every level and returns the object's identifier and size.
