@@ -678,21 +678,7 @@ func TestRunsOfZeros(t *testing.T) {
 		split := func(off bool) (ObjectIdentifier, []string) {
 			l := &putLog{t: t}
 			s := &splitter{kind: KindBlob, sink: l, seen: repeats{off: off}}
-			cs := newChunkStream(bytes.NewReader(content), testPol)
-			defer cs.release()
-			for {
-				c, lv, err := cs.next()
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := s.add(c, lv); err != nil {
-					t.Fatal(err)
-				}
-			}
-			id, _, err := s.finish()
+			id, err := s.split(content, testPol)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -322,6 +322,11 @@ func WriteObject(sink Sink, pol chunker.Pol, kind Kind, data []byte) (ObjectIden
 		// One chunk: the content is its own root.
 		return s.put(kind, false, data)
 	}
+	return s.split(data, pol)
+}
+
+// split chunks data, all of the object, on this goroutine and finishes.
+func (s *splitter) split(data []byte, pol chunker.Pol) (ObjectIdentifier, error) {
 	cs := newChunkStream(bytes.NewReader(data), pol)
 	defer cs.release()
 	for {
