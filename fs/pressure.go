@@ -9,12 +9,15 @@ package fs
 // given back until it is closed.
 func (pg *pageRef) yieldHistory(need uint64) {
 	s := pg.fs.opts.Pressure
-	if s == nil || !pg.v.queues() || !s.Low(need) {
+	if s == nil || !pg.v.queues() {
+		return
+	}
+	l, n := pg.names()
+	if !s.Due(l, n, need) {
 		return
 	}
 	if err := pg.settle(); err != nil || pg.busy() {
 		return
 	}
-	l, n := pg.names()
 	s.Yield(l, n, need)
 }

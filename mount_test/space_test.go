@@ -367,3 +367,37 @@ func TestHistoryYieldsToLiveData(t *testing.T) {
 		t.Fatalf("the log says %d times that history was pruned for space, want once:\n%s", n, s.log)
 	}
 }
+
+// On a disk that stays short of space, a page pruned for it is not pruned
+// again at every create, and creates do not wait for the commits before
+// them: closes share commits as on a roomy disk. (Each create settled the
+// page while the disk was short, so every file took a commit of its own.)
+func TestCreatesShareCommitsOnAShortDisk(t *testing.T) {
+	t.Parallel()
+	disk := smallDisk(t, 400<<20)
+	// 300 MiB of ballast leave ~100 MiB free, below --prune-below.
+	must(t, os.WriteFile(filepath.Join(disk, "ballast"), make([]byte, 300<<20), 0o644))
+	s := mountPlain(t, filepath.Join(disk, "repo"), "--reserve", "16M", "--prune-below", "200M")
+	pg := s.page("l", "p")
+	for i := range 4 { // history to prune, a step of free space apart
+		must(t, os.WriteFile(filepath.Join(pg, "f"), content(i, 12<<20), 0o644))
+	}
+	syncDir(t, pg)
+	must(t, os.WriteFile(filepath.Join(pg, "g"), nil, 0o644))
+	syncDir(t, pg)
+	meta := filepath.Join(pg, ".ledger")
+	before := commitCount(t, meta)
+	const n = 300
+	for i := range n {
+		must(t, os.WriteFile(filepath.Join(pg, fmt.Sprintf("s%03d", i)), content(100+i, 4<<10), 0o644))
+	}
+	syncDir(t, pg)
+	commits := commitCount(t, meta) - before
+	t.Logf("%d creates on a short disk landed in %d commits", n, commits)
+	if commits >= n/2 {
+		t.Errorf("%d creates on a short disk made %d commits: each waited for the one before", n, commits)
+	}
+	if !strings.Contains(s.log.String(), "pruned history beyond the newest commits") {
+		t.Errorf("the disk was short, yet nothing was pruned for space:\n%s", s.log)
+	}
+}
