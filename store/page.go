@@ -214,16 +214,18 @@ type PieceWriter struct {
 	// bulk marks a writer of file content, which must leave the whole
 	// reserve free (see space).
 	bulk bool
-	// held remembers pieces this writer put lately: a run of zeros hands
-	// it the same few pieces for every 4 KiB, and looking each up in the
-	// db again cost ~35 µs once its batch was committed (9 s a GiB).
+	// held remembers pieces put again lately: a run of zeros hands the
+	// writer the same few pieces for every 4 KiB, and looking each up in
+	// the db again cost ~35 µs once its batch was committed (9 s a GiB). A
+	// piece is held from its second put (found in the batch, cheaply), so
+	// a writer of new pieces alone, a close's, keeps no map.
 	held map[cas.Digest]struct{}
 }
 
 // maxHeld bounds PieceWriter.held.
 const maxHeld = 1024
 
-// hold remembers d, put by w.
+// hold remembers d, put to w again.
 func (w *PieceWriter) hold(d cas.Digest) {
 	if w.held == nil || len(w.held) >= maxHeld {
 		w.held = make(map[cas.Digest]struct{}, 64)
@@ -330,7 +332,6 @@ func (w *PieceWriter) Put(d cas.Digest, data []byte) (err error) {
 	if w.Track {
 		w.New = append(w.New, d)
 	}
-	w.hold(d)
 	w.pending += len(stored)
 	w.p.repo.trim.AddWritten(len(stored))
 	if w.pending >= flushBytes {
