@@ -1,9 +1,12 @@
 package store
 
 import (
+	"bytes"
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -185,4 +188,33 @@ func BenchmarkOpenPages(b *testing.B) {
 func rssKiB() int {
 	total, _ := badgerdb.RSS()
 	return int(total >> 10)
+}
+
+// BenchmarkEditScattered edits 256 random 4 KiB blocks of a 1 GiB value in
+// one EditValue, as the commit of a database file's fsynced changes does:
+// its cost is the stall of a write that waits for that commit.
+func BenchmarkEditScattered(b *testing.B) {
+	p := testPage(b)
+	data := benchBytes(1 << 30)
+	id := writeValue(b, p, data)
+	rng := rand.New(rand.NewPCG(1, 1))
+	for b.Loop() {
+		var changed []cas.Range
+		for range 256 {
+			off := rng.Uint64N(uint64(len(data))>>12) << 12
+			for i := off; i < off+4096; i += 8 {
+				data[i]++
+			}
+			changed = append(changed, cas.Range{Start: off, End: off + 4096})
+		}
+		slices.SortFunc(changed, func(a, b cas.Range) int { return cmp.Compare(a.Start, b.Start) })
+		w, nid, err := p.EditValue(id, bytes.NewReader(data), uint64(len(data)), changed)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Commit(); err != nil {
+			b.Fatal(err)
+		}
+		id = nid
+	}
 }
