@@ -11,13 +11,13 @@
 #   bench/ab.sh OLD_REV NEW_REV [WORKDIR]     (as root, to drop caches)
 #
 # Prints a table: each figure's median for A and B and B/A. SIZE_MIB (1024),
-# SYNC_OPS (300), SQL_MIB (100) and RUNS (3) scale it.
+# SYNC_OPS (3000), SQL_OPS (300), SQL_MIB (100) and RUNS (3) scale it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: bench/ab.sh OLD_REV NEW_REV [WORKDIR]" >&2; exit 2; }
 a_rev=$1 b_rev=$2
 work=${3:-$(mktemp -d /tmp/ledgerfs-ab.XXXXXX)}
-SIZE_MIB=${SIZE_MIB:-1024} SYNC_OPS=${SYNC_OPS:-300} SQL_MIB=${SQL_MIB:-100} RUNS=${RUNS:-3}
+SIZE_MIB=${SIZE_MIB:-1024} SYNC_OPS=${SYNC_OPS:-3000} SQL_OPS=${SQL_OPS:-300} SQL_MIB=${SQL_MIB:-100} RUNS=${RUNS:-3}
 GOSRC=$(go env GOROOT)/src
 mkdir -p "$work"
 
@@ -72,10 +72,11 @@ for run in $(seq "$RUNS"); do
       python3 bench/syncwrite.py pwrite "$d/sync$mib" "$mib" "$SYNC_OPS" >"$work/sync.json"
       put $b $run "4 KiB pwrite+fdatasync, $mib MiB file: p50 ms" "$(field "$work/sync.json" p50_ms)"
       put $b $run "4 KiB pwrite+fdatasync, $mib MiB file: p99 ms" "$(field "$work/sync.json" p99_ms)"
+      put $b $run "4 KiB pwrite+fdatasync, $mib MiB file: max ms" "$(field "$work/sync.json" max_ms)"
       rm -f "$d/sync$mib"
     done
     for mode in delete wal; do
-      python3 bench/syncwrite.py sqlite "$d/sql-$mode.db" "$mode" "$SQL_MIB" "$SYNC_OPS" >"$work/sql.json"
+      python3 bench/syncwrite.py sqlite "$d/sql-$mode.db" "$mode" "$SQL_MIB" "$SQL_OPS" >"$work/sql.json"
       put $b $run "SQLite $SQL_MIB MiB, $mode, tx/s" "$(field "$work/sql.json" ops_per_s)"
       rm -f "$d/sql-$mode.db"*
     done
