@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """The table and the targets of one or more runs of bench/compare.sh.
 
-  report.py RUN/figures.tsv...
+  report.py [--markdown] RUN/figures.tsv...
 
 Each figures.tsv holds one run's figures, a line each: workload, unit,
 system, value. With several runs, every figure shown is the median of the
 runs', and every ratio the median of the ratios taken within each run (the
 systems measured side by side, as the targets are judged). Targets are
-BENCHMARKS.md's: each line says met or NOT met.
+BENCHMARKS.md's: each line says met or NOT met. With --markdown, the table
+is printed as BENCHMARKS.md holds it instead, ratios against lb-nopt and
+JuiceFS, and no targets.
 """
 import statistics
 import sys
@@ -36,7 +38,18 @@ def median(xs):
     return statistics.median(xs) if xs else None
 
 
-def main(paths):
+def shown(v):
+    """A figure as BENCHMARKS.md shows it: three significant digits or so."""
+    if v is None:
+        return "–"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def main(paths, markdown=False):
     runs, rows, units = load(paths)
     systems = [s for s in ORDER if any((r, s) in run for run in runs for r in rows)]
     refs = [s for s in systems if s != "ledgerfs"]
@@ -51,6 +64,22 @@ def main(paths):
             if a is not None and b:
                 rs.append(a / b)
         return median(rs)
+
+    if markdown:
+        names = {"native": "native", "loopback": "loopback", "lb-nopt": "`lb-nopt`",
+                 "juicefs": "JuiceFS", "ledgerfs": "ledgerfs"}
+        over = [s for s in ("lb-nopt", "juicefs") if s in refs]
+        print("| workload | " + " | ".join(names[s] for s in systems) + " | "
+              + " | ".join("÷ " + names[s] for s in over) + " | unit |")
+        print("|" + " --- |" * (len(systems) + len(over) + 2))
+        for row in rows:
+            cells = [shown(value(row, s)) for s in systems]
+            if "ledgerfs" in systems:
+                cells[-1] = f"**{cells[-1]}**"
+            r = [ratio(row, s) for s in over]
+            cells += ["–" if x is None else f"{x:.2f}" for x in r]
+            print(f"| {row} | " + " | ".join(cells) + f" | {units[row]} |")
+        return
 
     n = len(runs)
     print(f"\n{'medians of %d runs' % n if n > 1 else 'one run'}")
@@ -141,6 +170,9 @@ def main(paths):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    md = "--markdown" in args
+    args = [a for a in args if a != "--markdown"]
+    if not args:
         sys.exit(__doc__)
-    main(sys.argv[1:])
+    main(args, markdown=md)
