@@ -73,6 +73,7 @@ for run in $(seq "$RUNS"); do
       put $b $run "4 KiB pwrite+fdatasync, $mib MiB file: p50 ms" "$(field "$work/sync.json" p50_ms)"
       put $b $run "4 KiB pwrite+fdatasync, $mib MiB file: p99 ms" "$(field "$work/sync.json" p99_ms)"
       put $b $run "4 KiB pwrite+fdatasync, $mib MiB file: max ms" "$(field "$work/sync.json" max_ms)"
+      put $b $run "4 KiB pwrite+fdatasync, $mib MiB file: calls/s" "$(field "$work/sync.json" ops_per_s)"
       rm -f "$d/sync$mib"
     done
     for mode in delete wal; do

@@ -242,6 +242,7 @@ for t in "${order[@]}"; do
     measure "4 KiB pwrite+fdatasync, ${mib} MiB file: p50" ms "$t" "$(syncfield "$work/sync-$t-$mib.json" p50_ms)"
     measure "4 KiB pwrite+fdatasync, ${mib} MiB file: p99" ms "$t" "$(syncfield "$work/sync-$t-$mib.json" p99_ms)"
     measure "4 KiB pwrite+fdatasync, ${mib} MiB file: max" ms "$t" "$(syncfield "$work/sync-$t-$mib.json" max_ms)"
+    measure "4 KiB pwrite+fdatasync, ${mib} MiB file: calls" calls/s "$t" "$(syncfield "$work/sync-$t-$mib.json" ops_per_s)"
     rm -f "$d/sync$mib"
   done
   for mode in delete wal; do
