@@ -11,8 +11,8 @@ BENCHMARKS.md's: each line says met or NOT met. With --markdown, the table
 is printed as BENCHMARKS.md holds it instead, ratios against lb-nopt and
 JuiceFS, and no targets.
 """
+import argparse
 import statistics
-import sys
 
 ORDER = ["native", "loopback", "lb-nopt", "juicefs", "ledgerfs"]
 SHORT = {"native": "nat", "loopback": "lb", "lb-nopt": "lbnp", "juicefs": "jfs"}
@@ -170,9 +170,8 @@ def main(paths, markdown=False):
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    md = "--markdown" in args
-    args = [a for a in args if a != "--markdown"]
-    if not args:
-        sys.exit(__doc__)
-    main(args, markdown=md)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--markdown", action="store_true", help="print the table as BENCHMARKS.md holds it")
+    ap.add_argument("figures", nargs="+", help="a run's figures.tsv")
+    a = ap.parse_args()
+    main(a.figures, markdown=a.markdown)
