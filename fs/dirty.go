@@ -383,7 +383,10 @@ func (c *content) truncate(n int64) error {
 }
 
 // readAt reads the current content; bytes past the end read as EOF.
-func (c *content) readAt(p []byte, off int64) (int, error) {
+func (c *content) readAt(p []byte, off int64) (int, error) { return c.readFrom(c.baseReader, p, off) }
+
+// readFrom is readAt reading the base through base.
+func (c *content) readFrom(base func() (*cas.Reader, error), p []byte, off int64) (int, error) {
 	if err := c.err(); err != nil {
 		return 0, err
 	}
@@ -402,7 +405,7 @@ func (c *content) readAt(p []byte, off int64) (int, error) {
 		for pos < upTo {
 			dst := p[pos-off : upTo-off]
 			if pos < c.baseSize {
-				r, err := c.baseReader()
+				r, err := base()
 				if err != nil {
 					return err
 				}
@@ -479,11 +482,19 @@ func (c *content) edits() ([]cas.Range, bool) {
 	return changed, n <= c.size/2
 }
 
-// contentReader reads the content as an io.ReaderAt.
-type contentReader struct{ c *content }
+// contentReader reads the content as an io.ReaderAt, its base through
+// base if not nil.
+type contentReader struct {
+	c    *content
+	base *cas.Reader
+}
 
 func (r contentReader) ReadAt(p []byte, off int64) (int, error) {
-	n, err := r.c.readAt(p, off)
+	read := r.c.baseReader
+	if r.base != nil {
+		read = func() (*cas.Reader, error) { return r.base, nil }
+	}
+	n, err := r.c.readFrom(read, p, off)
 	if err == nil && n < len(p) {
 		err = io.EOF
 	}
@@ -521,7 +532,11 @@ func (c *content) value() (id cas.ObjectIdentifier, size int64, w *store.ValueWr
 		return emptyValue, 0, nil, nil
 	}
 	if changed, ok := c.edits(); ok {
-		w, id, err := c.p.EditValue(c.baseID, contentReader{c}, uint64(c.size), changed)
+		base, err := c.p.OpenValueAround(c.baseID)
+		if err != nil {
+			return cas.ObjectIdentifier{}, 0, nil, err
+		}
+		w, id, err := c.p.EditValue(c.baseID, contentReader{c, base}, uint64(c.size), changed)
 		if err != nil {
 			return cas.ObjectIdentifier{}, 0, nil, err
 		}

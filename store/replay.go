@@ -134,7 +134,7 @@ func (d *Durability) rebuild(rs []*synclog.Record) (cas.ObjectIdentifier, error)
 	var src io.ReaderAt
 	base := cas.ObjectIdentifier{Digest: cas.Digest(first.Base)}
 	if first.Keep > 0 {
-		br, err := p.OpenValue(base)
+		br, err := p.OpenValueAround(base)
 		if err != nil {
 			return cas.ObjectIdentifier{}, fmt.Errorf("open the record's base %s: %w", base, err)
 		}

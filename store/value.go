@@ -109,3 +109,21 @@ func (p *Page) OpenValue(id cas.ObjectIdentifier) (*cas.Reader, error) {
 	}
 	return cas.NewReader(p, id, p.repo.indexes)
 }
+
+// OpenValueAround returns a reader of a value stored in the page for reads
+// around scattered places, an edit's: it never streams. A stream has the
+// kernel read the value log in, megabytes around each chunk, and an edit's
+// few reads around each change looked like one: the edits of a 1 GiB file
+// committing ~150 fsynced changes a second read 300–900 MB/s from the
+// disk, and every fsync beside them waited for it.
+func (p *Page) OpenValueAround(id cas.ObjectIdentifier) (*cas.Reader, error) {
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	return cas.NewReader(pieces{p}, id, p.repo.indexes)
+}
+
+// pieces is a page as a cas.Source alone, without its streaming form.
+type pieces struct{ p *Page }
+
+func (s pieces) Get(d cas.Digest, buf []byte) ([]byte, error) { return s.p.Get(d, buf) }
