@@ -73,12 +73,13 @@ func (f *fileNode) logIntent(key string) (bool, error) {
 		named.Digest = cas.ComputeDigest(cas.KindBlob, false, nil)
 	}
 	row := journal.EncodeOp(journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: named, Meta: m}})
-	ok, full, err := d.LogIntent(key, row, uint64(c.size), src, c.intentOn)
-	if ok {
-		c.intentLogged()
-		f.pg.noteIntent(f, full)
+	mark, full, err := d.LogIntent(key, row, uint64(c.size), src, c.intentOn)
+	if mark.IsZero() {
+		return false, err
 	}
-	return ok, err
+	c.intentLogged()
+	f.pg.noteIntent(f, full)
+	return true, nil
 }
 
 // noteIntent arms the page's timer that commits files with intents, unless

@@ -59,6 +59,9 @@ type Op struct {
 	// store.Durability). It is not recorded in the rows. A put without
 	// one, of a key with records in the log, checkpoints the log first.
 	Log *store.LogSource
+	// Through, if set, makes the put the commit of the content the key's
+	// intent it names leaves (store.Logged.Through). Not recorded either.
+	Through store.Intent
 }
 
 // IsDelete reports whether the change removes its entry.
@@ -231,7 +234,7 @@ func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 			keys = append(keys, op.Key)
 		}
 		logged[i] = store.Logged{Key: op.Key, Kind: op.Kind, Row: es[i].Value,
-			Value: op.Entry.Value, Size: op.Entry.Meta.Size, Source: op.Log}
+			Value: op.Entry.Value, Size: op.Entry.Meta.Size, Source: op.Log, Through: op.Through}
 	}
 	if commit == nil {
 		commit = j.p.PutJournalEntries

@@ -274,7 +274,7 @@ func TestRenameDeleteIsNeverLoggedAlone(t *testing.T) {
 
 // intent logs an fsync's intent for key: the row names base's value, the
 // content is size bytes.
-func (e *env) intent(key string, base btree.Entry, size int, src *store.LogSource, follows bool) {
+func (e *env) intent(key string, base btree.Entry, size int, src *store.LogSource, follows bool) store.Intent {
 	e.t.Helper()
 	m := base.Meta
 	m.Size = uint64(size)
@@ -282,10 +282,11 @@ func (e *env) intent(key string, base btree.Entry, size int, src *store.LogSourc
 		base.Value.Digest = cas.ComputeDigest(cas.KindBlob, false, nil)
 	}
 	row := EncodeOp(Op{Key: key, Entry: btree.Entry{Key: key, Value: base.Value, Meta: m}})
-	ok, _, err := e.p.Durability().LogIntent(key, row, uint64(size), src, follows)
-	if err != nil || !ok {
+	mark, _, err := e.p.Durability().LogIntent(key, row, uint64(size), src, follows)
+	if err != nil || mark.IsZero() {
 		e.t.Fatalf("intent of %q not logged: %v", key, err)
 	}
+	return mark
 }
 
 // TestIntentsReplay: fsyncs made durable by intents alone, never
@@ -385,5 +386,116 @@ func TestClearSupersedesIntents(t *testing.T) {
 	defer r.repo.Close()
 	if got := r.state(); len(got) != 0 {
 		t.Fatalf("after a clear and a reopen the page holds %v, want nothing", slicesKeys(got))
+	}
+}
+
+// bigFile returns a page holding f, 600 KiB of random bytes seeded by seed,
+// committed and synced, and its committer.
+func bigFile(t *testing.T, seed uint64) (*env, *Committer, Op, []byte) {
+	e := newEnv(t)
+	big := randomBytes(seed, 600<<10)
+	c := e.eng.CommitterFor(e.p)
+	f0 := e.put("f", string(big))
+	if err := c.Apply(true, f0); err != nil {
+		t.Fatal(err)
+	}
+	return e, c, f0, big
+}
+
+// edit4k returns prev with 4 KiB of b at off, and the extent written.
+func edit4k(prev []byte, off int, b byte) ([]byte, []store.Extent) {
+	patch := bytes.Repeat([]byte{b}, 4096)
+	next := bytes.Clone(prev)
+	copy(next[off:], patch)
+	return next, []store.Extent{{Off: uint64(off), Data: patch}}
+}
+
+// TestCommitThroughIntentKeepsLaterIntents: a file's fsynced content is
+// committed from a copy taken at an intent (Op.Through) while a later
+// fsync logs an intent of its own, as a file committed without stopping
+// its writes does. The commit lands, and a power loss — before the next
+// checkpoint, and after it, with one more fsync — brings back the last
+// fsync, not the copy.
+func TestCommitThroughIntentKeepsLaterIntents(t *testing.T) {
+	t.Parallel()
+	e, c, f0, big := bigFile(t, 3)
+	before := filepath.Join(t.TempDir(), "before")
+	copyTree(t, e.dir, before)
+
+	f1, x1 := edit4k(big, 100<<10, 'a')
+	e.intent("f", f0.Entry, len(f1), &store.LogSource{Base: f0.Entry.Value.Digest, Keep: uint64(len(big)), Extents: x1}, false)
+	f2, x2 := edit4k(f1, 200<<10, 'b')
+	through := e.intent("f", f0.Entry, len(f2), &store.LogSource{Keep: uint64(len(f1)), Extents: x2}, true)
+	// Fsynced while f2's value is computed.
+	f3, x3 := edit4k(f2, 300<<10, 'c')
+	e.intent("f", f0.Entry, len(f3), &store.LogSource{Keep: uint64(len(f2)), Extents: x3}, true)
+	op := e.put("f", string(f2))
+	op.Through = through
+	if err := c.Queue(nil, op); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.state()["f"]; got != string(f2) {
+		t.Fatalf("the commit through an intent did not land: f has %d bytes, equal %v", len(got), got == string(f2))
+	}
+	d := e.p.Durability()
+	if err := d.SyncLog(); err != nil {
+		t.Fatal(err)
+	}
+	pageDir := e.p.Dir()
+	rel, _ := filepath.Rel(e.dir, pageDir)
+	copyLog := func(snap string) {
+		copyTree(t, filepath.Join(pageDir, synclog.FileName), filepath.Join(snap, rel, synclog.FileName))
+	}
+	recovered := func(dir string, want []byte) {
+		t.Helper()
+		r := &env{t: t, dir: dir, eng: NewEngine()}
+		r.open()
+		defer r.repo.Close()
+		r.acquire()
+		if got := r.state()["f"]; got != string(want) {
+			t.Fatalf("%s: after recovery f has %d bytes, equal %v; want the last fsync's %d bytes",
+				filepath.Base(dir), len(got), got == string(want), len(want))
+		}
+		r.verify()
+	}
+	copyLog(before)
+	recovered(before, f3)
+
+	// A checkpoint carries the later intent, rebased on the committed
+	// value (the intents before it are gone from the log); one more fsync
+	// follows it.
+	if err := d.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	synced := filepath.Join(t.TempDir(), "synced")
+	copyTree(t, e.dir, synced)
+	f4, x4 := edit4k(f3, 400<<10, 'd')
+	e.intent("f", op.Entry, len(f4), &store.LogSource{Keep: uint64(len(f3)), Extents: x4}, true)
+	if err := d.SyncLog(); err != nil {
+		t.Fatal(err)
+	}
+	copyLog(synced)
+	recovered(synced, f4)
+	e.repo.Close() // a crash of the process: the db as it was
+	recovered(e.dir, f4)
+}
+
+// TestCommitSupersedingIntentsIsDurable: a change of a fsynced file that
+// supersedes its intents without a record of its own (too big to log) is
+// durable once written: the db is synced after it, not only before, when
+// the intents leave the log.
+func TestCommitSupersedingIntentsIsDurable(t *testing.T) {
+	t.Parallel()
+	e, c, f0, big := bigFile(t, 4)
+	f1, x1 := edit4k(big, 100<<10, 'a')
+	e.intent("f", f0.Entry, len(f1), &store.LogSource{Base: f0.Entry.Value.Digest, Keep: uint64(len(big)), Extents: x1}, false)
+	if err := c.Queue(nil, e.put("f", string(f1))); err != nil {
+		t.Fatal(err)
+	}
+	if !e.p.Durability().Durable("f") {
+		t.Fatal("the commit superseding f's intents is not durable")
 	}
 }

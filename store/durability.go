@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -67,7 +68,21 @@ type Logged struct {
 	// Source, if not nil, is what makes a put's record. A put without one,
 	// of a key with records in the log, checkpoints the log first.
 	Source *LogSource
+	// Through, if set, marks the put as the commit of the content the
+	// key's intent it names leaves (see Intent): the intents up to it
+	// already describe it, so it needs no record while later intents
+	// follow, and never a checkpoint first.
+	Through Intent
 }
+
+// An Intent names a record LogIntent appended. A commit of the content
+// that record leaves (Logged.Through) supersedes it and the key's intents
+// before it, and leaves the ones after: fsyncs made while the commit's
+// value was computed, from a copy, without stopping the file's writes.
+type Intent struct{ r *synclog.Record }
+
+// IsZero reports whether i names no record.
+func (i Intent) IsZero() bool { return i.r == nil }
 
 // recordLen bounds the encoded size of the record of c.
 func (c *Logged) recordLen() int {
@@ -173,6 +188,10 @@ func (d *Durability) needsReplay() bool {
 func (d *Durability) Has(key string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.hasLocked(key)
+}
+
+func (d *Durability) hasLocked(key string) bool {
 	_, ok := d.results[key]
 	return ok
 }
@@ -219,6 +238,9 @@ func (d *Durability) Prepare(logs bool, changes []Logged) error {
 		case c.Kind == OpAtime:
 			// An access time may be lost by a crash: a replay
 			// setting the time back is no loss.
+		case logs && !c.Through.IsZero():
+			// Its intents describe it; a record that does not fit
+			// checkpoints after it is written (Record).
 		case logs && c.Kind == OpPut && c.Source != nil:
 			need += c.recordLen()
 		case logs && c.Kind == OpDelete:
@@ -230,10 +252,15 @@ func (d *Durability) Prepare(logs bool, changes []Logged) error {
 		}
 	}
 	if checkpoint || need > 0 && !d.room(need) {
-		// The changes supersede their keys' intents: the new epoch must
-		// not carry them, or a replay would put them back over the
-		// changes.
-		d.supersede(changes)
+		if !logs {
+			// A transaction's changes supersede their keys' intents:
+			// the new epoch must not carry them, or a replay would put
+			// them back over the changes.
+			d.supersede(changes)
+		}
+		// A logged change's intents are carried: until the change is
+		// written and recorded (or synced, Record), they are what
+		// makes its fsynced bytes durable.
 		return d.Checkpoint()
 	}
 	return nil
@@ -250,11 +277,46 @@ func (d *Durability) supersede(changes []Logged) {
 	}
 }
 
-func (d *Durability) dropIntentLocked(key string) {
-	for _, r := range d.intents[key] {
+// dropIntentLocked drops key's intents and reports whether it had any.
+func (d *Durability) dropIntentLocked(key string) bool {
+	chain := d.intents[key]
+	for _, r := range chain {
 		d.intentBytes -= r.Len()
 	}
 	delete(d.intents, key)
+	return len(chain) > 0
+}
+
+// dropThroughLocked drops key's intents up to the one through names, for
+// the commit of value, the content that intent leaves, just written. It
+// reports whether intents follow it, and false for found if through is not
+// among key's intents (a clear dropped them). Intents that follow stay for
+// the next checkpoint to carry, the first one rebased on value: the
+// checkpoint makes value durable, and the intents before are then gone from
+// the log.
+func (d *Durability) dropThroughLocked(key string, through Intent, value cas.Digest) (found, later bool) {
+	chain := d.intents[key]
+	i := slices.Index(chain, through.r)
+	if i < 0 {
+		return false, false
+	}
+	for _, r := range chain[:i+1] {
+		d.intentBytes -= r.Len()
+	}
+	rest := slices.Clone(chain[i+1:])
+	if len(rest) == 0 {
+		delete(d.intents, key)
+		return true, false
+	}
+	// A new record, not an edit of the one the log holds: an earlier
+	// copy of the chain may be in a checkpoint's carry.
+	first := *rest[0]
+	d.intentBytes -= first.Len()
+	first.Follows, first.Base = false, []byte(value)
+	d.intentBytes += first.Len()
+	rest[0] = &first
+	d.intents[key] = rest
+	return true, true
 }
 
 // DropIntents drops every intent, for a change of every key (a journal
@@ -310,29 +372,26 @@ func (d *Durability) Note(keys []string, all bool) func() {
 // made or does not fit checkpoints the log instead: the change is then
 // durable with the db, and no earlier record of its key is left to undo
 // it.
+//
+// A logged change that superseded intents and leaves no record of its own
+// checkpoints too, once written: the intents that made its fsynced bytes
+// durable are gone.
 func (d *Durability) Record(logs bool, changes []Logged) error {
-	// Written, the changes supersede their keys' intents; a logged
-	// change's record, appended below, follows the intent in the chain.
-	d.supersede(changes)
 	if !logs {
+		// Written, the changes supersede their keys' intents.
+		d.supersede(changes)
 		return nil
 	}
 	for i := range changes {
 		c := &changes[i]
-		var err error
-		switch {
-		case c.Kind == OpPut && c.Source != nil:
-			var r *synclog.Record
-			if r, err = d.record(c); err == nil {
-				err = d.append(r)
-			}
-		case c.Kind == OpDelete && d.Has(c.Key):
-			err = d.append(&synclog.Record{Key: c.Key, Delete: true})
-		}
-		if err == nil {
+		if c.Kind == OpAtime {
 			continue
 		}
-		if !errors.Is(err, synclog.ErrFull) {
+		had, err := d.recordOne(c)
+		if err == nil && !had {
+			continue
+		}
+		if err != nil && !errors.Is(err, synclog.ErrFull) {
 			slog.Warn("no sync log record of a change; syncing the page instead", "page", d.p.Ledger+"/"+d.p.Name, "key", c.Key, "err", err)
 		}
 		if err := d.Checkpoint(); err != nil {
@@ -340,6 +399,59 @@ func (d *Durability) Record(logs bool, changes []Logged) error {
 		}
 	}
 	return nil
+}
+
+// recordOne appends the record of c, just written, if it has one; unsynced
+// reports that c superseded intents with no record of its own.
+func (d *Durability) recordOne(c *Logged) (unsynced bool, err error) {
+	var r *synclog.Record
+	if c.Kind == OpPut && c.Source != nil {
+		// Built before the lock: it may read the value back.
+		if r, err = d.record(c); err != nil {
+			d.mu.Lock()
+			d.dropIntentLocked(c.Key)
+			d.mu.Unlock()
+			return false, err
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !c.Through.IsZero() {
+		d.p.repo.counters.copyCommits.Add(1)
+		found, later := d.dropThroughLocked(c.Key, c.Through, c.Value.Digest)
+		switch {
+		case !found:
+			return true, nil
+		case later:
+			// The intents, in the log, end with the later ones: a
+			// record of c would be replayed over them.
+			d.markLoggedLocked(c.Key)
+			return false, nil
+		case r == nil:
+			d.markLoggedLocked(c.Key)
+			return false, nil
+		}
+		return false, d.appendLocked(r)
+	}
+	// A logged change's record follows the intents it supersedes in the
+	// chain.
+	had := d.dropIntentLocked(c.Key)
+	switch {
+	case r != nil:
+		return false, d.appendLocked(r)
+	case c.Kind == OpDelete && d.hasLocked(c.Key):
+		return false, d.appendLocked(&synclog.Record{Key: c.Key, Delete: true})
+	}
+	return had, nil
+}
+
+// markLoggedLocked records that the latest change of key, just written, is
+// described by records in the log's current epoch.
+func (d *Durability) markLoggedLocked(key string) {
+	if c, ok := d.changed[key]; ok && c.gen != math.MaxUint64 && d.log != nil {
+		c.epoch = d.log.Epoch()
+		d.changed[key] = c
+	}
 }
 
 // record builds the record of c, a put with a Source.
@@ -404,10 +516,7 @@ func (d *Durability) appendLocked(r *synclog.Record) error {
 	if !r.Intent { // an intent's chain goes on from its base (LogIntent)
 		d.results[r.Key] = string(r.Result)
 	}
-	if c, ok := d.changed[r.Key]; ok && c.gen != math.MaxUint64 {
-		c.epoch = d.log.Epoch()
-		d.changed[r.Key] = c
-	}
+	d.markLoggedLocked(r.Key)
 	return nil
 }
 
@@ -435,12 +544,13 @@ const maxIntents = synclog.DefaultSize / 4
 // bytes of that intent's content kept); else those since src.Base.
 //
 // The change must be committed later as usual, with a record built on the
-// same base; until then the intents stand for it, and a checkpoint carries
-// them over. false: nothing was logged (no room, or the base is not
-// durable, or follows and the key has no intent), and the caller commits
-// the change instead. full reports that the intents held fill half of what
+// same base, or through the intent returned (Logged.Through); until then
+// the intents stand for it, and a checkpoint carries them over. A zero
+// Intent: nothing was logged (no room, or the base is not durable, or
+// follows and the key has no intent), and the caller commits the change
+// instead. full reports that the intents held fill half of what
 // they may: their files should be committed soon.
-func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSource, follows bool) (ok, full bool, err error) {
+func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSource, follows bool) (mark Intent, full bool, err error) {
 	r := &synclog.Record{Key: key, Op: row, Size: size, Intent: true, Follows: follows, Keep: src.Keep}
 	if !follows {
 		r.Base = []byte(src.Base)
@@ -448,17 +558,25 @@ func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSour
 	for _, x := range src.Extents {
 		r.Extents = append(r.Extents, synclog.Extent{Off: x.Off, Data: x.Data})
 	}
+	if r.Len() <= maxLogged && !d.room(r.Len()) {
+		// The epoch is full, mostly of intents their commits superseded:
+		// a checkpoint carries the live ones into a new epoch, for the
+		// cost of a sync of the db rather than of a commit of the file.
+		if err := d.Checkpoint(); err != nil {
+			return Intent{}, false, err
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.p.readOnly != nil {
-		return false, false, nil
+		return Intent{}, false, nil
 	}
 	chain := d.intents[key]
 	switch {
 	case follows && len(chain) == 0:
-		return false, false, nil
+		return Intent{}, false, nil
 	case !follows && src.Base != "" && !d.canLogLocked(key, src.Base):
-		return false, false, nil
+		return Intent{}, false, nil
 	}
 	n := r.Len()
 	if !follows {
@@ -467,13 +585,13 @@ func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSour
 		}
 	}
 	if d.intentBytes+n > maxIntents {
-		return false, true, nil
+		return Intent{}, true, nil
 	}
 	if err := d.appendLocked(r); err != nil {
 		if errors.Is(err, synclog.ErrFull) {
-			return false, true, nil
+			return Intent{}, true, nil
 		}
-		return false, false, err
+		return Intent{}, false, err
 	}
 	if !follows {
 		d.results[key] = string(src.Base)
@@ -486,9 +604,9 @@ func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSour
 	d.intents[key] = append(chain, r)
 	d.p.repo.counters.logSyncs.Add(1)
 	if err := d.log.Sync(); err != nil {
-		return false, false, err
+		return Intent{}, false, err
 	}
-	return true, d.intentBytes > maxIntents/2, nil
+	return Intent{r}, d.intentBytes > maxIntents/2, nil
 }
 
 // Durable reports whether the latest change of key is on disk: synced with

@@ -134,7 +134,7 @@ func (d *Durability) rebuild(rs []*synclog.Record) (cas.ObjectIdentifier, error)
 	var src io.ReaderAt
 	base := cas.ObjectIdentifier{Digest: cas.Digest(first.Base)}
 	if first.Keep > 0 {
-		br, err := p.OpenValueAround(base)
+		br, err := p.OpenValue(base)
 		if err != nil {
 			return cas.ObjectIdentifier{}, fmt.Errorf("open the record's base %s: %w", base, err)
 		}
@@ -158,16 +158,44 @@ func (d *Durability) rebuild(rs []*synclog.Record) (cas.ObjectIdentifier, error)
 		id, _, err := w.Close()
 		return id, err
 	}
-	if last.Size > keep {
-		changed = append(changed, cas.Range{Start: keep, End: last.Size})
-	}
-	// As a file's commit passes them: unsorted, ranges overlapping and
-	// past the end; cas.Edit sorts and clips.
-	w, id, err := p.EditValue(base, src, last.Size, changed)
+	w, id, err := p.editOver(base, src, keep, last.Size, changed)
 	if err != nil {
 		return cas.ObjectIdentifier{}, err
 	}
 	return id, w.Commit()
+}
+
+// editOver stores content, size bytes, as an edit of base: its first keep
+// bytes are base's but for the ranges changed.
+func (p *Page) editOver(base cas.ObjectIdentifier, content io.ReaderAt, keep, size uint64, changed []cas.Range) (*ValueWriter, cas.ObjectIdentifier, error) {
+	if size > keep {
+		changed = append(changed, cas.Range{Start: keep, End: size})
+	}
+	// As a file's commit passes them: unsorted, ranges overlapping and
+	// past the end; cas.Edit sorts and clips.
+	return p.EditValue(base, content, size, changed)
+}
+
+// EditExtents stores a value of size bytes as an edit of base: its first
+// keep bytes (keep > 0), zeros up to size, the extents over them. It reads
+// nothing but base and the extents, so a file's commit can compute its
+// value from a copy of its changes while the file is written. The last
+// pieces are left in the writer, as EditValue leaves them.
+func (p *Page) EditExtents(base cas.ObjectIdentifier, keep, size uint64, extents []Extent) (*ValueWriter, cas.ObjectIdentifier, error) {
+	if keep == 0 {
+		return nil, cas.ObjectIdentifier{}, fmt.Errorf("store: edit a value: no byte of its base kept")
+	}
+	br, err := p.OpenValueAround(base)
+	if err != nil {
+		return nil, cas.ObjectIdentifier{}, fmt.Errorf("store: open the edit's base %s: %w", base, err)
+	}
+	r := &synclog.Record{Keep: keep, Size: size}
+	changed := make([]cas.Range, 0, len(extents)+1)
+	for _, x := range extents {
+		r.Extents = append(r.Extents, synclog.Extent{Off: x.Off, Data: x.Data})
+		changed = append(changed, cas.Range{Start: x.Off, End: x.Off + uint64(len(x.Data))})
+	}
+	return p.editOver(base, &recordContent{r: r, prev: br}, keep, size, changed)
 }
 
 // recordContent reads the content a put record describes: the first Keep

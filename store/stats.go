@@ -22,12 +22,16 @@ type Stats struct {
 	// LogSyncs the syncs of sync logs alone, each an fsync or a
 	// directory's fsync that did not need the db synced.
 	DBSyncs, LogSyncs uint64
+	// CopyCommits are the commits through an intent (Logged.Through): of
+	// fsynced changes, computed from a copy while the file was written.
+	CopyCommits uint64
 }
 
 type counters struct {
 	piecesStored, bytesStored, piecesDedup, bytesDedup atomic.Uint64
 	edits, editChunked, editProbed                     atomic.Uint64
 	dbSyncs, logSyncs                                  atomic.Uint64
+	copyCommits                                        atomic.Uint64
 }
 
 // CacheStats are the hits and misses of the repository's caches of decoded
@@ -52,6 +56,7 @@ func (r *Repository) Stats() Stats {
 		PiecesDeduplicated: c.piecesDedup.Load(), BytesDeduplicated: c.bytesDedup.Load(),
 		Edits: c.edits.Load(), EditChunked: c.editChunked.Load(), EditProbed: c.editProbed.Load(),
 		DBSyncs: c.dbSyncs.Load(), LogSyncs: c.logSyncs.Load(),
+		CopyCommits: c.copyCommits.Load(),
 	}
 }
 

@@ -149,6 +149,7 @@ var (
 	editsDesc    = prometheus.NewDesc("ledgerfs_value_edits_total", "File contents committed by editing the value before them, not by chunking the whole file again.", nil, nil)
 	editDesc     = prometheus.NewDesc("ledgerfs_value_edit_bytes_total", "Bytes those edits chunked and hashed (chunked: new content; probed: old chunks read again to learn where their cuts close index levels).", []string{"what"}, nil)
 	syncsDesc    = prometheus.NewDesc("ledgerfs_syncs_total", "Syncs that made changes durable, by what was synced (db: a page's db, checkpointing its sync log; log: a page's sync log alone).", []string{"what"}, nil)
+	copiesDesc   = prometheus.NewDesc("ledgerfs_fsynced_commits_from_copy_total", "Commits of fsynced changes whose value was computed from a copy of them while the file went on being written and fsynced.", nil, nil)
 	openDesc     = prometheus.NewDesc("ledgerfs_open_pages", "Page dbs open.", nil, nil)
 	cacheDesc    = prometheus.NewDesc("ledgerfs_cache_lookups_total", "Lookups in the caches of decoded tree nodes (node) and value index pieces (index), by whether they found what they looked for.", []string{"cache", "result"}, nil)
 	pageSizeDesc = prometheus.NewDesc("ledgerfs_page_db_bytes", "Size on disk of an open page's db, by part (lsm: tables; vlog: value log).", []string{"ledger", "page", "part"}, nil)
@@ -160,6 +161,7 @@ func (c repoCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- editsDesc
 	ch <- editDesc
 	ch <- syncsDesc
+	ch <- copiesDesc
 	ch <- openDesc
 	ch <- cacheDesc
 	ch <- pageSizeDesc
@@ -176,6 +178,7 @@ func (c repoCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(editDesc, prometheus.CounterValue, float64(s.EditProbed), "probed")
 	ch <- prometheus.MustNewConstMetric(syncsDesc, prometheus.CounterValue, float64(s.DBSyncs), "db")
 	ch <- prometheus.MustNewConstMetric(syncsDesc, prometheus.CounterValue, float64(s.LogSyncs), "log")
+	ch <- prometheus.MustNewConstMetric(copiesDesc, prometheus.CounterValue, float64(s.CopyCommits))
 	ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(c.repo.OpenPages()))
 	cs := c.repo.CacheStats()
 	for _, v := range []struct {
