@@ -46,27 +46,54 @@ type content struct {
 	spool *os.File
 	ext   *btree.BTreeG[extent]
 
-	// Since the last intent of these changes (fileNode.logIntent), while
-	// intentOn: the ranges written and the least size the file had.
-	intentOn    bool
-	sinceIntent *btree.BTreeG[extent]
-	intentMin   int64
+	// intent is what changed since the last intent of these changes
+	// (fileNode.logIntent), nil before the first; lastIntent names it.
+	intent     *since
+	lastIntent store.Intent
+	// copied is what changed since a commit copied the content to compute
+	// its value without the file's lock (fileNode.commitFromCopy), nil
+	// when none is under way; copyDone is closed when that commit ends.
+	// soon is set when an intent logged meanwhile found the page's intents
+	// full: the file's next commit is due at once.
+	copied   *since
+	copyDone <-chan struct{}
+	soon     bool
 }
 
 func newExtents() *btree.BTreeG[extent] {
 	return btree.NewG(16, func(a, b extent) bool { return a.start < b.start })
 }
 
-// intentLogged starts what the next intent follows from: nothing written
-// since this one.
-func (c *content) intentLogged() {
-	c.intentOn, c.sinceIntent, c.intentMin = true, newExtents(), c.size
+// since is what changed in a content after a point: the ranges written and
+// the least size it had.
+type since struct {
+	ext *btree.BTreeG[extent]
+	min int64
 }
 
-// noteWrite records [s, e) as written since the last intent, if any.
+func newSince(size int64) *since { return &since{ext: newExtents(), min: size} }
+
+// none reports whether the content of size bytes is as it was.
+func (s *since) none(size int64) bool { return s.ext.Len() == 0 && s.min == size }
+
+func (s *since) truncate(n int64) {
+	s.min = min(s.min, n)
+	clipExtents(s.ext, n)
+}
+
+// intentLogged starts what the next intent follows from: nothing written
+// since mark, the intent just logged.
+func (c *content) intentLogged(mark store.Intent) {
+	c.intent, c.lastIntent = newSince(c.size), mark
+}
+
+// noteWrite records [s, e) as written since the last intent and the copy,
+// if any.
 func (c *content) noteWrite(s, e int64) {
-	if c.intentOn {
-		addExtent(c.sinceIntent, s, e)
+	for _, t := range []*since{c.intent, c.copied} {
+		if t != nil {
+			addExtent(t.ext, s, e)
+		}
 	}
 }
 
@@ -139,7 +166,23 @@ func (c *content) reset(id cas.ObjectIdentifier, size int64) {
 	c.base, c.baseID, c.baseSize, c.size, c.dirty = nil, id, size, size, false
 	c.baseFull, c.baseLen = true, size
 	c.kept = nil
-	c.intentOn, c.sinceIntent = false, nil
+	c.intent, c.lastIntent, c.copied = nil, store.Intent{}, nil
+}
+
+// rebase makes id, the value committed from a copy of the content taken
+// when s began (size bytes), the base, with what changed since over it: the
+// spool holds the bytes of every range written.
+func (c *content) rebase(id cas.ObjectIdentifier, size int64, s *since) {
+	c.state, c.kept = baseCommitted, nil
+	c.base, c.baseID, c.baseLen = nil, id, size
+	c.baseSize = min(size, s.min)
+	c.baseFull = c.baseSize == size
+	c.dirty = !s.none(size) || c.size != size
+	if s.ext.Len() == 0 {
+		c.dropSpool()
+		return
+	}
+	c.ext = s.ext
 }
 
 // baseReader opens the base value at its first read: after a close, reading
@@ -363,9 +406,10 @@ func (c *content) truncate(n int64) error {
 		return nil
 	}
 	c.dirty = true
-	if c.intentOn {
-		c.intentMin = min(c.intentMin, n)
-		clipExtents(c.sinceIntent, n)
+	for _, t := range []*since{c.intent, c.copied} {
+		if t != nil {
+			t.truncate(n)
+		}
 	}
 	if n == 0 {
 		c.dropSpool()

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"os"
 	"testing"
+
+	"pgregory.net/rapid"
 
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -135,4 +138,117 @@ func TestContentStates(t *testing.T) {
 		t.Error("an edit of a landed base lists no kept subtree")
 	}
 	w.Discard()
+}
+
+// A commit from a copy (fileNode.commitFromCopy) computes the value of the
+// content as it was when copied, from the base and a copy of its changes,
+// while writes and truncates go on; the content then takes that value as its
+// base with what changed since over it. Whatever the changes before and
+// after the copy, the value holds the copied content, and the content reads
+// and commits as it does without a copy.
+func TestRebaseOnCopy(t *testing.T) {
+	p := testPage(t)
+	data := make([]byte, 1<<20)
+	rand.NewChaCha8([32]byte{3}).Read(data)
+	first := newContent(p, t.TempDir(), emptyValue, 0)
+	if err := first.write(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	baseID, _, w, err := first.value()
+	if err == nil {
+		err = first.stored(w.Commit())
+	}
+	first.close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(t *rapid.T, r io.ReaderAt, size int) []byte {
+		b := make([]byte, size+1)
+		n, err := r.ReadAt(b, 0)
+		if err != nil && err != io.EOF {
+			t.Fatal(err)
+		}
+		return b[:n]
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		c := newContent(p, os.TempDir(), baseID, int64(len(data)))
+		defer c.close()
+		model := bytes.Clone(data)
+		// Writes and truncates, never to 0 (a rewrite from 0 streams, and a
+		// stream is never copied).
+		change := func(label string) {
+			for range rapid.IntRange(0, 6).Draw(t, label) {
+				if rapid.Bool().Draw(t, label+"-truncate") {
+					n := rapid.IntRange(1, 3<<19).Draw(t, label+"-size")
+					if err := c.truncate(int64(n)); err != nil {
+						t.Fatal(err)
+					}
+					model = append(model[:min(n, len(model))], make([]byte, max(0, n-len(model)))...)
+					continue
+				}
+				off := rapid.IntRange(1, 3<<19).Draw(t, label+"-off")
+				b := bytes.Repeat([]byte{byte(rapid.IntRange(1, 255).Draw(t, label+"-byte"))}, rapid.IntRange(1, 10000).Draw(t, label+"-len"))
+				if err := c.write(b, int64(off)); err != nil {
+					t.Fatal(err)
+				}
+				if grow := off + len(b); grow > len(model) {
+					model = append(model, make([]byte, grow-len(model))...)
+				}
+				copy(model[off:], b)
+			}
+		}
+		change("before")
+		if !c.dirty || c.baseSize == 0 {
+			t.Skip("nothing to copy")
+		}
+		copied := bytes.Clone(model)
+		ext, err := c.copyExtents(c.ext)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := c.size
+		c.copied = newSince(size)
+		w, id, err := p.EditExtents(c.baseID, uint64(c.baseSize), uint64(size), ext)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Discard()
+		change("after")
+		after := c.copied
+		c.copied = nil
+		c.rebase(id, size, after)
+		if err := w.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		v, err := p.OpenValue(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := read(t, v, len(copied)); !bytes.Equal(got, copied) {
+			t.Fatalf("the value from the copy holds %d bytes, want the %d copied", len(got), len(copied))
+		}
+		if got := read(t, contentReader{c: c}, len(model)); !bytes.Equal(got, model) {
+			t.Fatalf("rebased, the content reads %d bytes, want %d", len(got), len(model))
+		}
+		if !c.dirty && !bytes.Equal(model, copied) {
+			t.Fatal("rebased, the content is not dirty, but differs from the copy")
+		}
+		id, n, w2, err := c.value()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w2 != nil {
+			defer w2.Discard()
+			if err := w2.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		v, err = p.OpenValue(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := read(t, v, int(n)); !bytes.Equal(got, model) {
+			t.Fatalf("committed after the rebase: %d bytes, want %d", len(got), len(model))
+		}
+	})
 }

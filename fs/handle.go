@@ -163,7 +163,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	if !h.write {
 		return errno("fsync", h.f.pg.apply(true))
 	}
-	return h.f.commit(commitSync)
+	return h.f.fsync()
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {

@@ -3,6 +3,7 @@ package fs
 import (
 	"io"
 	"log/slog"
+	"syscall"
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -35,15 +36,15 @@ func (f *fileNode) logIntent(key string) (bool, error) {
 	}
 	d := c.p.Durability()
 	var src *store.LogSource
-	if c.intentOn {
-		if extentBytes(c.sinceIntent) > maxIntent {
+	if c.intent != nil {
+		if extentBytes(c.intent.ext) > maxIntent {
 			return false, nil
 		}
-		ext, err := c.copyExtents(c.sinceIntent)
+		ext, err := c.copyExtents(c.intent.ext)
 		if err != nil {
 			return false, err
 		}
-		src = &store.LogSource{Keep: uint64(c.intentMin), Extents: ext}
+		src = &store.LogSource{Keep: uint64(c.intent.min), Extents: ext}
 	} else {
 		if extentBytes(c.ext) > maxIntent {
 			return false, nil
@@ -73,11 +74,16 @@ func (f *fileNode) logIntent(key string) (bool, error) {
 		named.Digest = cas.ComputeDigest(cas.KindBlob, false, nil)
 	}
 	row := journal.EncodeOp(journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: named, Meta: m}})
-	mark, full, err := d.LogIntent(key, row, uint64(c.size), src, c.intentOn)
+	mark, full, err := d.LogIntent(key, row, uint64(c.size), src, c.intent != nil)
 	if mark.IsZero() {
 		return false, err
 	}
-	c.intentLogged()
+	c.intentLogged(mark)
+	if c.copied != nil {
+		// The copy's commit notes the file again when it lands.
+		c.soon = c.soon || full
+		return true, nil
+	}
 	f.pg.noteIntent(f, full)
 	return true, nil
 }
@@ -118,7 +124,7 @@ func (pg *pageRef) commitIntents() {
 	pg.intents, pg.intentTimer = nil, nil
 	pg.mu.Unlock()
 	for f := range files {
-		if eno := f.commit(commitQueue); eno != 0 {
+		if eno := f.commitFromCopy(); eno != 0 {
 			// The intent stays in the log: the change is durable, and
 			// the file's close commits it.
 			slog.Warn("commit of an fsynced change failed; its close retries", "errno", eno)
@@ -136,4 +142,188 @@ func (pg *pageRef) stopIntents() {
 		pg.fs.background.Done()
 	}
 	pg.commitIntents()
+}
+
+// maxCopied bounds the changes commitFromCopy copies. Every change it
+// commits is in an intent, and the intents a page holds are bounded by
+// their share of its log (2 MiB); this is a guard.
+const maxCopied = 4 << 20
+
+// A contentCopy is what commitFromCopy takes of a file under its lock:
+// enough to compute the value without it.
+type contentCopy struct {
+	c         *content
+	key       string
+	committed int
+	meta      btree.Meta
+	base      cas.ObjectIdentifier
+	keep      uint64 // base bytes kept
+	size      int64
+	extents   []store.Extent
+	landed    bool // the base's commit landed: w.Kept() applies
+	through   store.Intent
+	logged    *store.LogSource // the commit's record, if its base allows one
+	done      chan struct{}    // closed when the copy's commit ends
+}
+
+// commitFromCopy commits a file's fsynced changes as the page's intents
+// timer does, computing the value from a copy of them so that the file's
+// writes and fsyncs go on meanwhile. An edit of a large file reads back the
+// pieces around every change, which can take a second when they are no
+// longer in memory; under the file's lock every write waited for it. The
+// copy is taken at an intent (one is logged if the file changed since the
+// last), so the intents up to it describe the value committed and the
+// commit needs no record of its own (store.Logged.Through); fsyncs made
+// during the edit stay durable by their own intents. A file the copy does
+// not suit (small, changed too much to edit, a link, a stream) is committed
+// under its lock, as a close commits it.
+func (f *fileNode) commitFromCopy() syscall.Errno {
+	cp, locked, err := f.takeCopy()
+	switch {
+	case err != nil:
+		return errno("commit", err)
+	case locked:
+		return f.commit(commitQueue)
+	case cp == nil:
+		return 0 // a copy's commit is under way: it notes the file again
+	}
+	defer close(cp.done)
+	w, id, err := cp.c.p.EditExtents(cp.base, cp.keep, uint64(cp.size), cp.extents)
+	if err != nil {
+		f.mu.Lock()
+		if f.c == cp.c {
+			f.c.copied = nil
+		}
+		f.mu.Unlock()
+		return errno("commit", err)
+	}
+	defer w.Discard() // what a failure or a change meanwhile left uncommitted
+	return f.landCopy(cp, id, w)
+}
+
+// takeCopy copies what commitFromCopy needs, logging an intent of the
+// changes since the last one first. locked: the file is not for a copy, and
+// is committed under its lock; neither a copy nor locked: a copy's commit
+// is under way.
+func (f *fileNode) takeCopy() (cp *contentCopy, locked bool, err error) {
+	f.pg.keys.RLock()
+	defer f.pg.keys.RUnlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.c
+	if c != nil && c.copied != nil {
+		return nil, false, nil
+	}
+	if f.unlinked || c == nil || !c.dirty || c.intent == nil ||
+		c.err() != nil || c.stream != nil || c.fromStream() || !f.pg.v.queues() {
+		return nil, true, nil
+	}
+	key, ok := f.key()
+	if !ok || btree.IsLinkKey(key) {
+		return nil, true, nil
+	}
+	if _, ok := c.edits(); !ok || c.baseSize == 0 || extentBytes(c.ext) > maxCopied {
+		return nil, true, nil
+	}
+	if !c.intent.none(c.size) {
+		if ok, err := f.logIntent(key); err != nil || !ok {
+			return nil, err == nil, err
+		}
+	}
+	ext, err := c.copyExtents(c.ext)
+	if err != nil {
+		return nil, false, err
+	}
+	cp = &contentCopy{
+		c: c, key: key, committed: f.committed, meta: f.meta,
+		base: c.baseID, keep: uint64(c.baseSize), size: c.size, extents: ext,
+		landed: c.state == baseLanded, through: c.lastIntent, done: make(chan struct{}),
+	}
+	if d := c.p.Durability(); d.CanLog(key, c.baseID.Digest) && extentBytes(c.ext) <= maxLoggedChange {
+		cp.logged = &store.LogSource{Base: c.baseID.Digest, Keep: cp.keep, Extents: ext}
+	}
+	c.copied, c.copyDone, c.soon = newSince(c.size), cp.done, false
+	return cp, false, nil
+}
+
+// landCopy queues the commit of id, the value of cp, and makes it the base
+// of the content, with the changes made since the copy over it. A file
+// committed, renamed or reshaped meanwhile is committed under its lock
+// instead (or not at all, if that commit took everything).
+func (f *fileNode) landCopy(cp *contentCopy, id cas.ObjectIdentifier, w *store.ValueWriter) syscall.Errno {
+	f.pg.keys.RLock()
+	defer f.pg.keys.RUnlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.c
+	if c != cp.c || f.committed != cp.committed {
+		return f.commitLocked(commitQueue) // a commit took the content meanwhile
+	}
+	after := c.copied
+	c.copied = nil
+	if key, ok := f.key(); f.unlinked || !ok || key != cp.key || c.err() != nil ||
+		c.stream != nil || c.fromStream() || c.baseID != cp.base {
+		return f.commitLocked(commitQueue)
+	}
+	m := cp.meta
+	m.Size = uint64(cp.size)
+	op := journal.Op{Key: cp.key, Entry: btree.Entry{Key: cp.key, Value: id, Meta: m}, Log: cp.logged, Through: cp.through}
+	if cp.landed {
+		op.Local = w.Kept()
+	}
+	if err := f.queue(cp.key, op, w); err != nil {
+		return errno("commit", err)
+	}
+	c.rebase(id, cp.size, after)
+	f.latest, f.latestSize = id, cp.size
+	f.committed++
+	if f.meta == cp.meta {
+		f.changed = false
+	}
+	if f.created {
+		f.created = false
+		f.pg.unpend(cp.key, f)
+	}
+	if c.lastIntent != cp.through {
+		// Fsynced during the edit: their intents wait for a commit.
+		f.pg.noteIntent(f, c.soon)
+	}
+	return 0
+}
+
+// fsync makes the file's changes durable: commit(commitSync), except while
+// a copy's commit of the file is under way (commitFromCopy) and the changes
+// cannot be logged as an intent (the page's intents are full). It then
+// waits for that commit to land, which frees their room, rather than
+// computing the same value again under the file's lock, beside it.
+func (f *fileNode) fsync() syscall.Errno {
+	for {
+		wait, eno := f.fsyncOrWait()
+		if wait == nil {
+			return eno
+		}
+		<-wait
+	}
+}
+
+// fsyncOrWait is one try of fsync: what to wait for before the next, or
+// nil and the result.
+func (f *fileNode) fsyncOrWait() (<-chan struct{}, syscall.Errno) {
+	f.pg.keys.RLock()
+	defer f.pg.keys.RUnlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.c; c != nil && c.copied != nil && c.dirty && !f.unlinked && f.pg.v.queues() {
+		if key, ok := f.key(); ok {
+			done, err := f.logIntent(key)
+			switch {
+			case err != nil:
+				return nil, errno("fsync", err)
+			case done:
+				return nil, 0
+			}
+			return c.copyDone, 0
+		}
+	}
+	return nil, f.commitLocked(commitSync)
 }

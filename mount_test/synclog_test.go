@@ -173,3 +173,55 @@ func TestReadAfterKillRemovesTheSyncLog(t *testing.T) {
 		t.Errorf("sync logs left after recovery: %v", logs)
 	}
 }
+
+// A large file fsynced over and over is committed in the background from a
+// copy of its fsynced changes, while its writes and fsyncs go on; the sync
+// log, full of the intents those commits superseded, is checkpointed. None
+// of it loses what an fsync covered: not the commits, not a checkpoint
+// after them, not a kill -9 right after the last fsync.
+func TestFsyncsBesideTheirCommitSurviveKill(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("l", "p")
+	path := filepath.Join(pg, "db")
+	data := content(21, 8<<20)
+	must(t, os.WriteFile(path, data, 0o644))
+	syncDir(t, pg)
+	stat := func(name string) float64 { return statsOf(t, s.mnt)[name] }
+	const copies, dbSyncs = "ledgerfs_fsynced_commits_from_copy_total", `ledgerfs_syncs_total{what="db"}`
+	start := stat(copies)
+
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	must(t, err)
+	r := rand.New(rand.NewPCG(7, 7))
+	synced := -1.0 // the db's syncs once two commits from a copy were made
+	left := -1     // fsyncs to go, once the db was synced after those
+	for i := 0; left != 0; i++ {
+		if i == 20000 {
+			t.Fatalf("%d fsyncs made %v commits from a copy; db synced %v times", i, stat(copies)-start, stat(dbSyncs))
+		}
+		off := r.Int64N(int64(len(data))/4096) * 4096
+		block := content(1000+i, 4096)
+		_, err := f.WriteAt(block, off)
+		must(t, err)
+		must(t, unix.Fdatasync(int(f.Fd())))
+		copy(data[off:], block)
+		switch {
+		case left > 0:
+			left--
+		case i%64 != 63:
+		case synced < 0 && stat(copies)-start >= 2:
+			synced = stat(dbSyncs)
+		case synced >= 0 && stat(dbSyncs) > synced:
+			left = 100
+		}
+	}
+	s.kill()
+	f.Close() // fails: the mount is gone
+	s = mount(t, repo)
+	if got, err := os.ReadFile(filepath.Join(s.page("l", "p"), "db")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after fsyncs beside their commits and kill -9: %d bytes, equal %v (%v)", len(got), bytes.Equal(got, data), err)
+	}
+	s.stop()
+}
