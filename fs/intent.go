@@ -287,6 +287,10 @@ func (f *fileNode) landCopy(cp *contentCopy, id cas.ObjectIdentifier, w *store.V
 	if c.lastIntent != cp.through {
 		// Fsynced during the edit: their intents wait for a commit.
 		f.pg.noteIntent(f, c.soon)
+	} else {
+		// The commit ended the key's intents: the next starts a chain
+		// on the value committed.
+		c.intent, c.lastIntent = nil, store.Intent{}
 	}
 	return 0
 }

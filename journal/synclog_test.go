@@ -473,14 +473,27 @@ func TestCommitThroughIntentKeepsLaterIntents(t *testing.T) {
 	synced := filepath.Join(t.TempDir(), "synced")
 	copyTree(t, e.dir, synced)
 	f4, x4 := edit4k(f3, 400<<10, 'd')
-	e.intent("f", op.Entry, len(f4), &store.LogSource{Keep: uint64(len(f3)), Extents: x4}, true)
+	last := e.intent("f", op.Entry, len(f4), &store.LogSource{Keep: uint64(len(f3)), Extents: x4}, true)
 	if err := d.SyncLog(); err != nil {
 		t.Fatal(err)
 	}
 	copyLog(synced)
 	recovered(synced, f4)
+
+	// A commit through the last intent, none after it and no record of its
+	// own, ends the key's intents: the next starts a chain on its value.
+	op4 := e.put("f", string(f4))
+	op4.Through = last
+	if err := c.Queue(nil, op4); err != nil {
+		t.Fatal(err)
+	}
+	f5, x5 := edit4k(f4, 500<<10, 'e')
+	e.intent("f", op4.Entry, len(f5), &store.LogSource{Base: op4.Entry.Value.Digest, Keep: uint64(len(f4)), Extents: x5}, false)
+	if err := d.SyncLog(); err != nil {
+		t.Fatal(err)
+	}
 	e.repo.Close() // a crash of the process: the db as it was
-	recovered(e.dir, f4)
+	recovered(e.dir, f5)
 }
 
 // TestCommitSupersedingIntentsIsDurable: a change of a fsynced file that

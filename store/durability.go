@@ -428,8 +428,10 @@ func (d *Durability) recordOne(c *Logged) (unsynced bool, err error) {
 			d.markLoggedLocked(c.Key)
 			return false, nil
 		case r == nil:
-			d.markLoggedLocked(c.Key)
-			return false, nil
+			// The key's next intent starts a chain on c's value,
+			// which must then be durable: synced, as no record can
+			// say how to build it.
+			return true, nil
 		}
 		return false, d.appendLocked(r)
 	}
