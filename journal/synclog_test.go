@@ -512,3 +512,48 @@ func TestCommitSupersedingIntentsIsDurable(t *testing.T) {
 		t.Fatal("the commit superseding f's intents is not durable")
 	}
 }
+
+// TestIntentInAFullLogCheckpoints: intents their commits superseded while
+// later ones followed (commits from a copy) fill the log's epoch. The next
+// intent checkpoints, carrying the live ones, rather than being refused,
+// which left the fsync to commit the file under its lock; a crash after
+// it loses nothing.
+func TestIntentInAFullLogCheckpoints(t *testing.T) {
+	t.Parallel()
+	e, c, f0, big := bigFile(t, 5)
+	start := e.repo.Stats().DBSyncs
+	cur, prev := big, []byte(nil)
+	var marks []store.Intent
+	for i := 0; e.repo.Stats().DBSyncs == start; i++ {
+		if i == 5000 {
+			t.Fatalf("%d intents and no checkpoint", i)
+		}
+		next, x := edit4k(cur, (i*37%140)<<12, byte(i))
+		src := &store.LogSource{Keep: uint64(len(cur)), Extents: x}
+		if i == 0 {
+			src.Base = f0.Entry.Value.Digest
+		}
+		marks = append(marks, e.intent("f", f0.Entry, len(next), src, i > 0))
+		prev, cur = cur, next
+		if i%50 == 49 {
+			// Committed from a copy at the intent before, while this
+			// one was logged.
+			op := e.put("f", string(prev))
+			op.Through = marks[i-1]
+			if err := c.Queue(nil, op); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := e.p.Durability().SyncLog(); err != nil {
+		t.Fatal(err)
+	}
+	e.repo.Close() // a crash of the process
+	r := &env{t: t, dir: e.dir, eng: NewEngine()}
+	r.open()
+	defer r.repo.Close()
+	r.acquire()
+	if got := r.state()["f"]; got != string(cur) {
+		t.Fatalf("after recovery f has %d bytes, equal %v; want the last intent's", len(got), got == string(cur))
+	}
+}
