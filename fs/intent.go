@@ -157,13 +157,12 @@ type contentCopy struct {
 	committed int
 	meta      btree.Meta
 	base      cas.ObjectIdentifier
-	keep      uint64 // base bytes kept
+	src       *store.LogSource // the changes since base
+	logged    *store.LogSource // src, if the commit's record can be built on base
 	size      int64
-	extents   []store.Extent
 	landed    bool // the base's commit landed: w.Kept() applies
 	through   store.Intent
-	logged    *store.LogSource // the commit's record, if its base allows one
-	done      chan struct{}    // closed when the copy's commit ends
+	done      chan struct{} // closed when the copy's commit ends
 }
 
 // commitFromCopy commits a file's fsynced changes as the page's intents
@@ -188,7 +187,7 @@ func (f *fileNode) commitFromCopy() syscall.Errno {
 		return 0 // a copy's commit is under way: it notes the file again
 	}
 	defer close(cp.done)
-	w, id, err := cp.c.p.EditExtents(cp.base, cp.keep, uint64(cp.size), cp.extents)
+	w, id, err := cp.c.p.EditExtents(cp.base, cp.src.Keep, uint64(cp.size), cp.src.Extents)
 	if err != nil {
 		f.mu.Lock()
 		if f.c == cp.c {
@@ -230,17 +229,22 @@ func (f *fileNode) takeCopy() (cp *contentCopy, locked bool, err error) {
 			return nil, err == nil, err
 		}
 	}
-	ext, err := c.copyExtents(c.ext)
+	// The changes since the base, as the commit's record has them if the
+	// log takes one over that base, else copied for the edit alone.
+	src, err := f.logSource(c.p.Durability(), key)
 	if err != nil {
 		return nil, false, err
 	}
-	cp = &contentCopy{
-		c: c, key: key, committed: f.committed, meta: f.meta,
-		base: c.baseID, keep: uint64(c.baseSize), size: c.size, extents: ext,
-		landed: c.state == baseLanded, through: c.lastIntent, done: make(chan struct{}),
+	var logged *store.LogSource
+	if src != nil && src.Base != "" {
+		logged = src
+	} else if src, err = c.sinceBase(); err != nil {
+		return nil, false, err
 	}
-	if d := c.p.Durability(); d.CanLog(key, c.baseID.Digest) && extentBytes(c.ext) <= maxLoggedChange {
-		cp.logged = &store.LogSource{Base: c.baseID.Digest, Keep: cp.keep, Extents: ext}
+	cp = &contentCopy{
+		c: c, key: key, committed: f.committed, meta: f.meta, base: c.baseID,
+		src: src, logged: logged, size: c.size, landed: c.state == baseLanded,
+		through: c.lastIntent, done: make(chan struct{}),
 	}
 	c.copied, c.copyDone, c.soon = newSince(c.size), cp.done, false
 	return cp, false, nil

@@ -22,14 +22,19 @@ func (f *fileNode) logSource(d *store.Durability, key string) (*store.LogSource,
 		if extentBytes(c.ext) > maxLoggedChange {
 			return nil, nil
 		}
-		ext, err := c.copyExtents(c.ext)
-		if err != nil {
-			return nil, err
-		}
-		return &store.LogSource{Base: c.baseID.Digest, Keep: uint64(c.baseSize), Extents: ext}, nil
+		return c.sinceBase()
 	}
 	if c.size > maxLoggedChange {
 		return nil, nil
 	}
 	return &store.LogSource{}, nil
+}
+
+// sinceBase copies the changes since the base, as a LogSource over it.
+func (c *content) sinceBase() (*store.LogSource, error) {
+	ext, err := c.copyExtents(c.ext)
+	if err != nil {
+		return nil, err
+	}
+	return &store.LogSource{Base: c.baseID.Digest, Keep: uint64(c.baseSize), Extents: ext}, nil
 }
