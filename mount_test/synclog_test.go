@@ -185,7 +185,7 @@ func TestFsyncsBesideTheirCommitSurviveKill(t *testing.T) {
 	s := mount(t, repo)
 	pg := s.page("l", "p")
 	path := filepath.Join(pg, "db")
-	data := content(21, 8<<20)
+	data := content(21, 64<<20) // the least a commit from a copy takes (fs.minCopyFile)
 	must(t, os.WriteFile(path, data, 0o644))
 	syncDir(t, pg)
 	stat := func(name string) float64 { return statsOf(t, s.mnt)[name] }
