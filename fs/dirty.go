@@ -17,11 +17,17 @@ import (
 // offset 0 of an empty file and go on in order stream straight into the
 // chunker. Any other write goes to a spool file on local disk at its offset,
 // with the written ranges kept as extents; on commit the base and the spool
-// are merged into a new value. Memory stays bounded whatever the file size:
-// the data is in the chunker's pipeline, the base's pieces or the spool.
+// are merged into a new value. A file rewritten in order from offset 0
+// (fio and databases lay a file out before they write it) streams too,
+// once the spool holds streamAfter bytes from offset 0 and nothing else:
+// the rest of the base follows the stream when it ends. Memory stays
+// bounded whatever the file size: the data is in the chunker's pipeline,
+// the base's pieces or the spool.
 type content struct {
 	p      *store.Page
 	tmpDir string
+	// streamAfter is where a rewrite from offset 0 starts to stream.
+	streamAfter int64
 
 	// state is what the base is (see baseState).
 	state    baseState
@@ -38,6 +44,8 @@ type content struct {
 	// last commit (the base, or the base with the changes over it).
 	dirty bool
 
+	// stream, if not nil, holds the content's first streamPos bytes; the
+	// bytes from streamPos to size are the base's (zeros past baseSize).
 	stream    *store.ValueWriter
 	streamPos int64
 	// failed is why, in state baseFailed, every use fails.
@@ -153,8 +161,13 @@ const MaxFileSize = 1 << 40
 // emptyValue is the identifier of empty content (inline, never stored).
 var emptyValue = cas.ObjectIdentifier{Digest: cas.ComputeDigest(cas.KindBlob, false, nil)}
 
+// streamAfter is where a rewrite from offset 0 of a file starts to stream
+// (content.streamAfter): past the rewrites of a database's first pages,
+// which belong in the spool and a commit's edit.
+const streamAfter = 4 << 20
+
 func newContent(p *store.Page, tmpDir string, id cas.ObjectIdentifier, size int64) *content {
-	c := &content{p: p, tmpDir: tmpDir}
+	c := &content{p: p, tmpDir: tmpDir, streamAfter: streamAfter}
 	c.reset(id, size)
 	return c
 }
@@ -251,6 +264,12 @@ func (c *content) write(data []byte, off int64) error {
 		c.stream, c.streamPos = c.p.NewValueWriter(), 0
 		return c.write(data, off)
 	}
+	if off >= c.streamAfter && c.spoolIsPrefix(off) {
+		if err := c.streamSpool(off); err != nil {
+			return err
+		}
+		return c.write(data, off)
+	}
 	if err := c.ensureSpool(); err != nil {
 		return err
 	}
@@ -265,6 +284,38 @@ func (c *content) write(data []byte, off int64) error {
 	addExtent(c.ext, off, end)
 	c.noteWrite(off, end)
 	c.size = max(c.size, end)
+	return nil
+}
+
+// spoolIsPrefix reports whether the spool holds the content's first n
+// bytes and nothing else.
+func (c *content) spoolIsPrefix(n int64) bool {
+	if c.ext == nil || c.ext.Len() != 1 {
+		return false
+	}
+	x, _ := c.ext.Min()
+	return x.start == 0 && x.end == n
+}
+
+// streamSpool starts a stream with the spool's first n bytes, all it holds,
+// and drops the spool: the content is a rewrite from offset 0 in order.
+func (c *content) streamSpool(n int64) error {
+	w := c.p.NewValueWriter()
+	buf := make([]byte, min(n, 1<<20))
+	for pos := int64(0); pos < n; {
+		m, err := c.spool.ReadAt(buf[:min(int64(len(buf)), n-pos)], pos)
+		if err == nil {
+			_, err = w.Write(buf[:m])
+		}
+		if err != nil {
+			w.Abort()
+			return fmt.Errorf("stream the spool: %w", err)
+		}
+		pos += int64(m)
+	}
+	c.spool.Close()
+	c.spool, c.ext = nil, nil
+	c.stream, c.streamPos = w, n
 	return nil
 }
 
@@ -293,15 +344,96 @@ func (c *content) stored(err error) error {
 // endStreamLater finishes the streamed value and makes it the base, leaving
 // its last pieces for the caller to commit or discard.
 func (c *content) endStreamLater() (*store.ValueWriter, error) {
-	w := c.stream
+	w, n := c.stream, c.streamPos
 	c.stream = nil
-	id, size, err := w.End()
+	tail := c.size - n
+	// The base's bytes after the stream: an edit of the base keeps them
+	// at the cost of chunking the streamed bytes again, following them
+	// through the stream costs their own chunking. Whichever is less.
+	edit := n < c.baseSize && tail > n && c.baseLen >= editMin
+	if tail > 0 && !edit {
+		if err := c.copyTail(w, n); err != nil {
+			w.Abort()
+			return nil, c.fail(err)
+		}
+	}
+	id, _, err := w.End()
 	if err != nil {
 		return nil, c.fail(err)
 	}
-	c.base, c.baseID, c.baseSize, c.baseFull = nil, id, int64(size), true
-	c.baseLen, c.state = int64(size), baseUnstored
+	if edit {
+		if err := w.Commit(); err != nil {
+			return nil, c.fail(err)
+		}
+		if w, id, err = c.editPrefix(id, n); err != nil {
+			return nil, c.fail(err)
+		}
+	}
+	c.base, c.baseID, c.baseSize, c.baseFull = nil, id, c.size, true
+	c.baseLen, c.state, c.kept = c.size, baseUnstored, nil
 	return w, nil
+}
+
+// copyTail writes the content from n on, the base's bytes and zeros, to w.
+// Called with the stream ended and no spool.
+func (c *content) copyTail(w *store.ValueWriter, n int64) error {
+	buf := make([]byte, min(c.size-n, 1<<20))
+	for n < c.size {
+		m, err := c.readAt(buf, n)
+		if err != nil && err != io.EOF {
+			return err
+		}
+		if _, err := w.Write(buf[:m]); err != nil {
+			return err
+		}
+		n += int64(m)
+	}
+	return nil
+}
+
+// editPrefix stores the content whose first n bytes are the value prefix
+// and the rest the base's, by editing the base. Called with the stream
+// ended and no spool.
+func (c *content) editPrefix(prefix cas.ObjectIdentifier, n int64) (*store.ValueWriter, cas.ObjectIdentifier, error) {
+	pre, err := c.p.OpenValue(prefix)
+	if err != nil {
+		return nil, cas.ObjectIdentifier{}, err
+	}
+	base, err := c.p.OpenValueAround(c.baseID)
+	if err != nil {
+		return nil, cas.ObjectIdentifier{}, err
+	}
+	changed := []cas.Range{{Start: 0, End: uint64(n)}}
+	if c.size > c.baseSize {
+		changed = append(changed, cas.Range{Start: uint64(c.baseSize), End: uint64(c.size)})
+	}
+	r := prefixReader{pre: pre, n: n, rest: contentReader{c, base}}
+	return c.p.EditValue(c.baseID, r, uint64(c.size), changed)
+}
+
+// prefixReader reads pre's first n bytes, then rest's from n on.
+type prefixReader struct {
+	pre  io.ReaderAt
+	n    int64
+	rest io.ReaderAt
+}
+
+func (r prefixReader) ReadAt(p []byte, off int64) (int, error) {
+	done := 0
+	if off < r.n {
+		m, err := r.pre.ReadAt(p[:min(int64(len(p)), r.n-off)], off)
+		if done = m; err != nil && err != io.EOF {
+			return done, err
+		}
+		if done < len(p) && off+int64(done) < r.n {
+			return done, io.ErrUnexpectedEOF
+		}
+	}
+	if done == len(p) {
+		return done, nil
+	}
+	m, err := r.rest.ReadAt(p[done:], off+int64(done))
+	return done + m, err
 }
 
 func (c *content) ensureSpool() error {
@@ -394,10 +526,7 @@ func (c *content) truncate(n int64) error {
 	if n > MaxFileSize {
 		return syscall.EFBIG
 	}
-	if c.stream != nil {
-		if n == c.streamPos {
-			return nil
-		}
+	if c.stream != nil && n < c.streamPos {
 		if err := c.endStream(); err != nil {
 			return err
 		}
@@ -434,7 +563,7 @@ func (c *content) readFrom(base func() (*cas.Reader, error), p []byte, off int64
 	if err := c.err(); err != nil {
 		return 0, err
 	}
-	if c.stream != nil {
+	if c.stream != nil && off < c.streamPos {
 		if err := c.endStream(); err != nil {
 			return 0, err
 		}

@@ -252,3 +252,124 @@ func TestRebaseOnCopy(t *testing.T) {
 		}
 	})
 }
+
+// A file rewritten in order from offset 0 streams once the spool holds
+// streamAfter bytes from 0 and nothing else; the base's bytes after the
+// stream follow it, or an edit of the base keeps them. Whatever the writes,
+// truncates and reads around it, the content reads, and commits, as the
+// model of the file does.
+func TestRewriteFromZeroStreams(t *testing.T) {
+	p := testPage(t)
+	data := make([]byte, 3<<20)
+	rand.NewChaCha8([32]byte{4}).Read(data)
+	first := newContent(p, t.TempDir(), emptyValue, 0)
+	if err := first.write(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	baseID, _, w, err := first.value()
+	if err == nil {
+		err = first.stored(w.Commit())
+	}
+	first.close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(t *rapid.T, r io.ReaderAt, off, size int) []byte {
+		b := make([]byte, size)
+		n, err := r.ReadAt(b, int64(off))
+		if err != nil && err != io.EOF {
+			t.Fatal(err)
+		}
+		return b[:n]
+	}
+	streamed := 0
+	rapid.Check(t, func(t *rapid.T) {
+		baseSize := rapid.SampledFrom([]int{0, 100 << 10, len(data)}).Draw(t, "base")
+		id := emptyValue
+		if baseSize > 0 {
+			id = baseID
+		}
+		c := newContent(p, os.TempDir(), id, int64(len(data)))
+		defer c.close()
+		c.truncate(int64(baseSize))
+		model := bytes.Clone(data[:baseSize])
+		c.streamAfter = int64(rapid.IntRange(1, 64<<10).Draw(t, "after"))
+		setSize := func(n int) {
+			model = append(model[:min(n, len(model))], make([]byte, max(0, n-len(model)))...)
+		}
+		if rapid.Bool().Draw(t, "reshape") {
+			// Cut and grown: the base's bytes past the cut read as zeros.
+			for _, label := range []string{"cut", "grown"} {
+				n := rapid.IntRange(0, 4<<20).Draw(t, label)
+				if err := c.truncate(int64(n)); err != nil {
+					t.Fatal(err)
+				}
+				setSize(n)
+			}
+		}
+		next := 0 // where the writes in order go on
+		for i := range rapid.IntRange(1, 40).Draw(t, "ops") {
+			switch op := rapid.IntRange(0, 9).Draw(t, "op"); {
+			case op < 6: // in order from 0, or anywhere
+				off := next
+				if op == 5 {
+					off = rapid.IntRange(0, 4<<20).Draw(t, "off")
+				}
+				b := make([]byte, rapid.IntRange(1, 300<<10).Draw(t, "len"))
+				rand.NewChaCha8([32]byte{byte(i), 5}).Read(b)
+				if err := c.write(b, int64(off)); err != nil {
+					t.Fatal(err)
+				}
+				if c.stream != nil && c.baseSize > 0 {
+					streamed++
+				}
+				if end := off + len(b); end > len(model) {
+					setSize(end)
+				}
+				copy(model[off:], b)
+				next = off + len(b)
+			case op == 6:
+				n := rapid.IntRange(0, 4<<20).Draw(t, "size")
+				if err := c.truncate(int64(n)); err != nil {
+					t.Fatal(err)
+				}
+				setSize(n)
+			case op == 7:
+				off := rapid.IntRange(0, len(model)).Draw(t, "roff")
+				n := rapid.IntRange(1, 200<<10).Draw(t, "rlen")
+				if got, want := read(t, contentReader{c: c}, off, n), model[off:min(off+n, len(model))]; !bytes.Equal(got, want) {
+					t.Fatalf("read of %d at %d: %d bytes, not the %d of the model", n, off, len(got), len(want))
+				}
+			default: // a commit, as a close's: the value becomes the base
+				id, n, w, err := c.value()
+				if err == nil && w != nil {
+					err = c.stored(w.Commit())
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.reset(id, n)
+			}
+		}
+		if got := read(t, contentReader{c: c}, 0, len(model)+1); !bytes.Equal(got, model) {
+			t.Fatalf("the content reads %d bytes, not the %d of the model", len(got), len(model))
+		}
+		id, n, w, err := c.value()
+		if err == nil && w != nil {
+			err = c.stored(w.Commit())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := p.OpenValue(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := read(t, v, 0, int(n)+1); !bytes.Equal(got, model) {
+			t.Fatalf("committed: %d bytes, not the %d of the model", len(got), len(model))
+		}
+	})
+	if streamed == 0 {
+		t.Error("no rewrite from offset 0 streamed")
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -318,6 +319,12 @@ func TestKillRightAfterFsync(t *testing.T) {
 	must(t, os.WriteFile(path("old-name"), []byte("renamed"), 0o644))
 	must(t, os.WriteFile(path("doomed"), []byte("doomed"), 0o644))
 	must(t, os.Mkdir(path("dir"), 0o755))
+	laid, err := os.Create(path("laid")) // laid out as fio and databases do
+	must(t, err)
+	must(t, unix.Fallocate(int(laid.Fd()), 0, 0, 12<<20))
+	must(t, laid.Close())
+	old := content(4, 16<<20)
+	must(t, os.WriteFile(path("rewritten"), old, 0o644))
 	syncDir(t, pg)
 
 	var open []*os.File // closed after the kill
@@ -437,6 +444,35 @@ func TestKillRightAfterFsync(t *testing.T) {
 			copy(want[3<<20:], "last")
 			if got, err := os.ReadFile(path("big")); err != nil || !bytes.Equal(got, want) {
 				return fmt.Errorf("big: %d bytes, want %d, %v", len(got), len(want), err)
+			}
+			return nil
+		}},
+		{"rewrites in order from offset 0, streamed", func() {
+			inOrder := func(n int) func(f *os.File) error {
+				return func(f *os.File) error {
+					for off := 0; off < n; off += 1 << 20 {
+						if _, err := f.WriteAt(content(10+off>>20, 1<<20), int64(off)); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+			}
+			fsyncFile("laid", inOrder(9<<20))      // the rest (zeros) follows the stream
+			fsyncFile("rewritten", inOrder(6<<20)) // an edit keeps the rest
+		}, func() error {
+			for _, f := range []struct {
+				name string
+				was  []byte
+				n    int
+			}{{"laid", make([]byte, 12<<20), 9 << 20}, {"rewritten", old, 6 << 20}} {
+				want := bytes.Clone(f.was)
+				for off := 0; off < f.n; off += 1 << 20 {
+					copy(want[off:], content(10+off>>20, 1<<20))
+				}
+				if got, err := os.ReadFile(path(f.name)); err != nil || !bytes.Equal(got, want) {
+					return fmt.Errorf("%s: %d bytes, want %d, equal %v, %v", f.name, len(got), len(want), bytes.Equal(got, want), err)
+				}
 			}
 			return nil
 		}},
