@@ -321,9 +321,9 @@ func TestKillRightAfterFsync(t *testing.T) {
 	must(t, os.Mkdir(path("dir"), 0o755))
 	laid, err := os.Create(path("laid")) // laid out as fio and databases do
 	must(t, err)
-	must(t, unix.Fallocate(int(laid.Fd()), 0, 0, 12<<20))
+	must(t, unix.Fallocate(int(laid.Fd()), 0, 0, 8<<20))
 	must(t, laid.Close())
-	old := content(4, 16<<20)
+	old := content(4, 12<<20)
 	must(t, os.WriteFile(path("rewritten"), old, 0o644))
 	syncDir(t, pg)
 
@@ -458,14 +458,14 @@ func TestKillRightAfterFsync(t *testing.T) {
 					return nil
 				}
 			}
-			fsyncFile("laid", inOrder(9<<20))      // the rest (zeros) follows the stream
-			fsyncFile("rewritten", inOrder(6<<20)) // an edit keeps the rest
+			fsyncFile("laid", inOrder(6<<20))      // the rest (zeros) follows the stream
+			fsyncFile("rewritten", inOrder(5<<20)) // an edit keeps the rest
 		}, func() error {
 			for _, f := range []struct {
 				name string
 				was  []byte
 				n    int
-			}{{"laid", make([]byte, 12<<20), 9 << 20}, {"rewritten", old, 6 << 20}} {
+			}{{"laid", make([]byte, 8<<20), 6 << 20}, {"rewritten", old, 5 << 20}} {
 				want := bytes.Clone(f.was)
 				for off := 0; off < f.n; off += 1 << 20 {
 					copy(want[off:], content(10+off>>20, 1<<20))
