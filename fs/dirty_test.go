@@ -10,6 +10,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
@@ -32,6 +33,37 @@ func testPage(t *testing.T) *store.Page {
 	}
 	t.Cleanup(func() { repo.Release(p) })
 	return p
+}
+
+// storedValue stores n random bytes drawn from seed in p as a file's
+// content is stored, and returns them and the value's id.
+func storedValue(t *testing.T, p *store.Page, seed byte, n int) ([]byte, cas.ObjectIdentifier) {
+	t.Helper()
+	data := make([]byte, n)
+	rand.NewChaCha8([32]byte{seed}).Read(data)
+	c := newContent(p, t.TempDir(), emptyValue, 0)
+	defer c.close()
+	if err := c.write(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	id, _, w, err := c.value()
+	if err == nil {
+		err = c.stored(w.Commit())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, id
+}
+
+// readRange reads up to size bytes of r at off, to its end.
+func readRange(t *rapid.T, r io.ReaderAt, off, size int) []byte {
+	b := make([]byte, size)
+	n, err := r.ReadAt(b, int64(off))
+	if err != nil && err != io.EOF {
+		t.Fatal(err)
+	}
+	return b[:n]
 }
 
 // A streamed value's last pieces wait for the commit that refers to them.
@@ -148,28 +180,8 @@ func TestContentStates(t *testing.T) {
 // and commits as it does without a copy.
 func TestRebaseOnCopy(t *testing.T) {
 	p := testPage(t)
-	data := make([]byte, 1<<20)
-	rand.NewChaCha8([32]byte{3}).Read(data)
-	first := newContent(p, t.TempDir(), emptyValue, 0)
-	if err := first.write(data, 0); err != nil {
-		t.Fatal(err)
-	}
-	baseID, _, w, err := first.value()
-	if err == nil {
-		err = first.stored(w.Commit())
-	}
-	first.close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := func(t *rapid.T, r io.ReaderAt, size int) []byte {
-		b := make([]byte, size+1)
-		n, err := r.ReadAt(b, 0)
-		if err != nil && err != io.EOF {
-			t.Fatal(err)
-		}
-		return b[:n]
-	}
+	data, baseID := storedValue(t, p, 3, 1<<20)
+	read := func(t *rapid.T, r io.ReaderAt, size int) []byte { return readRange(t, r, 0, size+1) }
 	rapid.Check(t, func(t *rapid.T) {
 		c := newContent(p, os.TempDir(), baseID, int64(len(data)))
 		defer c.close()
@@ -260,28 +272,8 @@ func TestRebaseOnCopy(t *testing.T) {
 // model of the file does.
 func TestRewriteFromZeroStreams(t *testing.T) {
 	p := testPage(t)
-	data := make([]byte, 3<<20)
-	rand.NewChaCha8([32]byte{4}).Read(data)
-	first := newContent(p, t.TempDir(), emptyValue, 0)
-	if err := first.write(data, 0); err != nil {
-		t.Fatal(err)
-	}
-	baseID, _, w, err := first.value()
-	if err == nil {
-		err = first.stored(w.Commit())
-	}
-	first.close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := func(t *rapid.T, r io.ReaderAt, off, size int) []byte {
-		b := make([]byte, size)
-		n, err := r.ReadAt(b, int64(off))
-		if err != nil && err != io.EOF {
-			t.Fatal(err)
-		}
-		return b[:n]
-	}
+	data, baseID := storedValue(t, p, 4, 3<<20)
+	read := readRange
 	streamed := 0
 	rapid.Check(t, func(t *rapid.T) {
 		baseSize := rapid.SampledFrom([]int{0, 100 << 10, len(data)}).Draw(t, "base")
