@@ -352,7 +352,7 @@ func (c *content) endStreamLater() (*store.ValueWriter, error) {
 	// through the stream costs their own chunking. Whichever is less.
 	edit := n < c.baseSize && tail > n && c.baseLen >= editMin
 	if tail > 0 && !edit {
-		if err := c.copyTail(w, n); err != nil {
+		if err := c.writeFrom(w, n); err != nil {
 			w.Abort()
 			return nil, c.fail(err)
 		}
@@ -374,9 +374,8 @@ func (c *content) endStreamLater() (*store.ValueWriter, error) {
 	return w, nil
 }
 
-// copyTail writes the content from n on, the base's bytes and zeros, to w.
-// Called with the stream ended and no spool.
-func (c *content) copyTail(w *store.ValueWriter, n int64) error {
+// writeFrom writes the content from n on to w. Called with no stream.
+func (c *content) writeFrom(w *store.ValueWriter, n int64) error {
 	buf := make([]byte, min(c.size-n, 1<<20))
 	for n < c.size {
 		m, err := c.readAt(buf, n)
@@ -719,18 +718,9 @@ func (c *content) value() (id cas.ObjectIdentifier, size int64, w *store.ValueWr
 		return id, c.size, w, nil
 	}
 	w = c.p.NewValueWriter()
-	buf := make([]byte, 1<<20)
-	for off := int64(0); off < c.size; {
-		n, err := c.readAt(buf, off)
-		if err != nil && err != io.EOF {
-			w.Abort()
-			return cas.ObjectIdentifier{}, 0, nil, err
-		}
-		if _, err := w.Write(buf[:n]); err != nil {
-			w.Abort()
-			return cas.ObjectIdentifier{}, 0, nil, err
-		}
-		off += int64(n)
+	if err := c.writeFrom(w, 0); err != nil {
+		w.Abort()
+		return cas.ObjectIdentifier{}, 0, nil, err
 	}
 	id, n, err := w.End()
 	if err != nil {
