@@ -538,7 +538,8 @@ func (s *streamStore) GetStreaming(d Digest, buf []byte) ([]byte, error) {
 }
 
 // A reader streams (asks its source to read ahead) once reads follow each
-// other, and not for reads at random offsets.
+// other, or from its first read if that is at offset 0, and not for reads
+// at random offsets.
 func TestReaderStreamsSequentialReads(t *testing.T) {
 	s := &streamStore{memStore: newMemStore()}
 	data := randBytes(8, 64<<20)
@@ -555,7 +556,11 @@ func TestReaderStreamsSequentialReads(t *testing.T) {
 
 	r := openReader(t, s, id)
 	before := s.count()
-	for off := 0; off < 16<<20; off += 128 << 10 {
+	read(r, 0, 128<<10)
+	if gets, streamed := s.count()-before, int(s.streamed.Load()); gets == 0 || streamed != gets {
+		t.Fatalf("a first read at offset 0: %d of %d gets streaming", streamed, gets)
+	}
+	for off := 128 << 10; off < 16<<20; off += 128 << 10 {
 		read(r, off, 128<<10)
 	}
 	if gets, streamed := s.count()-before, int(s.streamed.Load()); streamed < gets*3/4 {

@@ -68,6 +68,7 @@ type Reader struct {
 	// stream; after streamAfter of them, chunks are fetched as streaming.
 	lastEnd  uint64
 	run      int
+	read     bool // a read has been made
 	tick     uint64
 	fetching map[Digest]*fetch
 }
@@ -259,7 +260,11 @@ const maxIndexDepth = 16
 // a stream (the kernel's read-ahead sends several at once, not in order);
 // streamAfter of them in a row make the reader stream. Random reads seldom
 // land near each other twice in a row.
-// A read of streamSpan bytes or more is a stream by itself.
+// A read of streamSpan bytes or more is a stream by itself, and so is a
+// reader's first read if it is at offset 0: most reads of a file from its
+// start go on to its end, as the kernel's read-ahead assumes too. Without
+// it, the chunks of that first read (a dozen in 128 KiB) would each be a
+// request of their own to a remote store.
 const (
 	streamSlack = 4 << 20
 	streamAfter = 2
@@ -278,7 +283,9 @@ func (r *Reader) streams(off, n uint64) bool {
 		r.run = 0
 		r.lastEnd = off + n
 	}
-	return r.run >= streamAfter || n >= streamSpan
+	first := !r.read && off == 0
+	r.read = true
+	return r.run >= streamAfter || n >= streamSpan || first
 }
 
 // readAt copies from the piece d, which starts at offset 0 of its own

@@ -87,7 +87,11 @@ func TestLazyValuesThroughMount(t *testing.T) {
 	}
 	reqs := packGets() - before
 	t.Logf("a 24 MiB file read in order: %d requests of packs", reqs)
-	if reqs == 0 || reqs > 24 { // a request a MiB; one a chunk would be 1,500
+	// Packs of ~8 MiB: the root, a range of each of the 3–4 packs, and
+	// a few more where the kernel's read-ahead runs ahead of the stream
+	// (7–8 seen). One a chunk would be 1,500; one for each chunk of the
+	// first read, until the reader saw a stream, gave 14–28.
+	if reqs == 0 || reqs > 12 {
 		t.Fatalf("a 24 MiB file read in order made %d requests of packs", reqs)
 	}
 	before = packGets()
