@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	"github.com/restic/chunker"
+
+	"github.com/ledgerfs/ledgerfs/internal/testutil"
 )
 
 // testPol is a fixed irreducible polynomial so that test runs cut alike.
@@ -64,14 +66,7 @@ func (m *memStore) Get(d Digest, buf []byte) ([]byte, error) {
 	return append(buf[:0], p...), nil
 }
 
-func randBytes(seed uint64, n int) []byte {
-	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
+func randBytes(seed uint64, n int) []byte { return testutil.Random(seed, 0, n) }
 
 // write stores data through a writer whose segments cut finders chunk on
 // every core, in writes of blocks bytes.

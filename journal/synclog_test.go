@@ -3,7 +3,6 @@ package journal
 import (
 	"bytes"
 	"maps"
-	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/synclog"
+	"github.com/ledgerfs/ledgerfs/internal/testutil"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
@@ -24,14 +24,7 @@ func copyTree(t *testing.T, src, dst string) {
 }
 
 // randomBytes returns n bytes of a random stream seeded by seed.
-func randomBytes(seed uint64, n int) []byte {
-	rng := rand.New(rand.NewPCG(seed, seed))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(rng.Uint32())
-	}
-	return b
-}
+func randomBytes(seed uint64, n int) []byte { return testutil.Random(seed, 0, n) }
 
 // loggedPut is a put of key to content, recorded in the sync log as the
 // extents of content that differ from base's (the whole content when base

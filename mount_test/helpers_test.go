@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,8 @@ import (
 	"time"
 
 	"github.com/moby/sys/mountinfo"
+
+	"github.com/ledgerfs/ledgerfs/internal/testutil"
 )
 
 var (
@@ -412,14 +413,9 @@ func sortLines(s string) string {
 	return strings.Join(l, "\n")
 }
 
-func content(seed, n int) []byte {
-	r := rand.New(rand.NewPCG(uint64(seed), 7))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
+// content is n bytes that do not compress, the same for the same seed; a
+// shorter one is a prefix of a longer one.
+func content(seed, n int) []byte { return testutil.Random(uint64(seed), 0, n) }
 
 func sha(t testing.TB, path string) string {
 	f, err := os.Open(path)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/moby/sys/mountinfo"
+
+	"github.com/ledgerfs/ledgerfs/internal/testutil"
 )
 
 func TestConcurrentWriters(t *testing.T) {
@@ -65,15 +66,9 @@ func TestLargeFile(t *testing.T) {
 	must(t, err)
 	h := sha256.New()
 	buf := make([]byte, 1<<20)
-	r := rand.New(rand.NewPCG(3, 3))
 	start := time.Now()
 	for off := int64(0); off < size; off += int64(len(buf)) {
-		for i := 0; i < len(buf); i += 8 {
-			v := r.Uint64()
-			for k := range 8 {
-				buf[i+k] = byte(v >> (8 * k))
-			}
-		}
+		testutil.FillRandom(buf, 3, uint64(off))
 		h.Write(buf)
 		if _, err := f.Write(buf); err != nil {
 			t.Fatal(err)

@@ -3,10 +3,8 @@ package mount_test
 import (
 	"bytes"
 	"crypto/sha256"
-	be "encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ledgerfs/ledgerfs/internal/testutil"
 )
 
 // smallDisk mounts a tmpfs of size bytes for the test.
@@ -341,10 +341,7 @@ func TestHistoryYieldsToLiveData(t *testing.T) {
 	var last [32]byte
 	writes := 30
 	for i := range writes {
-		r := rand.New(rand.NewPCG(uint64(i), 11))
-		for j := 0; j+8 <= len(buf); j += 8 {
-			be.LittleEndian.PutUint64(buf[j:], r.Uint64())
-		}
+		testutil.FillRandom(buf, uint64(i), 11)
 		if err := os.WriteFile(filepath.Join(pg, "f"), buf, 0o644); err != nil {
 			var st unix.Statfs_t
 			unix.Statfs(disk, &st)

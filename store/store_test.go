@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/testutil"
 )
 
 func openRepo(t testing.TB, dir string, opts Options) *Repository {
@@ -434,11 +434,7 @@ func TestValueCommitWithRows(t *testing.T) {
 		size, rows int
 	}{{"one row", 40_000, 1}, {"rows beyond the pieces' transaction", 6 << 20, fit - 1}} {
 		t.Run(tc.name, func(t *testing.T) {
-			data := make([]byte, tc.size)
-			rng := rand.New(rand.NewPCG(uint64(tc.rows), 1))
-			for i := range data {
-				data[i] = byte(rng.Uint32())
-			}
+			data := testutil.Random(uint64(tc.rows), 1, tc.size)
 			w := p.NewValueWriter()
 			if _, err := w.Write(data); err != nil {
 				t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +20,7 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/repokey"
 	"github.com/ledgerfs/ledgerfs/internal/retention"
 	"github.com/ledgerfs/ledgerfs/internal/s3test"
+	"github.com/ledgerfs/ledgerfs/internal/testutil"
 	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -167,11 +167,7 @@ func must(t testing.TB, err error) {
 	}
 }
 
-func random(seed uint64, n int) []byte {
-	b := make([]byte, n)
-	rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8)}).Read(b)
-	return b
-}
+func random(seed uint64, n int) []byte { return testutil.Random(seed, 0, n) }
 
 func stores(t *testing.T) map[string]remote.Backend {
 	dir, err := remote.NewDir(t.TempDir())
