@@ -128,7 +128,11 @@ func TestLazyValuesThroughMount(t *testing.T) {
 	if got, err := os.ReadFile(small); err != nil || string(got) != string(content(342, 1042)) {
 		t.Fatalf("a fetched file with the server down: %v", err)
 	}
-	if n := strings.Count(b.log.String(), "content in the remote store only could not be fetched"); n != 1 {
+	// The line is written before the reply, but reaches b.log through a
+	// pipe the test copies from: wait for it.
+	const failed = "content in the remote store only could not be fetched"
+	b.log.await(t, failed)
+	if n := strings.Count(b.log.String(), failed); n != 1 {
 		t.Fatalf("%d log lines for one failed read:\n%s", n, b.log)
 	}
 	srv.Restart()
