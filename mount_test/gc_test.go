@@ -248,12 +248,13 @@ func TestKillCollection(t *testing.T) {
 		<-exited
 		t.Logf("kill %d: after step %d of the collection: %v", k, at, reached)
 
-		fsck, err := exec.Command(binary, "fsck", repo).CombinedOutput()
+		// The checks run the plain build: the collection is what is tested.
+		fsck, err := exec.Command(plainBinary, "fsck", repo).CombinedOutput()
 		if err != nil {
 			t.Fatalf("kill %d: fsck after a collection was killed: %v\n%s\ncollection:\n%s", k, err, fsck, &out)
 		}
 		for name, v := range want {
-			b, err := exec.Command(binary, "cat", repo, "l", "p", name).Output()
+			b, err := exec.Command(plainBinary, "cat", repo, "l", "p", name).Output()
 			if err != nil || !bytes.Equal(b, v) {
 				t.Fatalf("kill %d: %s reads %d bytes (%v), want %d", k, name, len(b), err, len(v))
 			}
