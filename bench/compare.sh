@@ -25,7 +25,10 @@
 # that commit's stall), SQL_OPS (300 SQLite transactions) and SQL_MIB (100:
 # the SQLite database) scale the workloads;
 # QUICK=1 shrinks all of them for a smoke run; APPS=0 leaves out the
-# applications (git, go build, tar xzf, rsync). Needs bc, python3, fio,
+# applications (git, go build, tar xzf, rsync). ONLY=group,group runs only
+# those groups of workloads, side by side as in a full run: seq (dd and the
+# storage rows), bench (ledgerfs bench), fio, fsync, sqlite, creates, ls,
+# tree (cp -a, tar c, rm -rf), rename, stress (stress-ng), apps, rss. Needs bc, python3, fio,
 # stress-ng, git and rsync.
 #
 # ledgerfs is mounted with LEDGERFS_FLAGS, by default with collections off
@@ -140,6 +143,8 @@ declare -A pid=([loopback]=$lbpid [ledgerfs]=$lfpid)
 [ -z "${lbnppid:-}" ] || pid[lb-nopt]=$lbnppid
 [ -z "${jfspid:-}" ] || pid[juicefs]=$jfspid
 
+# want GROUP: whether ONLY leaves the group of workloads in.
+want() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 drop_caches() { sync; if [ "$(id -u)" = 0 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
 now() { date +%s.%N; }
 hwm() { awk '/VmHWM/{print int($2/1024)}' "/proc/$1/status"; }
@@ -173,7 +178,7 @@ head -c "$((SIZE_MIB << 20))" /dev/urandom >"$work/src.bin"
 # not among them: npm 11 fetches package metadata from the registry even
 # with every tarball in its cache (--offline fails with ENOTCACHED), so it
 # would time the network.
-if [ "${APPS:-1}" = 1 ]; then
+if [ "${APPS:-1}" = 1 ] && want apps; then
   rm -rf "$work/gitsrc" "$work/modsrc"
   cp -a "$GOSRC" "$work/gitsrc"
   git -C "$work/gitsrc" init -q && git -C "$work/gitsrc" add -A &&
@@ -186,6 +191,7 @@ fi
 for t in "${order[@]}"; do
   d=${dir[$t]}
   echo "== $t: $d" >&2
+  if want seq; then
   drop_caches
   s=$(now); dd if="$work/src.bin" of="$d/big" bs=1M conv=fsync status=none; e=$(now)
   measure "seq write ${SIZE_MIB} MiB (dd, fsync)" MB/s "$t" "$(echo "$SIZE_MIB*1.048576/($e-$s)" | bc -l)"
@@ -202,7 +208,9 @@ for t in "${order[@]}"; do
   measure "storage added by a 2nd copy of ${SIZE_MIB} MiB" "% of size" "$t" "$(echo "100*($u1-$u0)/($SIZE_MIB*1048576)" | bc -l)"
   measure "storage added by a 1-byte edit" KiB "$t" "$(echo "($u2-$u1)/1024" | bc -l)"
   rm -f "$d/big" "$d/big2"
+  fi
 
+  if want bench; then
   "$work/ledgerfs" bench --json --big-file-size "${SIZE_MIB}M" "$d" >"$work/bench-$t.json" 2>/dev/null
   measure "ledgerfs bench: write ${SIZE_MIB} MiB" MB/s "$t" "$(benchfield "$work/bench-$t.json" '^write' mb_per_s)"
   measure "ledgerfs bench: read ${SIZE_MIB} MiB" MB/s "$t" "$(benchfield "$work/bench-$t.json" '^read .* file, ' mb_per_s)"
@@ -210,8 +218,9 @@ for t in "${order[@]}"; do
   measure "ledgerfs bench: 4 KiB creates" files/s "$t" "$(benchfield "$work/bench-$t.json" '^create .*4 KiB' ops_per_s)"
   measure "ledgerfs bench: 4 KiB stats" ops/s "$t" "$(benchfield "$work/bench-$t.json" '^stat .*4 KiB' ops_per_s)"
   measure "ledgerfs bench: 4 KiB deletes" ops/s "$t" "$(benchfield "$work/bench-$t.json" '^delete .*4 KiB' ops_per_s)"
+  fi
 
-  if command -v fio >/dev/null; then
+  if command -v fio >/dev/null && want fio; then
     fiorun() { # name rw bs size mb|iops extra...
       local name=$1 rw=$2 bs=$3 size=$4 mode=$5; shift 5
       drop_caches
@@ -233,6 +242,7 @@ for t in "${order[@]}"; do
   edited() { awk '/^ledgerfs_value_edit_bytes_total/{b+=$2} /^ledgerfs_value_edits_total/{n=$2} /^ledgerfs_syncs_total\{what="log"\}/{l=$2} /^ledgerfs_syncs_total\{what="db"\}/{d=$2} END{printf "%d %d %d %d\n", b, n, l, d}' "$work/lf/.stats"; }
   syncfield() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$@"; }
   for mib in 4 "$SIZE_MIB"; do
+    want fsync || break
     [ "$t" = ledgerfs ] && read -r b0 n0 l0 d0 < <(edited)
     python3 bench/syncwrite.py pwrite "$d/sync$mib" "$mib" "$SYNC_OPS" >"$work/sync-$t-$mib.json"
     if [ "$t" = ledgerfs ]; then
@@ -246,11 +256,13 @@ for t in "${order[@]}"; do
     rm -f "$d/sync$mib"
   done
   for mode in delete wal; do
+    want sqlite || break
     python3 bench/syncwrite.py sqlite "$d/sql-$mode.db" "$mode" "$SQL_MIB" "$SQL_OPS" >"$work/sql-$t-$mode.json"
     measure "SQLite ${SQL_MIB} MiB, 1-row transactions, $mode" tx/s "$t" "$(syncfield "$work/sql-$t-$mode.json" ops_per_s)"
     rm -f "$d/sql-$mode.db"*
   done
 
+  if want creates; then
   mkdir -p "$d/small"
   drop_caches
   s=$(now)
@@ -267,7 +279,9 @@ PY
   e=$(now)
   measure "${SMALL_FILES} x 4 KiB creates" files/s "$t" "$(echo "$SMALL_FILES/($e-$s)" | bc -l)"
   rm -rf "$d/small"
+  fi
 
+  if want ls; then
   mkdir -p "$d/many"
   python3 - "$d/many" "$LS_FILES" <<'PY'
 import os, sys
@@ -281,7 +295,9 @@ PY
   # Above 10,000 entries rm (fts) removes in inode order, not name order.
   s=$(now); rm -rf "$d/many"; e=$(now)
   measure "rm -rf of the ${LS_FILES} entries" s "$t" "$(echo "$e-$s" | bc -l)"
+  fi
 
+  if want tree; then
   drop_caches
   s=$(now); cp -a "$GOSRC" "$d/gosrc"; e=$(now)
   measure "cp -a GOROOT/src" s "$t" "$(echo "$e-$s" | bc -l)"
@@ -291,9 +307,11 @@ PY
   drop_caches
   s=$(now); rm -rf "$d/gosrc"; e=$(now)
   measure "rm -rf of the copied GOROOT/src" s "$t" "$(echo "$e-$s" | bc -l)"
+  fi
 
   # Write to a temporary name, then rename over the final one: rsync's,
   # editors' and package managers' pattern.
+  if want rename; then
   mkdir -p "$d/tmpren"
   s=$(now)
   python3 - "$d/tmpren" "$((SMALL_FILES / 5))" <<'PY'
@@ -310,9 +328,10 @@ PY
   e=$(now)
   measure "write 4 KiB to a temp name, rename over" files/s "$t" "$(echo "$((SMALL_FILES / 5))/($e-$s)" | bc -l)"
   rm -rf "$d/tmpren"
+  fi
 
   # Metadata changes one at a time: stress-ng's bogo ops per second.
-  if command -v stress-ng >/dev/null; then
+  if command -v stress-ng >/dev/null && want stress; then
     for st in chmod rename dir utime; do
       mkdir -p "$d/sng"
       v=$(stress-ng --"$st" 2 --timeout 5s --metrics-brief --temp-path "$d/sng" 2>&1 | awk -v s="$st" '$2 == "metrc:" && $4 == s {print $9; exit}')
@@ -321,7 +340,7 @@ PY
     done
   fi
 
-  if [ "${APPS:-1}" = 1 ]; then
+  if [ "${APPS:-1}" = 1 ] && want apps; then
     drop_caches
     s=$(now); git clone -q --no-hardlinks "$work/gitsrc" "$d/clone"; e=$(now)
     measure "git clone (local, GOROOT/src)" s "$t" "$(echo "$e-$s" | bc -l)"
@@ -343,7 +362,7 @@ PY
     rm -rf "$d/rsync"
   fi
 
-  if [ -n "${pid[$t]:-}" ]; then
+  if [ -n "${pid[$t]:-}" ] && want rss; then
     reset_hwm "${pid[$t]}"
     dd if=/dev/urandom of="$d/huge" bs=1M count="$BIG_MIB" conv=fsync status=none
     measure "peak server RSS writing ${BIG_MIB} MiB" MiB "$t" "$(hwm "${pid[$t]}")"
