@@ -37,9 +37,15 @@ var configAD = []byte(remote.ConfigName)
 
 // openStore reads, or makes, the store's configuration and, for an
 // encrypted one, unlocks its master key; it returns the store's polynomial
-// and key (nil for a plain store).
+// and key (nil for a plain store). Without a repository (repo nil: the key
+// commands given only a remote) it neither makes a store nor finds a key
+// kept; only the secret unlocks.
 func openStore(ctx context.Context, repo *store.Repository, be remote.Backend, opt Options, create bool) (string, *repokey.Key, error) {
-	pol := repo.Polynomial().String()
+	var pol string
+	if repo != nil {
+		pol = repo.Polynomial().String()
+	}
+	create = create && repo != nil
 	var made *repokey.Key
 	cfg, err := remote.Open(ctx, be, func() (remote.Config, error) {
 		switch {
@@ -87,7 +93,7 @@ func openStore(ctx context.Context, repo *store.Repository, be remote.Backend, o
 		return err == nil && json.Unmarshal(b, &sc) == nil && sc.Polynomial != ""
 	}
 	key, kept := made, false
-	if !opens(key) {
+	if !opens(key) && repo != nil {
 		key = nil
 		if m, ok, err := repo.SyncState(stateKey); err != nil {
 			return "", nil, err
@@ -104,7 +110,7 @@ func openStore(ctx context.Context, repo *store.Repository, be remote.Backend, o
 			return "", nil, err
 		}
 	}
-	if !kept {
+	if !kept && repo != nil {
 		if err := repo.SetSyncState(map[string][]byte{stateKey: key.Master()}); err != nil {
 			return "", nil, err
 		}

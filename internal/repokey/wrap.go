@@ -146,3 +146,14 @@ func (o *keyObject) kek(s Secret) ([]byte, error) {
 	}
 	return nil, fmt.Errorf("repokey: a key object of an unknown kind %q", o.Kind)
 }
+
+// Describe returns what a key object says of itself without its secret:
+// the kind of secret that opens it (KindPassphrase or KindKeyFile) and when
+// it was made.
+func Describe(body []byte) (kind string, created time.Time, err error) {
+	var o keyObject
+	if err := json.Unmarshal(body, &o); err != nil {
+		return "", time.Time{}, fmt.Errorf("repokey: a key object that is not one: %w", err)
+	}
+	return o.Kind, o.Created, nil
+}
