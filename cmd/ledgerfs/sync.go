@@ -126,35 +126,44 @@ const (
 // $LEDGERFS_PASSWORD (a file's trailing newline is not part of it).
 func (f *remoteFlags) options() (cloudsync.Options, error) {
 	opt := cloudsync.Options{Plain: f.plain, FetchTimeout: f.fetchTimeout}
-	if f.keyFile != "" {
-		b, err := os.ReadFile(f.keyFile)
-		if err != nil {
-			return opt, fmt.Errorf("key file: %w", err)
-		}
-		if len(b) < repokey.MinKeyFile {
-			return opt, fmt.Errorf("key file %s holds %d bytes; a key file holds at least %d (head -c 32 /dev/urandom > FILE)", f.keyFile, len(b), repokey.MinKeyFile)
-		}
-		opt.Secret.KeyFile = b
-		return opt, nil
-	}
 	file := f.passwordFile
 	if file == "" {
 		file = os.Getenv(envPasswordFile)
 	}
-	if file != "" {
-		b, err := os.ReadFile(file)
+	var err error
+	opt.Secret, err = readSecret(f.keyFile, file)
+	if err == nil && opt.Secret.IsZero() {
+		opt.Secret.Passphrase = []byte(os.Getenv(envPassword))
+	}
+	return opt, err
+}
+
+// readSecret reads a secret: the bytes of keyFile, else the passphrase in
+// passwordFile (its trailing newline is not part of it); neither named, none.
+func readSecret(keyFile, passwordFile string) (repokey.Secret, error) {
+	var s repokey.Secret
+	switch {
+	case keyFile != "":
+		b, err := os.ReadFile(keyFile)
 		if err != nil {
-			return opt, fmt.Errorf("password file: %w", err)
+			return s, fmt.Errorf("key file: %w", err)
+		}
+		if len(b) < repokey.MinKeyFile {
+			return s, fmt.Errorf("key file %s holds %d bytes; a key file holds at least %d (head -c 32 /dev/urandom > FILE)", keyFile, len(b), repokey.MinKeyFile)
+		}
+		s.KeyFile = b
+	case passwordFile != "":
+		b, err := os.ReadFile(passwordFile)
+		if err != nil {
+			return s, fmt.Errorf("password file: %w", err)
 		}
 		b = bytes.TrimRight(b, "\r\n")
 		if len(b) == 0 {
-			return opt, fmt.Errorf("password file %s is empty", file)
+			return s, fmt.Errorf("password file %s is empty", passwordFile)
 		}
-		opt.Secret.Passphrase = b
-		return opt, nil
+		s.Passphrase = b
 	}
-	opt.Secret.Passphrase = []byte(os.Getenv(envPassword))
-	return opt, nil
+	return s, nil
 }
 
 // syncError adds to an error of a store that wants a secret where to give
