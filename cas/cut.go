@@ -59,22 +59,50 @@ func (s *segment) data() []byte { return *s.buf }
 func (s *segment) end() uint64  { return s.off + uint64(len(*s.buf)) }
 
 // findCuts chunks the segment from its start with c, whose output goes to
-// buf.
+// buf. A chunk that zeroCut ends is cut without c, which then starts again
+// after it.
 func (s *segment) findCuts(c *chunker.Chunker, buf *[]byte) {
 	defer close(s.done)
-	c.ResetWithBoundaries(bytes.NewReader(s.data()), s.pol, MinChunkSize, MaxChunkSize)
-	c.SetAverageBits(averageBits)
-	for {
-		ch, err := c.Next((*buf)[:0])
-		if err != nil { // io.EOF: a bytes.Reader fails no other way
-			return
+	data := s.data()
+	fresh := false // c chunks data from pos on
+	for pos := 0; pos < len(data); {
+		var next cut
+		if zeroCut(data[pos:]) {
+			next, fresh = cut{MinChunkSize, 0}, false
+		} else {
+			if !fresh {
+				c.ResetWithBoundaries(bytes.NewReader(data[pos:]), s.pol, MinChunkSize, MaxChunkSize)
+				c.SetAverageBits(averageBits)
+				fresh = true
+			}
+			ch, err := c.Next((*buf)[:0])
+			if err != nil { // io.EOF: a bytes.Reader fails no other way
+				return
+			}
+			next = cut{uint64(ch.Length), ch.Cut}
 		}
-		end := s.off + uint64(ch.Start+ch.Length)
+		pos += int(next.end)
+		end := s.off + uint64(pos)
 		if end == s.end() {
 			return
 		}
-		s.cuts = append(s.cuts, cut{end, ch.Cut})
+		s.cuts = append(s.cuts, cut{end, next.fp})
 	}
+}
+
+// chunkerWindow is the bytes restic's chunker fingerprints (its
+// windowSize).
+const chunkerWindow = 64
+
+// zeroCut reports whether a chunk that starts at span[0] ends at
+// MinChunkSize for the window of zeros before it: the chunker does not
+// fingerprint the bytes before that window, and Rabin's fingerprint of
+// zeros is 0, which every mask matches, so it cuts there with fingerprint
+// 0. Runs of zeros (a file grown by truncate, fallocate or a write past
+// its end) are then cut by checking 64 bytes a chunk instead of reading
+// them all through the chunker (TestZeroCutsMatchTheChunker).
+func zeroCut(span []byte) bool {
+	return len(span) >= MinChunkSize && allZero(span[MinChunkSize-chunkerWindow:MinChunkSize])
 }
 
 // Cutters find the chunk boundaries of writers' segments, one goroutine
@@ -234,6 +262,9 @@ func (st *stitcher) next(end uint64) cut {
 // (len(span) if the stream ends first). c is reset to chunk span, and buf
 // takes the chunker's output.
 func firstCut(c *chunker.Chunker, pol chunker.Pol, span []byte, buf *[]byte) cut {
+	if zeroCut(span) {
+		return cut{MinChunkSize, 0}
+	}
 	c.ResetWithBoundaries(bytes.NewReader(span), pol, MinChunkSize, MaxChunkSize)
 	c.SetAverageBits(averageBits)
 	ch, err := c.Next((*buf)[:0])

@@ -143,3 +143,56 @@ func FuzzParallelChunks(f *testing.F) {
 		sameChunks(t, parallelChunks(t, data, seg, []int{int(write%(1<<20)) + 1}), sequentialChunks(t, data))
 	})
 }
+
+// TestZeroCutsMatchTheChunker: wherever zeroCut cuts a chunk at
+// MinChunkSize, restic's chunker does too, with fingerprint 0, and
+// chunking in segments still gives its chunks on streams of short runs of
+// zeros among other bytes (a zero window that begins or ends a byte away
+// from the cut, a lone non-zero byte in it).
+func TestZeroCutsMatchTheChunker(t *testing.T) {
+	// A chunk that starts with p random bytes, then zeros: the chunker
+	// cuts it at MinChunkSize with fingerprint 0 exactly when zeroCut says,
+	// for every p about the window's start.
+	for p := MinChunkSize - 2*chunkerWindow; p <= MinChunkSize; p++ {
+		for seed := range uint64(3) {
+			span := append(randBytes(seed, p), make([]byte, MinChunkSize-p)...)
+			if p > 0 {
+				span[p-1] |= 1 // the last random byte is not a zero
+			}
+			span = append(span, randBytes(seed+100, MaxChunkSize)...)
+			first := sequentialChunks(t, span)[0]
+			cuts := len(first.data) == MinChunkSize && first.lv == cutLevels(0)
+			if zeroCut(span) != cuts {
+				t.Fatalf("%d random bytes, then zeros: zeroCut %v, the chunker's first chunk %d bytes at level %d", p, zeroCut(span), len(first.data), first.lv)
+			}
+		}
+	}
+	// Streams of short runs, chunked in segments as writes are.
+	rapid.Check(t, func(rt *rapid.T) {
+		data := randBytes(rapid.Uint64().Draw(rt, "prefix seed"), rapid.IntRange(0, 4*MaxChunkSize).Draw(rt, "prefix"))
+		for range rapid.IntRange(1, 60).Draw(rt, "runs") {
+			n := rapid.OneOf(rapid.IntRange(0, 2*chunkerWindow), rapid.IntRange(0, 3*MinChunkSize)).Draw(rt, "len")
+			switch rapid.IntRange(0, 2).Draw(rt, "kind") {
+			case 0:
+				data = append(data, randBytes(rapid.Uint64().Draw(rt, "seed"), n)...)
+			case 1:
+				data = append(data, make([]byte, n)...)
+			case 2:
+				data = append(data, make([]byte, n)...)
+				if n > 0 {
+					data[len(data)-1-rapid.IntRange(0, n-1).Draw(rt, "at")] = rapid.Byte().Draw(rt, "byte")
+				}
+			}
+		}
+		want := sequentialChunks(rt, data)
+		at := 0
+		for _, c := range want {
+			if zeroCut(data[at:]) && (len(c.data) != MinChunkSize || c.lv != cutLevels(0)) {
+				rt.Fatalf("zeroCut at %d, but the chunker cut %d bytes on (levels %d)", at, len(c.data), c.lv)
+			}
+			at += len(c.data)
+		}
+		segSize := rapid.IntRange(1<<10, 3*MaxChunkSize).Draw(rt, "segment")
+		sameChunks(rt, parallelChunks(rt, data, segSize, []int{rapid.IntRange(1, 1<<20).Draw(rt, "write")}), want)
+	})
+}
