@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/restic/chunker"
+	"pgregory.net/rapid"
 
 	"github.com/ledgerfs/ledgerfs/internal/testutil"
 )
@@ -700,4 +701,45 @@ func TestRunsOfZeros(t *testing.T) {
 			t.Fatalf("round %d: the value does not read back", round)
 		}
 	}
+}
+
+// TestReaderZeroRuns: reads of objects with runs of zeros (a file grown by
+// truncate), with a stray byte in some, read the right bytes in order and
+// at random, once the reader knows the zero pieces and fills from them.
+func TestReaderZeroRuns(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		var data []byte
+		for range rapid.IntRange(1, 6).Draw(rt, "runs") {
+			if rapid.Bool().Draw(rt, "zeros") {
+				n := len(data)
+				data = append(data, make([]byte, rapid.IntRange(0, 3<<20).Draw(rt, "zeros len"))...)
+				if len(data) > n && rapid.Bool().Draw(rt, "stray") {
+					data[rapid.IntRange(n, len(data)-1).Draw(rt, "at")] = 7
+				}
+			} else {
+				data = append(data, randBytes(rapid.Uint64().Draw(rt, "seed"), rapid.IntRange(0, 200<<10).Draw(rt, "len"))...)
+			}
+		}
+		s := newMemStore()
+		id := write(rt, s, data, 1<<20)
+		r := openReader(rt, s, id)
+		read := func(off, n int) {
+			got := make([]byte, n)
+			m, err := r.ReadAt(got, int64(off))
+			if err != nil && err != io.EOF {
+				rt.Fatal(err)
+			}
+			if want := data[off:min(len(data), off+n)]; !bytes.Equal(got[:m], want) {
+				rt.Fatalf("%d bytes at %d: other bytes", n, off)
+			}
+		}
+		for off := 0; off < len(data); off += 128 << 10 {
+			read(off, 128<<10)
+		}
+		for range 20 {
+			if len(data) > 0 {
+				read(rapid.IntRange(0, len(data)-1).Draw(rt, "off"), rapid.IntRange(1, 300<<10).Draw(rt, "n"))
+			}
+		}
+	})
 }
