@@ -28,7 +28,8 @@
 # applications (git, go build, tar xzf, rsync). ONLY=group,group runs only
 # those groups of workloads, side by side as in a full run: seq (dd and the
 # storage rows), bench (ledgerfs bench), fio, fsync, sqlite, creates, ls,
-# tree (cp -a, tar c, rm -rf), rename, stress (stress-ng), apps, rss. Needs bc, python3, fio,
+# tree (cp -a, tar c, rm -rf), rename, stress (stress-ng), apps, sparse
+# (truncate -s BIG_MIB, a write in the middle), rss. Needs bc, python3, fio,
 # stress-ng, git and rsync.
 #
 # ledgerfs is mounted with LEDGERFS_FLAGS, by default with collections off
@@ -360,6 +361,18 @@ PY
     s=$(now); rsync -a "$GOSRC/" "$d/rsync/"; e=$(now)
     measure "rsync -a GOROOT/src in" s "$t" "$(echo "$e-$s" | bc -l)"
     rm -rf "$d/rsync"
+  fi
+
+  # A sparse file: grown by truncate (a VM image, a preallocated
+  # download), then a 4 KiB write in its middle, fsynced.
+  if want sparse; then
+    s=$(now); truncate -s "${BIG_MIB}M" "$d/sparse"; e=$(now)
+    measure "truncate -s ${BIG_MIB}M" s "$t" "$(echo "$e-$s" | bc -l)"
+    s=$(now)
+    python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_WRONLY); os.pwrite(fd, os.urandom(4096), int(sys.argv[2]) << 19); os.fsync(fd); os.close(fd)' "$d/sparse" "$BIG_MIB"
+    e=$(now)
+    measure "4 KiB write + fsync in its middle" s "$t" "$(echo "$e-$s" | bc -l)"
+    rm -f "$d/sparse"
   fi
 
   if [ -n "${pid[$t]:-}" ] && want rss; then
