@@ -198,12 +198,13 @@ func (e *editor) rechunk(pos uint64, ri int) (uint64, int, error) {
 	defer chunkBufs.Put(buf)
 	span := chunkBufs.Get().(*[]byte)
 	defer chunkBufs.Put(span)
+	w := window{r: e.content, size: e.size, buf: (*span)[:0]}
 	for pos < e.size {
-		// Each chunk is cut from its own start, reading at most a chunk's
-		// worth: the chunker would read ahead half a MiB.
-		b := (*span)[:min(e.size-pos, MaxChunkSize)]
-		if _, err := e.content.ReadAt(b, int64(pos)); err != nil && !(err == io.EOF && pos+uint64(len(b)) == e.size) {
-			return 0, 0, fmt.Errorf("cas: read edited content: %w", err)
+		// Each chunk is cut from its own start (the chunker would read
+		// ahead half a MiB), in what the window read.
+		b, err := w.at(pos)
+		if err != nil {
+			return 0, 0, err
 		}
 		ch := firstCut(c, e.pol, b, buf)
 		if err := s.add(bytes.Clone(b[:ch.end]), cutLevels(ch.fp)); err != nil {
@@ -234,6 +235,43 @@ func (e *editor) rechunk(pos uint64, ri int) (uint64, int, error) {
 		}
 	}
 	return pos, ri, nil
+}
+
+// A window reads an edit's new content ahead of where it is cut, in
+// reads that double from a chunk's worth up to maxWindow: an edit that
+// stops a few chunks after its change reads what it did with one read a
+// chunk, and one that chunks on through a long run (the zeros after a
+// write inside a file grown by truncate) reads 1 MiB at a time instead of
+// 64 KiB for every 4 KiB chunk.
+type window struct {
+	r    io.ReaderAt
+	size uint64 // the content's
+	buf  []byte // the content from off on
+	off  uint64
+}
+
+const maxWindow = 1 << 20
+
+// at returns the content from pos on, MaxChunkSize bytes of it or up to
+// the end.
+func (w *window) at(pos uint64) ([]byte, error) {
+	want := min(w.size-pos, MaxChunkSize)
+	if pos >= w.off && pos+want <= w.off+uint64(len(w.buf)) {
+		return w.buf[pos-w.off : pos-w.off+want], nil
+	}
+	n := uint64(MaxChunkSize)
+	if len(w.buf) > 0 {
+		n = min(2*uint64(cap(w.buf)), maxWindow)
+	}
+	n = min(n, w.size-pos)
+	if uint64(cap(w.buf)) < n {
+		w.buf = make([]byte, n)
+	}
+	w.buf, w.off = w.buf[:n], pos
+	if _, err := w.r.ReadAt(w.buf, int64(pos)); err != nil && !(err == io.EOF && pos+n == w.size) {
+		return nil, fmt.Errorf("cas: read edited content: %w", err)
+	}
+	return w.buf[:want], nil
 }
 
 // emptyBelow reports whether the levels below k hold nothing.
