@@ -1,8 +1,11 @@
 package fs
 
 import (
+	"cmp"
 	"context"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -83,6 +86,14 @@ func (d *versionsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 type versionList struct {
 	metaDir
 	key string
+	// The versions as listed at head, until the head moves or a
+	// collection prunes: ls -l looks each name up after the listing, and
+	// each lookup listed and named every version again (2,000 versions:
+	// 4 of the first listing's 7 s).
+	mu     sync.Mutex
+	vs     []history.Version
+	head   store.CommitID
+	pruned uint64
 }
 
 // versionIndex holds the versions of every key of a page
@@ -131,10 +142,23 @@ var (
 func (l *versionList) versions() ([]history.Version, error) {
 	var vs []history.Version
 	err := l.withPage(func(p *store.Page) error {
-		var err error
+		head, err := p.Head()
+		if err != nil {
+			return err
+		}
+		pruned := p.Pruned()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.vs != nil && l.head == head.ID && l.pruned == pruned {
+			vs = l.vs
+			return nil
+		}
 		vs, err = history.OfName(p, l.key, func(key string) ([]history.Version, error) {
 			return l.pg.owner.versions.of(p, key)
 		})
+		if err == nil {
+			l.vs, l.head, l.pruned = vs, head.ID, pruned
+		}
 		return err
 	})
 	return vs, err
@@ -161,7 +185,18 @@ func (l *versionList) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 	if err != nil {
 		return nil, errno("lookup", err)
 	}
-	for _, v := range vs {
+	// Names start with the generation, which orders vs: only the
+	// versions of the name's generation are named to compare.
+	gen, _, ok := strings.Cut(name, "_")
+	g, err := strconv.ParseUint(gen, 10, 64)
+	if !ok || err != nil {
+		return nil, syscall.ENOENT
+	}
+	i, _ := slices.BinarySearchFunc(vs, g, func(v history.Version, g uint64) int { return cmp.Compare(v.Commit.Generation, g) })
+	for _, v := range vs[i:] {
+		if v.Commit.Generation != g {
+			break
+		}
 		if v.Name() != name {
 			continue
 		}

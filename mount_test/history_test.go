@@ -267,3 +267,32 @@ func TestHistoryViews(t *testing.T) {
 	}
 	verifySchema(t, repo)
 }
+
+// TestVersionsFollowTheHead: versions/FILE/, listed and looked up once,
+// lists and looks up the versions committed after that, with the content
+// each had, and its earlier names still look up; a bad name is ENOENT.
+func TestVersionsFollowTheHead(t *testing.T) {
+	t.Parallel()
+	s := mount(t, t.TempDir())
+	pg := s.page("l", "p")
+	vdir := filepath.Join(pg, ".ledger", "versions", "f")
+	var names []string
+	for i := range 3 {
+		must(t, os.WriteFile(filepath.Join(pg, "f"), []byte(fmt.Sprintf("version %d", i)), 0o644))
+		syncDir(t, pg)
+		names = ls(t, vdir)
+		if len(names) != i+1 {
+			t.Fatalf("after %d commits of f, versions/f lists %v", i+1, names)
+		}
+		for j, n := range names {
+			if got, err := os.ReadFile(filepath.Join(vdir, n)); err != nil || string(got) != fmt.Sprintf("version %d", j) {
+				t.Fatalf("after %d commits, version %s reads %q, %v; want version %d", i+1, n, got, err, j)
+			}
+		}
+	}
+	for _, bad := range []string{"nonsense", "0000000001_x_y", names[0] + "x"} {
+		if _, err := os.Stat(filepath.Join(vdir, bad)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("stat of versions/f/%s: %v, want ENOENT", bad, err)
+		}
+	}
+}
