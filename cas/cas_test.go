@@ -741,5 +741,9 @@ func TestReaderZeroRuns(t *testing.T) {
 				read(rapid.IntRange(0, len(data)-1).Draw(rt, "off"), rapid.IntRange(1, 300<<10).Draw(rt, "n"))
 			}
 		}
+		// Zero chunks went to the store as slices of zeroPage.
+		if !allZero(zeroPage[:]) {
+			rt.Fatal("something wrote into zeroPage")
+		}
 	})
 }

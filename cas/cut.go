@@ -274,12 +274,45 @@ func firstCut(c *chunker.Chunker, pol chunker.Pol, span []byte, buf *[]byte) cut
 	return cut{uint64(ch.Length), ch.Cut}
 }
 
-// chunk emits the chunk from pos to c.
+// chunk emits the chunk from pos to c. A chunk of zeros (a zero cut's) is
+// emitted as a slice of zeroPage, not copied into a buffer of its own: a
+// file grown by truncate is a million of them a GiB.
 func (st *stitcher) chunk(c cut) error {
-	data := make([]byte, c.end-st.pos)
-	st.read(data, st.pos)
+	n := c.end - st.pos
+	var data []byte
+	if c.fp == 0 && n <= MaxChunkSize && st.zeros(st.pos, n) {
+		data = zeroPage[:n:n]
+	} else {
+		data = make([]byte, n)
+		st.read(data, st.pos)
+	}
 	st.pos = c.end
 	return st.emit(data, cutLevels(c.fp))
+}
+
+// chunkOf returns a chunk's bytes, b, cut with fingerprint fp, in a slice
+// of its own: zeroPage's for a chunk of zeros, else a copy.
+func chunkOf(b []byte, fp uint64) []byte {
+	if fp == 0 && len(b) <= MaxChunkSize && allZero(b) {
+		return zeroPage[:len(b):len(b)]
+	}
+	return bytes.Clone(b)
+}
+
+// zeros reports whether the n held bytes from off on are all zeros.
+func (st *stitcher) zeros(off, n uint64) bool {
+	for _, s := range st.segs {
+		if off >= s.end() || n == 0 {
+			continue
+		}
+		b := s.data()[off-s.off:]
+		b = b[:min(uint64(len(b)), n)]
+		if !allZero(b) {
+			return false
+		}
+		off, n = off+uint64(len(b)), n-uint64(len(b))
+	}
+	return n == 0
 }
 
 // read copies the held bytes from off on into p.

@@ -1,7 +1,6 @@
 package cas
 
 import (
-	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -207,7 +206,7 @@ func (e *editor) rechunk(pos uint64, ri int) (uint64, int, error) {
 			return 0, 0, err
 		}
 		ch := firstCut(c, e.pol, b, buf)
-		if err := s.add(bytes.Clone(b[:ch.end]), cutLevels(ch.fp)); err != nil {
+		if err := s.add(chunkOf(b[:ch.end], ch.fp), cutLevels(ch.fp)); err != nil {
 			return 0, 0, err
 		}
 		pos += ch.end

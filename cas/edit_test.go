@@ -146,6 +146,9 @@ func TestEditCostFollowsTheChange(t *testing.T) {
 				if st.Reused == 0 {
 					t.Errorf("a 4 KiB write at %d reused nothing of the old value", off)
 				}
+				if !allZero(zeroPage[:]) {
+					t.Fatal("something wrote into zeroPage")
+				}
 			}
 		})
 	}
