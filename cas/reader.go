@@ -5,6 +5,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // Source returns stored pieces by digest (never inline ones).
@@ -77,6 +78,9 @@ type Reader struct {
 	// pieces, over and over; reads of it are filled without walking down
 	// to each chunk (a 2 GiB run cost a commit 13 s of such walks).
 	zeros map[Digest]bool
+	// anyZeros is whether zeros holds a piece: reads of a reader that
+	// has seen none take no lock for it.
+	anyZeros atomic.Bool
 }
 
 // maxZeros bounds Reader.zeros: a run of zeros needs a chunk and its
@@ -232,6 +236,7 @@ func (r *Reader) noteZeros(c cached) {
 		r.zeros = map[Digest]bool{}
 	}
 	r.zeros[c.d] = true
+	r.anyZeros.Store(true)
 }
 
 // decodePiece fetches and verifies the piece d, into buf if it is a chunk,
@@ -342,15 +347,17 @@ func (r *Reader) readAt(src Source, d Digest, p []byte, pos uint64, depth int) (
 	}
 	ch := c.index.Children[i]
 	start := c.ends[i] - ch.Size
-	if len(c.ends) <= 4 {
-		// A chain of one-child pieces above a zero chunk is marked
-		// from the chunk up, one visit at a time.
-		r.mu.Lock()
-		r.noteZeros(c)
-		r.mu.Unlock()
-	}
-	if n := r.fillZeros(c, i, p, pos); n > 0 {
-		return n, nil
+	if r.anyZeros.Load() {
+		if len(c.ends) <= 4 {
+			// A chain of one-child pieces above a zero chunk is
+			// marked from the chunk up, one visit at a time.
+			r.mu.Lock()
+			r.noteZeros(c)
+			r.mu.Unlock()
+		}
+		if n := r.fillZeros(c, i, p, pos); n > 0 {
+			return n, nil
+		}
 	}
 	if pos == start && ch.Size > 0 && ch.Size <= uint64(len(p)) && !ch.ID.Digest.IsIndex() && !ch.ID.Digest.IsInline() {
 		return r.readWhole(src, ch.ID.Digest, p[:ch.Size])
