@@ -232,7 +232,15 @@ type transientWalk struct {
 	local  map[cas.Digest]bool // known local: not looked up
 	batch  []cas.Digest
 	marked int
+	// walked holds index pieces the walk has been into, up to
+	// maxWalked: a subtree met again is not walked again. A run of zeros
+	// is the same chain of index pieces over every 4 KiB chunk, each of
+	// whose pieces the walk looked up in the db again, a million times a
+	// GiB.
+	walked map[cas.Digest]bool
 }
+
+const maxWalked = 1 << 14
 
 func newTransientWalk(p *store.Page, step func(string) error) *transientWalk {
 	return &transientWalk{p: p, step: step}
@@ -246,10 +254,17 @@ func (w *transientWalk) object(id cas.ObjectIdentifier) error {
 // is marked twice, which is harmless; once its batch is written, it is
 // local and skipped.
 func (w *transientWalk) pre(d cas.Digest) (bool, error) {
-	if d.IsInline() || w.local[d] {
+	if d.IsInline() || w.local[d] || w.walked[d] {
 		return false, nil
 	}
-	return w.p.IsTransient(d)
+	transient, err := w.p.IsTransient(d)
+	if transient && d.IsIndex() && len(w.walked) < maxWalked {
+		if w.walked == nil {
+			w.walked = map[cas.Digest]bool{}
+		}
+		w.walked[d] = true
+	}
+	return transient, err
 }
 
 func (w *transientWalk) post(d cas.Digest) error {

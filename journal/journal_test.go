@@ -16,6 +16,7 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/testutil"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
@@ -973,5 +974,26 @@ func TestRecoveredAtime(t *testing.T) {
 	e.reopen() // as a crash leaves it: the journal's rows, no commit
 	if en, _ := e.headEntry("f"); en.Meta.AtimeNs != 77 || e.state()["f"] != "content" {
 		t.Fatalf("after recovery: atime %d, state %v", en.Meta.AtimeNs, e.state())
+	}
+}
+
+// A value with runs of zeros (the same chain of index pieces over every
+// chunk of a run) commits with every piece local: the walk that marks them
+// skips a subtree it has walked, and none it has not.
+func TestCommitMarksRepeatedSubtreesLocal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	content := string(testutil.Random(1, 0, 100<<10)) + string(make([]byte, 3<<20)) +
+		string(testutil.Random(2, 0, 50<<10)) + string(make([]byte, 1<<20+123))
+	c := e.eng.CommitterFor(e.p)
+	if err := c.Apply(true, e.put("sparse", content), e.put("other", "x")); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.state(); got["sparse"] != content {
+		t.Fatal("the value with runs of zeros reads back otherwise")
+	}
+	counts := e.verify()
+	if counts[store.StatusPrefix(store.Transient)] != 0 || counts[store.PrefixObjects] != counts[store.StatusPrefix(store.Local)] {
+		t.Fatalf("after the commit: %d transient, %d objects, %d local", counts[store.StatusPrefix(store.Transient)], counts[store.PrefixObjects], counts[store.StatusPrefix(store.Local)])
 	}
 }
