@@ -117,7 +117,16 @@ type repeats struct {
 	zeros  map[int]Digest           // a chunk of n zero bytes
 	single map[IndexChild]onlyChild // a one-child index piece above zeros
 	above  map[Digest]bool          // the digests of both
+	towers map[tower][]onlyChild    // the whole chain above a zero chunk
 	off    bool                     // remember nothing (tests compare)
+}
+
+// A tower is a zero chunk whose cut closes levels levels, all of them
+// empty below it: the chain of one-child pieces above it is the same every
+// time, and is pushed whole.
+type tower struct {
+	chunk  IndexChild
+	levels int
 }
 
 // onlyChild is a one-child index piece: its identifier and encoding.
@@ -168,6 +177,35 @@ func (r *repeats) keepOnlyChild(c IndexChild, o onlyChild) {
 	r.above[o.id.Digest] = true
 }
 
+// tower returns the chain of one-child pieces that closing levels levels
+// above the zero chunk c makes, lowest first, once single holds each.
+func (r *repeats) tower(c IndexChild, levels int) ([]onlyChild, bool) {
+	if r.off || !r.above[c.ID.Digest] {
+		return nil, false
+	}
+	k := tower{c, levels}
+	if t, ok := r.towers[k]; ok {
+		return t, true
+	}
+	if len(r.towers) >= maxRepeats {
+		return nil, false
+	}
+	t := make([]onlyChild, 0, levels)
+	for range levels {
+		o, ok := r.single[c]
+		if !ok {
+			return nil, false
+		}
+		t = append(t, o)
+		c = IndexChild{Size: c.Size, ID: o.id}
+	}
+	if r.towers == nil {
+		r.towers = map[tower][]onlyChild{}
+	}
+	r.towers[k] = t
+	return t, true
+}
+
 // zeroPage is what allZero compares with.
 var zeroPage [MaxChunkSize]byte
 
@@ -214,6 +252,18 @@ func (s *splitter) flushHeld() error {
 // at level i is the same as pushing its chunks one by one, if the levels
 // below i are empty (Edit relies on it).
 func (s *splitter) push(i int, c IndexChild, lv int) error {
+	if i == 0 && lv > 0 && s.emptyBelow(lv) {
+		// Closing the levels below lv over c alone makes the same
+		// chain as last time: put it, and push its top at lv.
+		if t, ok := s.seen.tower(c, lv); ok {
+			for _, o := range t {
+				if err := s.putDigest(o.id.Digest, o.data); err != nil {
+					return err
+				}
+			}
+			i, c = lv, IndexChild{Size: c.Size, ID: t[len(t)-1].id}
+		}
+	}
 	for len(s.levels) <= i {
 		s.levels = append(s.levels, nil)
 	}
