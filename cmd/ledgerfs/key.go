@@ -163,7 +163,7 @@ func runKeyPasswd(ctx context.Context, cmd *cobra.Command, k *keyCommandEnv, _ [
 	if err != nil {
 		return err
 	}
-	added, removed, err := cloudsync.ChangeKey(ctx, k.repo, k.be, k.opt, secret)
+	added, removed, err := cloudsync.ChangeKey(ctx, k.be, k.opt, secret)
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,11 @@ func Keys(ctx context.Context, repo *store.Repository, be remote.Backend, opt Op
 	if _, err := storeKey(ctx, repo, be, opt); err != nil && !errors.Is(err, ErrNoSecret) {
 		return nil, err
 	}
+	return listKeys(ctx, be, opt.Secret)
+}
+
+// listKeys lists the key objects of be, marking those secret opens.
+func listKeys(ctx context.Context, be remote.Backend, secret repokey.Secret) ([]KeyObject, error) {
 	var out []KeyObject
 	err := be.List(ctx, remote.KeysDir, "", func(o remote.Object) error {
 		out = append(out, KeyObject{ID: strings.TrimPrefix(o.Name, remote.KeysDir)})
@@ -55,10 +60,10 @@ func Keys(ctx context.Context, repo *store.Repository, be remote.Backend, opt Op
 		if err != nil {
 			return nil, err
 		}
-		if k.Kind, k.Created, k.Err = repokey.Describe(body); k.Err != nil || opt.Secret.IsZero() {
+		if k.Kind, k.Created, k.Err = repokey.Describe(body); k.Err != nil || secret.IsZero() {
 			continue
 		}
-		_, err = repokey.Unwrap(body, opt.Secret)
+		_, err = repokey.Unwrap(body, secret)
 		k.Opens = err == nil
 	}
 	return out, nil
@@ -75,6 +80,11 @@ func AddKey(ctx context.Context, repo *store.Repository, be remote.Backend, opt 
 	if err != nil {
 		return "", err
 	}
+	return addKey(ctx, be, key, secret)
+}
+
+// addKey adds a key object that keeps key under secret.
+func addKey(ctx context.Context, be remote.Backend, key *repokey.Key, secret repokey.Secret) (string, error) {
 	wrapped, err := repokey.Wrap(key, secret)
 	if err != nil {
 		return "", err
@@ -128,21 +138,25 @@ func RemoveKey(ctx context.Context, repo *store.Repository, be remote.Backend, o
 // ChangeKey replaces the key objects opt.Secret opens with one kept under
 // secret: the new one is added first, so a failure between the two steps
 // leaves both. Devices that joined keep working: their repositories keep
-// the master key, which does not change.
-func ChangeKey(ctx context.Context, repo *store.Repository, be remote.Backend, opt Options, secret repokey.Secret) (added string, removed []string, err error) {
+// the master key, which does not change. The store is unlocked once, by
+// opt.Secret alone: it must open the store itself, not only a key object
+// a device left behind.
+func ChangeKey(ctx context.Context, be remote.Backend, opt Options, secret repokey.Secret) (added string, removed []string, err error) {
 	if opt.Secret.IsZero() {
 		return "", nil, fmt.Errorf("the current passphrase or key file names the key object to replace: %w", ErrNoSecret)
 	}
-	// The current secret must open the store itself, not only a key
-	// object a device left behind.
-	if _, err := storeKey(ctx, nil, be, opt); err != nil {
-		return "", nil, err
+	if secret.IsZero() {
+		return "", nil, fmt.Errorf("no new passphrase or key file: %w", ErrNoSecret)
 	}
-	keys, err := Keys(ctx, repo, be, opt)
+	key, err := storeKey(ctx, nil, be, opt)
 	if err != nil {
 		return "", nil, err
 	}
-	if added, err = AddKey(ctx, repo, be, opt, secret); err != nil {
+	keys, err := listKeys(ctx, be, opt.Secret)
+	if err != nil {
+		return "", nil, err
+	}
+	if added, err = addKey(ctx, be, key, secret); err != nil {
 		return "", nil, err
 	}
 	for _, k := range keys {

@@ -48,7 +48,7 @@ func TestKeyCommands(t *testing.T) {
 	}
 
 	// A wrong current secret changes nothing.
-	if _, _, err := ChangeKey(ctx, nil, be, Options{Secret: repokey.Secret{Passphrase: []byte("nope")}}, three); !errors.Is(err, repokey.ErrWrongSecret) {
+	if _, _, err := ChangeKey(ctx, be, Options{Secret: repokey.Secret{Passphrase: []byte("nope")}}, three); !errors.Is(err, repokey.ErrWrongSecret) {
 		t.Fatalf("a change with a wrong passphrase: %v, want ErrWrongSecret", err)
 	}
 	if keys, _ := Keys(ctx, nil, be, Options{}); len(keys) != 2 {
@@ -56,7 +56,7 @@ func TestKeyCommands(t *testing.T) {
 	}
 
 	// one → three: one no longer joins; a, which joined, syncs on.
-	added, removed, err := ChangeKey(ctx, nil, be, Options{Secret: one}, three)
+	added, removed, err := ChangeKey(ctx, be, Options{Secret: one}, three)
 	must(t, err)
 	if len(removed) != 1 || removed[0] == id2 || added == "" {
 		t.Fatalf("a change removed %v and added %q", removed, added)
