@@ -139,9 +139,11 @@ type onlyChild struct {
 // chunk and a chain of index pieces per length of its last chunk.
 const maxRepeats = 256
 
-// zeroChunk returns the digest of data, a chunk, if it is all zeros.
+// zeroChunk returns the digest of data, a chunk, if it is all zeros. A
+// slice of zeroPage (the stitcher and the editor make one of each chunk of
+// zeros they cut) is not scanned again.
 func (r *repeats) zeroChunk(data []byte) (Digest, bool) {
-	if r.off || len(data) == 0 || data[0] != 0 || data[len(data)-1] != 0 || !allZero(data) {
+	if r.off || len(data) == 0 || !isZeroPage(data) && (data[0] != 0 || data[len(data)-1] != 0 || !allZero(data)) {
 		return "", false
 	}
 	d, ok := r.zeros[len(data)]
@@ -206,8 +208,12 @@ func (r *repeats) tower(c IndexChild, levels int) ([]onlyChild, bool) {
 	return t, true
 }
 
-// zeroPage is what allZero compares with.
+// zeroPage is what allZero compares with, and what chunks of zeros are
+// slices of. Nothing writes to it.
 var zeroPage [MaxChunkSize]byte
+
+// isZeroPage reports whether b, not empty, is a slice of zeroPage.
+func isZeroPage(b []byte) bool { return &b[0] == &zeroPage[0] }
 
 func allZero(b []byte) bool {
 	for len(b) > 0 {
