@@ -301,30 +301,37 @@ func chunkOf(b []byte, fp uint64) []byte {
 
 // zeros reports whether the n held bytes from off on are all zeros.
 func (st *stitcher) zeros(off, n uint64) bool {
+	zero := true
+	st.held(off, n, func(b []byte) bool {
+		zero = allZero(b)
+		return zero
+	})
+	return zero
+}
+
+// read copies the held bytes from off on into p.
+func (st *stitcher) read(p []byte, off uint64) {
+	st.held(off, uint64(len(p)), func(b []byte) bool {
+		p = p[copy(p, b):]
+		return true
+	})
+}
+
+// held calls fn with the n held bytes from off on, a segment's part at a
+// time, until fn returns false.
+func (st *stitcher) held(off, n uint64, fn func([]byte) bool) {
 	for _, s := range st.segs {
 		if off >= s.end() || n == 0 {
 			continue
 		}
 		b := s.data()[off-s.off:]
 		b = b[:min(uint64(len(b)), n)]
-		if !allZero(b) {
-			return false
+		if !fn(b) {
+			return
 		}
 		off, n = off+uint64(len(b)), n-uint64(len(b))
 	}
-	return n == 0
-}
-
-// read copies the held bytes from off on into p.
-func (st *stitcher) read(p []byte, off uint64) {
-	for _, s := range st.segs {
-		if off >= s.end() || len(p) == 0 {
-			continue
-		}
-		n := copy(p, s.data()[off-s.off:])
-		p, off = p[n:], off+uint64(n)
-	}
-	if len(p) > 0 {
+	if n > 0 {
 		panic("cas: stitcher read past the bytes it holds")
 	}
 }
