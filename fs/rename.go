@@ -51,9 +51,12 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	// commits at its new key.
 	d.pg.keys.Lock()
 	defer d.pg.keys.Unlock()
-	defer d.pg.dirsChanged()
 	moved := d.GetChild(name)
 	if !scoll {
+		// A queued rename moves a regular file between names no
+		// directory holds: every directory keeps its count of
+		// subdirectories (see dirNode.subdirs), which a recount after
+		// each rename made cost a step per name of the directory.
 		if eno, done := d.queueRename(moved, name, src, nd, newName, dst, flags&renameNoReplace != 0, srcParent); done {
 			return eno
 		}
@@ -71,6 +74,11 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	}
 	if r.same {
 		return 0
+	}
+	if r.srcIsDir {
+		// A file's move leaves every count of subdirectories as it was
+		// (keepParent keeps the directory it leaves).
+		defer d.pg.dirsChanged()
 	}
 	// Both directories' mtime and ctime change.
 	for _, dir := range []string{srcParent, dstParent} {

@@ -924,3 +924,48 @@ func TestQueuedDirectories(t *testing.T) {
 	s = mountAt(t, repo, s.mnt)
 	check("after a remount")
 }
+
+// A file's rename keeps every directory's count of subdirectories: the
+// count walks the directory's names, and the kernel asks for the
+// directory's attributes after every rename, so recounting after each made
+// renaming in a directory of n names cost n steps (rsync, editors and
+// package managers rename every file they write). The links stay right.
+func TestFileRenamesKeepSubdirectoryCounts(t *testing.T) {
+	t.Parallel()
+	pg := mountBuilt(t, 50000, 1)
+	mnt := filepath.Dir(filepath.Dir(pg))
+	p := func(n string) string { return filepath.Join(pg, n) }
+	lookups := func() float64 {
+		s := statsOf(t, mnt)
+		return s[`ledgerfs_cache_lookups_total{cache="node",result="hit"}`] + s[`ledgerfs_cache_lookups_total{cache="node",result="miss"}`]
+	}
+	links := func(when string) {
+		t.Helper()
+		var st syscall.Stat_t
+		must(t, syscall.Stat(pg, &st))
+		if st.Nlink != 3 {
+			t.Fatalf("%s: the page's directory has %d links, want 3", when, st.Nlink)
+		}
+	}
+	must(t, os.Mkdir(p("sub"), 0o755))
+	links("after mkdir")
+	// A directory's rename changes counts: the next stat counts again.
+	before := lookups()
+	must(t, os.Rename(p("sub"), p("sub2")))
+	links("after the directory's rename")
+	recount := lookups() - before
+
+	const n = 20
+	before = lookups()
+	for i := range n {
+		must(t, os.Rename(p("k000001"), p("moved")))
+		links(fmt.Sprint("after rename ", i))
+		must(t, os.Rename(p("moved"), p("k000001")))
+		links(fmt.Sprint("after rename back ", i))
+	}
+	per := (lookups() - before) / (2 * n)
+	t.Logf("node lookups: %v for a directory's rename and a stat that counts, %.1f for a file's rename and a stat", recount, per)
+	if per > recount/3 {
+		t.Errorf("a file's rename and a stat cost %.1f node lookups, a count of the directory's subdirectories %v: the rename made the stat count again", per, recount)
+	}
+}
