@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -300,8 +301,32 @@ func (p *Page) DeleteTransient() (int, error) {
 // with the bytes of prefix, in id order; it reads keys only. The first
 // commit has no row and is not among them.
 func (p *Page) CommitIDs(prefix []byte, fn func(CommitID) error) error {
+	return p.commitRows(prefix, false, func(id CommitID, _ *badger.Item) error { return fn(id) })
+}
+
+// Commits calls fn with every stored commit, in id order: a scan of the
+// commit rows, where reading each commit by id from the heads costs a
+// lookup per commit (a history of 20,000 commits: 4 times as long).
+func (p *Page) Commits(fn func(*Commit) error) error {
+	return p.commitRows(nil, true, func(id CommitID, item *badger.Item) error {
+		var c *Commit
+		err := item.Value(func(v []byte) error {
+			var err error
+			c, err = DecodeCommit(id, bytes.Clone(v))
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		return fn(c)
+	})
+}
+
+// commitRows calls fn with the id and row of every commit whose id starts
+// with prefix, in id order; values says whether fn reads the rows' values.
+func (p *Page) commitRows(prefix []byte, values bool, fn func(CommitID, *badger.Item) error) error {
 	return p.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: append([]byte(PrefixCommits), prefix...)})
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: append([]byte(PrefixCommits), prefix...), PrefetchValues: values})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			k := it.Item().Key()[len(PrefixCommits):]
@@ -310,7 +335,7 @@ func (p *Page) CommitIDs(prefix []byte, fn func(CommitID) error) error {
 				return fmt.Errorf("store: malformed commit row %q", it.Item().Key())
 			}
 			copy(id[:], k)
-			if err := fn(id); err != nil {
+			if err := fn(id, it.Item()); err != nil {
 				return err
 			}
 		}

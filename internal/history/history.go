@@ -204,21 +204,53 @@ func Truncated(c *store.Commit, parents []*store.Commit) bool {
 
 // AsOf returns the commit that was the page's head at t: the newest commit
 // not after t. Before the first commit it is the empty first commit.
-func AsOf(p *store.Page, t time.Time) (*store.Commit, error) {
+//
+// A recent t is found by a walk from the heads, newest first. Past
+// asOfWalk commits the walk gives way to a scan of every commit row: every
+// stored commit is reachable from the heads (a landing writes commits and
+// heads in one transaction; a collection deletes the commits it prunes),
+// and a scan reads rows in order where the walk looks each commit up (an
+// early time in a history of 20,000 commits: 190 ms cold).
+func AsOf(p *store.Page, t time.Time) (*store.Commit, error) { return asOf(p, t, asOfWalk) }
+
+// asOf is AsOf walking at most walk commits.
+func asOf(p *store.Page, t time.Time, walk int) (*store.Commit, error) {
 	ns := t.UnixNano()
 	var found *store.Commit
+	steps := 0
 	err := Walk(p, func(c *store.Commit, _ []*store.Commit) error {
 		if c.Timestamp <= ns {
 			found = c
 			return ErrStop
 		}
+		if steps++; steps == walk {
+			return errFarBack
+		}
 		return nil
 	})
-	if err == nil && found == nil {
+	if errors.Is(err, errFarBack) {
+		err = p.Commits(func(c *store.Commit) error {
+			if c.Timestamp <= ns && (found == nil || newer(c, found)) {
+				found = c
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	if found == nil {
 		found = store.FirstCommit()
 	}
-	return found, err
+	return found, nil
 }
+
+// asOfWalk is how many commits AsOf walks before it scans them all
+// instead: a scan costs about what a walk of a quarter of them does.
+const asOfWalk = 512
+
+// errFarBack ends AsOf's walk.
+var errFarBack = errors.New("history: far back")
 
 // ParseTime reads a time as RFC 3339 (with or without fractional seconds)
 // or as Unix seconds.

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -217,6 +218,19 @@ func TestHistoryMatchesModel(t *testing.T) {
 				t.Fatalf("just before %d: %v, want %v (%v)", s.c.Timestamp, contents(t, p, before), prev, err)
 			}
 			prev = s.state
+		}
+		// A scan of the commits finds what the walk does.
+		for _, s := range steps {
+			for _, ns := range []int64{s.c.Timestamp, s.c.Timestamp - 1, s.c.Timestamp + 1} {
+				walked, err := asOf(p, time.Unix(0, ns), math.MaxInt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				scanned, err := asOf(p, time.Unix(0, ns), 1)
+				if err != nil || scanned.ID != walked.ID {
+					t.Fatalf("as of %d: the scan found %s, the walk %s (%v)", ns, scanned.ID, walked.ID, err)
+				}
+			}
 		}
 
 		// Versions of each key: the states it took in successive commits,
