@@ -61,6 +61,12 @@ type fileNode struct {
 	latest     cas.ObjectIdentifier
 	latestSize int64
 	committed  int // commits by this node; 0: latest is unset
+	// moved is the entry the node's latest queued rename put at its key,
+	// so that renaming it again before that lands moves the same entry
+	// (stress-ng --rename, mv a b; mv b c) where a file this node never
+	// committed has no latest to move. Read only while the node is
+	// pending at its key with committed 0.
+	moved *btree.Entry
 	// queued counts this node's commits queued at close and not yet
 	// landed; guarded by pg.mu. While any is queued, the node stays in
 	// pg.ov.files and keeps its content, so that it shows what was closed.

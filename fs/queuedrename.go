@@ -82,15 +82,20 @@ func (d *dirNode) queueRename(moved *gofs.Inode, name, src string, nd *dirNode, 
 	defer f.mu.Unlock()
 	e := se
 	if pg.pendingFile(src) == f {
-		if f.committed == 0 {
+		switch {
+		case f.committed > 0:
+			// Its close is queued, not landed: the entry it will put.
+			m := f.meta
+			m.Size = uint64(f.latestSize)
+			e = btree.Entry{Value: f.latest, Meta: m}
+		case f.moved != nil:
+			// Its rename is queued, not landed: the entry it will put.
+			e = *f.moved
+		default:
 			// Created and never committed (open, nothing written): no
 			// value yet; the rename goes through the head.
 			return 0, false
 		}
-		// Its close is queued, not landed: the entry it will put.
-		m := f.meta
-		m.Size = uint64(f.latestSize)
-		e = btree.Entry{Value: f.latest, Meta: m}
 	}
 	e.Key = dst
 	// Shown at its new name until the move lands, with its content
@@ -113,6 +118,7 @@ func (d *dirNode) queueRename(moved *gofs.Inode, name, src string, nd *dirNode, 
 		f.endChange()
 		return errno("rename", err), true
 	}
+	f.moved = &e
 	pg.moves.add(moved, d.EmbeddedInode(), name, nd.EmbeddedInode(), newName)
 	pg.forgetAtimes(src)
 	pg.forgetAtimes(dst)

@@ -969,3 +969,63 @@ func TestFileRenamesKeepSubdirectoryCounts(t *testing.T) {
 		t.Errorf("a file's rename and a stat cost %.1f node lookups, a count of the directory's subdirectories %v: the rename made the stat count again", per, recount)
 	}
 }
+
+// A file renamed again before its last rename landed is renamed as a
+// queued change too (stress-ng --rename, mv a b; mv b c): each such rename
+// waited for a commit of the one before. The chain leaves the file, its
+// content and mode at the last name and nothing at the others, served and
+// after a remount, in far fewer commits than renames.
+func TestRenameChainsQueue(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("l", "p")
+	p := func(n string) string { return filepath.Join(pg, n) }
+	data := content(3, 10000)
+	must(t, os.WriteFile(p("f0"), data, 0o640))
+	// Served anew, the file is in the tree, and the node renamed has
+	// committed nothing.
+	s.stop()
+	s = mountAt(t, repo, s.mnt)
+	before := commitCount(t, filepath.Join(pg, ".ledger"))
+	const n = 50
+	for i := range n {
+		must(t, os.Rename(p(fmt.Sprint("f", i)), p(fmt.Sprint("f", i+1))))
+	}
+	must(t, os.Rename(p(fmt.Sprint("f", n)), p("last")))
+	check := func(when string) {
+		t.Helper()
+		es, err := os.ReadDir(pg)
+		must(t, err)
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		if !slices.Equal(names, []string{"last"}) {
+			t.Fatalf("%s: the page lists %v, want [last]", when, names)
+		}
+		for i := 0; i <= n; i++ {
+			if _, err := os.Lstat(p(fmt.Sprint("f", i))); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("%s: f%d: %v, want it gone", when, i, err)
+			}
+		}
+		b, err := os.ReadFile(p("last"))
+		must(t, err)
+		st, err := os.Lstat(p("last"))
+		must(t, err)
+		if !bytes.Equal(b, data) || st.Mode().Perm() != 0o640 {
+			t.Fatalf("%s: last holds %d bytes (equal: %v), mode %v", when, len(b), bytes.Equal(b, data), st.Mode())
+		}
+	}
+	check("served")
+	syncDir(t, pg)
+	commits := commitCount(t, filepath.Join(pg, ".ledger")) - before
+	t.Logf("%d renames landed in %d commits", n+1, commits)
+	if commits >= n/2 {
+		t.Errorf("%d renames made %d commits: each waited for the one before", n+1, commits)
+	}
+	check("landed")
+	s.stop()
+	s = mountAt(t, repo, s.mnt)
+	check("after a remount")
+}
