@@ -126,8 +126,15 @@ type Durability struct {
 	changed      map[string]keyChange
 	// results holds the Result of each key's latest record in the
 	// current epoch (empty for a delete; for an intent, its Base: the
-	// next record of the key builds on that).
-	results map[string]string
+	// next record of the key builds on that). It changes with mu held and
+	// resultsMu too: Has and Empty read it under resultsMu alone, so that
+	// a rename, a close or a queued change asking whether a key has
+	// records does not wait for a checkpoint's sync of the db (1 ms and
+	// more). What they see then is the log before the checkpoint: records
+	// it drops read as still there, which only sends a change the
+	// careful way.
+	resultsMu sync.RWMutex
+	results   map[string]string
 	// intents holds each key's intent (LogIntent), the record of an fsync
 	// of a change the db has not been written yet: a checkpoint carries
 	// them into the new epoch, and a change of the key written to the db
@@ -186,8 +193,8 @@ func (d *Durability) needsReplay() bool {
 
 // Has reports whether key has a record in the log's current epoch.
 func (d *Durability) Has(key string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.resultsMu.RLock()
+	defer d.resultsMu.RUnlock()
 	return d.hasLocked(key)
 }
 
@@ -198,8 +205,8 @@ func (d *Durability) hasLocked(key string) bool {
 
 // Empty reports whether the log's current epoch has no record.
 func (d *Durability) Empty() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.resultsMu.RLock()
+	defer d.resultsMu.RUnlock()
 	return len(d.results) == 0
 }
 
@@ -512,14 +519,22 @@ func (d *Durability) appendLocked(r *synclog.Record) error {
 	if err := d.log.Append(r); err != nil {
 		return err
 	}
-	if d.results == nil {
-		d.results = map[string]string{}
-	}
 	if !r.Intent { // an intent's chain goes on from its base (LogIntent)
-		d.results[r.Key] = string(r.Result)
+		d.setResult(r.Key, string(r.Result))
 	}
 	d.markLoggedLocked(r.Key)
 	return nil
+}
+
+// setResult records result as the Result of key's latest record. Called
+// with d.mu held.
+func (d *Durability) setResult(key, result string) {
+	d.resultsMu.Lock()
+	defer d.resultsMu.Unlock()
+	if d.results == nil {
+		d.results = map[string]string{}
+	}
+	d.results[key] = result
 }
 
 // SyncLog makes the records appended so far durable.
@@ -596,7 +611,7 @@ func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSour
 		return Intent{}, false, err
 	}
 	if !follows {
-		d.results[key] = string(src.Base)
+		d.setResult(key, string(src.Base))
 		chain = chain[:0]
 	}
 	if d.intents == nil {
@@ -693,6 +708,8 @@ func (d *Durability) checkpoint() error {
 		return err
 	}
 	d.found = nil
+	d.resultsMu.Lock()
+	defer d.resultsMu.Unlock()
 	clear(d.results)
 	for k, chain := range d.intents {
 		d.results[k] = string(chain[0].Base)
