@@ -167,6 +167,12 @@ func (d *dirNode) attr(prefix string, a *fuse.Attr) syscall.Errno {
 	if err != nil {
 		return errno("getattr", err)
 	}
+	return d.attrOf(prefix, m, ts, a)
+}
+
+// attrOf fills a with the attributes of the directory at prefix, whose
+// metadata and shown time meta gave (or the lookup that found it).
+func (d *dirNode) attrOf(prefix string, m btree.Meta, ts int64, a *fuse.Attr) syscall.Errno {
 	n, err := d.subdirs(prefix)
 	if err != nil {
 		return errno("getattr", err)
@@ -317,8 +323,16 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	var entry btree.Entry
 	var isFile, isDir bool
 	var headTs int64
-	var linked *fileNode                   // pending at the link key the name points at
-	pendingDir := d.pg.dirShown(key + "/") // before the tree; see listDir
+	var linked *fileNode // pending at the link key the name points at
+	// A directory's attributes come from the same look at the tree as the
+	// name (meta's, one view and one seek fewer a directory): READDIRPLUS
+	// looks up every name it lists.
+	dirMeta, dirTs := btree.Meta{Mode: syscall.S_IFDIR | 0o755}, int64(0)
+	queuedMarker, markerQueued := d.pg.queuedMarker(key + "/") // before the tree; see listDir
+	if markerQueued {
+		dirMeta = queuedMarker.Meta
+	}
+	pendingDir := d.pg.dirShown(key + "/")
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		var err error
 		if entry, isFile, err = t.Get(key); err != nil {
@@ -337,8 +351,18 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		if isFile && !entry.Meta.HasMtime {
 			headTs = d.pg.shownTime(p, head) // shown only without an mtime of its own
 		}
-		isDir, err = hasPrefixKey(t, key+"/")
-		return err
+		// The first key under the directory is its marker, if it has one.
+		it := t.Prefix(key + "/")
+		if it.Next() {
+			isDir = true
+			if e := it.Entry(); !markerQueued && e.Key == key+"/" && e.Meta.IsDir() {
+				dirMeta = e.Meta
+			}
+		}
+		if isDir || pendingDir {
+			dirTs = d.pg.shownTime(p, head)
+		}
+		return it.Err()
 	})
 	if err != nil {
 		return nil, errno("lookup", err)
@@ -367,7 +391,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return ch, 0
 	case !coll && isDir:
 		ch := d.newDir(ctx, key+"/")
-		return ch, ch.Operations().(*dirNode).attr(key+"/", &out.Attr)
+		return ch, ch.Operations().(*dirNode).attrOf(key+"/", dirMeta, dirTs, &out.Attr)
 	}
 	return nil, syscall.ENOENT
 }
