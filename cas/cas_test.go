@@ -747,3 +747,119 @@ func TestReaderZeroRuns(t *testing.T) {
 		}
 	})
 }
+
+// countSink counts the puts of each piece and checks its digest; with
+// repeat, it takes repeated puts in one call (RepeatSink).
+type countSink struct {
+	t      tb
+	mu     sync.Mutex
+	puts   map[Digest]uint64
+	pieces map[Digest][]byte
+}
+
+func newCountSink(t tb) *countSink {
+	return &countSink{t: t, puts: map[Digest]uint64{}, pieces: map[Digest][]byte{}}
+}
+
+func (c *countSink) Put(d Digest, data []byte) error { return c.put(d, data, 1) }
+
+func (c *countSink) put(d Digest, data []byte, n uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.pieces[d]; !ok {
+		if err := d.Verify(data); err != nil {
+			c.t.Fatalf("piece %x: %v", d[:8], err)
+		}
+		c.pieces[d] = data
+	}
+	c.puts[d] += n
+	return nil
+}
+
+func (c *countSink) Get(d Digest, buf []byte) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.pieces[d]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return append(buf[:0], p...), nil
+}
+
+type repeatCountSink struct{ *countSink }
+
+func (c repeatCountSink) PutRepeat(d Digest, data []byte, n uint64) error { return c.put(d, data, n) }
+
+// TestWriteZerosMatchesBytes: a value whose runs of zeros are written with
+// WriteZeros (a file's holes) has the id, the pieces and the count of puts
+// of each piece (the sink's deduplication figures) of the same bytes
+// written as bytes and split with nothing remembered, through a sink that
+// takes repeated puts at once and one that does not.
+func TestWriteZerosMatchesBytes(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		type run struct {
+			zeros bool
+			n     int
+		}
+		var runs []run
+		var data []byte
+		for range rapid.IntRange(1, 5).Draw(rt, "runs") {
+			r := run{zeros: rapid.Bool().Draw(rt, "zeros")}
+			if r.zeros {
+				r.n = rapid.OneOf(rapid.IntRange(0, 2*zeroSegmentMin), rapid.IntRange(3<<20, 7<<20)).Draw(rt, "zeros len")
+				data = append(data, make([]byte, r.n)...)
+			} else {
+				r.n = rapid.IntRange(1, 300<<10).Draw(rt, "bytes len")
+				data = append(data, randBytes(rapid.Uint64().Draw(rt, "seed"), r.n)...)
+			}
+			runs = append(runs, r)
+		}
+		oracle := newCountSink(rt)
+		s := &splitter{kind: KindBlob, sink: oracle, seen: repeats{off: true}}
+		want, err := s.split(data, testPol)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		for _, repeat := range []bool{false, true} {
+			cs := newCountSink(rt)
+			var sink Sink = cs
+			if repeat {
+				sink = repeatCountSink{cs}
+			}
+			cutters := NewCutters()
+			w := cutters.NewWriter(sink, testPol, KindBlob)
+			off := 0
+			for _, r := range runs {
+				var err error
+				if r.zeros {
+					err = w.WriteZeros(uint64(r.n))
+				} else {
+					_, err = w.Write(data[off : off+r.n])
+				}
+				if err != nil {
+					rt.Fatal(err)
+				}
+				off += r.n
+			}
+			id, size, err := w.Close()
+			cutters.Close()
+			if err != nil {
+				rt.Fatal(err)
+			}
+			if id != want || size != uint64(len(data)) {
+				rt.Fatalf("repeat %v: id %x size %d, want %x size %d", repeat, id.Digest[:8], size, want.Digest[:8], len(data))
+			}
+			if len(cs.puts) != len(oracle.puts) {
+				rt.Fatalf("repeat %v: %d pieces, want %d", repeat, len(cs.puts), len(oracle.puts))
+			}
+			for d, n := range oracle.puts {
+				if cs.puts[d] != n {
+					rt.Fatalf("repeat %v: piece %x put %d times, want %d", repeat, d[:8], cs.puts[d], n)
+				}
+			}
+			if !bytes.Equal(readAll(rt, cs, id), data) {
+				rt.Fatalf("repeat %v: the value does not read back", repeat)
+			}
+		}
+	})
+}

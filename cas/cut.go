@@ -45,18 +45,25 @@ type cut struct {
 
 // segment is a run of the stream and the cuts a chunker started at its
 // first byte makes in it, except one at its very end (which may be where
-// the segment, not a chunk, ends).
+// the segment, not a chunk, ends). A segment of zeros (queue.WriteZeros)
+// has no buffer and no cuts: the stitcher cuts its zeros itself.
 type segment struct {
-	off  uint64
-	buf  *[]byte
-	pol  chunker.Pol
-	last bool // the stream's last segment, often short
-	cuts []cut
-	done chan struct{} // closed once cuts are set
+	off   uint64
+	buf   *[]byte // nil: zeros bytes of zeros
+	zeros uint64
+	pol   chunker.Pol
+	last  bool // the stream's last segment, often short
+	cuts  []cut
+	done  chan struct{} // closed once cuts are set
 }
 
 func (s *segment) data() []byte { return *s.buf }
-func (s *segment) end() uint64  { return s.off + uint64(len(*s.buf)) }
+func (s *segment) end() uint64 {
+	if s.buf == nil {
+		return s.off + s.zeros
+	}
+	return s.off + uint64(len(*s.buf))
+}
 
 // findCuts chunks the segment from its start with c, whose output goes to
 // buf. A chunk that zeroCut ends is cut without c, which then starts again
@@ -148,7 +155,7 @@ func (c *Cutters) Close() {
 // segment (a small value, the end of any) is left to the stitcher, which
 // would chunk much of it again anyway.
 func (c *Cutters) dispatch(s *segment) {
-	if s.last && len(s.data()) < 4*MaxChunkSize {
+	if s.buf == nil || s.last && len(s.data()) < 4*MaxChunkSize {
 		close(s.done)
 		return
 	}
@@ -171,12 +178,12 @@ type stitcher struct {
 	segs []*segment // from the one holding pos on
 	pos  uint64     // the stream's last cut
 	c    *chunker.Chunker
-	buf  *[]byte // the chunker's output, unused
-	span *[]byte // bytes from pos for the chunker
-	emit func(data []byte, lv int) error
+	buf  *[]byte                                   // the chunker's output, unused
+	span *[]byte                                   // bytes from pos for the chunker
+	emit func(data []byte, lv int, n uint64) error // n chunks like data
 }
 
-func newStitcher(pol chunker.Pol, emit func(data []byte, lv int) error) *stitcher {
+func newStitcher(pol chunker.Pol, emit func(data []byte, lv int, n uint64) error) *stitcher {
 	return &stitcher{
 		pol:  pol,
 		c:    getChunker(nil, pol),
@@ -192,9 +199,16 @@ func (st *stitcher) release() {
 	chunkBufs.Put(st.buf)
 	chunkBufs.Put(st.span)
 	for _, s := range st.segs {
-		segBufs.Put(s.buf)
+		s.recycle()
 	}
 	st.segs = nil
+}
+
+// recycle returns the segment's buffer, if it has one.
+func (s *segment) recycle() {
+	if s.buf != nil {
+		segBufs.Put(s.buf)
+	}
 }
 
 // add takes the next segment once its cuts are found and emits the chunks
@@ -204,6 +218,15 @@ func (st *stitcher) add(s *segment) error {
 	st.segs = append(st.segs, s)
 	end := s.end()
 	for end-st.pos >= MaxChunkSize {
+		if n := st.zeroChunks(); n > 0 {
+			// Every chunk within a segment of zeros is MinChunkSize
+			// of them, cut with fingerprint 0 (zeroCut).
+			if err := st.emit(zeroPage[:MinChunkSize:MinChunkSize], cutLevels(0), n); err != nil {
+				return err
+			}
+			st.pos += n * MinChunkSize
+			continue
+		}
 		c := st.next(end)
 		if err := st.chunk(c); err != nil {
 			return err
@@ -287,7 +310,18 @@ func (st *stitcher) chunk(c cut) error {
 		st.read(data, st.pos)
 	}
 	st.pos = c.end
-	return st.emit(data, cutLevels(c.fp))
+	return st.emit(data, cutLevels(c.fp), 1)
+}
+
+// zeroChunks returns how many chunks of zeros follow pos within the
+// segment of zeros that holds it, if one does.
+func (st *stitcher) zeroChunks() uint64 {
+	for _, s := range st.segs {
+		if s.buf == nil && s.off <= st.pos && st.pos < s.end() {
+			return (s.end() - st.pos) / MinChunkSize
+		}
+	}
+	return 0
 }
 
 // chunkOf returns a chunk's bytes, b, cut with fingerprint fp, in a slice
@@ -303,7 +337,7 @@ func chunkOf(b []byte, fp uint64) []byte {
 func (st *stitcher) zeros(off, n uint64) bool {
 	zero := true
 	st.held(off, n, func(b []byte) bool {
-		zero = allZero(b)
+		zero = isZeroPage(b) || allZero(b)
 		return zero
 	})
 	return zero
@@ -321,15 +355,19 @@ func (st *stitcher) read(p []byte, off uint64) {
 // time, until fn returns false.
 func (st *stitcher) held(off, n uint64, fn func([]byte) bool) {
 	for _, s := range st.segs {
-		if off >= s.end() || n == 0 {
-			continue
+		for off < s.end() && n > 0 {
+			var b []byte
+			if s.buf == nil {
+				b = zeroPage[:min(s.end()-off, n, uint64(len(zeroPage)))]
+			} else {
+				b = s.data()[off-s.off:]
+				b = b[:min(uint64(len(b)), n)]
+			}
+			if !fn(b) {
+				return
+			}
+			off, n = off+uint64(len(b)), n-uint64(len(b))
 		}
-		b := s.data()[off-s.off:]
-		b = b[:min(uint64(len(b)), n)]
-		if !fn(b) {
-			return
-		}
-		off, n = off+uint64(len(b)), n-uint64(len(b))
 	}
 	if n > 0 {
 		panic("cas: stitcher read past the bytes it holds")
@@ -340,7 +378,7 @@ func (st *stitcher) held(off, n uint64, fn func([]byte) bool) {
 func (st *stitcher) drop() {
 	i := 0
 	for i < len(st.segs) && st.segs[i].end() <= st.pos {
-		segBufs.Put(st.segs[i].buf)
+		st.segs[i].recycle()
 		i++
 	}
 	st.segs = slices.Delete(st.segs, 0, i)

@@ -39,20 +39,42 @@ func sequentialChunks(t tb, data []byte) []testChunk {
 }
 
 // parallelChunks writes data through a queue of segSize segments in writes
-// of the given sizes (cycled) and collects the stitched chunks.
-func parallelChunks(t tb, data []byte, segSize int, writes []int) []testChunk {
+// of the given sizes (cycled) and collects the stitched chunks. With
+// zeroRuns > 0, runs of at least that many zeros are queued as segments of
+// zeros (queue.WriteZeros), as a file's holes are.
+func parallelChunks(t tb, data []byte, segSize int, writes []int, zeroRuns ...int) []testChunk {
 	q := newQueue(testPol)
 	q.size = segSize
 	var out []testChunk
 	done := make(chan error, 1)
 	go func() {
-		done <- q.chunk(func(d []byte, lv int) error {
-			out = append(out, testChunk{d, lv})
+		done <- q.chunk(func(d []byte, lv int, n uint64) error {
+			for range n {
+				out = append(out, testChunk{d, lv})
+			}
 			return nil
 		})
 	}()
 	for i, off := 0, 0; off < len(data); i++ {
 		n := min(len(data)-off, max(1, writes[i%len(writes)]))
+		if len(zeroRuns) > 0 && zeroRuns[0] > 0 {
+			z := 0
+			for off+z < len(data) && data[off+z] == 0 {
+				z++
+			}
+			if z >= zeroRuns[0] {
+				if err := q.WriteZeros(uint64(z)); err != nil {
+					t.Fatal(err)
+				}
+				off += z
+				continue
+			}
+			if z > 0 {
+				n = min(n, z)
+			} else if next := bytes.IndexByte(data[off:off+n], 0); next > 0 {
+				n = next
+			}
+		}
 		if _, err := q.Write(data[off : off+n]); err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +141,8 @@ func TestParallelChunksMatchSequential(t *testing.T) {
 			rapid.Just(segmentSize),
 		).Draw(rt, "segment")
 		writes := rapid.SliceOfN(rapid.IntRange(1, 2<<20), 1, 4).Draw(rt, "writes")
-		sameChunks(rt, parallelChunks(rt, data, segSize, writes), sequentialChunks(rt, data))
+		zeroRuns := rapid.OneOf(rapid.Just(0), rapid.IntRange(1, 3*MaxChunkSize)).Draw(rt, "zero runs")
+		sameChunks(rt, parallelChunks(rt, data, segSize, writes, zeroRuns), sequentialChunks(rt, data))
 	})
 }
 

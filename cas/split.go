@@ -29,6 +29,30 @@ type Sink interface {
 	Put(d Digest, data []byte) error
 }
 
+// A RepeatSink takes a piece put n times over in one call: a run of zeros
+// puts the same chunk and index pieces once every MinChunkSize, a million
+// times a GiB, and the sink only counts all but the first.
+type RepeatSink interface {
+	Sink
+	PutRepeat(d Digest, data []byte, n uint64) error
+}
+
+// putRepeat puts data, whose digest is d, n times into sink.
+func putRepeat(sink Sink, d Digest, data []byte, n uint64) error {
+	if d.IsInline() || n == 0 {
+		return nil
+	}
+	if rs, ok := sink.(RepeatSink); ok {
+		return rs.PutRepeat(d, data, n)
+	}
+	for range n {
+		if err := sink.Put(d, data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // chunkStream cuts a stream into chunks at content-defined boundaries.
 type chunkStream struct {
 	c *chunker.Chunker
@@ -118,6 +142,7 @@ type repeats struct {
 	single map[IndexChild]onlyChild // a one-child index piece above zeros
 	above  map[Digest]bool          // the digests of both
 	towers map[tower][]onlyChild    // the whole chain above a zero chunk
+	full   map[IndexChild]onlyChild // a full index piece of one child repeated, above zeros
 	off    bool                     // remember nothing (tests compare)
 }
 
@@ -179,6 +204,30 @@ func (r *repeats) keepOnlyChild(c IndexChild, o onlyChild) {
 	r.above[o.id.Digest] = true
 }
 
+// keepFull remembers o, the full index piece of children all c, if c is a
+// zero chunk or a piece above one: a run of zeros fills a level with the
+// same child again and again.
+func (r *repeats) keepFull(c IndexChild, o onlyChild) {
+	if r.off || !r.above[c.ID.Digest] || len(r.full) >= maxRepeats {
+		return
+	}
+	if r.full == nil {
+		r.full = map[IndexChild]onlyChild{}
+	}
+	r.full[c] = o
+	r.above[o.id.Digest] = true
+}
+
+// alike reports whether every child is the first.
+func alike(children []IndexChild) bool {
+	for _, c := range children[1:] {
+		if c != children[0] {
+			return false
+		}
+	}
+	return true
+}
+
 // tower returns the chain of one-child pieces that closing levels levels
 // above the zero chunk c makes, lowest first, once single holds each.
 func (r *repeats) tower(c IndexChild, levels int) ([]onlyChild, bool) {
@@ -237,6 +286,75 @@ func (s *splitter) add(data []byte, lv int) error {
 	return nil
 }
 
+// addN adds n chunks of data, each cut closing lv levels.
+func (s *splitter) addN(data []byte, lv int, n uint64) error {
+	if n == 1 {
+		return s.add(data, lv)
+	}
+	return s.addRun(data, lv, n)
+}
+
+// addRun adds n chunks of data, each cut closing lv levels: chunks of
+// zeros, all alike. Once the first two have made the chain of pieces above
+// such a chunk (repeats.tower), each of the others only adds the chain's
+// top at level lv: that is done for all of them at once, the chain's
+// pieces put once with their count, and the pieces that gather the tops,
+// the same each time a level fills, made once.
+func (s *splitter) addRun(data []byte, lv int, n uint64) error {
+	for ; n > 0 && !s.runs(data, lv); n-- {
+		if err := s.add(data, lv); err != nil {
+			return err
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	// The chunk held is data: pushing it and holding the next, n times,
+	// pushes n chunks like it and holds the last.
+	d, _ := s.seen.zeroChunk(data)
+	c := IndexChild{Size: uint64(len(data)), ID: ObjectIdentifier{Digest: d}}
+	t, _ := s.seen.tower(c, lv)
+	if err := putRepeat(s.sink, d, data, n); err != nil {
+		return err
+	}
+	for _, o := range t {
+		if err := putRepeat(s.sink, o.id.Digest, o.data, n); err != nil {
+			return err
+		}
+	}
+	top := IndexChild{Size: c.Size, ID: t[len(t)-1].id}
+	s.size += n * uint64(len(data))
+	for n > 0 {
+		for len(s.levels) <= lv {
+			s.levels = append(s.levels, nil)
+		}
+		m := min(n, uint64(maxIndexChildren-len(s.levels[lv])))
+		for range m {
+			s.levels[lv] = append(s.levels[lv], top)
+		}
+		n -= m
+		if err := s.closeFull(lv, lv); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runs reports whether the next chunk like data, cut closing lv levels,
+// can be added as part of a run: the chunk held is one like it, the levels
+// below lv are empty, and the chain above it is known.
+func (s *splitter) runs(data []byte, lv int) bool {
+	if !s.have || lv == 0 || len(s.held) != len(data) || s.heldLv != lv || !s.emptyBelow(lv) {
+		return false
+	}
+	d, ok := s.seen.zeroChunk(s.held)
+	if !ok {
+		return false
+	}
+	_, ok = s.seen.tower(IndexChild{Size: uint64(len(data)), ID: ObjectIdentifier{Digest: d}}, lv)
+	return ok
+}
+
 func (s *splitter) flushHeld() error {
 	var id ObjectIdentifier
 	var err error
@@ -274,6 +392,11 @@ func (s *splitter) push(i int, c IndexChild, lv int) error {
 		s.levels = append(s.levels, nil)
 	}
 	s.levels[i] = append(s.levels[i], c)
+	return s.closeFull(i, lv)
+}
+
+// closeFull closes every level from i up that is below lv or full.
+func (s *splitter) closeFull(i, lv int) error {
 	for j := i; j < len(s.levels); j++ {
 		if j >= lv && len(s.levels[j]) < maxIndexChildren {
 			break
@@ -302,6 +425,11 @@ func (s *splitter) closeLevel(j int) error {
 		if err := s.putDigest(id.Digest, o.data); err != nil {
 			return err
 		}
+	} else if o, ok := s.seen.full[children[0]]; ok && len(children) == maxIndexChildren && alike(children) {
+		id = o.id
+		if err := s.putDigest(id.Digest, o.data); err != nil {
+			return err
+		}
 	} else {
 		data := EncodeFileIndex(ix)
 		var err error
@@ -313,6 +441,8 @@ func (s *splitter) closeLevel(j int) error {
 		}
 		if len(children) == 1 {
 			s.seen.keepOnlyChild(children[0], onlyChild{id, data})
+		} else if len(children) == maxIndexChildren && alike(children) {
+			s.seen.keepFull(children[0], onlyChild{id, data})
 		}
 	}
 	for len(s.levels) <= j+1 {

@@ -34,6 +34,7 @@ type Writer struct {
 type chunkMsg struct {
 	data []byte
 	lv   int
+	n    uint64 // chunks like data
 }
 
 // NewWriter starts a streaming write of one object into sink, its
@@ -60,8 +61,8 @@ func (w *Writer) start() {
 	chunkErr := make(chan error, 1)
 	go func() {
 		defer close(chunks)
-		err := q.chunk(func(data []byte, lv int) error {
-			chunks <- chunkMsg{data, lv}
+		err := q.chunk(func(data []byte, lv int, n uint64) error {
+			chunks <- chunkMsg{data, lv, n}
 			return nil
 		})
 		if err != nil {
@@ -77,7 +78,7 @@ func (w *Writer) start() {
 			if err != nil {
 				continue // drain so the chunking goroutine ends
 			}
-			if err = s.add(c.data, c.lv); err != nil {
+			if err = s.addN(c.data, c.lv, c.n); err != nil {
 				// Stop the writer side: further writes fail with err.
 				q.CloseWithError(err)
 			}
@@ -103,6 +104,33 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return w.q.Write(p)
 }
 
+// zeroSegmentMin is the shortest run WriteZeros queues as a segment of
+// zeros; a shorter one is written as bytes.
+const zeroSegmentMin = segmentSize
+
+// WriteZeros adds n zero bytes to the value, as Write would, without
+// copying them: a file grown by truncate, or the holes of a sparse one,
+// is stored in a time that grows with its index pieces, not its bytes.
+func (w *Writer) WriteZeros(n uint64) error {
+	if n < zeroSegmentMin {
+		for n > 0 {
+			m := min(n, uint64(len(zeroPage)))
+			if _, err := w.Write(zeroPage[:m]); err != nil {
+				return err
+			}
+			n -= m
+		}
+		return nil
+	}
+	if w.closed {
+		return errors.New("cas: write to closed writer")
+	}
+	if !w.started {
+		w.start()
+	}
+	return w.q.WriteZeros(n)
+}
+
 // Close ends the value and returns its identifier and size once every piece
 // has reached the sink.
 func (w *Writer) Close() (ObjectIdentifier, uint64, error) {
@@ -112,7 +140,7 @@ func (w *Writer) Close() (ObjectIdentifier, uint64, error) {
 		if !w.started {
 			// At most one segment, queued: chunk it here.
 			s := &splitter{kind: w.kind, sink: w.sink}
-			w.err = w.q.chunk(s.add)
+			w.err = w.q.chunk(s.addN)
 			if w.err == nil {
 				w.id, w.size, w.err = s.finish()
 			}
@@ -179,6 +207,19 @@ func (q *queue) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// WriteZeros queues n zero bytes as a segment of their own, after the
+// bytes written before (a partly filled segment is queued as it is).
+func (q *queue) WriteZeros(n uint64) error {
+	if q.cur != nil {
+		if err := q.send(); err != nil {
+			return err
+		}
+	}
+	q.cur = &segment{off: q.off, zeros: n, pol: q.pol, done: make(chan struct{})}
+	q.off += n
+	return q.send()
+}
+
 func (q *queue) send() error {
 	s := q.cur
 	q.cur = nil
@@ -186,7 +227,7 @@ func (q *queue) send() error {
 	case q.ch <- s:
 		return nil
 	case <-q.done:
-		segBufs.Put(s.buf)
+		s.recycle()
 		return q.err
 	}
 }
@@ -203,7 +244,7 @@ func (q *queue) buffered() int {
 // chunked.
 func (q *queue) release() {
 	if q.cur != nil {
-		segBufs.Put(q.cur.buf)
+		q.cur.recycle()
 		q.cur = nil
 	}
 }
@@ -232,13 +273,13 @@ func (q *queue) CloseWithError(err error) {
 // chunk cuts the queued stream into chunks, in order, for emit. Each segment
 // is handed to the cut finders as it arrives; up to one per core is ahead
 // of the stitching.
-func (q *queue) chunk(emit func(data []byte, lv int) error) error {
+func (q *queue) chunk(emit func(data []byte, lv int, n uint64) error) error {
 	st := newStitcher(q.pol, emit)
 	var ahead []*segment
 	defer func() {
 		for _, s := range ahead {
 			<-s.done
-			segBufs.Put(s.buf)
+			s.recycle()
 		}
 		st.release()
 	}()
