@@ -374,11 +374,20 @@ func (c *content) endStreamLater() (*store.ValueWriter, error) {
 	return w, nil
 }
 
-// writeFrom writes the content from n on to w. Called with no stream.
+// writeFrom writes the content from n on to w. Called with no stream. Its
+// holes, the bytes past the base that no write reached (a file grown by
+// truncate, a sparse one), go to w as a count of zeros.
 func (c *content) writeFrom(w *store.ValueWriter, n int64) error {
 	buf := make([]byte, min(c.size-n, 1<<20))
 	for n < c.size {
-		m, err := c.readAt(buf, n)
+		if z := c.holeAt(n); z > 0 {
+			if err := w.WriteZeros(uint64(z)); err != nil {
+				return err
+			}
+			n += z
+			continue
+		}
+		m, err := c.readAt(buf[:min(int64(len(buf)), c.nextHole(n)-n)], n)
 		if err != nil && err != io.EOF {
 			return err
 		}
@@ -388,6 +397,42 @@ func (c *content) writeFrom(w *store.ValueWriter, n int64) error {
 		n += int64(m)
 	}
 	return nil
+}
+
+// holeAt returns how many bytes from off on are a hole: past the base,
+// written by no write, before the end.
+func (c *content) holeAt(off int64) int64 {
+	if off < c.baseSize || off >= c.size {
+		return 0
+	}
+	end := c.size
+	if c.ext != nil {
+		c.ext.DescendLessOrEqual(extent{start: off}, func(x extent) bool {
+			if x.end > off {
+				end = off // in an extent
+			}
+			return false
+		})
+		c.ext.AscendGreaterOrEqual(extent{start: off}, func(x extent) bool {
+			end = min(end, x.start)
+			return false
+		})
+	}
+	return end - off
+}
+
+// nextHole returns where the first hole at or after off begins (the end
+// of the content if none does). Extents never touch (addExtent), so the
+// end of the one that holds a byte is a hole's start.
+func (c *content) nextHole(off int64) int64 {
+	pos := max(off, c.baseSize)
+	if c.ext != nil {
+		c.ext.DescendLessOrEqual(extent{start: pos}, func(x extent) bool {
+			pos = max(pos, x.end)
+			return false
+		})
+	}
+	return min(pos, c.size)
 }
 
 // editPrefix stores the content whose first n bytes are the value prefix

@@ -262,6 +262,17 @@ func (p *Page) WriteTree(t *btree.Tree) (cas.ObjectIdentifier, *PieceWriter, err
 	return root, pw, nil
 }
 
+// PutRepeat implements cas.RepeatSink: the piece is put once and counted
+// as deduplicated the other n-1 times, as n puts would count it.
+func (w *PieceWriter) PutRepeat(d cas.Digest, data []byte, n uint64) error {
+	if err := w.Put(d, data); err != nil || n < 2 {
+		return err
+	}
+	w.p.repo.counters.piecesDedup.Add(n - 1)
+	w.p.repo.counters.bytesDedup.Add((n - 1) * uint64(len(data)))
+	return nil
+}
+
 // Put implements cas.Sink.
 func (w *PieceWriter) Put(d cas.Digest, data []byte) (err error) {
 	defer w.p.recoverPanic(&err)

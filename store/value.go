@@ -54,6 +54,10 @@ func (v *ValueWriter) Kept() []cas.Digest { return v.kept }
 // Write adds bytes to the value.
 func (v *ValueWriter) Write(b []byte) (int, error) { return v.w.Write(b) }
 
+// WriteZeros adds n zero bytes to the value without copying them
+// (cas.Writer.WriteZeros).
+func (v *ValueWriter) WriteZeros(n uint64) error { return v.w.WriteZeros(n) }
+
 // Close ends the value and returns its identifier and size once its pieces
 // are stored.
 func (v *ValueWriter) Close() (cas.ObjectIdentifier, uint64, error) {
