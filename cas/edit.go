@@ -98,6 +98,7 @@ type editor struct {
 	regions []region
 	chunked uint64
 	kept    []Digest
+	zero    map[Digest]bool // old subtrees known to hold only zeros, or not
 }
 
 func (e *editor) stats() EditStats {
@@ -199,18 +200,39 @@ func (e *editor) rechunk(pos uint64, ri int) (uint64, int, error) {
 	defer chunkBufs.Put(span)
 	w := window{r: e.content, size: e.size, buf: (*span)[:0]}
 	for pos < e.size {
-		// Each chunk is cut from its own start (the chunker would read
-		// ahead half a MiB), in what the window read.
-		b, err := w.at(pos)
-		if err != nil {
-			return 0, 0, err
+		var zeros uint64
+		if !toEnd && pos >= hi {
+			next := e.size
+			if ri < len(e.regions) {
+				next = e.regions[ri].Start
+			}
+			var err error
+			if zeros, err = e.zeroChunks(&w, pos, next); err != nil {
+				return 0, 0, err
+			}
 		}
-		ch := firstCut(c, e.pol, b, buf)
-		if err := s.add(chunkOf(b[:ch.end], ch.fp), cutLevels(ch.fp)); err != nil {
-			return 0, 0, err
+		if zeros > 0 {
+			// A run of zeros the change moved the cuts of: its chunks
+			// are alike wherever they fall (zeroCut), so they are
+			// added as a run rather than chunked to the run's end.
+			if err := s.addRun(zeroPage[:MinChunkSize:MinChunkSize], cutLevels(0), zeros); err != nil {
+				return 0, 0, err
+			}
+			pos += zeros * MinChunkSize
+		} else {
+			// Each chunk is cut from its own start (the chunker would
+			// read ahead half a MiB), in what the window read.
+			b, err := w.at(pos)
+			if err != nil {
+				return 0, 0, err
+			}
+			ch := firstCut(c, e.pol, b, buf)
+			if err := s.add(chunkOf(b[:ch.end], ch.fp), cutLevels(ch.fp)); err != nil {
+				return 0, 0, err
+			}
+			pos += ch.end
+			e.chunked += ch.end
 		}
-		pos += ch.end
-		e.chunked += ch.end
 		for ri < len(e.regions) && e.regions[ri].Start < pos {
 			hi = max(hi, e.regions[ri].End)
 			toEnd = toEnd || e.regions[ri].toEnd
@@ -234,6 +256,110 @@ func (e *editor) rechunk(pos uint64, ri int) (uint64, int, error) {
 		}
 	}
 	return pos, ri, nil
+}
+
+// zeroChunks returns how many chunks of MinChunkSize zeros the new stream
+// has from pos, a new cut past the changes before limit. The old tree's
+// cursor is at the old chunk that holds pos (rechunk keeps it there), or
+// at an old cut after pos: that chunk, or the bytes up to that cut, must
+// be zeros, and the old subtrees after it that hold only zeros (zeroTree),
+// up to limit, are the rest of the run. It moves the cursor past those
+// subtrees; 0 if the run holds fewer than two chunks.
+func (e *editor) zeroChunks(w *window, pos, limit uint64) (uint64, error) {
+	t := e.t
+	if t == nil || t.done {
+		return 0, nil
+	}
+	switch {
+	case t.pos() < pos:
+		if t.level() != 0 {
+			return 0, nil
+		}
+		n := t.node(0)
+		zero, err := e.zeroTree(n)
+		if err != nil || !zero || t.pos()+n.Size > limit {
+			return 0, err
+		}
+		t.skip(0)
+	case t.pos() > pos:
+		b, err := w.at(pos)
+		if err != nil {
+			return 0, err
+		}
+		if n := t.pos() - pos; n > uint64(len(b)) || !allZero(b[:n]) {
+			return 0, nil
+		}
+	}
+	for !t.done {
+		k := t.startLevel()
+		for {
+			n := t.node(k)
+			zero, err := e.zeroTree(n)
+			if err != nil {
+				return 0, err
+			}
+			if zero && t.pos()+n.Size <= limit {
+				t.skip(k)
+				break
+			}
+			if k > t.level() {
+				k--
+				continue
+			}
+			if k == 0 {
+				return e.runOf(pos), nil
+			}
+			if err := t.down(); err != nil {
+				return 0, err
+			}
+			k--
+		}
+	}
+	return e.runOf(pos), nil
+}
+
+// runOf returns the chunks of MinChunkSize zeros from pos to the old
+// tree's cursor, if there are two or more.
+func (e *editor) runOf(pos uint64) uint64 {
+	end := e.t.size
+	if !e.t.done {
+		end = e.t.pos()
+	}
+	if n := (end - pos) / MinChunkSize; n >= 2 {
+		return n
+	}
+	return 0
+}
+
+// zeroTree reports whether the old subtree n holds only zeros.
+func (e *editor) zeroTree(n IndexChild) (bool, error) {
+	d := n.ID.Digest
+	if z, ok := e.zero[d]; ok {
+		return z, nil
+	}
+	var z bool
+	if !d.IsIndex() {
+		z = n.Size <= MaxChunkSize && ComputeDigest(KindBlob, false, zeroPage[:n.Size]) == d
+	} else {
+		ix, err := e.t.load(d)
+		if err != nil {
+			return false, err
+		}
+		z = true
+		for _, c := range ix.Children {
+			if z, err = e.zeroTree(c); err != nil || !z {
+				break
+			}
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	if e.zero == nil {
+		e.zero = map[Digest]bool{}
+	}
+	e.zero[d] = z
+	return z, nil
 }
 
 // A window reads an edit's new content ahead of where it is cut, in

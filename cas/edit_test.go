@@ -119,8 +119,9 @@ func TestEditMatchesWriter(t *testing.T) {
 // a long run of zeros, where every cut closes a dozen levels and parents
 // close for being full. In a run of zeros cuts fall every minimum chunk
 // size from the last cut before it, so a write that holds a cut of its own
-// moves every later cut of the run, and its edit chunks up to the run's
-// end, as any content-defined chunking would: the writes tried hold none.
+// moves every later cut of the run: the edit adds the run's chunks as a
+// run (editor.zeroChunks) rather than chunking them. Each offset is tried
+// with a write that holds a cut and one that does not.
 func TestEditCostFollowsTheChange(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -133,24 +134,59 @@ func TestEditCostFollowsTheChange(t *testing.T) {
 			m := newMemStore()
 			old := write(t, m, c.data, 1<<20)
 			for i, off := range []int{0, 4 << 20, len(c.data) / 2, len(c.data) - 5000, len(c.data) - 4096} {
-				var e *editing
-				for seed := uint64(i); e == nil || cutWithin(t, e.data, off, off+4096); seed += 10 {
-					e = &editing{data: bytes.Clone(c.data)}
-					e.write(off, randBytes(seed, 4096))
-				}
-				st := checkEdit(t, m, old, e)
-				t.Logf("4 KiB at %d: chunked %d, probed %d, reused %d", off, st.Chunked, st.Probed, st.Reused)
-				if st.Chunked+st.Probed > 256<<10 {
-					t.Errorf("a 4 KiB write at %d chunked %d bytes and probed %d", off, st.Chunked, st.Probed)
-				}
-				if st.Reused == 0 {
-					t.Errorf("a 4 KiB write at %d reused nothing of the old value", off)
-				}
-				if !allZero(zeroPage[:]) {
-					t.Fatal("something wrote into zeroPage")
+				for _, cut := range []bool{false, true} {
+					var e *editing
+					for seed := uint64(i); e == nil && seed < uint64(i)+400; seed += 10 {
+						e = &editing{data: bytes.Clone(c.data)}
+						e.write(off, randBytes(seed, 4096))
+						if cutWithin(t, e.data, off, off+4096) != cut {
+							e = nil
+						}
+					}
+					if e == nil {
+						continue // no write of that kind here
+					}
+					st := checkEdit(t, m, old, e)
+					t.Logf("4 KiB at %d (a cut in it: %v): chunked %d, probed %d, reused %d", off, cut, st.Chunked, st.Probed, st.Reused)
+					if st.Chunked+st.Probed > 256<<10 {
+						t.Errorf("a 4 KiB write at %d (a cut in it: %v) chunked %d bytes and probed %d", off, cut, st.Chunked, st.Probed)
+					}
+					if st.Reused == 0 {
+						t.Errorf("a 4 KiB write at %d reused nothing of the old value", off)
+					}
+					if !allZero(zeroPage[:]) {
+						t.Fatal("something wrote into zeroPage")
+					}
 				}
 			}
 		})
+	}
+}
+
+// TestEditChangesInOneRunOfZeros: writes into one run of zeros, the first
+// holding a cut (so the edit adds the zeros after it as a run), the others
+// later in the same run or just past it: the run stops at the next change,
+// and the edit gives the id a Writer gives.
+func TestEditChangesInOneRunOfZeros(t *testing.T) {
+	data := append(append(randBytes(6, 1<<20), make([]byte, 6<<20)...), randBytes(7, 1<<20)...)
+	m := newMemStore()
+	old := write(t, m, data, 1<<20)
+	tried := 0
+	for seed := uint64(1); tried < 3 && seed < 2000; seed += 7 {
+		e := &editing{data: bytes.Clone(data)}
+		e.write(2<<20+int(seed%4096), randBytes(seed, 4096))
+		if !cutWithin(t, e.data, 2<<20, 2<<20+8192) {
+			continue
+		}
+		tried++
+		for i, off := range []int{3 << 20, 5<<20 + 123, 7<<20 - 10} {
+			e.write(off+i*int(seed%1000), randBytes(seed+uint64(i)+1, 1+int(seed)%5000))
+		}
+		st := checkEdit(t, m, old, e)
+		t.Logf("seed %d: chunked %d", seed, st.Chunked)
+	}
+	if tried == 0 {
+		t.Fatal("no write held a cut")
 	}
 }
 
