@@ -193,28 +193,23 @@ func (r *repeats) onlyChild(c IndexChild) (onlyChild, bool) {
 
 // keepOnlyChild remembers o, the one-child index piece over c, if c is a
 // zero chunk or such a piece above one.
-func (r *repeats) keepOnlyChild(c IndexChild, o onlyChild) {
-	if r.off || !r.above[c.ID.Digest] || len(r.single) >= maxRepeats {
-		return
-	}
-	if r.single == nil {
-		r.single = map[IndexChild]onlyChild{}
-	}
-	r.single[c] = o
-	r.above[o.id.Digest] = true
-}
+func (r *repeats) keepOnlyChild(c IndexChild, o onlyChild) { r.keep(&r.single, c, o) }
 
 // keepFull remembers o, the full index piece of children all c, if c is a
 // zero chunk or a piece above one: a run of zeros fills a level with the
 // same child again and again.
-func (r *repeats) keepFull(c IndexChild, o onlyChild) {
-	if r.off || !r.above[c.ID.Digest] || len(r.full) >= maxRepeats {
+func (r *repeats) keepFull(c IndexChild, o onlyChild) { r.keep(&r.full, c, o) }
+
+// keep remembers o in m under c, if c is a zero chunk or a piece above
+// one; o is then a piece above one too.
+func (r *repeats) keep(m *map[IndexChild]onlyChild, c IndexChild, o onlyChild) {
+	if r.off || !r.above[c.ID.Digest] || len(*m) >= maxRepeats {
 		return
 	}
-	if r.full == nil {
-		r.full = map[IndexChild]onlyChild{}
+	if *m == nil {
+		*m = map[IndexChild]onlyChild{}
 	}
-	r.full[c] = o
+	(*m)[c] = o
 	r.above[o.id.Digest] = true
 }
 
