@@ -133,13 +133,14 @@ func TestEditCostFollowsTheChange(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			m := newMemStore()
 			old := write(t, m, c.data, 1<<20)
+			cuts := cutsOf(t, c.data)
 			for i, off := range []int{0, 4 << 20, len(c.data) / 2, len(c.data) - 5000, len(c.data) - 4096} {
 				for _, cut := range []bool{false, true} {
 					var e *editing
 					for seed := uint64(i); e == nil && seed < uint64(i)+400; seed += 10 {
 						e = &editing{data: bytes.Clone(c.data)}
 						e.write(off, randBytes(seed, 4096))
-						if cutWithin(t, e.data, off, off+4096) != cut {
+						if cutWithinAfter(t, e.data, cuts, off, off+4096) != cut {
 							e = nil
 						}
 					}
@@ -171,11 +172,12 @@ func TestEditChangesInOneRunOfZeros(t *testing.T) {
 	data := append(append(randBytes(6, 1<<20), make([]byte, 6<<20)...), randBytes(7, 1<<20)...)
 	m := newMemStore()
 	old := write(t, m, data, 1<<20)
+	cuts := cutsOf(t, data)
 	tried := 0
 	for seed := uint64(1); tried < 3 && seed < 2000; seed += 7 {
 		e := &editing{data: bytes.Clone(data)}
 		e.write(2<<20+int(seed%4096), randBytes(seed, 4096))
-		if !cutWithin(t, e.data, 2<<20, 2<<20+8192) {
+		if !cutWithinAfter(t, e.data, cuts, 2<<20, 2<<20+8192) {
 			continue
 		}
 		tried++
@@ -247,13 +249,37 @@ func TestEditLearnsCutsAtTheEnd(t *testing.T) {
 	}
 }
 
-// cutWithin reports whether the chunker cuts data inside [lo, hi).
-func cutWithin(t tb, data []byte, lo, hi int) bool {
+// cutsOf returns where the chunks of data end.
+func cutsOf(t tb, data []byte) []int {
+	var cuts []int
 	end := 0
 	for _, c := range sequentialChunks(t, data) {
 		end += len(c.data)
+		cuts = append(cuts, end)
+	}
+	return cuts
+}
+
+// cutWithinAfter reports whether the chunker cuts data inside [lo, hi),
+// for data whose bytes before lo are those of a value that cut at
+// oldCuts: it chunks data from the last of them at or before lo, which
+// cuts as chunking data whole does from there, and only up to hi.
+func cutWithinAfter(t tb, data []byte, oldCuts []int, lo, hi int) bool {
+	start := 0
+	for _, c := range oldCuts {
+		if c > lo {
+			break
+		}
+		start = c
+	}
+	end := start
+	for _, c := range sequentialChunks(t, data[start:min(len(data), hi+MaxChunkSize)]) {
+		end += len(c.data)
 		if end > lo && end < hi {
 			return true
+		}
+		if end >= hi {
+			break
 		}
 	}
 	return false
