@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"math/bits"
+	"slices"
 	"sync"
 
 	"github.com/restic/chunker"
@@ -317,18 +318,38 @@ func (s *splitter) addRun(data []byte, lv int, n uint64) error {
 			return err
 		}
 	}
-	top := IndexChild{Size: c.Size, ID: t[len(t)-1].id}
 	s.size += n * uint64(len(data))
+	return s.pushRun(lv, IndexChild{Size: c.Size, ID: t[len(t)-1].id}, n)
+}
+
+// pushRun pushes n copies of c at level i, as n pushes of c closing no
+// level above i would: each time level i fills it closes. Once a full
+// piece of c alone is known (repeats.full), whole groups of copies that
+// would fill level i from empty are that piece, put once with their count
+// and pushed as a run a level up.
+func (s *splitter) pushRun(i int, c IndexChild, n uint64) error {
 	for n > 0 {
-		for len(s.levels) <= lv {
+		for len(s.levels) <= i {
 			s.levels = append(s.levels, nil)
 		}
-		m := min(n, uint64(maxIndexChildren-len(s.levels[lv])))
+		if o, ok := s.seen.full[c]; ok && len(s.levels[i]) == 0 && n >= maxIndexChildren {
+			g := n / maxIndexChildren
+			if err := putRepeat(s.sink, o.id.Digest, o.data, g); err != nil {
+				return err
+			}
+			if err := s.pushRun(i+1, IndexChild{Size: c.Size * maxIndexChildren, ID: o.id}, g); err != nil {
+				return err
+			}
+			n -= g * maxIndexChildren
+			continue
+		}
+		m := min(n, uint64(maxIndexChildren-len(s.levels[i])))
+		s.levels[i] = slices.Grow(s.levels[i], int(m))
 		for range m {
-			s.levels[lv] = append(s.levels[lv], top)
+			s.levels[i] = append(s.levels[i], c)
 		}
 		n -= m
-		if err := s.closeFull(lv, lv); err != nil {
+		if err := s.closeFull(i, i); err != nil {
 			return err
 		}
 	}
