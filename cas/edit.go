@@ -339,7 +339,10 @@ func (e *editor) zeroTree(n IndexChild) (bool, error) {
 	}
 	var z bool
 	if !d.IsIndex() {
-		z = n.Size <= MaxChunkSize && ComputeDigest(KindBlob, false, zeroPage[:n.Size]) == d
+		// A chunk of zeros is at most MinChunkSize long (zeroCut cuts
+		// zeros there): the chunks rechunk passes in other content are
+		// longer, and none of them costs a hash of zeros to compare.
+		z = n.Size <= MinChunkSize && ComputeDigest(KindBlob, false, zeroPage[:n.Size]) == d
 	} else {
 		ix, err := e.t.load(d)
 		if err != nil {

@@ -2,6 +2,7 @@ package cas
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -191,6 +192,38 @@ func TestEditChangesInOneRunOfZeros(t *testing.T) {
 	if tried == 0 {
 		t.Fatal("no write held a cut")
 	}
+}
+
+// TestEditRunStopsAtOtherBytes: a run of zeros holding a chunk of other
+// bytes exactly MinChunkSize long (zeros at its end, so cut there as zeros
+// are): the edit after a write that moves the run's cuts takes the old
+// chunks for zeros by what they hold, not by their length, and stops the
+// run at that chunk.
+func TestEditRunStopsAtOtherBytes(t *testing.T) {
+	data := append(append(randBytes(8, 1<<20), make([]byte, 6<<20)...), randBytes(9, 1<<20)...)
+	at := 0 // the first cut in the run past 4 MiB
+	for _, c := range cutsOf(t, data) {
+		if c >= 4<<20 {
+			at = c
+			break
+		}
+	}
+	copy(data[at:], randBytes(10, MinChunkSize-chunkerWindow))
+	m := newMemStore()
+	old := write(t, m, data, 1<<20)
+	cuts := cutsOf(t, data)
+	if i := slices.Index(cuts, at+MinChunkSize); i < 0 || cuts[i-1] != at {
+		t.Fatalf("the other bytes at %d are not a chunk of their own", at)
+	}
+	for seed := uint64(1); seed < 2000; seed += 7 {
+		e := &editing{data: bytes.Clone(data)}
+		e.write(2<<20+int(seed%4096), randBytes(seed, 4096))
+		if cutWithinAfter(t, e.data, cuts, 2<<20, 2<<20+8192) {
+			checkEdit(t, m, old, e)
+			return
+		}
+	}
+	t.Fatal("no write held a cut")
 }
 
 // TestEditAppends: appending to a value chunks the old last chunk and what
