@@ -378,7 +378,7 @@ func (c *content) endStreamLater() (*store.ValueWriter, error) {
 // holes, the bytes past the base that no write reached (a file grown by
 // truncate, a sparse one), go to w as a count of zeros.
 func (c *content) writeFrom(w *store.ValueWriter, n int64) error {
-	buf := make([]byte, min(c.size-n, 1<<20))
+	var buf []byte // made for the first bytes that are not a hole
 	for n < c.size {
 		if z := c.holeAt(n); z > 0 {
 			if err := w.WriteZeros(uint64(z)); err != nil {
@@ -386,6 +386,9 @@ func (c *content) writeFrom(w *store.ValueWriter, n int64) error {
 			}
 			n += z
 			continue
+		}
+		if buf == nil {
+			buf = make([]byte, min(c.size-n, 1<<20))
 		}
 		m, err := c.readAt(buf[:min(int64(len(buf)), c.nextHole(n)-n)], n)
 		if err != nil && err != io.EOF {
