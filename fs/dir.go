@@ -328,11 +328,10 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	// name (meta's, one view and one seek fewer a directory): READDIRPLUS
 	// looks up every name it lists.
 	dirMeta, dirTs := btree.Meta{Mode: syscall.S_IFDIR | 0o755}, int64(0)
-	queuedMarker, markerQueued := d.pg.queuedMarker(key + "/") // before the tree; see listDir
+	marker, markerQueued, pendingDir := d.pg.dirQueued(key + "/") // before the tree; see listDir
 	if markerQueued {
-		dirMeta = queuedMarker.Meta
+		dirMeta = marker.Meta
 	}
-	pendingDir := d.pg.dirShown(key + "/")
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		var err error
 		if entry, isFile, err = t.Get(key); err != nil {

@@ -243,6 +243,15 @@ func (pg *pageRef) dirShown(prefix string) bool {
 	return pg.ov.dirShown(prefix)
 }
 
+// dirQueued is dirShown and queuedMarker of the directory at prefix, in
+// one hold of pg.mu: a lookup reads both before the tree.
+func (pg *pageRef) dirQueued(prefix string) (marker btree.Entry, markerQueued, shown bool) {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	marker, markerQueued = pg.ov.marker(prefix)
+	return marker, markerQueued, pg.ov.dirShown(prefix)
+}
+
 // pendingUnder lists pending keys starting with prefix.
 func (pg *pageRef) pendingUnder(prefix string) map[string]*fileNode {
 	pg.mu.Lock()
