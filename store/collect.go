@@ -3,7 +3,9 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"sync/atomic"
 	"syscall"
 
@@ -62,6 +64,10 @@ func (p *Page) DeleteCommits(ids []CommitID) error {
 	}
 	if !p.Writable() {
 		return fmt.Errorf("store: page %s/%s is read-only: %w", p.Ledger, p.Name, syscall.EROFS)
+	}
+	// No index of the page's history may describe a pruned commit.
+	if err := os.Remove(p.VersionsPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("store: delete commits: %w", err)
 	}
 	err := p.recovering(func() error {
 		return batched(p.db, len(ids), func(txn *badger.Txn, i int) error {

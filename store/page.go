@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,14 @@ type Page struct {
 
 // Dir is the directory of the page's db.
 func (p *Page) Dir() string { return p.db.Opts().Dir }
+
+// VersionsFileName is the name, in a page's directory, of the index of
+// its entries' versions that package history keeps there. It is derived
+// from the commits, so DeleteCommits removes it before any goes.
+const VersionsFileName = "ledgerfs-versions.idx"
+
+// VersionsPath is the path of the page's version index (VersionsFileName).
+func (p *Page) VersionsPath() string { return filepath.Join(p.Dir(), VersionsFileName) }
 
 // Polynomial is the repository's chunker polynomial.
 func (p *Page) Polynomial() chunker.Pol { return p.pol }
