@@ -2,6 +2,7 @@ package journal
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -138,6 +139,11 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 	}
 	if newHead != nil {
 		tree.Forget()
+	}
+	if landed := j.e.observing().Landed; landed != nil && len(commits) > 0 {
+		if err := landed(p, commits, []*store.Commit{base, head}); err != nil {
+			slog.Warn("observing landed commits failed", "page", p.Ledger+"/"+p.Name, "err", err)
+		}
 	}
 	if removed > 0 {
 		observeRemoved(p.Ledger, p.Name, removed)

@@ -37,6 +37,12 @@ type Observers struct {
 	// how many bytes of values its page's head no longer holds (history
 	// may). A mount collects a page once enough was removed.
 	Removed func(ledger, page string, bytes uint64)
+	// Landed is told of the commits a journal landed, and of the commits
+	// they were made on (their parents not among them), with the page's
+	// lock still held, so that no collection prunes them meanwhile: a
+	// mount indexes their versions (history.IndexLanded). Its error is
+	// logged; the commit stands.
+	Landed func(p *store.Page, commits, on []*store.Commit) error
 }
 
 // NewEngine returns an engine with no observers.
