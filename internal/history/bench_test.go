@@ -3,6 +3,7 @@ package history
 import (
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -98,5 +99,67 @@ func BenchmarkAsOf10k(b *testing.B) {
 		if _, err := AsOf(p, benchMid); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkOpenVersionIndex10k reads the version file of 10,000 commits,
+// as a mount's first listing of versions/ does.
+func BenchmarkOpenVersionIndex10k(b *testing.B) {
+	p := longHistory(b)
+	x, err := OpenVersionIndex(p)
+	if err == nil {
+		err = x.Update(p)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		x, err := OpenVersionIndex(p)
+		if err != nil || len(x.byKey["tracked"]) != benchCommits/10 {
+			b.Fatal(len(x.byKey["tracked"]), err)
+		}
+	}
+}
+
+// BenchmarkCommitIndexed commits one changed key on a page of 500 keys,
+// with its versions indexed as it lands (IndexLanded) or not: what
+// indexing adds to a commit.
+func BenchmarkCommitIndexed(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprint("indexed=", on), func(b *testing.B) {
+			dir, err := os.MkdirTemp("", "ledgerfs-history-bench-")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer os.RemoveAll(dir)
+			p, close := openPage(b, dir)
+			defer close()
+			j, err := journals.Begin(p, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range 500 {
+				if err := j.Apply(journal.Op{Key: fmt.Sprintf("k%03d", i), Entry: value(b, p, "v")}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := j.Commit(); err != nil {
+				b.Fatal(err)
+			}
+			indexLandings.Store(on)
+			defer indexLandings.Store(false)
+			for i := 0; b.Loop(); i++ {
+				j, err := journals.Begin(p, false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := j.Apply(journal.Op{Key: fmt.Sprintf("k%03d", i%500), Entry: value(b, p, fmt.Sprint(i))}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := j.Commit(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

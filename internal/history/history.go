@@ -27,15 +27,7 @@ var ErrNoCommit = errors.New("no such commit")
 // newer orders commits newest first: by timestamp, then generation, then id.
 // Commit times grow along history (a commit is never older than its
 // parents), so this order visits every commit after all its descendants.
-func newer(a, b *store.Commit) bool {
-	if a.Timestamp != b.Timestamp {
-		return a.Timestamp > b.Timestamp
-	}
-	if a.Generation != b.Generation {
-		return a.Generation > b.Generation
-	}
-	return string(a.ID[:]) > string(b.ID[:])
-}
+func newer(a, b *store.Commit) bool { return orderOf(a).compare(orderOf(b)) > 0 }
 
 type commitHeap []*store.Commit
 

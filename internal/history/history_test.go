@@ -465,24 +465,7 @@ func TestVersionIndexFollowsHistory(t *testing.T) {
 			if err := x.Update(p); err != nil {
 				t.Fatal(err)
 			}
-			all, err := AllVersions(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(all) != len(x.All) {
-				t.Fatalf("part %d: the index has versions of %d keys, a walk from scratch %d", part, len(x.All), len(all))
-			}
-			for key, vs := range all {
-				got := x.All[key]
-				if len(got) != len(vs) {
-					t.Fatalf("part %d: %q has %d versions in the index, %d walked from scratch", part, key, len(got), len(vs))
-				}
-				for i := range vs {
-					if got[i].Commit.ID != vs[i].Commit.ID || got[i].Entry != vs[i].Entry {
-						t.Fatalf("part %d: version %d of %q differs", part, i, key)
-					}
-				}
-			}
+			sameVersions(t, fmt.Sprintf("part %d", part), p, x)
 		}
 	})
 }

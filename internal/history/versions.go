@@ -59,35 +59,92 @@ func AllVersions(p *store.Page) (map[string][]Version, error) {
 	if err := x.Update(p); err != nil {
 		return nil, err
 	}
-	return x.All, nil
+	all := make(map[string][]Version, len(x.byKey))
+	for key := range x.byKey {
+		vs, err := x.Of(key)
+		if err != nil {
+			return nil, err
+		}
+		all[key] = vs
+	}
+	return all, nil
 }
 
 // A VersionIndex is AllVersions kept up to date as the page's head moves:
 // an Update walks only the commits it has not walked yet, so after a
 // commit the versions of a page with 20,000 commits cost that commit's
-// diff, not 20,000 (5.7 s). A collection that pruned commits needs a new
-// index.
+// diff, not 20,000 (5.7 s). One opened from the page's version file
+// (OpenVersionIndex) starts from what earlier walks and landings recorded
+// there, and records what it walks; what it read is decoded only for the
+// keys asked for. A collection that pruned commits needs a new index. It
+// is not safe for concurrent use.
 type VersionIndex struct {
-	// All holds every key's versions, oldest first.
-	All    map[string][]Version
+	byKey  map[string][]indexed // each key's versions, oldest first
 	walked map[store.CommitID]bool
+	// file: the index reads and extends the page's version file, which it
+	// has read up to end.
+	file bool
+	end  int64
 }
 
-// NewVersionIndex returns an empty index.
+// NewVersionIndex returns an empty index, kept in memory only.
 func NewVersionIndex() *VersionIndex {
-	return &VersionIndex{All: map[string][]Version{}, walked: map[store.CommitID]bool{}}
+	return &VersionIndex{byKey: map[string][]indexed{}, walked: map[store.CommitID]bool{store.FirstCommitID: true}}
+}
+
+// OpenVersionIndex returns the index the page's version file holds (see
+// versionsMagic), which its Update keeps and extends.
+func OpenVersionIndex(p *store.Page) (*VersionIndex, error) {
+	x := NewVersionIndex()
+	x.file = true
+	if err := x.readFile(p); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// Of returns key's versions, oldest first.
+func (x *VersionIndex) Of(key string) ([]Version, error) {
+	is := x.byKey[key]
+	out := make([]Version, len(is))
+	for i := range is {
+		v, err := is[i].version()
+		if err != nil {
+			return nil, fmt.Errorf("history: versions of %q: %w", key, err)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// readFile adds the records the version file holds past what x has read:
+// those of commits landed meanwhile (IndexLanded).
+func (x *VersionIndex) readFile(p *store.Page) error {
+	recs, end, err := readVersionFile(p.VersionsPath(), x.end)
+	if err != nil {
+		return err
+	}
+	x.end = end
+	x.add(covered(recs, x.walked))
+	return nil
 }
 
 // Update adds the versions of the commits the page's heads reach that the
-// index has not walked.
+// index has not walked, and records them in the version file if x reads
+// one.
 func (x *VersionIndex) Update(p *store.Page) error {
+	pruned := p.Pruned()
+	if x.file {
+		if err := x.readFile(p); err != nil {
+			return err
+		}
+	}
 	w, err := NewWalker(p)
 	if err != nil {
 		return err
 	}
 	w.skip(x.walked)
-	touched := map[string]bool{}
-	var visited []store.CommitID
+	var recs []versionRecord
 	for {
 		c, parents, err := w.Next(p)
 		if err == io.EOF {
@@ -96,39 +153,110 @@ func (x *VersionIndex) Update(p *store.Page) error {
 		if err != nil {
 			return fmt.Errorf("history: versions: %w", err)
 		}
-		visited = append(visited, c.ID)
-		if err := x.add(p, c, parents, touched); err != nil {
+		rec, err := record(p, c, parents)
+		if err != nil {
 			return fmt.Errorf("history: versions: %w", err)
 		}
+		recs = append(recs, rec)
 	}
-	for _, id := range visited {
-		x.walked[id] = true
+	for _, r := range recs {
+		x.walked[r.c.id] = true
 	}
-	for key := range touched {
-		// Oldest first, as a walk from scratch would give them.
-		slices.SortStableFunc(x.All[key], func(a, b Version) int {
-			switch {
-			case newer(b.Commit, a.Commit):
-				return -1
-			case newer(a.Commit, b.Commit):
-				return 1
-			}
-			return 0
-		})
+	x.add(recs)
+	if !x.file || len(recs) == 0 || !p.Writable() {
+		return nil
+	}
+	p.Lock()
+	defer p.Unlock()
+	if p.Pruned() != pruned {
+		return nil // the records may describe commits pruned meanwhile
+	}
+	// Landings append under the lock: what they added during the walk
+	// comes first, and where it ends is where these go.
+	tail, end, err := readVersionFile(p.VersionsPath(), x.end)
+	if err != nil {
+		return err
+	}
+	x.add(covered(tail, x.walked))
+	if x.end, err = writeRecords(p.VersionsPath(), recs, true, end); err != nil {
+		return err
 	}
 	return nil
 }
 
-// add records the versions commit c made, with the parents a walk gave it.
-func (x *VersionIndex) add(p *store.Page, c *store.Commit, parents []*store.Commit, touched map[string]bool) error {
+// add adds the versions recs made, keeping each key's oldest first.
+func (x *VersionIndex) add(recs []versionRecord) {
+	touched := map[string]bool{}
+	for _, r := range recs {
+		for _, v := range r.versions {
+			x.byKey[v.key] = append(x.byKey[v.key], v)
+			touched[v.key] = true
+		}
+	}
+	for key := range touched {
+		// Oldest first, as a walk from scratch would give them.
+		slices.SortStableFunc(x.byKey[key], func(a, b indexed) int { return a.c.compare(b.c.commitOrder) })
+	}
+}
+
+// IndexLanded records in the page's version file the versions commits
+// made, commits that just landed on commits on (the journal's Landed
+// observer; the parents not among either are read), so that a mount's
+// first listing of versions finds them there. The caller holds the page's
+// lock. A page whose history begins with them gets a new file; a page
+// without one keeps none until a listing walks its history.
+func IndexLanded(p *store.Page, commits, on []*store.Commit) error {
+	if len(commits) == 0 || !p.Writable() {
+		return nil
+	}
+	known := map[store.CommitID]*store.Commit{}
+	for _, c := range slices.Concat(on, commits) {
+		known[c.ID] = c
+	}
+	// A new file only for a page whose history begins here.
+	create := true
+	recs := make([]versionRecord, 0, len(commits))
+	for _, c := range commits {
+		parents := make([]*store.Commit, 0, len(c.Parents))
+		for _, id := range c.Parents {
+			create = create && (id == store.FirstCommitID || slices.ContainsFunc(commits, func(c *store.Commit) bool { return c.ID == id }))
+			pc, ok := known[id]
+			if !ok {
+				var err error
+				if pc, err = p.Commit(id); err != nil {
+					return fmt.Errorf("history: index landed commit %s: %w", c.ID, err)
+				}
+			}
+			parents = append(parents, pc)
+		}
+		rec, err := record(p, c, parents)
+		if err != nil {
+			return fmt.Errorf("history: index landed commit %s: %w", c.ID, err)
+		}
+		recs = append(recs, rec)
+	}
+	_, err := writeRecords(p.VersionsPath(), recs, create, -1)
+	return err
+}
+
+// record finds the versions commit c made, compared with the parents a
+// walk gave it: with none, every entry of its tree; otherwise each entry
+// it sets differently from its first parent (btree.Store.Diff: the cost is
+// what changed), unless another parent has it so.
+func record(p *store.Page, c *store.Commit, parents []*store.Commit) (versionRecord, error) {
+	rec := versionRecord{c: walkedCommit(c)}
+	for _, pc := range parents {
+		rec.parents = append(rec.parents, pc.ID)
+	}
+	version := func(e btree.Entry) {
+		rec.versions = append(rec.versions, indexed{c: rec.c, key: e.Key, e: &e})
+	}
 	if len(parents) == 0 {
 		it := p.Tree(c).Seek("")
 		for it.Next() {
-			e := it.Entry()
-			x.All[e.Key] = append(x.All[e.Key], Version{Commit: c, Entry: e})
-			touched[e.Key] = true
+			version(it.Entry())
 		}
-		return it.Err()
+		return rec, it.Err()
 	}
 	var changed []btree.Entry
 	err := p.Nodes().Diff(parents[0].Root, c.Root, func(ch btree.Change) error {
@@ -139,14 +267,14 @@ func (x *VersionIndex) add(p *store.Page, c *store.Commit, parents []*store.Comm
 		return nil
 	})
 	if err != nil {
-		return err
+		return rec, err
 	}
 	for _, e := range changed {
 		new := true
 		for _, pc := range parents[1:] {
 			pe, found, err := p.Tree(pc).Get(e.Key)
 			if err != nil {
-				return err
+				return rec, err
 			}
 			if found && withoutAtime(pe) == withoutAtime(e) {
 				new = false // carried over from this parent
@@ -154,11 +282,10 @@ func (x *VersionIndex) add(p *store.Page, c *store.Commit, parents []*store.Comm
 			}
 		}
 		if new {
-			x.All[e.Key] = append(x.All[e.Key], Version{Commit: c, Entry: e})
-			touched[e.Key] = true
+			version(e)
 		}
 	}
-	return nil
+	return rec, nil
 }
 
 // changedFromParents reports key's entry in c and whether it differs from
