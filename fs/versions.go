@@ -97,11 +97,12 @@ type versionList struct {
 }
 
 // versionIndex holds the versions of every key of a page
-// (history.VersionIndex), brought up to date when the head moves and made
-// anew when a collection prunes commits: listing the versions of many names
-// costs one history walk, not one each (a walk of every name's versions
-// after 200 kills took longer than the rest of the test), and a commit
-// costs its own diff.
+// (history.VersionIndex), read from the page's version file, brought up to
+// date when the head moves and made anew when a collection prunes commits:
+// listing the versions of many names costs one history walk, not one each
+// (a walk of every name's versions after 200 kills took longer than the
+// rest of the test), a commit costs its own diff, and a new mount reads
+// what earlier ones walked.
 type versionIndex struct {
 	mu     sync.Mutex
 	head   store.CommitID // x is up to date at head
@@ -120,7 +121,10 @@ func (x *versionIndex) of(p *store.Page, key string) ([]history.Version, error) 
 	}
 	if pruned := p.Pruned(); x.x == nil || pruned != x.pruned || head.ID != x.head {
 		if x.x == nil || pruned != x.pruned {
-			x.x, x.pruned = history.NewVersionIndex(), pruned
+			if x.x, err = history.OpenVersionIndex(p); err != nil {
+				return nil, err
+			}
+			x.pruned = pruned
 		}
 		if err := x.x.Update(p); err != nil {
 			x.x = nil
@@ -128,7 +132,7 @@ func (x *versionIndex) of(p *store.Page, key string) ([]history.Version, error) 
 		}
 		x.head = head.ID
 	}
-	return x.x.All[key], nil
+	return x.x.Of(key)
 }
 
 var (
@@ -203,7 +207,10 @@ func (l *versionList) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 		f := &fileNode{pg: l.pg.snapshot(v.Commit), fixed: true, fixedKey: v.Entry.Key}
 		mode := v.Entry.Meta.FileMode() & syscall.S_IFMT
 		ch := l.NewInode(ctx, f, gofs.StableAttr{Mode: mode, Ino: l.pg.fs.inos.get(l.pg.metaID(l.fileID(v)))})
-		return ch, f.fillAttrAt(v.Entry.Key, &out.Attr)
+		// The version's entry is its commit's: no read of that commit's
+		// tree (ls of a long history looks up every version).
+		fileAttr(l.pg.fs, &out.Attr, ch.StableAttr().Ino, v.Entry.Meta, v.Commit.Timestamp)
+		return ch, 0
 	}
 	return nil, syscall.ENOENT
 }

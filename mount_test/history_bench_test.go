@@ -11,13 +11,19 @@ import (
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/history"
 	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // journals commits the tests' changes: one engine for the package's
-// repositories, each page with its own committer.
-var journals = journal.NewEngine()
+// repositories, each page with its own committer, indexing versions as
+// they land, as a mount does.
+var journals = func() *journal.Engine {
+	e := journal.NewEngine()
+	e.Observe(journal.Observers{Landed: history.IndexLanded})
+	return e
+}()
 
 // buildPage fills page l/p of a new repository without a mount: first
 // commits of entries keys (one commit), then commits more commits each

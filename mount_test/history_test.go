@@ -13,6 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ledgerfs/ledgerfs/internal/history"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // snapshotRecord is the page as it was after one step: its head, a time
@@ -285,6 +288,9 @@ func TestVersionsFollowTheHead(t *testing.T) {
 			t.Fatalf("after %d commits of f, versions/f lists %v", i+1, names)
 		}
 		for j, n := range names {
+			if st, err := os.Stat(filepath.Join(vdir, n)); err != nil || st.Size() != int64(len(fmt.Sprintf("version %d", j))) {
+				t.Fatalf("after %d commits, version %s: %v, %v", i+1, n, st, err)
+			}
 			if got, err := os.ReadFile(filepath.Join(vdir, n)); err != nil || string(got) != fmt.Sprintf("version %d", j) {
 				t.Fatalf("after %d commits, version %s reads %q, %v; want version %d", i+1, n, got, err, j)
 			}
@@ -294,5 +300,78 @@ func TestVersionsFollowTheHead(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(vdir, bad)); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("stat of versions/f/%s: %v, want ENOENT", bad, err)
 		}
+	}
+}
+
+// TestVersionIndexOutlivesTheMount: what a mount learns of a page's
+// versions stays beside the page (history's version file): the versions
+// its commits made as they landed, and, in a page nobody indexed, those
+// its first listing walked. A new mount reads them there instead of
+// walking the history. A collection that prunes commits removes the file,
+// and the next listing makes it anew from what is kept.
+func TestVersionIndexOutlivesTheMount(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	// fromFile compares what the version file alone holds of f's versions
+	// (no walk of the history) with a walk from scratch.
+	fromFile := func(what string) []history.Version {
+		t.Helper()
+		r, err := store.Open(repo, journals.Hooks(store.Options{}))
+		must(t, err)
+		defer r.Close()
+		p, err := r.Acquire("l", "p")
+		must(t, err)
+		defer r.Release(p)
+		x, err := history.OpenVersionIndex(p)
+		must(t, err)
+		got, err := x.Of("f")
+		must(t, err)
+		walked, err := history.Versions(p, "f")
+		must(t, err)
+		if !slices.EqualFunc(got, walked, func(a, b history.Version) bool { return a.Commit.ID == b.Commit.ID && a.Entry == b.Entry }) {
+			t.Fatalf("%s: the version file holds %d versions of f, a walk finds %d", what, len(got), len(walked))
+		}
+		return got
+	}
+	listed := func(s *server) []string {
+		t.Helper()
+		names := ls(t, filepath.Join(s.mnt, "l", "p", ".ledger", "versions", "f"))
+		s.stop()
+		return names
+	}
+
+	s := mount(t, repo)
+	pg := s.page("l", "p")
+	for i := range 4 {
+		must(t, os.WriteFile(filepath.Join(pg, "f"), []byte(fmt.Sprint("version ", i)), 0o644))
+		syncDir(t, pg)
+	}
+	s.stop()
+	if vs := fromFile("after 4 commits"); len(vs) != 4 {
+		t.Fatalf("the version file holds %d versions of f after 4 commits", len(vs))
+	}
+
+	// A page nobody indexed, as an earlier ledgerfs left it.
+	files, err := filepath.Glob(filepath.Join(repo, store.SerializationVersion, "ledgers", "*", "*", store.VersionsFileName))
+	must(t, err)
+	if len(files) != 1 {
+		t.Fatalf("version files: %v", files)
+	}
+	must(t, os.Remove(files[0]))
+	if names := listed(mount(t, repo)); len(names) != 4 {
+		t.Fatalf("versions/f lists %v, want 4", names)
+	}
+	fromFile("after a listing of a page without one")
+
+	out, err := exec.Command(plainBinary, "gc", "--keep-last", "2", repo).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ledgerfs gc: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(files[0]); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a collection pruned commits and left the version file (%v)", err)
+	}
+	names := listed(mount(t, repo))
+	if vs := fromFile("after a collection and a listing"); len(vs) != len(names) || len(vs) < 2 || len(vs) >= 4 {
+		t.Fatalf("after keep-last=2, versions/f lists %v and the version file holds %d", names, len(vs))
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/ledgerfs/ledgerfs/fs"
 	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
+	"github.com/ledgerfs/ledgerfs/internal/history"
 	"github.com/ledgerfs/ledgerfs/internal/metrics"
 	"github.com/ledgerfs/ledgerfs/internal/piececache"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
@@ -123,6 +124,9 @@ func New(cfg Config) (s *Server, err error) {
 		default:
 		}
 	}}
+	// Versions are indexed as commits land: a listing of a long history's
+	// versions reads the index rather than diffing every commit.
+	observers.Landed = history.IndexLanded
 	fo := cfg.FS
 	fo.Journals, fo.Stats = s.journals, s.metrics.Text
 	fo.SyncStatus = func(p *store.Page) (string, error) {
