@@ -65,7 +65,8 @@ type Page struct {
 	readOnly error
 	damaged  bool
 
-	ra badgerdb.ReadAhead
+	ra   badgerdb.ReadAhead
+	drop badgerdb.Dropper
 
 	dur Durability
 }
@@ -166,6 +167,7 @@ func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 		return nil, err
 	}
 	var out []byte
+	var dropped bool
 	err := p.view(func(txn *badger.Txn) error {
 		it, err := txn.Get(objectKey(d))
 		if err != nil {
@@ -177,6 +179,10 @@ func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 			out, err = decodePiece(buf[:0], v, enc)
 			if stream && !d.IsIndex() {
 				p.ra.Near(p.repo.ra, v)
+			} else if p.repo.trim.Pressed() {
+				// Copied: its pages may leave the process, and stay in
+				// the page cache (badgerdb.Dropper).
+				dropped = p.drop.Drop(v)
 			}
 			return err
 		})
@@ -187,7 +193,7 @@ func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 	// An index piece held here is no part of a stream's run of chunks:
 	// a stream asks for it from its source only so that a remote fetch
 	// brings the chunks after it along.
-	p.repo.trim.AddValueRead(len(out), stream && !d.IsIndex())
+	p.repo.trim.AddValueRead(len(out), stream && !d.IsIndex() || dropped)
 	return out, err
 }
 

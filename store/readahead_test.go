@@ -168,6 +168,9 @@ func TestGetStreamingMapsAhead(t *testing.T) {
 func TestStreamingGetsCountTheirBytes(t *testing.T) {
 	p := testPage(t)
 	chunks := storedChunks(t, p, writeValue(t, p, benchBytes(4<<20)))
+	// Under half the limit, where plain gets keep their pages (Pressed).
+	p.repo.trim.SetLimit(2 * (fileRSS() + 256<<20))
+	t.Cleanup(func() { p.repo.trim.SetLimit(0) })
 	counted := func(get func(cas.Digest, []byte) ([]byte, error)) (traffic, read int64) {
 		t.Helper()
 		p.repo.trim.Hold() // no trim resets the count meanwhile

@@ -153,7 +153,8 @@ func TestReadsTrimOnlyAboveTheLimit(t *testing.T) {
 		p.repo.trim.Hold() // wait for a periodic trim under way
 		p.repo.trim.Release()
 	}
-	p.repo.trim.SetLimit(fileRSS() + 256<<20)
+	// Under half the limit (Pressed).
+	p.repo.trim.SetLimit(2 * (fileRSS() + 256<<20))
 	readAll(1)
 	mapped := vlogMapped(t, p)
 	// Each plain get counts the read-around: this is many trims' worth.
@@ -216,4 +217,37 @@ func TestPeriodicTrim(t *testing.T) {
 func fileRSS() int64 {
 	_, file := badgerdb.RSS()
 	return file
+}
+
+// Past half the readers' limit, a plain get drops the value-log pages it
+// mapped as soon as it has copied its value (they stay in the page cache),
+// and counts only its bytes: a random reader of much data no longer waits
+// for trims, which take the pages out of the page cache too.
+func TestPressedReadsDropTheirPages(t *testing.T) {
+	p := testPage(t)
+	chunks := storedChunks(t, p, writeValue(t, p, benchBytes(8<<20)))
+	p.repo.trim.SetLimit(1)
+	t.Cleanup(func() { p.repo.trim.SetLimit(0) })
+	if !p.repo.trim.Pressed() {
+		t.Fatal("no check found the mapped pages past half a limit of 1 byte")
+	}
+	// No trim from here: pages leave the process only with their reads.
+	p.repo.trim.Hold()
+	defer p.repo.trim.Release()
+	before, traffic := vlogMapped(t, p), p.repo.trim.Traffic()
+	var n int64
+	for _, d := range chunks {
+		v, err := p.Get(d, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += int64(len(v))
+	}
+	after := vlogMapped(t, p)
+	if counted := p.repo.trim.Traffic() - traffic; counted != n {
+		t.Errorf("gets of %d bytes counted %d bytes", n, counted)
+	}
+	if after > before+1<<20 {
+		t.Errorf("value log mapped %d KiB before gets of %d KiB, %d KiB after", before>>10, n>>10, after>>10)
+	}
 }

@@ -11,6 +11,12 @@ import (
 	"github.com/dgraph-io/badger/v4/options"
 )
 
+// ValueThreshold is the size from which a page db keeps a value in its
+// value log, and below which in its tables. Static (no VLogPercentile), so
+// that a value of at least this size read from a page db lies in a mapped
+// value log (see Dropper).
+const ValueThreshold = 1 << 10
+
 // badgerOptions are sized for many small dbs in one process: one db per page.
 // Badger's defaults (64 MiB memtables, five of them, a 256 MiB block cache,
 // values up to 1 MB in the LSM tree) would cost hundreds of MiB per open page.
@@ -26,7 +32,7 @@ func Options(dir string, readOnly bool) badger.Options {
 		WithNumLevelZeroTablesStall(12).
 		WithBaseTableSize(1 << 20).
 		WithBaseLevelSize(4 << 20).
-		WithValueThreshold(1 << 10).
+		WithValueThreshold(ValueThreshold).
 		WithValueLogFileSize(valueLogSizeFor(dir)).
 		WithBlockCacheSize(1 << 20).
 		WithIndexCacheSize(0).

@@ -1,0 +1,164 @@
+package badgerdb
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/dgraph-io/badger/v4"
+	"golang.org/x/sys/unix"
+)
+
+// vlogRSS returns the resident bytes of this process's mappings of value
+// logs under dir (/proc/self/smaps).
+func vlogRSS(t *testing.T, dir string) int64 {
+	t.Helper()
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var n int64
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 6 && strings.Contains(fields[0], "-") {
+			in = strings.HasPrefix(fields[5], dir) && strings.HasSuffix(fields[5], ".vlog")
+			continue
+		}
+		if in && len(fields) == 3 && fields[0] == "Rss:" {
+			kb, _ := strconv.ParseInt(fields[1], 10, 64)
+			n += kb << 10
+		}
+	}
+	return n
+}
+
+// A read that drops what it mapped of a value log leaves the process's
+// share of it small, where reads that do not leave it growing; what was
+// dropped stays in the page cache, and reads the same.
+func TestDropKeepsValueLogPagesOut(t *testing.T) {
+	dir := t.TempDir()
+	const n, size = 1024, 16 << 10
+	db, err := badger.Open(Options(dir, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	val := func(i int) []byte { return []byte(strings.Repeat(fmt.Sprintf("%08d", i), size/8)) }
+	wb := db.NewWriteBatch()
+	for i := range n {
+		if err := wb.Set([]byte(fmt.Sprint("k", i)), val(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	read := func(drop bool) (rss int64, dropped int) {
+		db, err := badger.Open(Options(dir, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var d Dropper
+		err = db.View(func(txn *badger.Txn) error {
+			for i := 0; i < n; i += 3 { // not in order: read-around maps the pages between
+				it, err := txn.Get([]byte(fmt.Sprint("k", i)))
+				if err != nil {
+					return err
+				}
+				err = it.Value(func(v []byte) error {
+					if string(v) != string(val(i)) {
+						return fmt.Errorf("value %d differs", i)
+					}
+					if drop && d.Drop(v) {
+						dropped++
+					}
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vlogRSS(t, dir), dropped
+	}
+	kept, _ := read(false)
+	left, dropped := read(true)
+	if dropped != (n+2)/3 {
+		t.Fatalf("dropped %d of %d reads", dropped, (n+2)/3)
+	}
+	if kept < 4<<20 || left > kept/4 {
+		t.Fatalf("value-log pages resident after reads of %d KiB: %d KiB kept without drops, %d KiB with", n*size/3>>10, kept>>10, left>>10)
+	}
+	// Dropped from the process, not from the page cache, and read again
+	// the same (checked by read).
+	read(true)
+}
+
+// A Dropper gives no advice where its value log was and other memory is
+// now: memory mapped at a value log's old address keeps its contents, and
+// so does memory of the Go heap.
+func TestDropLeavesOtherMemoryAlone(t *testing.T) {
+	dir := t.TempDir()
+	const size = 4 << 20
+	f, err := os.Create(dir + "/000001.vlog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	shared, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d Dropper
+	if !d.Drop(shared[size/2 : size/2+ValueThreshold]) {
+		t.Fatal("no drop of a value in a shared value-log mapping")
+	}
+	base := unsafe.Pointer(&shared[0])
+	// The log goes; private memory takes its addresses.
+	if err := unix.Munmap(shared); err != nil {
+		t.Fatal(err)
+	}
+	p, err := unix.MmapPtr(-1, 0, base, size, unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE)
+	if err != nil || p != base {
+		t.Fatalf("map private memory at %p: got %p, %v", base, p, err)
+	}
+	mem := unsafe.Slice((*byte)(p), size)
+	defer unix.MunmapPtr(p, size)
+	heap := make([]byte, 4*ValueReadAround)
+	for _, b := range [][]byte{mem, heap} {
+		for i := range b {
+			b[i] = byte(i%251) + 1
+		}
+	}
+	for _, v := range [][]byte{mem[size/2 : size/2+ValueThreshold], heap[ValueReadAround : ValueReadAround+ValueThreshold]} {
+		if d.Drop(v) {
+			t.Fatal("dropped pages of memory that is no value log")
+		}
+	}
+	for _, b := range [][]byte{mem, heap} {
+		for i := range b {
+			if b[i] != byte(i%251)+1 {
+				t.Fatalf("byte %d is %d after a drop, was %d", i, b[i], byte(i%251)+1)
+			}
+		}
+	}
+}
