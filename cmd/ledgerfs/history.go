@@ -67,7 +67,16 @@ func writeHistory(w io.Writer, p *store.Page, path []string) error {
 	if err != nil {
 		return err
 	}
-	vs, err := history.OfName(p, key, func(key string) ([]history.Version, error) { return history.Versions(p, key) })
+	// The mount's index of versions, and a walk of what it does not cover
+	// (the repository is open read-only: nothing is recorded).
+	x, err := history.OpenVersionIndex(p)
+	if err == nil {
+		err = x.Update(p)
+	}
+	if err != nil {
+		return err
+	}
+	vs, err := history.OfName(p, key, x.Of)
 	if err != nil {
 		return err
 	}
