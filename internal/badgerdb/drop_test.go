@@ -7,10 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/dgraph-io/badger/v4"
-	"golang.org/x/sys/unix"
 )
 
 // vlogRSS returns the resident bytes of this process's mappings of value
@@ -113,52 +111,20 @@ func TestDropKeepsValueLogPagesOut(t *testing.T) {
 // now: memory mapped at a value log's old address keeps its contents, and
 // so does memory of the Go heap.
 func TestDropLeavesOtherMemoryAlone(t *testing.T) {
-	dir := t.TempDir()
 	const size = 4 << 20
-	f, err := os.Create(dir + "/000001.vlog")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	shared, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
+	shared := mappedLog(t, t.TempDir(), size)
 	var d Dropper
 	if !d.Drop(shared[size/2 : size/2+ValueThreshold]) {
 		t.Fatal("no drop of a value in a shared value-log mapping")
 	}
-	base := unsafe.Pointer(&shared[0])
-	// The log goes; private memory takes its addresses.
-	if err := unix.Munmap(shared); err != nil {
-		t.Fatal(err)
-	}
-	p, err := unix.MmapPtr(-1, 0, base, size, unix.PROT_READ|unix.PROT_WRITE,
-		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE)
-	if err != nil || p != base {
-		t.Fatalf("map private memory at %p: got %p, %v", base, p, err)
-	}
-	mem := unsafe.Slice((*byte)(p), size)
-	defer unix.MunmapPtr(p, size)
+	mem := reuseAddresses(t, shared)
 	heap := make([]byte, 4*ValueReadAround)
-	for _, b := range [][]byte{mem, heap} {
-		for i := range b {
-			b[i] = byte(i%251) + 1
-		}
-	}
+	fillPattern(heap)
 	for _, v := range [][]byte{mem[size/2 : size/2+ValueThreshold], heap[ValueReadAround : ValueReadAround+ValueThreshold]} {
 		if d.Drop(v) {
 			t.Fatal("dropped pages of memory that is no value log")
 		}
 	}
-	for _, b := range [][]byte{mem, heap} {
-		for i := range b {
-			if b[i] != byte(i%251)+1 {
-				t.Fatalf("byte %d is %d after a drop, was %d", i, b[i], byte(i%251)+1)
-			}
-		}
-	}
+	checkPattern(t, mem, "private memory at a dropped log's old address")
+	checkPattern(t, heap, "the heap")
 }

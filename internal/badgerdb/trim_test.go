@@ -65,20 +65,8 @@ func TestFileRSS(t *testing.T) {
 // and the Go heap or anything else may take the addresses.
 func TestTrimLeavesReusedAddressesAlone(t *testing.T) {
 	dir := t.TempDir()
-	const size = 4 << 20
-	f, err := os.Create(dir + "/000001.vlog")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	shared, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < size; i += 4096 {
+	shared := mappedLog(t, dir, 4<<20)
+	for i := 0; i < len(shared); i += 4096 {
 		shared[i] = 1
 	}
 	tr := NewTrimmer(dir)
@@ -86,31 +74,67 @@ func TestTrimLeavesReusedAddressesAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ranges) != 1 || ranges[0].end-ranges[0].start != size {
-		t.Fatalf("mappings of the value log: %+v, want one of %d bytes", ranges, size)
+	if len(ranges) != 1 || ranges[0].end-ranges[0].start != uintptr(len(shared)) {
+		t.Fatalf("mappings of the value log: %+v, want one of %d bytes", ranges, len(shared))
 	}
-	base := unsafe.Pointer(&shared[0])
-	if ranges[0].start != uintptr(base) {
-		t.Fatalf("mapping listed at %#x, mapped at %p", ranges[0].start, base)
+	if base := uintptr(unsafe.Pointer(&shared[0])); ranges[0].start != base {
+		t.Fatalf("mapping listed at %#x, mapped at %#x", ranges[0].start, base)
 	}
-	// The log goes; private memory takes its addresses.
-	if err := unix.Munmap(shared); err != nil {
+	mem := reuseAddresses(t, shared)
+	advise(ranges)
+	checkPattern(t, mem, "private memory at a trimmed log's old address")
+}
+
+// mappedLog maps a new value-log file of size bytes under dir, shared, as
+// Badger maps its logs.
+func mappedLog(t *testing.T, dir string, size int) []byte {
+	t.Helper()
+	f, err := os.Create(dir + "/000001.vlog")
+	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := unix.MmapPtr(-1, 0, base, size, unix.PROT_READ|unix.PROT_WRITE,
+	defer f.Close()
+	if err := f.Truncate(int64(size)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// reuseAddresses unmaps m, as Badger unmaps a log it deletes, and maps
+// private memory at its addresses instead, filled with fillPattern.
+func reuseAddresses(t *testing.T, m []byte) []byte {
+	t.Helper()
+	base, size := unsafe.Pointer(&m[0]), len(m)
+	if err := unix.Munmap(m); err != nil {
+		t.Fatal(err)
+	}
+	p, err := unix.MmapPtr(-1, 0, base, uintptr(size), unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE)
 	if err != nil || p != base {
 		t.Fatalf("map private memory at %p: got %p, %v", base, p, err)
 	}
-	mem := unsafe.Slice((*byte)(unsafe.Pointer(p)), size)
-	defer unix.MunmapPtr(p, size)
-	for i := range mem {
-		mem[i] = byte(i%251) + 1
+	t.Cleanup(func() { unix.MunmapPtr(p, uintptr(size)) })
+	mem := unsafe.Slice((*byte)(p), size)
+	fillPattern(mem)
+	return mem
+}
+
+func fillPattern(b []byte) {
+	for i := range b {
+		b[i] = byte(i%251) + 1
 	}
-	advise(ranges)
-	for i := range mem {
-		if mem[i] != byte(i%251)+1 {
-			t.Fatalf("byte %d of private memory at a trimmed log's old address is %d after the trim, was %d", i, mem[i], byte(i%251)+1)
+}
+
+// checkPattern fails unless b still holds what fillPattern wrote.
+func checkPattern(t *testing.T, b []byte, what string) {
+	t.Helper()
+	for i := range b {
+		if b[i] != byte(i%251)+1 {
+			t.Fatalf("byte %d of %s is %d, was %d", i, what, b[i], byte(i%251)+1)
 		}
 	}
 }
