@@ -84,6 +84,7 @@ func Walk(p *store.Page, fn func(c *store.Commit, parents []*store.Commit) error
 // open between steps.
 type Walker struct {
 	seen      map[store.CommitID]bool
+	done      map[store.CommitID]bool // passed over (skip)
 	queued    map[store.CommitID]*store.Commit // read, not yet visited
 	h         commitHeap
 	loadedAll bool
@@ -104,13 +105,11 @@ func NewWalker(p *store.Page) (*Walker, error) {
 }
 
 // skip makes the walk pass over the commits in done, and what only they
-// reach: it then visits what is new since a walk that visited them.
+// reach: it then visits what is new since a walk that visited them. done
+// is consulted as the walk goes, not copied: an index of 20,000 commits
+// cost each update after a commit 4 ms of copying.
 func (w *Walker) skip(done map[store.CommitID]bool) {
-	for id := range done {
-		if _, queued := w.queued[id]; !queued {
-			w.seen[id] = true
-		}
-	}
+	w.done = done
 	// A head walked already is no start.
 	kept := w.h[:0]
 	for _, c := range w.h {
@@ -125,7 +124,7 @@ func (w *Walker) skip(done map[store.CommitID]bool) {
 }
 
 func (w *Walker) push(c *store.Commit) {
-	if !w.seen[c.ID] {
+	if !w.seen[c.ID] && !w.done[c.ID] {
 		w.seen[c.ID] = true
 		w.queued[c.ID] = c
 		heap.Push(&w.h, c)
@@ -159,7 +158,7 @@ func (w *Walker) Next(p *store.Page) (*store.Commit, []*store.Commit, error) {
 	if pruned > 0 && !w.loadedAll {
 		w.loadedAll = true
 		err := p.CommitIDs(nil, func(id store.CommitID) error {
-			if w.seen[id] {
+			if w.seen[id] || w.done[id] {
 				return nil
 			}
 			sc, err := p.Commit(id)
