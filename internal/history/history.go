@@ -84,7 +84,7 @@ func Walk(p *store.Page, fn func(c *store.Commit, parents []*store.Commit) error
 // open between steps.
 type Walker struct {
 	seen      map[store.CommitID]bool
-	done      map[store.CommitID]bool // passed over (skip)
+	done      map[store.CommitID]bool          // passed over (skip)
 	queued    map[store.CommitID]*store.Commit // read, not yet visited
 	h         commitHeap
 	loadedAll bool
