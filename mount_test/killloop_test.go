@@ -8,11 +8,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ledgerfs/ledgerfs/internal/history"
+	"github.com/ledgerfs/ledgerfs/internal/keypath"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 var long = flag.Bool("long", false, "run the long variants (the kill -9 loop: 200 iterations)")
@@ -142,6 +147,7 @@ func TestKillLoop(t *testing.T) {
 	checkModel(t, iterations, pg, m, true)
 	// Every version of every name the page has now reads back whole.
 	versions := 0
+	listed := map[string][]string{}
 	for name, v := range m.want {
 		if v == nil {
 			continue // versions/ follows the page's current names
@@ -155,10 +161,15 @@ func TestKillLoop(t *testing.T) {
 			if _, err := os.ReadFile(filepath.Join(dir, e.Name())); err != nil {
 				t.Fatalf("version %s of %s: %v", e.Name(), name, err)
 			}
+			listed[name] = append(listed[name], e.Name())
 			versions++
 		}
 	}
 	s.stop()
+	// The mount listed them from its version file, which the kills may
+	// have left short of the commits: each name's list is what a walk of
+	// the whole history from scratch finds.
+	sameAsWalk(t, repo, "l", "p", listed)
 	// Every commit reads, with its changes from its parents: ledgerfs log
 	// reads the tree nodes each commit has of its own.
 	out, err := exec.Command(binary, "log", repo, "l", "p").Output()
@@ -345,5 +356,30 @@ func transact(it int, pg string, m *model, stop chan struct{}) {
 			return
 		}
 		m.ack(ch)
+	}
+}
+
+// sameAsWalk fails unless each name's versions in listed are those a walk
+// of the page's history from scratch finds (history.Versions).
+func sameAsWalk(t *testing.T, repo, ledger, page string, listed map[string][]string) {
+	t.Helper()
+	r, err := store.Open(repo, journals.Hooks(store.Options{ReadOnly: true}))
+	must(t, err)
+	defer r.Close()
+	p, err := r.Acquire(ledger, page)
+	must(t, err)
+	defer r.Release(p)
+	for name, names := range listed {
+		key, _, err := keypath.Key(strings.Split(name, "/"))
+		must(t, err)
+		vs, err := history.OfName(p, key, func(key string) ([]history.Version, error) { return history.Versions(p, key) })
+		must(t, err)
+		var walked []string
+		for _, v := range vs {
+			walked = append(walked, v.Name())
+		}
+		if !slices.Equal(names, walked) {
+			t.Fatalf("versions/%s lists %d versions, a walk of the history finds %d:\n%v\n%v", name, len(names), len(walked), names, walked)
+		}
 	}
 }
