@@ -235,17 +235,24 @@ func TestPressedReadsDropTheirPages(t *testing.T) {
 	p.repo.trim.Hold()
 	defer p.repo.trim.Release()
 	before, traffic := vlogMapped(t, p), p.repo.trim.Traffic()
-	var n int64
+	var n, want int64
 	for _, d := range chunks {
 		v, err := p.Get(d, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		n += int64(len(v))
+		if len(v) >= badgerdb.ValueThreshold {
+			want += int64(len(v))
+		} else {
+			// Kept in the tables (a file's last chunk may be that
+			// short): no value log to drop, the read-around counted.
+			want += badgerdb.ValueReadAround
+		}
 	}
 	after := vlogMapped(t, p)
-	if counted := p.repo.trim.Traffic() - traffic; counted != n {
-		t.Errorf("gets of %d bytes counted %d bytes", n, counted)
+	if counted := p.repo.trim.Traffic() - traffic; counted != want {
+		t.Errorf("gets of %d bytes counted %d bytes, want %d", n, counted, want)
 	}
 	if after > before+1<<20 {
 		t.Errorf("value log mapped %d KiB before gets of %d KiB, %d KiB after", before>>10, n>>10, after>>10)
