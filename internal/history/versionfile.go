@@ -13,6 +13,7 @@ import (
 	"slices"
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/wire"
 	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -128,22 +129,18 @@ func appendRecord(b []byte, r versionRecord) []byte {
 	b = append(b, r.c.id[:]...)
 	b = binary.AppendUvarint(b, r.c.gen)
 	b = binary.AppendVarint(b, r.c.ts)
-	b = binary.AppendUvarint(b, uint64(len(r.c.row)))
-	b = append(b, r.c.row...)
+	b = wire.AppendBytes(b, r.c.row)
 	b = binary.AppendUvarint(b, uint64(len(r.parents)))
 	for _, id := range r.parents {
 		b = append(b, id[:]...)
 	}
 	b = binary.AppendUvarint(b, uint64(len(r.versions)))
 	for _, v := range r.versions {
-		b = binary.AppendUvarint(b, uint64(len(v.key)))
-		b = append(b, v.key...)
 		row := v.row
 		if v.e != nil {
 			row = journal.EncodeOp(journal.Op{Key: v.key, Entry: *v.e})
 		}
-		b = binary.AppendUvarint(b, uint64(len(row)))
-		b = append(b, row...)
+		b = wire.AppendBytes(wire.AppendBytes(b, []byte(v.key)), row)
 	}
 	payload := b[start+recordHeader:]
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
@@ -151,54 +148,8 @@ func appendRecord(b []byte, r versionRecord) []byte {
 	return b
 }
 
-// recordReader takes a record's payload apart.
-type recordReader struct {
-	b   []byte
-	err error
-}
-
-func (r *recordReader) take(n uint64) []byte {
-	if r.err != nil {
-		return nil
-	}
-	if n > uint64(len(r.b)) {
-		r.err = io.ErrUnexpectedEOF
-		return nil
-	}
-	out := r.b[:n:n]
-	r.b = r.b[n:]
-	return out
-}
-
-func (r *recordReader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = io.ErrUnexpectedEOF
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *recordReader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = io.ErrUnexpectedEOF
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *recordReader) id() store.CommitID {
-	var id store.CommitID
-	copy(id[:], r.take(uint64(len(id))))
+func commitID(r *wire.Reader) (id store.CommitID) {
+	copy(id[:], r.Fixed(uint64(len(id))))
 	return id
 }
 
@@ -219,31 +170,30 @@ func (d *decoder) decode(payload []byte) (versionRecord, error) {
 	}
 	d.commits = d.commits[:len(d.commits)+1]
 	c := &d.commits[len(d.commits)-1]
-	r := &recordReader{b: payload}
-	c.id = r.id()
-	c.gen = r.uvarint()
-	c.ts = r.varint()
-	c.row = r.take(r.uvarint())
+	r := &wire.Reader{B: payload}
+	c.id = commitID(r)
+	c.gen = r.Uvarint()
+	c.ts = r.Varint()
+	c.row = r.Bytes()
 	rec := versionRecord{c: c}
-	np := r.uvarint()
+	np := r.Uvarint()
 	if np > 2 {
 		return rec, fmt.Errorf("%d parents", np)
 	}
 	for range np {
-		rec.parents = append(rec.parents, r.id())
+		rec.parents = append(rec.parents, commitID(r))
 	}
-	nv := r.uvarint()
-	if r.err == nil && nv > uint64(len(r.b)) {
-		return rec, fmt.Errorf("%d versions in %d bytes", nv, len(r.b))
+	nv := r.Uvarint()
+	if r.Err == nil && nv > uint64(len(r.B)) {
+		return rec, fmt.Errorf("%d versions in %d bytes", nv, len(r.B))
 	}
 	if int(nv) > cap(d.versions)-len(d.versions) {
 		d.versions = make([]indexed, 0, max(4096, nv))
 	}
 	start := len(d.versions)
 	for range nv {
-		key := r.take(r.uvarint())
-		row := r.take(r.uvarint())
-		if r.err != nil {
+		key, row := r.Bytes(), r.Bytes()
+		if r.Err != nil {
 			break
 		}
 		k, ok := d.keys[string(key)]
@@ -258,10 +208,10 @@ func (d *decoder) decode(payload []byte) (versionRecord, error) {
 	}
 	rec.versions = d.versions[start:len(d.versions):len(d.versions)]
 	switch {
-	case r.err != nil:
-		return rec, r.err
-	case len(r.b) != 0:
-		return rec, fmt.Errorf("%d bytes past the record", len(r.b))
+	case r.Err != nil:
+		return rec, r.Err
+	case len(r.B) != 0:
+		return rec, fmt.Errorf("%d bytes past the record", len(r.B))
 	case (c.id == store.FirstCommitID) != (len(c.row) == 0):
 		return rec, errors.New("a commit row where none is, or none where one is")
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/ledgerfs/ledgerfs/internal/wire"
 )
 
 // A Record is one change of an entry: a delete, or a put whose value is
@@ -61,7 +63,7 @@ func (r *Record) Len() int {
 func (r *Record) MarshalBinary() ([]byte, error) {
 	if r.Delete {
 		b := []byte{kindDelete}
-		return appendBytes(b, []byte(r.Key)), nil
+		return wire.AppendBytes(b, []byte(r.Key)), nil
 	}
 	for i, e := range r.Extents {
 		if e.Off+uint64(len(e.Data)) > r.Size || e.Off+uint64(len(e.Data)) < e.Off {
@@ -77,22 +79,18 @@ func (r *Record) MarshalBinary() ([]byte, error) {
 	default:
 		b = append(b, kindPut)
 	}
-	b = appendBytes(b, []byte(r.Key))
-	b = appendBytes(b, r.Op)
-	b = appendBytes(b, r.Base)
-	b = appendBytes(b, r.Result)
+	b = wire.AppendBytes(b, []byte(r.Key))
+	b = wire.AppendBytes(b, r.Op)
+	b = wire.AppendBytes(b, r.Base)
+	b = wire.AppendBytes(b, r.Result)
 	b = binary.LittleEndian.AppendUint64(b, r.Keep)
 	b = binary.LittleEndian.AppendUint64(b, r.Size)
 	b = binary.AppendUvarint(b, uint64(len(r.Extents)))
 	for _, e := range r.Extents {
 		b = binary.LittleEndian.AppendUint64(b, e.Off)
-		b = appendBytes(b, e.Data)
+		b = wire.AppendBytes(b, e.Data)
 	}
 	return b, nil
-}
-
-func appendBytes(b, v []byte) []byte {
-	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
 }
 
 var errMalformed = errors.New("synclog: malformed record")
@@ -100,22 +98,22 @@ var errMalformed = errors.New("synclog: malformed record")
 // UnmarshalBinary decodes a record; its byte slices alias b.
 func (r *Record) UnmarshalBinary(b []byte) error {
 	*r = Record{}
-	d := decoder{b: b}
-	kind := d.byte()
-	r.Key = string(d.bytes())
+	d := wire.Reader{B: b}
+	kind := d.Byte()
+	r.Key = string(d.Bytes())
 	switch kind {
 	case kindDelete:
 		r.Delete = true
 	case kindPut, kindIntent, kindFollows:
 		r.Intent, r.Follows = kind != kindPut, kind == kindFollows
-		r.Op, r.Base, r.Result = d.bytes(), d.bytes(), d.bytes()
-		r.Keep, r.Size = d.u64(), d.u64()
-		n := d.uvarint()
-		if n > uint64(len(d.b)) {
+		r.Op, r.Base, r.Result = d.Bytes(), d.Bytes(), d.Bytes()
+		r.Keep, r.Size = d.Uint64(), d.Uint64()
+		n := d.Uvarint()
+		if n > uint64(len(d.B)) {
 			return errMalformed
 		}
-		for i := uint64(0); i < n && d.err == nil; i++ {
-			e := Extent{Off: d.u64(), Data: d.bytes()}
+		for i := uint64(0); i < n && d.Err == nil; i++ {
+			e := Extent{Off: d.Uint64(), Data: d.Bytes()}
 			if e.Off+uint64(len(e.Data)) > r.Size || e.Off+uint64(len(e.Data)) < e.Off {
 				return errMalformed
 			}
@@ -124,54 +122,8 @@ func (r *Record) UnmarshalBinary(b []byte) error {
 	default:
 		return errMalformed
 	}
-	if d.err != nil || len(d.b) != 0 {
+	if d.Err != nil || len(d.B) != 0 {
 		return errMalformed
 	}
 	return nil
-}
-
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) byte() byte {
-	if len(d.b) < 1 {
-		d.err = errMalformed
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *decoder) u64() uint64 {
-	if len(d.b) < 8 {
-		d.err = errMalformed
-		return 0
-	}
-	v := binary.LittleEndian.Uint64(d.b)
-	d.b = d.b[8:]
-	return v
-}
-
-func (d *decoder) uvarint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errMalformed
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) bytes() []byte {
-	n := d.uvarint()
-	if d.err != nil || n > uint64(len(d.b)) {
-		d.err = errMalformed
-		return nil
-	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
 }
