@@ -173,15 +173,11 @@ func (x *VersionIndex) Update(p *store.Page) error {
 	}
 	// Landings append under the lock: what they added during the walk
 	// comes first, and where it ends is where these go.
-	tail, end, err := readVersionFile(p.VersionsPath(), x.end)
-	if err != nil {
+	if err = x.readFile(p); err != nil {
 		return err
 	}
-	x.add(covered(tail, x.walked))
-	if x.end, err = writeRecords(p.VersionsPath(), recs, true, end); err != nil {
-		return err
-	}
-	return nil
+	x.end, err = writeRecords(p.VersionsPath(), recs, true, x.end)
+	return err
 }
 
 // add adds the versions recs made, keeping each key's oldest first.
@@ -210,16 +206,21 @@ func IndexLanded(p *store.Page, commits, on []*store.Commit) error {
 		return nil
 	}
 	known := map[store.CommitID]*store.Commit{}
-	for _, c := range slices.Concat(on, commits) {
+	landing := map[store.CommitID]bool{store.FirstCommitID: true}
+	for _, c := range on {
 		known[c.ID] = c
 	}
-	// A new file only for a page whose history begins here.
+	for _, c := range commits {
+		known[c.ID], landing[c.ID] = c, true
+	}
+	// A new file only for a page whose history begins here: every parent
+	// is the first commit or one of commits.
 	create := true
 	recs := make([]versionRecord, 0, len(commits))
 	for _, c := range commits {
 		parents := make([]*store.Commit, 0, len(c.Parents))
 		for _, id := range c.Parents {
-			create = create && (id == store.FirstCommitID || slices.ContainsFunc(commits, func(c *store.Commit) bool { return c.ID == id }))
+			create = create && landing[id]
 			pc, ok := known[id]
 			if !ok {
 				var err error
