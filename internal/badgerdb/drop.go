@@ -3,7 +3,6 @@ package badgerdb
 import (
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"unsafe"
 
@@ -65,20 +64,13 @@ func (d *Dropper) mappingOf(addr uintptr) (mapping, bool) {
 	}
 	// A value log new since the last read of the mappings, or one
 	// unmapped and mapped again.
-	d.known = d.known[:0]
-	var found mapping
-	var ok bool
-	eachMapping(func(m mapping) bool {
-		if !m.shared || !strings.HasSuffix(m.path, ".vlog") {
-			return true
-		}
-		d.known = append(d.known, m)
+	d.known, _ = sharedMappings("", ".vlog")
+	for _, m := range d.known {
 		if m.contains(addr) {
-			found, ok = m, true
+			return m, true
 		}
-		return true
-	})
-	return found, ok
+	}
+	return mapping{}, false
 }
 
 // current reports whether a file mapping with m's bounds exists now.

@@ -46,3 +46,16 @@ func eachMapping(fn func(m mapping) bool) error {
 	}
 	return sc.Err()
 }
+
+// sharedMappings lists the shared mappings of files whose paths begin with
+// prefix and end in suffix, as /proc/self/maps shows them now.
+func sharedMappings(prefix, suffix string) ([]mapping, error) {
+	var out []mapping
+	err := eachMapping(func(m mapping) bool {
+		if m.shared && strings.HasPrefix(m.path, prefix) && strings.HasSuffix(m.path, suffix) {
+			out = append(out, m)
+		}
+		return true
+	})
+	return out, err
+}

@@ -165,12 +165,12 @@ func (t *Trimmer) count(n int, writing bool) {
 // limit (Pressed).
 func (t *Trimmer) over(writing bool) bool {
 	total, file := RSS()
-	l := t.above.Load()
+	l, fixed := t.above.Load(), true
 	if l == 0 {
-		l = limit(total, file)
+		l, fixed = limit(total, file), false
 	}
 	t.pressed.Store(file >= l/2)
-	if writing && t.above.Load() == 0 {
+	if writing && !fixed {
 		return file >= TrimAbove
 	}
 	return file >= l
@@ -286,16 +286,7 @@ func (t *Trimmer) drop(suffix string) error {
 
 // mappings lists the shared mappings of files under t.dir whose names end
 // in suffix, as /proc/self/maps shows them now.
-func (t *Trimmer) mappings(suffix string) ([]mapping, error) {
-	var out []mapping
-	err := eachMapping(func(m mapping) bool {
-		if m.shared && strings.HasSuffix(m.path, suffix) && strings.HasPrefix(m.path, t.dir) {
-			out = append(out, m)
-		}
-		return true
-	})
-	return out, err
-}
+func (t *Trimmer) mappings(suffix string) ([]mapping, error) { return sharedMappings(t.dir, suffix) }
 
 // advise takes the resident pages of ranges out of the process with
 // MADV_PAGEOUT. The ranges were read from /proc/self/maps earlier, and
