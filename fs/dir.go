@@ -250,25 +250,35 @@ func (d *dirNode) countSubdirs(prefix string) (uint32, error) {
 // or committed, or a 0755 directory's of the mount's owner; and the time it
 // shows if the marker has none.
 func (d *dirNode) meta(prefix string) (btree.Meta, int64, error) {
-	m := btree.Meta{Mode: syscall.S_IFDIR | 0o755}
+	var m btree.Meta
 	var ts int64
 	queued, isQueued := d.pg.queuedMarker(prefix) // before the tree; see listDir
 	err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		ts = d.pg.shownTime(p, head)
-		if isQueued {
-			m = queued.Meta
-			return nil
-		}
-		if prefix != "" && strings.HasSuffix(prefix, "/") {
-			if e, ok, err := t.Get(prefix); err != nil {
+		var marker btree.Entry
+		var found bool
+		if !isQueued && prefix != "" && strings.HasSuffix(prefix, "/") {
+			var err error
+			if marker, found, err = t.Get(prefix); err != nil {
 				return err
-			} else if ok && e.Meta.IsDir() {
-				m = e.Meta
 			}
 		}
+		m = dirMeta(queued, isQueued, marker, found)
 		return nil
 	})
 	return m, ts, err
+}
+
+// dirMeta is the metadata a directory shows: its queued marker's, else
+// its marker's in the tree, else a 0755 directory's.
+func dirMeta(queued btree.Entry, isQueued bool, marker btree.Entry, found bool) btree.Meta {
+	switch {
+	case isQueued:
+		return queued.Meta
+	case found && marker.Meta.IsDir():
+		return marker.Meta
+	}
+	return btree.Meta{Mode: syscall.S_IFDIR | 0o755}
 }
 
 func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
@@ -327,11 +337,10 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	// A directory's attributes come from the same look at the tree as the
 	// name (meta's, one view and one seek fewer a directory): READDIRPLUS
 	// looks up every name it lists.
-	dirMeta, dirTs := btree.Meta{Mode: syscall.S_IFDIR | 0o755}, int64(0)
-	marker, markerQueued, pendingDir := d.pg.dirQueued(key + "/") // before the tree; see listDir
-	if markerQueued {
-		dirMeta = marker.Meta
-	}
+	var marker btree.Entry // the directory's, in the tree
+	var markerFound bool
+	var dirTs int64
+	queued, markerQueued, pendingDir := d.pg.dirQueued(key + "/") // before the tree; see listDir
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		var err error
 		if entry, isFile, err = t.Get(key); err != nil {
@@ -354,8 +363,8 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		it := t.Prefix(key + "/")
 		if it.Next() {
 			isDir = true
-			if e := it.Entry(); !markerQueued && e.Key == key+"/" && e.Meta.IsDir() {
-				dirMeta = e.Meta
+			if e := it.Entry(); e.Key == key+"/" {
+				marker, markerFound = e, true
 			}
 		}
 		if isDir || pendingDir {
@@ -390,7 +399,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return ch, 0
 	case !coll && isDir:
 		ch := d.newDir(ctx, key+"/")
-		return ch, ch.Operations().(*dirNode).attrOf(key+"/", dirMeta, dirTs, &out.Attr)
+		return ch, ch.Operations().(*dirNode).attrOf(key+"/", dirMeta(queued, markerQueued, marker, markerFound), dirTs, &out.Attr)
 	}
 	return nil, syscall.ENOENT
 }
