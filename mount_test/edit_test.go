@@ -43,6 +43,7 @@ func TestSmallWritesCommitByEditing(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 3))
 	const writes = 40
 	sums := map[[32]byte]bool{sha256.Sum256(data): true} // of every state the file had
+	var done []wrote                                     // to name the state nearest a stray version
 	for i := range writes {
 		off := r.Int64N(int64(len(data)) - 4096)
 		if i == writes-1 {
@@ -52,11 +53,8 @@ func TestSmallWritesCommitByEditing(t *testing.T) {
 		_, err := f.WriteAt(block, off)
 		must(t, err)
 		must(t, unix.Fdatasync(int(f.Fd())))
-		if off == int64(len(data)) {
-			data = append(data, block...)
-		} else {
-			copy(data[off:], block)
-		}
+		data = apply(data, wrote{off, block})
+		done = append(done, wrote{off, block})
 		sums[sha256.Sum256(data)] = true
 	}
 	must(t, f.Close())
@@ -88,7 +86,7 @@ func TestSmallWritesCommitByEditing(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(vdir, v))
 		must(t, err)
 		if !sums[sha256.Sum256(b)] {
-			t.Errorf("version %s is none of the file's states", v)
+			t.Errorf("version %s is none of the file's states; %s", v, nearest(content(7, 48<<20), done, b))
 		}
 		if v == versions[len(versions)-1] && !bytes.Equal(b, data) {
 			t.Errorf("the last version %s is not the file's last state", v)
@@ -247,4 +245,61 @@ func checkNumbered(t *testing.T, when, dir string, n int) {
 			t.Fatalf("%s: %s holds %q (%v)", when, name, b, err)
 		}
 	}
+}
+
+// wrote is one WriteAt of a test.
+type wrote struct {
+	off  int64
+	data []byte
+}
+
+// apply returns data after w, grown if w ends past it.
+func apply(data []byte, w wrote) []byte {
+	if end := w.off + int64(len(w.data)); end > int64(len(data)) {
+		data = append(data, make([]byte, end-int64(len(data)))...)
+	}
+	copy(data[w.off:], w.data)
+	return data
+}
+
+// nearest describes the state of a file, data after a prefix of writes,
+// that got differs from least, and where they differ.
+func nearest(data []byte, writes []wrote, got []byte) string {
+	diff := func(a, b []byte) (n int, ranges []string) {
+		if len(a) != len(b) {
+			return max(len(a), len(b)), []string{fmt.Sprintf("size %d, want %d", len(b), len(a))}
+		}
+		for i := 0; i < len(a); {
+			if a[i] == b[i] {
+				i++
+				continue
+			}
+			j := i
+			for j < len(a) && a[j] != b[j] {
+				j++
+			}
+			n += j - i
+			if len(ranges) < 8 {
+				ranges = append(ranges, fmt.Sprintf("[%d,%d)", i, j))
+			}
+			i = j
+		}
+		return n, ranges
+	}
+	best, bestN, bestRanges := 0, -1, []string(nil)
+	for k := 0; ; k++ {
+		if n, ranges := diff(data, got); bestN < 0 || n < bestN {
+			best, bestN, bestRanges = k, n, ranges
+		}
+		if k == len(writes) {
+			break
+		}
+		data = apply(data, writes[k])
+	}
+	var ws []string
+	for _, w := range writes {
+		ws = append(ws, fmt.Sprintf("[%d,%d)", w.off, w.off+int64(len(w.data))))
+	}
+	return fmt.Sprintf("nearest: after %d writes, %d bytes differ at %s; writes: %s",
+		best, bestN, strings.Join(bestRanges, " "), strings.Join(ws, " "))
 }
