@@ -66,6 +66,12 @@ type content struct {
 	copied   *since
 	copyDone <-chan struct{}
 	soon     bool
+	// changes counts writes and truncations, for fileNode.intentsDue to
+	// see the file quiet. due is set when the intents timer left the
+	// file's commit to its next fsync; dueChanges is changes then.
+	changes    uint64
+	due        bool
+	dueChanges uint64
 }
 
 func newExtents() *btree.BTreeG[extent] {
@@ -98,6 +104,7 @@ func (c *content) intentLogged(mark store.Intent) {
 // noteWrite records [s, e) as written since the last intent and the copy,
 // if any.
 func (c *content) noteWrite(s, e int64) {
+	c.changes++
 	for _, t := range []*since{c.intent, c.copied} {
 		if t != nil {
 			addExtent(t.ext, s, e)
@@ -179,14 +186,14 @@ func (c *content) reset(id cas.ObjectIdentifier, size int64) {
 	c.base, c.baseID, c.baseSize, c.size, c.dirty = nil, id, size, size, false
 	c.baseFull, c.baseLen = true, size
 	c.kept = nil
-	c.intent, c.lastIntent, c.copied = nil, store.Intent{}, nil
+	c.intent, c.lastIntent, c.copied, c.due = nil, store.Intent{}, nil, false
 }
 
 // rebase makes id, the value committed from a copy of the content taken
 // when s began (size bytes), the base, with what changed since over it: the
 // spool holds the bytes of every range written.
 func (c *content) rebase(id cas.ObjectIdentifier, size int64, s *since) {
-	c.state, c.kept = baseCommitted, nil
+	c.state, c.kept, c.due = baseCommitted, nil, false
 	c.base, c.baseID, c.baseLen = nil, id, size
 	c.baseSize = min(size, s.min)
 	c.baseFull = c.baseSize == size
@@ -582,6 +589,7 @@ func (c *content) truncate(n int64) error {
 		return nil
 	}
 	c.dirty = true
+	c.changes++
 	for _, t := range []*since{c.intent, c.copied} {
 		if t != nil {
 			t.truncate(n)

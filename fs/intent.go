@@ -113,18 +113,20 @@ func (pg *pageRef) noteIntent(f *fileNode, soon bool) {
 	}
 	pg.intentTimer = time.AfterFunc(delay, func() {
 		defer pg.fs.background.Done()
-		pg.commitIntents()
+		pg.commitIntents(false)
 	})
 }
 
-// commitIntents commits the files with intents the page holds.
-func (pg *pageRef) commitIntents() {
+// commitIntents commits the files with intents the page holds. A file
+// written since its last intent is left for its next fsync to commit
+// (fileNode.intentsDue), unless force: the filesystem is closing.
+func (pg *pageRef) commitIntents(force bool) {
 	pg.mu.Lock()
 	files := pg.intents
 	pg.intents, pg.intentTimer = nil, nil
 	pg.mu.Unlock()
 	for f := range files {
-		if eno := f.commitFromCopy(); eno != 0 {
+		if eno := f.commitFromCopy(force); eno != 0 {
 			// The intent stays in the log: the change is durable, and
 			// the file's close commits it.
 			slog.Warn("commit of an fsynced change failed; its close retries", "errno", eno)
@@ -141,7 +143,55 @@ func (pg *pageRef) stopIntents() {
 	if t != nil && t.Stop() {
 		pg.fs.background.Done()
 	}
-	pg.commitIntents()
+	pg.commitIntents(true)
+}
+
+// intentsDue reports whether the intents timer may commit the file now,
+// called with f.mu held. Its state now is one its writer left it in if
+// nothing changed since its last intent (an fsync), or since the timer last
+// looked: a commit at any other moment may catch a write halfway, as the
+// kernel sends a write that starts inside a page it does not hold as two
+// requests, and that state was never the file's. Else the file's next fsync
+// commits it (commitDue), or the timer looks again after intentDelay.
+func (f *fileNode) intentsDue() bool {
+	c := f.c
+	if c == nil || !c.dirty || c.intent != nil && c.intent.none(c.size) || c.due && c.changes == c.dueChanges {
+		return true
+	}
+	c.due, c.dueChanges = true, c.changes
+	f.pg.noteIntent(f, false)
+	return false
+}
+
+// commitDue commits the file now if the intents timer left its commit to
+// this fsync, whose intent was just logged: its state is the one fsynced.
+// Called with f.pg.keys and f.mu held. A file large enough to commit from a
+// copy is copied here and committed in the background.
+func (f *fileNode) commitDue() syscall.Errno {
+	if !f.c.due {
+		return 0
+	}
+	cp, locked, err := f.takeCopyLocked()
+	switch {
+	case err != nil:
+		return errno("commit", err)
+	case locked:
+		return f.commitLocked(commitQueue)
+	case cp == nil:
+		return 0
+	}
+	if !f.pg.fs.startBackground() {
+		close(cp.done)
+		f.c.copied = nil
+		return f.commitLocked(commitQueue)
+	}
+	go func() {
+		defer f.pg.fs.background.Done()
+		if eno := f.commitCopy(cp); eno != 0 {
+			slog.Warn("commit of an fsynced change failed; its close retries", "errno", eno)
+		}
+	}()
+	return 0
 }
 
 // maxCopied bounds the changes commitFromCopy copies. Every change it
@@ -186,16 +236,42 @@ type contentCopy struct {
 // during the edit stay durable by their own intents. A file the copy does
 // not suit (small, changed too much to edit, a link, a stream) is committed
 // under its lock, as a close commits it.
-func (f *fileNode) commitFromCopy() syscall.Errno {
-	cp, locked, err := f.takeCopy()
+func (f *fileNode) commitFromCopy(force bool) syscall.Errno {
+	cp, eno := f.copyForTimer(force)
+	if cp == nil {
+		return eno
+	}
+	return f.commitCopy(cp)
+}
+
+// copyForTimer takes the copy commitFromCopy commits, or commits the file
+// under its lock if a copy does not suit it (eno is that commit's), or
+// neither if the file is not due (intentsDue) or a copy's commit is under
+// way: that commit notes the file again.
+func (f *fileNode) copyForTimer(force bool) (cp *contentCopy, eno syscall.Errno) {
+	f.pg.keys.RLock()
+	defer f.pg.keys.RUnlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.c; c != nil && c.copied != nil {
+		return nil, 0
+	}
+	if !force && !f.intentsDue() {
+		return nil, 0
+	}
+	cp, locked, err := f.takeCopyLocked()
 	switch {
 	case err != nil:
-		return errno("commit", err)
+		return nil, errno("commit", err)
 	case locked:
-		return f.commit(commitQueue)
-	case cp == nil:
-		return 0 // a copy's commit is under way: it notes the file again
+		return nil, f.commitLocked(commitQueue)
 	}
+	return cp, 0
+}
+
+// commitCopy computes the value of cp, taken by takeCopyLocked, without
+// the file's lock, and lands it.
+func (f *fileNode) commitCopy(cp *contentCopy) syscall.Errno {
 	defer close(cp.done)
 	w, id, err := cp.c.p.EditExtents(cp.base, cp.src.Keep, uint64(cp.size), cp.src.Extents)
 	if err != nil {
@@ -210,15 +286,11 @@ func (f *fileNode) commitFromCopy() syscall.Errno {
 	return f.landCopy(cp, id, w)
 }
 
-// takeCopy copies what commitFromCopy needs, logging an intent of the
-// changes since the last one first. locked: the file is not for a copy, and
-// is committed under its lock; neither a copy nor locked: a copy's commit
-// is under way.
-func (f *fileNode) takeCopy() (cp *contentCopy, locked bool, err error) {
-	f.pg.keys.RLock()
-	defer f.pg.keys.RUnlock()
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// takeCopyLocked copies what commitCopy needs, logging an intent of the
+// changes since the last one first. Called with f.pg.keys and f.mu held.
+// locked: the file is not for a copy, and is committed under its lock;
+// neither a copy nor locked: a copy's commit is under way.
+func (f *fileNode) takeCopyLocked() (cp *contentCopy, locked bool, err error) {
 	c := f.c
 	if c != nil && c.copied != nil {
 		return nil, false, nil

@@ -2,12 +2,14 @@ package mount_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -224,4 +226,100 @@ func TestFsyncsBesideTheirCommitSurviveKill(t *testing.T) {
 		t.Fatalf("after fsyncs beside their commits and kill -9: %d bytes, equal %v (%v)", len(got), bytes.Equal(got, data), err)
 	}
 	s.stop()
+}
+
+// A file written and fsynced over and over is committed in the background
+// (the timer of its intents), yet each of its versions is a state an fsync
+// or a close left it in, never one a write was halfway through. Each write
+// here comes in two parts with a request between them, as the kernel sends
+// a write that starts inside a page it does not hold. A small file is
+// committed under its lock, a large one from a copy.
+func TestVersionsAreFsyncedStates(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{1 << 20, 64 << 20} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			t.Parallel()
+			s := mountPlain(t, t.TempDir())
+			pg := s.page("l", "p")
+			path := filepath.Join(pg, "f")
+			data := content(31, size)
+			must(t, os.WriteFile(path, data, 0o644))
+			syncDir(t, pg)
+			synced := map[[32]byte]bool{sha256.Sum256(data): true}
+
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			must(t, err)
+			defer f.Close()
+			vdir := filepath.Join(pg, ".ledger", "versions", "f")
+			r := rand.New(rand.NewPCG(5, 5))
+			const want = 4 // versions: the first, and three of the fsyncs' commits
+			for i := 0; i%16 != 0 || len(ls(t, vdir)) < want; i++ {
+				if i == 20000 {
+					t.Fatalf("%d fsyncs made %d versions, want %d", i, len(ls(t, vdir)), want)
+				}
+				off := r.Int64N(int64(size - 4096))
+				block := content(200+i, 4096)
+				cut := int(4096 - off%4096) // where the kernel would cut it
+				_, err := f.WriteAt(block[:cut], off)
+				must(t, err)
+				_, err = os.ReadFile(filepath.Join(s.mnt, ".stats"))
+				must(t, err)
+				_, err = f.WriteAt(block[cut:], off+int64(cut))
+				must(t, err)
+				must(t, unix.Fdatasync(int(f.Fd())))
+				copy(data[off:], block)
+				synced[sha256.Sum256(data)] = true
+			}
+			must(t, f.Close())
+
+			versions := ls(t, vdir)
+			for _, v := range versions {
+				b, err := os.ReadFile(filepath.Join(vdir, v))
+				must(t, err)
+				if !synced[sha256.Sum256(b)] {
+					t.Errorf("version %s is no state an fsync left the file in", v)
+				}
+			}
+			if b, err := os.ReadFile(filepath.Join(vdir, versions[len(versions)-1])); err != nil || !bytes.Equal(b, data) {
+				t.Errorf("the last version is not the file as closed (%v)", err)
+			}
+		})
+	}
+}
+
+// A file fsynced and then written without an fsync, and left open, shows in
+// its history once it rests: the timer of its intents commits what the
+// file holds when no write changed it between two of its looks.
+func TestRestingFileIsCommitted(t *testing.T) {
+	t.Parallel()
+	s := mountPlain(t, t.TempDir())
+	pg := s.page("l", "p")
+	path := filepath.Join(pg, "f")
+	data := content(41, 1<<20)
+	must(t, os.WriteFile(path, data, 0o644))
+	syncDir(t, pg)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	must(t, err)
+	defer f.Close()
+	for i, off := range []int64{8192, 100_000} {
+		block := content(42+i, 4096)
+		_, err := f.WriteAt(block, off)
+		must(t, err)
+		copy(data[off:], block)
+		if i == 0 {
+			must(t, unix.Fdatasync(int(f.Fd()))) // the second write is not fsynced
+		}
+	}
+
+	// The commit's moment is the timer's: wait for its version.
+	vdir := filepath.Join(pg, ".ledger", "versions", "f")
+	for deadline := time.Now().Add(30 * time.Second); len(ls(t, vdir)) < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no commit of the resting file in 30 s: versions %v", ls(t, vdir))
+		}
+	}
+	versions := ls(t, vdir)
+	if b, err := os.ReadFile(filepath.Join(vdir, versions[len(versions)-1])); err != nil || !bytes.Equal(b, data) {
+		t.Errorf("the resting file's version is not what it holds (%v)", err)
+	}
 }
