@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"log/slog"
 	"syscall"
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
@@ -86,11 +85,7 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 		if done, err := f.logIntent(key); err != nil {
 			return errno("fsync", err)
 		} else if done {
-			if eno := f.commitDue(); eno != 0 {
-				// The intent stays in the log: the change is
-				// durable, and the file's close commits it.
-				slog.Warn("commit of an fsynced change failed; its close retries", "errno", eno)
-			}
+			fsyncedCommitFailed(f.commitDue())
 			return 0
 		}
 	}

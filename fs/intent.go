@@ -126,11 +126,7 @@ func (pg *pageRef) commitIntents(force bool) {
 	pg.intents, pg.intentTimer = nil, nil
 	pg.mu.Unlock()
 	for f := range files {
-		if eno := f.commitFromCopy(force); eno != 0 {
-			// The intent stays in the log: the change is durable, and
-			// the file's close commits it.
-			slog.Warn("commit of an fsynced change failed; its close retries", "errno", eno)
-		}
+		fsyncedCommitFailed(f.commitFromCopy(force))
 	}
 }
 
@@ -144,6 +140,15 @@ func (pg *pageRef) stopIntents() {
 		pg.fs.background.Done()
 	}
 	pg.commitIntents(true)
+}
+
+// fsyncedCommitFailed logs a failed commit of fsynced changes, if eno is
+// one. Their intents stay in the log: the changes are durable, and the
+// file's close commits them.
+func fsyncedCommitFailed(eno syscall.Errno) {
+	if eno != 0 {
+		slog.Warn("commit of an fsynced change failed; its close retries", "errno", eno)
+	}
 }
 
 // intentsDue reports whether the intents timer may commit the file now,
@@ -187,9 +192,7 @@ func (f *fileNode) commitDue() syscall.Errno {
 	}
 	go func() {
 		defer f.pg.fs.background.Done()
-		if eno := f.commitCopy(cp); eno != 0 {
-			slog.Warn("commit of an fsynced change failed; its close retries", "errno", eno)
-		}
+		fsyncedCommitFailed(f.commitCopy(cp))
 	}()
 	return 0
 }
