@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -218,4 +219,72 @@ func TestVersionRecords(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Indexes of one page updated at once (a mount's listing beside the
+// indexing of a pull) walk the same commits, but the version file records
+// each commit once, and each index holds what a walk finds.
+func TestConcurrentIndexesRecordOnce(t *testing.T) {
+	dir := t.TempDir()
+	p, release := openPage(t, dir)
+	defer release()
+	const commits = 600
+	for i := range commits {
+		j, err := journals.Begin(p, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Apply(journal.Op{Key: fmt.Sprintf("k%02d", i%40), Entry: value(t, p, fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := j.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const indexes = 4
+	xs := make([]*VersionIndex, indexes)
+	errs := make([]error, indexes)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range xs {
+		wg.Go(func() {
+			<-start
+			if xs[i], errs[i] = OpenVersionIndex(p); errs[i] == nil {
+				errs[i] = xs[i].Update(p)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	recs, _, err := readVersionFile(p.VersionsPath(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[store.CommitID]int{}
+	for _, r := range recs {
+		seen[r.c.id]++
+	}
+	for id, n := range seen {
+		if n > 1 {
+			t.Fatalf("the version file records commit %s %d times", id, n)
+		}
+	}
+	if len(seen) != commits {
+		t.Fatalf("the version file records %d commits of %d", len(seen), commits)
+	}
+	all, err := AllVersions(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range xs {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		for key, want := range all {
+			got, err := x.Of(key)
+			if err != nil || len(got) != len(want) {
+				t.Fatalf("index %d holds %d versions of %s, a walk finds %d (%v)", i, len(got), key, len(want), err)
+			}
+		}
+	}
 }

@@ -97,7 +97,7 @@ func NewVersionIndex() *VersionIndex {
 func OpenVersionIndex(p *store.Page) (*VersionIndex, error) {
 	x := NewVersionIndex()
 	x.file = true
-	if err := x.readFile(p); err != nil {
+	if _, err := x.readFile(p); err != nil {
 		return nil, err
 	}
 	return x, nil
@@ -118,15 +118,20 @@ func (x *VersionIndex) Of(key string) ([]Version, error) {
 }
 
 // readFile adds the records the version file holds past what x has read:
-// those of commits landed meanwhile (IndexLanded).
-func (x *VersionIndex) readFile(p *store.Page) error {
+// those of commits landed meanwhile (IndexLanded), or walked by another
+// index of the page. It returns the commits they record.
+func (x *VersionIndex) readFile(p *store.Page) (map[store.CommitID]bool, error) {
 	recs, end, err := readVersionFile(p.VersionsPath(), x.end)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	x.end = end
+	read := make(map[store.CommitID]bool, len(recs))
+	for _, r := range recs {
+		read[r.c.id] = true
+	}
 	x.add(covered(recs, x.walked))
-	return nil
+	return read, nil
 }
 
 // Update adds the versions of the commits the page's heads reach that the
@@ -135,7 +140,7 @@ func (x *VersionIndex) readFile(p *store.Page) error {
 func (x *VersionIndex) Update(p *store.Page) error {
 	pruned := p.Pruned()
 	if x.file {
-		if err := x.readFile(p); err != nil {
+		if _, err := x.readFile(p); err != nil {
 			return err
 		}
 	}
@@ -172,9 +177,16 @@ func (x *VersionIndex) Update(p *store.Page) error {
 		return nil // the records may describe commits pruned meanwhile
 	}
 	// Landings append under the lock: what they added during the walk
-	// comes first, and where it ends is where these go.
-	if err = x.readFile(p); err != nil {
+	// comes first, and where it ends is where these go. Another index
+	// (a mount's listing beside the indexing of a pull) may have walked
+	// the same commits: their records are not written twice.
+	read, err := x.readFile(p)
+	if err != nil {
 		return err
+	}
+	recs = slices.DeleteFunc(recs, func(r versionRecord) bool { return read[r.c.id] })
+	if len(recs) == 0 {
+		return nil
 	}
 	x.end, err = writeRecords(p.VersionsPath(), recs, true, x.end)
 	return err
