@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ledgerfs/ledgerfs/internal/history"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/internal/s3test"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // syncCmd is `ledgerfs sync` of repo with the S3 server at endpoint,
@@ -339,6 +341,56 @@ func TestMountsSync(t *testing.T) {
 		`ledgerfs_sync_commits_total{direction="up"}`, `ledgerfs_sync_commits_total{direction="down"}`, "ledgerfs_sync_seconds_since_success "} {
 		if !strings.Contains(string(stats), want) {
 			t.Errorf("a's .stats has no %s", want)
+		}
+	}
+}
+
+// The versions a pull brings are recorded in the page's version file as
+// the pull lands, as a mount's own commits are: a device's first listing
+// of a name's versions reads them rather than walk the whole history it
+// pulled. What the file holds is what a walk finds.
+func TestPulledVersionsAreIndexed(t *testing.T) {
+	srv := s3test.Start(t)
+	w := srv.Watch(t)
+	a := mountSyncedAt(t, w.Endpoint, t.TempDir())
+	pa := a.page("l", "p")
+	const n = 12
+	for i := range n {
+		must(t, os.WriteFile(filepath.Join(pa, "f"), []byte(fmt.Sprint("version ", i)), 0o644))
+	}
+	must(t, os.WriteFile(filepath.Join(pa, "g"), []byte("other"), 0o644))
+
+	repo := t.TempDir()
+	b := mountSyncedAt(t, w.Endpoint, repo)
+	pb := filepath.Join(b.mnt, "l", "p")
+	// Nothing on b lists versions: what the file holds, the pull wrote.
+	w.Until(t, "a's commits on b", 30*time.Second, fileIs(filepath.Join(pb, "g"), "other"))
+	w.Until(t, "b's version file", 30*time.Second, func() bool {
+		files, _ := filepath.Glob(filepath.Join(repo, store.SerializationVersion, "ledgers", "*", "*", store.VersionsFileName))
+		if len(files) != 1 {
+			return false
+		}
+		fi, err := os.Stat(files[0])
+		return err == nil && fi.Size() > 0
+	})
+	b.stop()
+	a.stop()
+
+	r, err := store.Open(repo, journals.Hooks(store.Options{ReadOnly: true}))
+	must(t, err)
+	defer r.Close()
+	p, err := r.Acquire("l", "p")
+	must(t, err)
+	defer r.Release(p)
+	x, err := history.OpenVersionIndex(p)
+	must(t, err)
+	for _, key := range []string{"f", "g"} {
+		got, err := x.Of(key)
+		must(t, err)
+		walked, err := history.Versions(p, key)
+		must(t, err)
+		if len(got) == 0 || !slices.EqualFunc(got, walked, func(a, b history.Version) bool { return a.Commit.ID == b.Commit.ID && a.Entry == b.Entry }) {
+			t.Errorf("b's version file holds %d versions of %s, a walk of what b pulled finds %d", len(got), key, len(walked))
 		}
 	}
 }
