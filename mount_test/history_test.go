@@ -312,27 +312,7 @@ func TestVersionsFollowTheHead(t *testing.T) {
 func TestVersionIndexOutlivesTheMount(t *testing.T) {
 	t.Parallel()
 	repo := t.TempDir()
-	// fromFile compares what the version file alone holds of f's versions
-	// (no walk of the history) with a walk from scratch.
-	fromFile := func(what string) []history.Version {
-		t.Helper()
-		r, err := store.Open(repo, journals.Hooks(store.Options{}))
-		must(t, err)
-		defer r.Close()
-		p, err := r.Acquire("l", "p")
-		must(t, err)
-		defer r.Release(p)
-		x, err := history.OpenVersionIndex(p)
-		must(t, err)
-		got, err := x.Of("f")
-		must(t, err)
-		walked, err := history.Versions(p, "f")
-		must(t, err)
-		if !slices.EqualFunc(got, walked, func(a, b history.Version) bool { return a.Commit.ID == b.Commit.ID && a.Entry == b.Entry }) {
-			t.Fatalf("%s: the version file holds %d versions of f, a walk finds %d", what, len(got), len(walked))
-		}
-		return got
-	}
+	fromFile := func(what string) []history.Version { return indexedAsWalked(t, what, repo, "l", "p", "f")[0] }
 	listed := func(s *server) []string {
 		t.Helper()
 		names := ls(t, filepath.Join(s.mnt, "l", "p", ".ledger", "versions", "f"))
@@ -374,4 +354,41 @@ func TestVersionIndexOutlivesTheMount(t *testing.T) {
 	if vs := fromFile("after a collection and a listing"); len(vs) != len(names) || len(vs) < 2 || len(vs) >= 4 {
 		t.Fatalf("after keep-last=2, versions/f lists %v and the version file holds %d", names, len(vs))
 	}
+}
+
+// indexedAsWalked fails unless what the page's version file alone holds of
+// each key's versions (no walk of the history) is what a walk from scratch
+// finds; it returns those versions. The repository must not be mounted.
+func indexedAsWalked(t *testing.T, what, repo, ledger, page string, keys ...string) [][]history.Version {
+	t.Helper()
+	p, release := readPage(t, repo, ledger, page)
+	defer release()
+	x, err := history.OpenVersionIndex(p)
+	must(t, err)
+	var out [][]history.Version
+	for _, key := range keys {
+		got, err := x.Of(key)
+		must(t, err)
+		walked, err := history.Versions(p, key)
+		must(t, err)
+		if !slices.EqualFunc(got, walked, func(a, b history.Version) bool { return a.Commit.ID == b.Commit.ID && a.Entry == b.Entry }) {
+			t.Fatalf("%s: the version file holds %d versions of %s, a walk finds %d", what, len(got), key, len(walked))
+		}
+		out = append(out, got)
+	}
+	return out
+}
+
+// readPage opens a page of a repository no mount serves, read-only;
+// release closes it.
+func readPage(t *testing.T, repo, ledger, page string) (p *store.Page, release func()) {
+	t.Helper()
+	r, err := store.Open(repo, journals.Hooks(store.Options{ReadOnly: true}))
+	must(t, err)
+	p, err = r.Acquire(ledger, page)
+	if err != nil {
+		r.Close()
+		t.Fatal(err)
+	}
+	return p, func() { r.Release(p); r.Close() }
 }

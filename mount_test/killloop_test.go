@@ -17,7 +17,6 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/internal/history"
 	"github.com/ledgerfs/ledgerfs/internal/keypath"
-	"github.com/ledgerfs/ledgerfs/store"
 )
 
 var long = flag.Bool("long", false, "run the long variants (the kill -9 loop: 200 iterations)")
@@ -363,12 +362,8 @@ func transact(it int, pg string, m *model, stop chan struct{}) {
 // of the page's history from scratch finds (history.Versions).
 func sameAsWalk(t *testing.T, repo, ledger, page string, listed map[string][]string) {
 	t.Helper()
-	r, err := store.Open(repo, journals.Hooks(store.Options{ReadOnly: true}))
-	must(t, err)
-	defer r.Close()
-	p, err := r.Acquire(ledger, page)
-	must(t, err)
-	defer r.Release(p)
+	p, release := readPage(t, repo, ledger, page)
+	defer release()
 	for name, names := range listed {
 		key, _, err := keypath.Key(strings.Split(name, "/"))
 		must(t, err)
