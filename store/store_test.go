@@ -514,3 +514,57 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// A page's first push marks every commit of its history synced, more
+// deletes than one Badger transaction holds: MarkSynced takes them all,
+// and sets the sync metadata once they are gone.
+func TestMarkSyncedManyCommits(t *testing.T) {
+	p := testPage(t)
+	const n = 50_000
+	ids := make([]CommitID, n)
+	err := batched(p.db, n, func(txn *badger.Txn, i int) error {
+		copy(ids[i][:], fmt.Sprintf("commit %08d", i))
+		return txn.Set(unsyncedCommitKey(ids[i]), EncodeUint64(uint64(i)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.MarkSynced(nil, ids, map[string][]byte{"pushed": []byte("all")}); err != nil {
+		t.Fatal(err)
+	}
+	left := 0
+	if err := p.UnsyncedCommits(func(CommitID) error { left++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := p.SyncMetadata("pushed"); left != 0 || !ok || string(v) != "all" || err != nil {
+		t.Fatalf("after MarkSynced of %d commits: %d left unsynced, metadata %q %v %v", n, left, v, ok, err)
+	}
+}
+
+// A device's first pull can bring a page's whole history in one batch, more
+// commit rows than one Badger transaction holds: Adopt lands them all, and
+// the head moves to the last.
+func TestAdoptManyCommits(t *testing.T) {
+	p := testPage(t)
+	const n = 30_000
+	commits := make([]*Commit, n)
+	parent := FirstCommit()
+	for i := range commits {
+		c, err := NewCommit(int64(i+1), btree.EmptyRoot, parent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		commits[i], parent = c, c
+	}
+	if err := p.Adopt(commits, nil, commits[n-1]); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := p.Head(); err != nil || h.ID != commits[n-1].ID {
+		t.Fatalf("head after adopting %d commits: %v, %v", n, h, err)
+	}
+	for _, c := range []*Commit{commits[0], commits[n/2], commits[n-1]} {
+		if ok, err := p.HasCommit(c.ID); !ok || err != nil {
+			t.Fatalf("commit %d of %d not held after Adopt (%v)", c.Generation, n, err)
+		}
+	}
+}

@@ -150,19 +150,22 @@ func (p *Page) MarkSynced(pieces []cas.Digest, commits []CommitID, meta map[stri
 	if err != nil {
 		return fmt.Errorf("store: mark pieces synced: %w", err)
 	}
-	err = p.update(func(txn *badger.Txn) error {
-		for _, id := range commits {
-			if err := txn.Delete(unsyncedCommitKey(id)); err != nil {
-				return err
-			}
-		}
-		for k, v := range meta {
-			if err := txn.Set([]byte(PrefixSyncMetadata+k), v); err != nil {
-				return err
-			}
-		}
-		return nil
+	// A page's first push can take tens of thousands of commits, more
+	// deletes than one transaction holds; the metadata, which says the
+	// push is done, comes after them all.
+	err = batched(p.db, len(commits), func(txn *badger.Txn, i int) error {
+		return txn.Delete(unsyncedCommitKey(commits[i]))
 	})
+	if err == nil {
+		err = p.update(func(txn *badger.Txn) error {
+			for k, v := range meta {
+				if err := txn.Set([]byte(PrefixSyncMetadata+k), v); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
 	if err != nil {
 		return fmt.Errorf("store: mark commits synced: %w", err)
 	}
@@ -172,7 +175,8 @@ func (p *Page) MarkSynced(pieces []cas.Digest, commits []CommitID, meta map[stri
 // Adopt lands commits fetched from the remote store, whose pieces the page
 // holds: their rows (synced: no unsynced rows), then, if head is not nil,
 // merge's rows (a commit of this device: unsynced) and head as the page's
-// only head, all in one db transaction.
+// only head, in one db transaction; or, when that is more than Badger's
+// transaction holds, with every commit row but the last written first.
 func (p *Page) Adopt(remote []*Commit, merge, head *Commit) error {
 	if err := p.check(); err != nil {
 		return err
@@ -181,17 +185,35 @@ func (p *Page) Adopt(remote []*Commit, merge, head *Commit) error {
 	if err != nil {
 		return err
 	}
-	err = p.update(func(txn *badger.Txn) error {
-		if err := setCommits(txn, remote, false); err != nil {
-			return err
-		}
-		if merge != nil {
-			if err := setCommits(txn, []*Commit{merge}, true); err != nil {
+	land := func(rows []*Commit) error {
+		return p.update(func(txn *badger.Txn) error {
+			if err := setCommits(txn, rows, false); err != nil {
 				return err
 			}
+			if merge != nil {
+				if err := setCommits(txn, []*Commit{merge}, true); err != nil {
+					return err
+				}
+			}
+			return replaceHeads(txn, old, head)
+		})
+	}
+	err = land(remote)
+	if errors.Is(err, badger.ErrTxnTooBig) && len(remote) > 1 {
+		// A first pull can bring a page's whole history, more rows than
+		// one transaction holds. All but the last commit are written
+		// ahead, in as many transactions as they need; the last lands
+		// with the head. A crash between leaves that one missing, so
+		// the pull finds it fresh again and lands the batch anew
+		// (cloudsync's applyPage): the head never moves without it.
+		ahead := remote[:len(remote)-1]
+		err = batched(p.db, len(ahead), func(txn *badger.Txn, i int) error {
+			return setCommits(txn, ahead[i:i+1], false)
+		})
+		if err == nil {
+			err = land(remote[len(ahead):])
 		}
-		return replaceHeads(txn, old, head)
-	})
+	}
 	if err != nil {
 		return fmt.Errorf("store: adopt remote commits: %w", err)
 	}
