@@ -12,6 +12,7 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/history"
+	"github.com/ledgerfs/ledgerfs/internal/s3test"
 	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -212,4 +213,63 @@ func newHead(b *testing.B, pg string, i int) {
 	defer b.StartTimer()
 	must(b, os.WriteFile(filepath.Join(pg, "new"), []byte(fmt.Sprint(i)), 0o644))
 	syncDir(b, pg)
+}
+
+// BenchmarkPulledVersions times a device's first listing of a name's
+// versions in a page of 20,000 commits it pulled through a real S3 server
+// (first-ms: from the version file its sync wrote as the pull landed), the
+// listings after it (ns/op), and the first listing once that file is gone
+// (walk-ms: the whole history walked, as for a page pulled before pulls
+// were indexed).
+func BenchmarkPulledVersions(b *testing.B) {
+	srv := s3test.Start(b)
+	w := srv.Watch(b)
+	src := buildPage(b, 500, 20000)
+	remote := []string{"--remote", "s3://ledgerfs/home", "--endpoint", w.Endpoint}
+	push := exec.Command(plainBinary, append([]string{"sync", src}, remote...)...)
+	push.Env = append(os.Environ(), s3Env...)
+	if out, err := push.CombinedOutput(); err != nil {
+		b.Fatalf("ledgerfs sync: %v\n%s", err, out)
+	}
+
+	repo := b.TempDir()
+	s := mountEnv(b, plainBinary, s3Env, repo, filepath.Join(b.TempDir(), "mnt"), append(remote, "--sync-every", "100ms")...)
+	pulling := s
+	b.Cleanup(func() {
+		if b.Failed() {
+			b.Logf("the pulling mount's log:\n%s", pulling.log)
+		}
+	})
+	vfile := func() string {
+		files, _ := filepath.Glob(filepath.Join(repo, store.SerializationVersion, "ledgers", "*", "*", store.VersionsFileName))
+		if len(files) != 1 {
+			return ""
+		}
+		return files[0]
+	}
+	// The pull's round writes the file in one append, after its walk.
+	w.Until(b, "the pulled page's version file", 3*time.Minute, func() bool {
+		fi, err := os.Stat(vfile())
+		return err == nil && fi.Size() > 0
+	})
+	list := func(mnt string) time.Duration {
+		start := time.Now()
+		es, err := os.ReadDir(filepath.Join(mnt, "l", "p", ".ledger", "versions", "c001"))
+		if err != nil || len(es) == 0 {
+			b.Fatalf("versions of c001: %d, %v", len(es), err)
+		}
+		return time.Since(start)
+	}
+	first := list(s.mnt)
+	for b.Loop() { // the next listings: ns/op
+		list(s.mnt)
+	}
+	b.StopTimer()
+	s.stop()
+	must(b, os.Remove(vfile()))
+	s = mountWith(b, plainBinary, repo, filepath.Join(b.TempDir(), "mnt"))
+	walk := list(s.mnt)
+	s.stop()
+	b.ReportMetric(float64(first.Milliseconds()), "first-ms")
+	b.ReportMetric(float64(walk.Milliseconds()), "walk-ms")
 }
