@@ -144,7 +144,7 @@ func TestLazyValuesThroughMount(t *testing.T) {
 	// By hand: a pinned page stays; unpinned, it goes, and comes back.
 	if out, err := exec.Command(binary, "evict", pb).CombinedOutput(); err == nil || !strings.Contains(string(out), "pinned") ||
 		!strings.Contains(b.log.String(), "it is pinned") {
-		t.Fatalf("ledgerfs evict of a pinned page: %v\n%s", err, out)
+		t.Fatalf("ledgerfs evict of a pinned page: %v\n%s\nthe mount's log:\n%s", err, out, b.log)
 	}
 	run(t, "", binary, "pin", "--remove", filepath.Join(pb, "d07"))
 	run(t, "", binary, "evict", pb)
