@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -291,7 +290,7 @@ func TestVersionsAreFsyncedStates(t *testing.T) {
 // file holds when no write changed it between two of its looks.
 func TestRestingFileIsCommitted(t *testing.T) {
 	t.Parallel()
-	s := mountPlain(t, t.TempDir())
+	s := mountPlain(t, t.TempDir(), "--debug") // for the commit's log line
 	pg := s.page("l", "p")
 	path := filepath.Join(pg, "f")
 	data := content(41, 1<<20)
@@ -310,13 +309,11 @@ func TestRestingFileIsCommitted(t *testing.T) {
 		}
 	}
 
-	// The commit's moment is the timer's: wait for its version.
+	// The commit's moment is the timer's: wait for the server to say it
+	// commits, then for the commit to land (an fsync of the page).
+	s.log.await(t, "committed a file at rest")
+	syncDir(t, pg)
 	vdir := filepath.Join(pg, ".ledger", "versions", "f")
-	for deadline := time.Now().Add(30 * time.Second); len(ls(t, vdir)) < 2; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no commit of the resting file in 30 s: versions %v", ls(t, vdir))
-		}
-	}
 	versions := ls(t, vdir)
 	if b, err := os.ReadFile(filepath.Join(vdir, versions[len(versions)-1])); err != nil || !bytes.Equal(b, data) {
 		t.Errorf("the resting file's version is not what it holds (%v)", err)
