@@ -179,14 +179,9 @@ func (f *fileNode) commitDue() syscall.Errno {
 	if !f.c.due {
 		return 0
 	}
-	cp, locked, err := f.takeCopyLocked()
-	switch {
-	case err != nil:
-		return errno("commit", err)
-	case locked:
-		return f.commitLocked(commitQueue)
-	case cp == nil:
-		return 0
+	cp, eno := f.copyOrCommitLocked()
+	if cp == nil {
+		return eno
 	}
 	if !f.pg.fs.startBackground() {
 		close(cp.done)
@@ -266,18 +261,26 @@ func (f *fileNode) copyForTimer(force bool) (cp *contentCopy, eno syscall.Errno)
 		return nil, 0
 	}
 	rest := f.c != nil && f.c.due // due, and found at rest
+	cp, eno = f.copyOrCommitLocked()
+	if rest && cp == nil && eno == 0 {
+		// Tests wait for this line, then for the page's commits.
+		l, n := f.pg.names()
+		slog.Debug("committed a file at rest since its last fsync", "page", l+"/"+n)
+	}
+	return cp, eno
+}
+
+// copyOrCommitLocked takes the copy commitCopy commits, or commits the file
+// under its lock if a copy does not suit it (eno is that commit's), or
+// neither if a copy's commit is under way. Called with f.pg.keys and f.mu
+// held.
+func (f *fileNode) copyOrCommitLocked() (*contentCopy, syscall.Errno) {
 	cp, locked, err := f.takeCopyLocked()
 	switch {
 	case err != nil:
 		return nil, errno("commit", err)
 	case locked:
-		eno = f.commitLocked(commitQueue)
-		if rest && eno == 0 {
-			// Tests wait for this line, then for the page's commits.
-			l, n := f.pg.names()
-			slog.Debug("committed a file at rest since its last fsync", "page", l+"/"+n)
-		}
-		return nil, eno
+		return nil, f.commitLocked(commitQueue)
 	}
 	return cp, 0
 }
