@@ -2,13 +2,11 @@ package store
 
 import (
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/badgerdb"
+	"github.com/ledgerfs/ledgerfs/internal/testutil"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -49,22 +47,11 @@ func TestValueLogPagesAreTrimmed(t *testing.T) {
 // mappedKiB sums the resident KiB of this process's mappings of files under
 // dir with the given suffix.
 func mappedKiB(t testing.TB, dir, suffix string) int {
-	b, err := os.ReadFile("/proc/self/smaps")
+	n, err := testutil.MappedRSS(dir, suffix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	total, in := 0, false
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		switch {
-		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
-			in = len(f) >= 6 && strings.HasPrefix(f[5], dir) && strings.HasSuffix(f[5], suffix)
-		case in && len(f) >= 2 && f[0] == "Rss:":
-			n, _ := strconv.Atoi(f[1])
-			total += n
-		}
-	}
-	return total
+	return int(n >> 10)
 }
 
 // readTables writes rows small enough to stay in the tables, makes them

@@ -1,38 +1,22 @@
 package badgerdb
 
 import (
-	"bufio"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ledgerfs/ledgerfs/internal/testutil"
 )
 
 // vlogRSS returns the resident bytes of this process's mappings of value
-// logs under dir (/proc/self/smaps).
+// logs under dir.
 func vlogRSS(t *testing.T, dir string) int64 {
 	t.Helper()
-	f, err := os.Open("/proc/self/smaps")
+	n, err := testutil.MappedRSS(dir, ".vlog")
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	var n int64
-	in := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 6 && strings.Contains(fields[0], "-") {
-			in = strings.HasPrefix(fields[5], dir) && strings.HasSuffix(fields[5], ".vlog")
-			continue
-		}
-		if in && len(fields) == 3 && fields[0] == "Rss:" {
-			kb, _ := strconv.ParseInt(fields[1], 10, 64)
-			n += kb << 10
-		}
 	}
 	return n
 }
