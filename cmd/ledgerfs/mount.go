@@ -412,6 +412,14 @@ func mountOptions(c serveConfig) gofs.Options {
 			// attempt only cost syscalls per reply, and for 1 MiB replies
 			// failed (pipe too small) and logged every time.
 			DisableSplice: true,
+			// Without a writeback cache the kernel sets no mtime on a
+			// write, so the next stat finds a new one, and with the
+			// kernel's automatic invalidation it then drops every cached
+			// page of the file: a database's reads between transactions
+			// all came to the server. The filesystem drops them itself
+			// where content changes behind the kernel (fs's catchUp: a
+			// pull, a transaction, a link's other name).
+			ExplicitDataCacheControl: true,
 		},
 		Logger: nil,
 	}
