@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -297,14 +298,28 @@ func (pg *pageRef) localFile() *controlFile {
 	}
 }
 
+// evictWait bounds how long an evict waits for the page's users on their
+// way out: a close returns before the kernel releases the descriptor, and
+// before the close's commit lands.
+const evictWait = 5 * time.Second
+
 // evictPage removes the page's db from the device (store.Repository.Evict):
 // it comes back when next read.
 func (pg *pageRef) evictPage() error {
 	l, n := pg.names()
-	if pg.busy() {
+	deadline := time.Now().Add(evictWait)
+	if !pg.idleBy(deadline) {
 		return fmt.Errorf("page %s/%s is in use: %w", l, n, syscall.EBUSY)
 	}
-	_, err := pg.fs.repo.Evict(l, n)
+	waiting := false
+	err := pg.fs.repo.WhileBusy(l, n, deadline, func() error {
+		_, err := pg.fs.repo.Evict(l, n)
+		if errors.Is(err, store.ErrBusy) && !waiting {
+			waiting = true
+			slog.Info("page in use: the evict waits for its descriptors to close", "page", l+"/"+n, "at most", evictWait)
+		}
+		return err
+	})
 	if errors.Is(err, store.ErrNotEvictable) {
 		// EBUSY, not EAGAIN: a writer would wait for its descriptor to
 		// become writable (Go's os package does).

@@ -162,6 +162,25 @@ func (pg *pageRef) busyLocked() bool {
 	return pg.opens > 0 || pg.ov.files.Len() > 0 || len(pg.txns) > 0
 }
 
+// idleBy waits until no file of the page is open for writing or waits for
+// its commit to land, or until deadline, and reports whether the page is
+// then not busy. An open transaction is not waited for: it ends when its
+// owner says.
+func (pg *pageRef) idleBy(deadline time.Time) bool {
+	wake := time.AfterFunc(time.Until(deadline), func() {
+		pg.mu.Lock()
+		defer pg.mu.Unlock()
+		pg.cond().Broadcast()
+	})
+	defer wake.Stop()
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	for pg.busyLocked() && len(pg.txns) == 0 && time.Now().Before(deadline) {
+		pg.cond().Wait()
+	}
+	return !pg.busyLocked()
+}
+
 // empty reports whether the page has no entries.
 func (pg *pageRef) empty() (bool, error) {
 	if pg.busy() {

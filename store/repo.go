@@ -922,6 +922,22 @@ func (r *Repository) WaitUnused(ledger, page string, d time.Duration) bool {
 	}
 }
 
+// WhileBusy calls try, and again each time it fails with ErrBusy and the
+// page's last user releases it before deadline: users on their way out (a
+// descriptor closed just before is released after close returns) are
+// waited for, again if another came between the wait and the try.
+func (r *Repository) WhileBusy(ledger, page string, deadline time.Time, try func() error) error {
+	err := try()
+	for errors.Is(err, ErrBusy) {
+		left := time.Until(deadline)
+		if left <= 0 || !r.WaitUnused(ledger, page, left) {
+			break
+		}
+		err = try()
+	}
+	return err
+}
+
 // OpenPages is the number of page dbs open now.
 func (r *Repository) OpenPages() int {
 	r.mu.Lock()

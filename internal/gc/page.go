@@ -151,17 +151,18 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 	// back.
 	if (r.Deleted > 0 || r.Compressed > 0 || o.Reclaim) && !r.Stopped {
 		start := time.Now()
-		complete, err := repo.Reclaim(ledger, page, !o.Wait)
-		// An explicit request gives the space back before it returns:
-		// users on their way out (a release after close, a getattr's
-		// read of the tree) are waited for, again if another came
-		// between the wait and the reclaim.
-		for deadline := time.Now().Add(reclaimWait); errors.Is(err, store.ErrBusy) && o.Wait; {
-			left := time.Until(deadline)
-			if left <= 0 || !repo.WaitUnused(ledger, page, left) {
-				break
-			}
-			complete, err = repo.Reclaim(ledger, page, false)
+		var complete bool
+		reclaim := func() (err error) {
+			complete, err = repo.Reclaim(ledger, page, !o.Wait)
+			return err
+		}
+		if o.Wait {
+			// An explicit request gives the space back before it
+			// returns: users on their way out (a release after close,
+			// a getattr's read of the tree) are waited for.
+			err = repo.WhileBusy(ledger, page, start.Add(reclaimWait), reclaim)
+		} else {
+			err = reclaim()
 		}
 		if errors.Is(err, store.ErrBusy) {
 			// Readers hold the page open: its db cannot be reopened
