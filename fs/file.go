@@ -460,6 +460,9 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 			return nil, 0, eno
 		}
 		f.writers++
+		// The kernel's pages will hold what this writer writes, which a
+		// failed commit drops: the next open must not keep them.
+		f.cacheID = ""
 		if flags&syscall.O_TRUNC != 0 {
 			if err := f.c.truncate(0); err != nil {
 				f.writers--

@@ -191,6 +191,10 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		// last flush, which nobody else would commit.
 		if eno := f.commitLocked(commitQueue); eno != 0 {
 			slog.Warn("change dropped: commit on release failed", "errno", eno)
+			// The kernel may hold pages of it, which descriptors still
+			// open would read. Not from this request.
+			node := f.EmbeddedInode()
+			f.pg.fs.background.Go(func() { node.NotifyContent(0, 0) })
 		}
 	}
 	if f.unlinked || f.writers == 0 {

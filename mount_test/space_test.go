@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,8 +40,14 @@ func smallDisk(t *testing.T, size int) string {
 // the descriptor, after close returns.
 func waitForContent(t *testing.T, name string, want []byte) {
 	t.Helper()
+	waitForRead(t, func() ([]byte, error) { return os.ReadFile(name) }, want)
+}
+
+// waitForRead waits up to 5 s for read to return want.
+func waitForRead(t *testing.T, read func() ([]byte, error), want []byte) {
+	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		got, err := os.ReadFile(name)
+		got, err := read()
 		if err == nil && bytes.Equal(got, want) {
 			return
 		}
@@ -190,6 +197,16 @@ func TestDiskFullMidFile(t *testing.T) {
 	if err := os.WriteFile(name, old, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Read once it is committed: the kernel may keep its pages across the
+	// next open, and must not keep those of the rewrite that fails.
+	syncDir(t, pg)
+	waitForContent(t, name, old)
+	// A reader open across the rewrite reads the kernel's pages.
+	reader, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close() // if the test ends early; closed before the remount
 
 	f, err := os.OpenFile(name, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
@@ -212,7 +229,23 @@ func TestDiskFullMidFile(t *testing.T) {
 	if err := f.Close(); err == nil {
 		t.Errorf("close after a failed write: no error")
 	}
-	waitForContent(t, name, old)
+	// Once the descriptor is released, the change is dropped, and the
+	// kernel's pages of it with it.
+	s.log.await(t, "change dropped")
+	// First through the descriptor held open (an open would drop the
+	// pages for it too), then through a new one.
+	waitForRead(t, func() ([]byte, error) {
+		b := make([]byte, len(old))
+		n, err := reader.ReadAt(b, 0)
+		if err == io.EOF {
+			err = nil
+		}
+		return b[:n], err
+	}, old)
+	reader.Close()
+	if got, err := os.ReadFile(name); err != nil || !bytes.Equal(got, old) {
+		t.Fatalf("after the failed rewrite: %d bytes (%v), want the %d committed before", len(got), err, len(old))
+	}
 	s.stop()
 	s = mount(t, repo)
 	if got, err := os.ReadFile(filepath.Join(s.mnt, "l", "p", "old")); err != nil || !bytes.Equal(got, old) {
