@@ -29,12 +29,17 @@
 # those groups of workloads, side by side as in a full run: seq (dd and the
 # storage rows), bench (ledgerfs bench), fio, fsync, sqlite, creates, ls,
 # tree (cp -a, tar c, rm -rf), rename, stress (stress-ng), apps, sparse
-# (truncate -s BIG_MIB, a write in the middle), rss. Needs bc, python3, fio,
+# (truncate -s BIG_MIB, a write in the middle), rss. FS=ledgerfs,lb-nopt
+# measures only those filesystems. Needs bc, python3, fio,
 # stress-ng, git and rsync.
 #
 # ledgerfs is mounted with LEDGERFS_FLAGS, by default with collections off
-# (--collect-after 0 --collect-every 0): a collection that starts between two
-# workloads would run during the next one. bench/space.sh measures them.
+# (--collect-after 0 --collect-every 0 --prune-below 0): a collection that
+# starts between two workloads would run during the next one.
+# bench/space.sh measures them. Pruning for space is such a collection: with
+# the other stores of a full run on the disk less than --prune-below's 10 %
+# was free, and ledgerfs pruned and reclaimed its page every few GiB
+# written, in the middle of whichever workload ran then.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-$(mktemp -d /tmp/ledgerfs-bench.XXXXXX)}
@@ -59,7 +64,7 @@ PAGES=${PAGES:-1000}
 SYNC_OPS=${SYNC_OPS:-3000}
 SQL_OPS=${SQL_OPS:-300}
 SQL_MIB=${SQL_MIB:-100}
-LEDGERFS_FLAGS=${LEDGERFS_FLAGS---collect-after 0 --collect-every 0}
+LEDGERFS_FLAGS=${LEDGERFS_FLAGS---collect-after 0 --collect-every 0 --prune-below 0}
 GOSRC=$(go env GOROOT)/src
 
 # go-fuse's loopback mounts through fusermount (fuse3's fusermount3 or
@@ -140,6 +145,13 @@ for m in "${mounts[@]}"; do
   mountpoint -q "$work/$m" || { echo "mount $m failed"; cat "$work"/*.log; exit 1; }
 done
 mkdir -p "$work/lf/bench/page"
+# FS=name,name measures only those of the filesystems (a profile of one of
+# them in the state a full run leaves it); the figures then lack the others.
+if [ -n "${FS:-}" ]; then
+  kept=()
+  for t in "${order[@]}"; do [[ ",$FS," != *",$t,"* ]] || kept+=("$t"); done
+  order=("${kept[@]}")
+fi
 declare -A pid=([loopback]=$lbpid [ledgerfs]=$lfpid)
 [ -z "${lbnppid:-}" ] || pid[lb-nopt]=$lbnppid
 [ -z "${jfspid:-}" ] || pid[juicefs]=$jfspid
@@ -150,7 +162,20 @@ drop_caches() { sync; if [ "$(id -u)" = 0 ]; then echo 3 >/proc/sys/vm/drop_cach
 now() { date +%s.%N; }
 hwm() { awk '/VmHWM/{print int($2/1024)}' "/proc/$1/status"; }
 reset_hwm() { echo 5 >"/proc/$1/clear_refs" 2>/dev/null || true; }
-used() { sync; du -s -B1 "$1" | cut -f1; } # bytes on disk, sparse files counted as stored
+# used DIR: bytes on disk under DIR, sparse files counted as stored, once
+# two readings a second apart agree (at most 30 s): a store's background
+# work (ledgerfs's table compactions, JuiceFS's uploads) otherwise lands in
+# the storage rows' differences, and a compaction that merged tables made a
+# 1-byte edit read as -4 MiB.
+used() {
+  local a b i
+  sync; b=$(du -s -B1 "$1" | cut -f1)
+  for i in $(seq 30); do
+    a=$b; sleep 1; sync; b=$(du -s -B1 "$1" | cut -f1)
+    [ "$a" != "$b" ] || break
+  done
+  echo "$b"
+}
 
 declare -A res
 rows=()
