@@ -381,3 +381,28 @@ func TestPulledVersionsAreIndexed(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncCommandIndexesPulledVersions: `ledgerfs sync` pulling a page's
+// history into a repository no mount serves leaves the version file a
+// mount's pull would, equal to a walk of what it pulled: a mount's first
+// listing of versions there reads it rather than walk the history.
+func TestSyncCommandIndexesPulledVersions(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	repoA, repoB := t.TempDir(), t.TempDir()
+	a := mount(t, repoA)
+	pg := a.page("l", "p")
+	const n = 6
+	for i := range n {
+		must(t, os.WriteFile(filepath.Join(pg, "f"), []byte(fmt.Sprint("version ", i)), 0o644))
+		syncDir(t, pg)
+	}
+	must(t, os.WriteFile(filepath.Join(pg, "g"), []byte("other"), 0o644))
+	a.stop()
+	syncRepo(t, srv, repoA)
+	syncRepo(t, srv, repoB)
+	vs := indexedAsWalked(t, "after ledgerfs sync pulled the page", repoB, "l", "p", "f", "g")
+	if len(vs[0]) != n || len(vs[1]) != 1 {
+		t.Fatalf("the pulled page's version file holds %d versions of f and %d of g, want %d and 1", len(vs[0]), len(vs[1]), n)
+	}
+}

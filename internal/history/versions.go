@@ -3,6 +3,7 @@ package history
 import (
 	"cmp"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -101,6 +102,28 @@ func OpenVersionIndex(p *store.Page) (*VersionIndex, error) {
 		return nil, err
 	}
 	return x, nil
+}
+
+// IndexPage brings the version file of the named page up to date with the
+// commits its heads reach, for commits that came other than through a
+// mount's journals, which record theirs as they land: those a sync pulled.
+// The first listing of a name's versions then reads the file, where it
+// walked every pulled commit (6 s for 20,000). A page deleted since is no
+// error.
+func IndexPage(repo *store.Repository, ledger, page string) error {
+	p, err := repo.Acquire(ledger, page)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer repo.Release(p)
+	x, err := OpenVersionIndex(p)
+	if err != nil {
+		return err
+	}
+	return x.Update(p)
 }
 
 // Of returns key's versions, oldest first.

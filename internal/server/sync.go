@@ -267,26 +267,10 @@ func (y *syncer) indexPulled() {
 	y.pulled = nil
 	y.pulledMu.Unlock()
 	for n := range pages {
-		if err := y.index(n); err != nil {
+		if err := history.IndexPage(y.s.repo, n.ledger, n.page); err != nil {
 			slog.Warn("index the versions a pull brought; the first listing walks them", "page", n.ledger+"/"+n.page, "err", err)
 		}
 	}
-}
-
-func (y *syncer) index(n pageName) error {
-	p, err := y.s.repo.Acquire(n.ledger, n.page)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil // deleted since
-	}
-	if err != nil {
-		return err
-	}
-	defer y.s.repo.Release(p)
-	x, err := history.OpenVersionIndex(p)
-	if err != nil {
-		return err
-	}
-	return x.Update(p)
 }
 
 // collectStore collects the remote store, after a round that went
