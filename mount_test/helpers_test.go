@@ -196,8 +196,24 @@ func mountEnv(t testing.TB, bin string, env []string, repo, mnt string, args ...
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Cleanup(func() { s.stop() })
+	t.Cleanup(func() {
+		s.stop()
+		// A failure's cause is often in the server's log: a sync that
+		// failed, a commit that was dropped.
+		if t.Failed() {
+			t.Logf("the log of the mount at %s (last %d lines):\n%s", mnt, logTail, tail(s.log.String(), logTail))
+		}
+	})
 	return s
+}
+
+// logTail is how many lines of a server's log a failed test shows.
+const logTail = 80
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // output collects a server's stdout and stderr; tests read it while the
