@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
-	"github.com/ledgerfs/ledgerfs/internal/history"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/internal/repokey"
 	"github.com/ledgerfs/ledgerfs/store"
@@ -87,25 +85,8 @@ change beats a delete. A page made on two devices is one page.`,
 			// A bar per phase on a terminal, nothing otherwise.
 			var ph phases
 			s.Progress = ph.update
-			pulled := map[[2]string]bool{}
-			var pulledMu sync.Mutex
-			s.Landed = func(ledger, page string, _, _ *store.Commit) {
-				pulledMu.Lock()
-				defer pulledMu.Unlock()
-				pulled[[2]string{ledger, page}] = true
-			}
 			st, err := s.Sync(ctx)
 			ph.done()
-			// What the pull brought is indexed as a mount's sync indexes
-			// it, so that a mount's first listing of versions reads it.
-			for n := range pulled {
-				if ctx.Err() != nil {
-					break
-				}
-				if err := history.IndexPage(repo, n[0], n[1]); err != nil {
-					slog.Warn("index the versions a pull brought; the first listing walks them", "page", n[0]+"/"+n[1], "err", err)
-				}
-			}
 			if err != nil {
 				return err
 			}

@@ -368,8 +368,8 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq u
 	if err != nil {
 		return err
 	}
-	if s.Landed != nil && to.ID != from.ID {
-		s.Landed(pb.Ledger, pb.Page, from, to)
+	if to.ID != from.ID {
+		s.landed(pb.Ledger, pb.Page, from, to)
 	}
 	if err := p.SetStatus(store.Synced, fetched); err != nil {
 		return err

@@ -12,7 +12,6 @@ import (
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/cloudsync"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
-	"github.com/ledgerfs/ledgerfs/internal/history"
 	"github.com/ledgerfs/ledgerfs/internal/repokey"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -34,13 +33,7 @@ type syncer struct {
 	closes    uint64    // the repository's Closes at it
 	fetched   int64     // the syncer's Fetched at it
 	over      bool      // it left the repository over its cache size
-	// pulled holds the pages whose heads pulls moved since the last
-	// round's indexPulled.
-	pulledMu sync.Mutex
-	pulled   map[pageName]bool
 }
-
-type pageName struct{ ledger, page string }
 
 // pushDelay lets the commits of a burst of closes land before they go up.
 const pushDelay = 200 * time.Millisecond
@@ -96,7 +89,6 @@ func (y *syncer) round(ctx context.Context) {
 	if ctx.Err() != nil {
 		return // stopping: the error is the stop's
 	}
-	y.indexPulled()
 	if err == nil && y.cs != nil {
 		y.collectStore(ctx)
 		y.evict(st)
@@ -131,7 +123,7 @@ func (y *syncer) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cs.Landed = y.landed
+	cs.Landed = y.s.fsys.HeadMoved
 	cs.Names = y.s.fsys.RemoteNames()
 	cs.Watched = true
 	y.cs = cs
@@ -242,36 +234,6 @@ func (y *syncer) evict(st cloudsync.Stats) {
 // RFC 3339, the mount last collected the remote store or found another
 // device collecting it.
 const stateStoreCollected = "store_collected_at"
-
-// landed brings the mount up to date with a page whose head a pull moved,
-// and notes the page for indexPulled.
-func (y *syncer) landed(ledger, page string, from, to *store.Commit) {
-	y.s.fsys.HeadMoved(ledger, page, from, to)
-	y.pulledMu.Lock()
-	defer y.pulledMu.Unlock()
-	if y.pulled == nil {
-		y.pulled = map[pageName]bool{}
-	}
-	y.pulled[pageName{ledger, page}] = true
-}
-
-// indexPulled records the versions of the commits pulls brought in their
-// pages' version files (history.VersionIndex), as landings record a
-// mount's own: the first listing of a name's versions then reads them,
-// where it walked every pulled commit (a device's first pull brings a
-// page's whole history: 6 s for 20,000 commits). A failure costs that
-// listing its walk, no more.
-func (y *syncer) indexPulled() {
-	y.pulledMu.Lock()
-	pages := y.pulled
-	y.pulled = nil
-	y.pulledMu.Unlock()
-	for n := range pages {
-		if err := history.IndexPage(y.s.repo, n.ledger, n.page); err != nil {
-			slog.Warn("index the versions a pull brought; the first listing walks them", "page", n.ledger+"/"+n.page, "err", err)
-		}
-	}
-}
 
 // collectStore collects the remote store, after a round that went
 // through, if CollectStore passed since the last time (of any mount of the
