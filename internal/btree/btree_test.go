@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -714,4 +716,54 @@ func TestDeleteInEditedNodes(t *testing.T) {
 			rt.Fatalf("root after edits %s != root built fresh %s", root, fresh)
 		}
 	})
+}
+
+// A node's size, the node cache's measure, is the heap its decoding takes,
+// within a tenth: the cache's bound is a bound on memory.
+func TestNodeSizeIsItsHeap(t *testing.T) {
+	s, _ := newStore(t, false)
+	var bufs [][]byte
+	eachNode(t, s, bigTree(t, s, 20000), func(id cas.ObjectIdentifier, n *node) {
+		buf, err := s.readObject(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs = append(bufs, buf)
+	})
+	nodes := make([]*node, 0, len(bufs))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, buf := range bufs {
+		n, err := decodeNode(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	runtime.ReadMemStats(&after)
+	var size int64
+	for _, n := range nodes {
+		size += n.size()
+	}
+	heap := int64(after.TotalAlloc - before.TotalAlloc)
+	if r := float64(size) / float64(heap); r < 0.9 || r > 1.1 {
+		t.Fatalf("%d nodes: size %d, heap allocated decoding them %d (%.2f)", len(nodes), size, heap, r)
+	}
+}
+
+// Meta and Entry pack without padding: every decoded entry of every cached
+// node holds one of each, and a field added out of size order would pad
+// them.
+func TestEntryPacksWithoutPadding(t *testing.T) {
+	for _, v := range []any{Meta{}, Entry{}} {
+		typ := reflect.TypeOf(v)
+		var sum, align uintptr
+		for i := range typ.NumField() {
+			sum += typ.Field(i).Type.Size()
+			align = max(align, uintptr(typ.Field(i).Type.Align()))
+		}
+		if padded := (sum + align - 1) / align * align; typ.Size() > padded {
+			t.Errorf("%s: %d bytes for %d of fields (%d with its alignment): reorder its fields by size", typ, typ.Size(), sum, padded)
+		}
+	}
 }

@@ -31,28 +31,18 @@ const (
 	Lazy
 )
 
-// Meta is the per-entry file metadata ledgerfs stores with an entry.
+// Meta is the per-entry file metadata ledgerfs stores with an entry. Its
+// fields are ordered by size, largest first, so that it packs without
+// padding: every decoded entry of every cached tree node holds one (104
+// bytes, 136 in the order of meaning).
 type Meta struct {
 	Size uint64
-	// Mode holds the file type and permission bits; 0 means absent: a 0644
-	// regular file.
-	Mode uint32
 	// MtimeNs is the modification time in Unix nanoseconds, if HasMtime;
 	// otherwise the entry's mtime is its commit's time.
-	MtimeNs  int64
-	HasMtime bool
-	// Uid and Gid own the entry, if HasOwner; otherwise the mount's owner
-	// does.
-	Uid, Gid uint32
-	HasOwner bool
-	// Rdev is the device number of a character or block device.
-	Rdev uint32
-	// AtimeNs and CtimeNs are the access and status change times, if set;
-	// otherwise they are the mtime.
-	AtimeNs  int64
-	HasAtime bool
-	CtimeNs  int64
-	HasCtime bool
+	MtimeNs int64
+	// AtimeNs and CtimeNs are the access and status change times, if
+	// HasAtime and HasCtime; otherwise they are the mtime.
+	AtimeNs, CtimeNs int64
 	// Symlink is the target of a symbolic link.
 	Symlink string
 	// Xattrs are the extended attributes, encoded (see xattr.go): read
@@ -62,8 +52,19 @@ type Meta struct {
 	// entry that holds the file, which its names point at (see
 	// IsLinkKey).
 	Link string
+	// Mode holds the file type and permission bits; 0 means absent: a 0644
+	// regular file.
+	Mode uint32
+	// Uid and Gid own the entry, if HasOwner; otherwise the mount's owner
+	// does.
+	Uid, Gid uint32
+	// Rdev is the device number of a character or block device.
+	Rdev uint32
 	// Nlink is set on the entry names point at: how many do.
 	Nlink uint32
+	// HasMtime, HasAtime, HasCtime and HasOwner say which of the times
+	// and the owner above are set.
+	HasMtime, HasAtime, HasCtime, HasOwner bool
 }
 
 // Entry is one key of a page and what it maps to.

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unsafe"
 
 	flatbuffers "github.com/google/flatbuffers/go"
 
@@ -32,13 +33,37 @@ func (r ref) empty() bool { return r.n == nil && r.id.Digest == "" }
 // dirty reports whether the subtree has unwritten nodes.
 func (r ref) dirty() bool { return r.n != nil && r.id.Digest == "" }
 
-// size estimates the memory a decoded node holds, for the cache.
+// size is the heap a decoded node holds, for the cache's bound: its
+// slices and every string decodeNode allocated, each rounded up as the
+// allocator rounds it. Counting the bytes of the strings alone bounded the
+// 16 MiB cache at 24.6 MiB of heap (pprof, writing 4 GiB into a page with
+// history).
 func (n *node) size() int64 {
-	s := int64(64 + 48*len(n.children))
+	s := int64(unsafe.Sizeof(*n)) + int64(cap(n.entries))*int64(unsafe.Sizeof(Entry{})) +
+		int64(cap(n.children))*int64(unsafe.Sizeof(ref{}))
 	for _, e := range n.entries {
-		s += int64(96 + len(e.Key) + len(e.Value.Digest) + len(e.Meta.Symlink))
+		s += allocSize(len(e.Key)) + allocSize(len(e.Value.Digest)) +
+			allocSize(len(e.Meta.Symlink)) + allocSize(len(e.Meta.Xattrs))
+	}
+	for _, c := range n.children {
+		s += allocSize(len(c.id.Digest))
 	}
 	return s
+}
+
+// allocSize is about what the Go allocator takes for n bytes: its size
+// classes step by 16 bytes up to 256, more coarsely above.
+func allocSize(n int) int64 {
+	switch {
+	case n == 0:
+		return 0
+	case n <= 8:
+		return 8
+	case n <= 256:
+		return int64(n+15) &^ 15
+	default:
+		return int64(n+63) &^ 63
+	}
 }
 
 // builders are reused across commits: growing a fresh builder to a node's
