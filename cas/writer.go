@@ -164,8 +164,10 @@ func (w *Writer) Abort() {
 	<-w.done
 }
 
-// queueSegments bounds the bytes written but not yet being chunked.
-const queueSegments = 8
+// queueSegments bounds the bytes written but not yet being chunked. The
+// chunking, not the writer, is the slower side of a long write: a deeper
+// queue only holds more of the heap (each segment is segmentSize).
+const queueSegments = 4
 
 // queue hands written bytes to the chunking in segments, through a bounded
 // channel: unlike an io.Pipe, a write returns once its bytes are copied.
