@@ -63,6 +63,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
 	"github.com/ledgerfs/ledgerfs/internal/gc"
+	"github.com/ledgerfs/ledgerfs/internal/shrink"
 	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -300,14 +301,11 @@ type inoTable struct {
 	mu    sync.Mutex
 	byKey map[string]uint64
 	byIno map[uint64]string
-	peak  int // the most entries since the maps were last rebuilt
+	// peak tells when the kernel has forgotten most inodes: Go maps never
+	// shrink, and after a 100,000-file directory was listed and removed
+	// they held ~10 MiB, which the collector's heap goal doubled.
+	peak shrink.Peak
 }
-
-// shrinkFrom is the size from which the table rebuilds its maps once the
-// kernel has forgotten three quarters of the inodes: Go maps never shrink,
-// and after a 100,000-file directory was listed and removed they held
-// ~10 MiB, which the collector's heap goal doubled.
-const shrinkFrom = 4096
 
 func newInoTable() inoTable {
 	return inoTable{byKey: map[string]uint64{}, byIno: map[uint64]string{1: "/"}}
@@ -342,7 +340,7 @@ func (t *inoTable) get(id string) uint64 {
 		ino = h.Sum64()
 	}
 	t.byKey[id], t.byIno[ino] = ino, id
-	t.peak = max(t.peak, len(t.byKey))
+	t.peak.Grew(len(t.byKey))
 	return ino
 }
 
@@ -393,10 +391,9 @@ func (t *inoTable) forget(ino uint64) {
 			delete(t.byKey, id)
 		}
 	}
-	if n := len(t.byKey); t.peak >= shrinkFrom && n < t.peak/4 {
+	if t.peak.Due(len(t.byKey)) {
 		t.byKey = maps.Collect(maps.All(t.byKey))
 		t.byIno = maps.Collect(maps.All(t.byIno))
-		t.peak = n
 	}
 }
 

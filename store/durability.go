@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/internal/shrink"
 	"github.com/ledgerfs/ledgerfs/internal/synclog"
 )
 
@@ -124,6 +126,7 @@ type Durability struct {
 	// change noted with a generation at most durable is on disk.
 	gen, durable uint64
 	changed      map[string]keyChange
+	changedPeak  shrink.Peak // tells when changed has mostly emptied
 	// results holds the Result of each key's latest record in the
 	// current epoch (empty for a delete; for an intent, its Base: the
 	// next record of the key builds on that). It changes with mu held and
@@ -363,14 +366,17 @@ func (d *Durability) Note(keys []string, all bool) func() {
 		defer d.mu.Unlock()
 		if len(d.changed) > maxChanged {
 			// Too many to follow one by one between two checkpoints:
-			// as if every key changed.
-			clear(d.changed)
-			d.changed[clearKey] = keyChange{gen: d.gen}
+			// as if every key changed. A map cleared keeps its
+			// buckets (5.7 MiB of the heap, pprof, after 100,000
+			// creates): a new one does not.
+			d.changed = map[string]keyChange{clearKey: {gen: d.gen}}
+			d.changedPeak = shrink.Peak{}
 			return
 		}
 		for _, k := range keys {
 			d.changed[k] = keyChange{gen: d.gen}
 		}
+		d.changedPeak.Grew(len(d.changed))
 	}
 }
 
@@ -687,6 +693,9 @@ func (d *Durability) checkpoint() error {
 		if c.gen <= g {
 			delete(d.changed, k)
 		}
+	}
+	if d.changedPeak.Due(len(d.changed)) {
+		d.changed = maps.Collect(maps.All(d.changed))
 	}
 	if d.log == nil && len(d.found) > 0 {
 		// Recovery replayed what a crash left: those records must not be
