@@ -4,31 +4,27 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+
+	"github.com/ledgerfs/ledgerfs/internal/testutil"
 )
 
 // TestInoTableShrinks: once the kernel forgets most inodes of a large
 // directory, the table gives their memory back, and keeps the numbers of
 // the inodes still known.
 func TestInoTableShrinks(t *testing.T) {
-	heap := func() uint64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
 	key := func(i int) string { return fmt.Sprintf("/ledger/page/dir/file%07d", i) }
 	const n, kept = 200_000, 10
-	base := heap()
+	base := testutil.LiveHeap()
 	tab := newInoTable()
 	inos := make([]uint64, n)
 	for i := range n {
 		inos[i] = tab.get(key(i))
 	}
-	full := heap()
+	full := testutil.LiveHeap()
 	for _, ino := range inos[kept:] {
 		tab.forget(ino)
 	}
-	after := heap()
+	after := testutil.LiveHeap()
 	t.Logf("table of %d: %d KiB; after forgetting all but %d: %d KiB", n, (full-base)>>10, kept, (after-base)>>10)
 	// What stays is the slice of numbers (8 bytes each) and a small table.
 	if limit := base + n*8 + 1<<20; after > limit {

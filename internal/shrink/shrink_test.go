@@ -4,34 +4,30 @@ import (
 	"maps"
 	"runtime"
 	"testing"
+
+	"github.com/ledgerfs/ledgerfs/internal/testutil"
 )
 
 // A map rebuilt when Due says so gives its memory back; the map itself
 // would not.
 func TestDueGivesMemoryBack(t *testing.T) {
-	heap := func() uint64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
 	const n = 100_000
 	for _, rebuild := range []bool{false, true} {
-		base := heap()
+		base := testutil.LiveHeap()
 		var p Peak
 		m := map[int]string{}
 		for i := range n {
 			m[i] = "x"
 		}
 		p.Grew(len(m))
-		full := heap() - base
+		full := testutil.LiveHeap() - base
 		for i := range n - 10 {
 			delete(m, i)
 			if p.Due(len(m)) && rebuild {
 				m = maps.Collect(maps.All(m))
 			}
 		}
-		left := heap() - base
+		left := testutil.LiveHeap() - base
 		runtime.KeepAlive(m)
 		if rebuild && left > full/10 {
 			t.Errorf("rebuilt when due: %d of the full map's %d bytes still held", left, full)
