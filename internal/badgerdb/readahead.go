@@ -11,7 +11,7 @@ import (
 )
 
 // Badger writes a transaction's entries in the order of a Go map, so the
-// chunks of one 4 MiB batch of pieces lie in its stretch of the value log in
+// chunks of one 8 MiB batch of pieces lie in its stretch of the value log in
 // no particular order, and a file read from start to end jumps about within
 // each stretch. The kernel's read-ahead for the mapped value log follows
 // page faults and does not keep ahead of such a reader: a cold read waited

@@ -67,7 +67,7 @@ type Space struct {
 	free uint64    // bytes available at the last statfs
 	at   time.Time // of the last statfs
 	// inflight is content taken and not yet in the db's files, which
-	// statfs cannot see: a piece batch holds up to 4 MiB before Badger
+	// statfs cannot see: a piece batch holds up to 8 MiB before Badger
 	// writes it. since is content taken since the last statfs.
 	inflight, since uint64
 	full            bool // new content was refused; logged once until it has room
