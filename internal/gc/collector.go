@@ -293,6 +293,17 @@ func (c *Collector) collectDue() {
 func (c *Collector) collect(k [2]string, wait bool) error {
 	c.running.Lock()
 	defer c.running.Unlock()
+	if !wait {
+		// The background's list of due pages was taken before it waited
+		// for running: an explicit request may have collected the page
+		// meanwhile, and collecting it again would only show in .collect.
+		c.mu.Lock()
+		due := c.due[k]
+		c.mu.Unlock()
+		if !due {
+			return nil
+		}
+	}
 	if c.Busy != nil && c.Busy(k[0], k[1]) {
 		// An explicit request waits a while for closes on their way:
 		// releases and queued commits land within moments.
