@@ -5,18 +5,15 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/ledgerfs/ledgerfs/internal/testutil"
 )
 
 // No goroutine the package starts outlives the test that made it: whoever
 // starts one owns its end. Under the race detector the property tests draw
-// 30 cases, not rapid's 100 (each opens a db, several times slower there):
-// the run without it, in .ci/run, draws them all.
+// 30 cases (each opens a db, several times slower there).
 func TestMain(m *testing.M) {
 	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "rapid.checks" })
-	if raceEnabled && !given {
-		flag.Set("rapid.checks", "30")
-	}
+	testutil.FewerCasesUnderRace(30)
 	goleak.VerifyTestMain(m)
 }

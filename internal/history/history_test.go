@@ -2,6 +2,7 @@ package history
 
 import (
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"maps"
 	"math"
@@ -14,6 +15,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/testutil"
 	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -379,7 +381,11 @@ func tempDir() (string, error) {
 
 var sharedDir string
 
+// Under the race detector the property tests draw 30 cases: each commits
+// histories to a db, several times slower there.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	testutil.FewerCasesUnderRace(30)
 	code := m.Run()
 	if sharedDir != "" {
 		os.RemoveAll(sharedDir)

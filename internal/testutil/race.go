@@ -1,5 +1,5 @@
 //go:build race
 
-package gc
+package testutil
 
 const raceEnabled = true
