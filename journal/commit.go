@@ -244,12 +244,13 @@ type transientWalk struct {
 	// whose pieces the walk looked up in the db again, a million times a
 	// GiB.
 	walked map[cas.Digest]bool
+	status *store.TransientLookup // the pieces' statuses
 }
 
 const maxWalked = 1 << 14
 
 func newTransientWalk(p *store.Page, step func(string) error) *transientWalk {
-	return &transientWalk{p: p, step: step}
+	return &transientWalk{p: p, step: step, status: p.NewTransientLookup()}
 }
 
 func (w *transientWalk) object(id cas.ObjectIdentifier) error {
@@ -258,12 +259,13 @@ func (w *transientWalk) object(id cas.ObjectIdentifier) error {
 
 // pre descends into transient pieces. A piece referenced twice in one batch
 // is marked twice, which is harmless; once its batch is written, it is
-// local and skipped.
+// local and skipped, unless the statuses come from a scan taken before
+// (store.TransientLookup): then it is marked again, as harmlessly.
 func (w *transientWalk) pre(d cas.Digest) (bool, error) {
 	if d.IsInline() || w.local[d] || w.walked[d] {
 		return false, nil
 	}
-	transient, err := w.p.IsTransient(d)
+	transient, err := w.status.IsTransient(d)
 	if transient && d.IsIndex() && len(w.walked) < maxWalked {
 		if w.walked == nil {
 			w.walked = map[cas.Digest]bool{}

@@ -611,8 +611,17 @@ func (p *Page) SetStatus(s PieceStatus, ds []cas.Digest) error {
 	if err != nil {
 		return fmt.Errorf("store: set piece status %s: %w", s, err)
 	}
+	// The rows reach tables the db flushes and compacts through their
+	// mappings: counted as a writer's traffic, so that the trimmer keeps
+	// a landing's share of them at a writer's bound.
+	p.repo.trim.AddWritten(len(ds) * statusTraffic)
 	return nil
 }
+
+// statusTraffic is what SetStatus counts of mapped table pages per piece:
+// its three rows (two deletes and a set), their share of the memtable's
+// flush and of the compactions after it.
+const statusTraffic = 1 << 10
 
 // IsTransient reports whether a piece is marked transient: used by a
 // journal that is not committed yet, or garbage left by a crash.
