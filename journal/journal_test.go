@@ -197,7 +197,15 @@ func TestPaceFollowsCommitCost(t *testing.T) {
 	// The commit looks slow: the clock that times it moves on while it runs.
 	const slow = 60 * time.Millisecond
 	var ahead atomic.Int64
-	e.eng.clock = func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	// The cheap commits below are timed by a clock that stands still: on a
+	// loaded machine a real one can make a one-entry commit look slow.
+	var still atomic.Pointer[time.Time]
+	e.eng.clock = func() time.Time {
+		if t := still.Load(); t != nil {
+			return *t
+		}
+		return time.Now().Add(time.Duration(ahead.Load()))
+	}
 	t.Cleanup(func() { e.eng.clock = time.Now })
 	e.eng.crashAt = func(step string) error {
 		if step == "nodes-written" {
@@ -217,6 +225,8 @@ func TestPaceFollowsCommitCost(t *testing.T) {
 	if d > maxBatchDelay {
 		t.Fatalf("batch delay %v over the bound %v", d, maxBatchDelay)
 	}
+	now := e.eng.clock()
+	still.Store(&now)
 	for i := range 8 {
 		if err := c.Apply(false, e.put(fmt.Sprint("fast", i), "1")); err != nil {
 			t.Fatal(err)
@@ -995,5 +1005,64 @@ func TestCommitMarksRepeatedSubtreesLocal(t *testing.T) {
 	counts := e.verify()
 	if counts[store.StatusPrefix(store.Transient)] != 0 || counts[store.PrefixObjects] != counts[store.StatusPrefix(store.Local)] {
 		t.Fatalf("after the commit: %d transient, %d objects, %d local", counts[store.StatusPrefix(store.Transient)], counts[store.PrefixObjects], counts[store.StatusPrefix(store.Local)])
+	}
+}
+
+// A value reaching more pieces than a landing's walk looks up one at a
+// time (store.ScanTransientAfter) is marked from a scan of the transient rows: every piece
+// it reaches that was transient becomes local, a piece another write left
+// transient stays so, and a piece already synced stays synced.
+func TestLandingOfManyPiecesMovesStatusesForward(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.eng.CommitterFor(e.p)
+	old := string(testutil.Random(1, 0, 512<<10))
+	oldEntry := e.value(old)
+	if err := c.Apply(true, Op{Key: "old", Entry: oldEntry}); err != nil {
+		t.Fatal(err)
+	}
+	pieces := func(id cas.ObjectIdentifier) []cas.Digest {
+		var ds []cas.Digest
+		err := cas.Walk(e.p, id, func(d cas.Digest) (bool, error) { return !d.IsInline(), nil },
+			func(d cas.Digest) error { ds = append(ds, d); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds
+	}
+	synced := pieces(oldEntry.Value)
+	if err := e.p.SetStatus(store.Synced, synced); err != nil { // as a push leaves them
+		t.Fatal(err)
+	}
+	pending := pieces(e.value(string(testutil.Random(3, 0, 64<<10))).Value) // never committed
+
+	// More pieces than store.ScanTransientAfter, then old's chunks again: the walk
+	// reaches those after it has switched to its scan.
+	bigEntry := e.value(string(testutil.Random(2, 0, 24<<20)) + old)
+	reached := len(pieces(bigEntry.Value)) // from its root, as the landing's walk
+	if reached <= store.ScanTransientAfter {
+		t.Fatalf("the value reaches %d pieces, no more than ScanTransientAfter (%d)", reached, store.ScanTransientAfter)
+	}
+	if err := c.Apply(true, Op{Key: "big", Entry: bigEntry}); err != nil {
+		t.Fatal(err)
+	}
+	counts := e.verify()
+	if got := counts[store.StatusPrefix(store.Synced)]; got != len(synced) {
+		t.Errorf("%d synced pieces after the landing, want %d (old's)", got, len(synced))
+	}
+	if got := counts[store.StatusPrefix(store.Transient)]; got != len(pending) {
+		t.Errorf("%d transient pieces after the landing, want %d (the pending write's)", got, len(pending))
+	}
+	if got, want := counts[store.PrefixObjects], counts[store.StatusPrefix(store.Synced)]+counts[store.StatusPrefix(store.Local)]+counts[store.StatusPrefix(store.Transient)]; got != want {
+		t.Errorf("%d objects, %d status rows", got, want)
+	}
+	shared := 0
+	for _, d := range pieces(bigEntry.Value) {
+		if slices.Contains(synced, d) {
+			shared++
+		}
+	}
+	if shared == 0 {
+		t.Fatal("the big value shares no piece with old: the synced check checks nothing")
 	}
 }
