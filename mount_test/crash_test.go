@@ -310,7 +310,7 @@ func TestInheritedCloseCommitsNothing(t *testing.T) {
 func TestKillRightAfterFsync(t *testing.T) {
 	t.Parallel()
 	repo := t.TempDir()
-	s := mount(t, repo)
+	s := mountPlain(t, repo)
 	pg := s.page("l", "p")
 	path := func(name string) string { return filepath.Join(s.mnt, "l", "p", name) }
 	big := content(2, 3<<20)
@@ -512,7 +512,7 @@ func TestKillRightAfterFsync(t *testing.T) {
 			f.Close() // fails: the mount is gone
 		}
 		open = nil
-		s = mount(t, repo)
+		s = mountPlain(t, repo)
 		if err := c.check(); err != nil {
 			t.Errorf("after %s, fsync and kill -9: %v", c.kind, err)
 		}

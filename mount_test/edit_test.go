@@ -170,7 +170,12 @@ func TestWriteThenRenameIsQueued(t *testing.T) {
 	}
 	syncDir(t, pg)
 	check("after the commits landed")
-	if made := commitCount(t, meta) - before; made > n/4 {
+	// A rename that waited for a commit of its own gives about n commits.
+	// Batches end after 40 ms without a change, which a loaded machine's
+	// loop can take: 53 were seen there, 10 on a quiet one.
+	made := commitCount(t, meta) - before
+	t.Logf("%d files written and renamed made %d commits", n, made)
+	if made > n/2 {
 		t.Fatalf("%d files written and renamed made %d commits: the renames waited for commits of their own", n, made)
 	}
 	s.stop()
@@ -226,7 +231,12 @@ func TestMoveAcrossDirectoriesIsQueued(t *testing.T) {
 	}
 	syncDir(t, pg)
 	check("after the commits landed")
-	if made := commitCount(t, meta) - before; made > n/4 {
+	// A rename that waited for a commit of its own gives about n commits.
+	// Batches end after 40 ms without a change, which a loaded machine's
+	// loop can take: 53 were seen there, 10 on a quiet one.
+	made := commitCount(t, meta) - before
+	t.Logf("%d files written and renamed made %d commits", n, made)
+	if made > n/2 {
 		t.Fatalf("%d moves made %d commits: they waited for commits of their own", n, made)
 	}
 	s.stop()

@@ -29,7 +29,10 @@ var (
 	// binary is the server under test, built with -race when the tests are.
 	binary string
 	// plainBinary is built without the race detector, for the tests that
-	// measure memory and throughput.
+	// measure memory and throughput, and for the kill and fault tests whose
+	// load is volume (what survives a kill -9 is the durable state, which
+	// the race detector does not see; it triples their CPU time, and the
+	// same paths run under it in the other tests).
 	plainBinary string
 )
 

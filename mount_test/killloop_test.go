@@ -86,10 +86,10 @@ func (m *model) ack(changes map[string][]byte) {
 // every present name must read back, every commit must read with its
 // changes (ledgerfs log reads the tree nodes each commit has of its own),
 // and every row must follow the schema.
-// 6 iterations; -long runs 200.
+// 4 iterations; -long runs 200.
 func TestKillLoop(t *testing.T) {
 	t.Parallel()
-	iterations := 6
+	iterations := 4
 	if *long {
 		iterations = 200
 	}
@@ -99,7 +99,7 @@ func TestKillLoop(t *testing.T) {
 	m.acked = sync.NewCond(&m.mu)
 	kinds := map[string]int{}
 	for it := range iterations {
-		s := mountAt(t, repo, mnt)
+		s := mountWith(t, plainBinary, repo, mnt)
 		pg := filepath.Join(mnt, "l", "p")
 		must(t, os.MkdirAll(pg, 0o755))
 		checkModel(t, it, pg, m, false)
@@ -127,7 +127,7 @@ func TestKillLoop(t *testing.T) {
 		case "startup":
 			s.kill()
 			// The next server is killed while it starts.
-			cmd := exec.Command(binary, "mount", repo, mnt)
+			cmd := exec.Command(plainBinary, "mount", repo, mnt)
 			var out output
 			cmd.Stdout, cmd.Stderr = &out, &out
 			must(t, cmd.Start())
@@ -141,7 +141,7 @@ func TestKillLoop(t *testing.T) {
 		close(stop)
 		wg.Wait()
 	}
-	s := mountAt(t, repo, mnt)
+	s := mountWith(t, plainBinary, repo, mnt)
 	pg := filepath.Join(mnt, "l", "p")
 	checkModel(t, iterations, pg, m, true)
 	// Every version of every name the page has now reads back whole.

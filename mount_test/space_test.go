@@ -357,10 +357,10 @@ func TestDiskFullRandomWrites(t *testing.T) {
 }
 
 // History yields to live data: on a 400 MiB filesystem, overwriting a
-// 60 MiB file 30 times fills it with history by the 7th write unless the
-// oldest history goes first. Every write succeeds, the last content is
-// whole, the newest versions are still browsable, and the log says once
-// what went and why.
+// 60 MiB file 12 times (30 with -long) fills it with history by the 7th
+// write unless the oldest history goes first. Every write succeeds, the
+// last content is whole, the newest versions are still browsable, and the
+// log says once what went and why.
 func TestHistoryYieldsToLiveData(t *testing.T) {
 	t.Parallel()
 	disk := smallDisk(t, 400<<20)
@@ -372,7 +372,10 @@ func TestHistoryYieldsToLiveData(t *testing.T) {
 	const size = 60 << 20
 	buf := make([]byte, size)
 	var last [32]byte
-	writes := 30
+	writes := 12
+	if *long {
+		writes = 30
+	}
 	for i := range writes {
 		testutil.FillRandom(buf, uint64(i), 11)
 		if err := os.WriteFile(filepath.Join(pg, "f"), buf, 0o644); err != nil {

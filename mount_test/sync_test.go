@@ -181,7 +181,7 @@ func TestSyncFaults(t *testing.T) {
 	srv := s3test.Start(t)
 	w := srv.Watch(t)
 	repoA, repoB := t.TempDir(), t.TempDir()
-	a := mount(t, repoA)
+	a := mountPlain(t, repoA)
 	pg := a.page("home", "work")
 	must(t, os.WriteFile(filepath.Join(pg, "one.bin"), content(11, 24<<20), 0o644))
 	a.stop()
@@ -203,7 +203,7 @@ func TestSyncFaults(t *testing.T) {
 	}
 
 	// The sync process dies mid-upload.
-	a = mount(t, repoA)
+	a = mountPlain(t, repoA)
 	must(t, os.WriteFile(filepath.Join(a.mnt, "home", "work", "two.bin"), content(12, 24<<20), 0o644))
 	a.stop()
 	second := startSync(t, w, repoA)

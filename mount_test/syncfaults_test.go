@@ -48,7 +48,7 @@ func TestSyncMountFaults(t *testing.T) {
 	repos := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	ms := make([]*server, 3)
 	for i, r := range repos {
-		ms[i] = mountSyncedAt(t, w.Endpoint, r)
+		ms[i] = mountSyncedWith(t, plainBinary, w.Endpoint, r)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -135,7 +135,7 @@ func TestSyncMountFaults(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(pages()[0], "big.bin"), big, 0o644))
 	w.Await(t, "a pack of big.bin in the store", before+1, s3test.PackPut, ms[0].exited)
 	ms[0].kill()
-	ms[0] = mountSyncedAt(t, w.Endpoint, repos[0])
+	ms[0] = mountSyncedWith(t, plainBinary, w.Endpoint, repos[0])
 	for _, pg := range pages() {
 		w.Until(t, "big.bin on every mount", time.Minute, func() bool {
 			b, err := os.ReadFile(filepath.Join(pg, "big.bin"))
@@ -147,7 +147,7 @@ func TestSyncMountFaults(t *testing.T) {
 	// mount 2 writes another big file; mount 1's round after its change
 	// pulls mount 2's to merge it, and is killed in the middle.
 	ms[1].stop()
-	ms[1] = mountSyncedAt(t, w.Endpoint, repos[1], "--sync-every", "1h")
+	ms[1] = mountSyncedWith(t, plainBinary, w.Endpoint, repos[1], "--sync-every", "1h")
 	big2 := content(22, 24<<20)
 	must(t, os.WriteFile(filepath.Join(pages()[2], "big2.bin"), big2, 0o644))
 	w.Until(t, "mount 2 pushed big2.bin", time.Minute, func() bool {
@@ -158,7 +158,7 @@ func TestSyncMountFaults(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(pages()[1], "local.txt"), []byte("mount 1's own\n"), 0o644))
 	w.Await(t, "mount 1 reads a pack of big2.bin", before+1, s3test.PackGet, ms[1].exited)
 	ms[1].kill()
-	ms[1] = mountSyncedAt(t, w.Endpoint, repos[1])
+	ms[1] = mountSyncedWith(t, plainBinary, w.Endpoint, repos[1])
 	converged("after the kill mid-merge")
 	for _, pg := range pages() {
 		if b, err := os.ReadFile(filepath.Join(pg, "big2.bin")); err != nil || !bytes.Equal(b, big2) {

@@ -182,7 +182,7 @@ func TestReadAfterKillRemovesTheSyncLog(t *testing.T) {
 func TestFsyncsBesideTheirCommitSurviveKill(t *testing.T) {
 	t.Parallel()
 	repo := t.TempDir()
-	s := mount(t, repo)
+	s := mountPlain(t, repo)
 	pg := s.page("l", "p")
 	path := filepath.Join(pg, "db")
 	data := content(21, 64<<20) // the least a commit from a copy takes (fs.minCopyFile)
@@ -219,7 +219,7 @@ func TestFsyncsBesideTheirCommitSurviveKill(t *testing.T) {
 	}
 	s.kill()
 	f.Close() // fails: the mount is gone
-	s = mount(t, repo)
+	s = mountPlain(t, repo)
 	if got, err := os.ReadFile(filepath.Join(s.page("l", "p"), "db")); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("after fsyncs beside their commits and kill -9: %d bytes, equal %v (%v)", len(got), bytes.Equal(got, data), err)
 	}

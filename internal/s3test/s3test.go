@@ -292,6 +292,7 @@ func (w *Watcher) Count(match func(Request) bool) int {
 // if quit is closed first, or after a minute.
 func (w *Watcher) Await(t testing.TB, what string, n int, match func(Request) bool, quit <-chan struct{}) {
 	t.Helper()
+	defer logWait(t, what, time.Now())
 	timeout := time.NewTimer(time.Minute)
 	defer timeout.Stop()
 	for {
@@ -317,6 +318,7 @@ func (w *Watcher) Await(t testing.TB, what string, n int, match func(Request) bo
 // the test after d.
 func (w *Watcher) Until(t testing.TB, what string, d time.Duration, cond func() bool) {
 	t.Helper()
+	defer logWait(t, what, time.Now())
 	timeout := time.NewTimer(d)
 	defer timeout.Stop()
 	for {
@@ -332,6 +334,12 @@ func (w *Watcher) Until(t testing.TB, what string, d time.Duration, cond func() 
 			t.Fatalf("%s: not within %v", what, d)
 		}
 	}
+}
+
+// logWait tells -v how long a wait took: where a slow test spends its time.
+func logWait(t testing.TB, what string, since time.Time) {
+	t.Helper()
+	t.Logf("%s: after %v", what, time.Since(since).Round(time.Millisecond))
 }
 
 // PackPut matches a pack's upload that the store took.
