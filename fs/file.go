@@ -254,19 +254,29 @@ func (f *fileNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	return []byte(e.Meta.Symlink), 0
 }
 
-// advanceAtime gives a regular file opened for reading in the live page a
-// new access time, when relatime's rule says so (see noteAtime). Called
-// with f.mu held.
-func (f *fileNode) advanceAtime(m btree.Meta, ts int64) {
+// atimeDue reports whether a read of a regular file in the live page
+// would advance its access time by relatime's rule, and at which key.
+// Called with f.mu held.
+func (f *fileNode) atimeDue(m btree.Meta, ts, now int64) (string, bool) {
 	if !f.pg.v.queues() || f.pg.readOnly() || f.fixed || m.FileMode()&syscall.S_IFMT != syscall.S_IFREG {
-		return
+		return "", false
 	}
 	key, ok := f.key()
 	if !ok {
-		return
+		return "", false
 	}
+	return key, relatimeDue(f.pg.withQueuedAtime(key, m), ts, now)
+}
+
+// advanceAtime gives a regular file read in the live page a new access
+// time, when relatime's rule says so (see noteAtime). A handle calls it at
+// its first read, not at open: Linux moves the access time on a read, and
+// an open alone (fstat of a descriptor nobody read) shows the time it had.
+// Called with f.mu held.
+func (f *fileNode) advanceAtime(m btree.Meta, ts int64) {
 	now := nowNs()
-	if !relatimeDue(f.pg.withQueuedAtime(key, m), ts, now) {
+	key, due := f.atimeDue(m, ts, now)
+	if !due {
 		return
 	}
 	f.pg.noteAtime(key, now)
@@ -498,7 +508,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		if f.atimeSet && f.writers == 0 {
 			// Its access time set by a change still queued (touch -a): a
 			// read is due by that time, not the committed entry's.
-			f.advanceAtime(f.meta, f.metaTs)
+			h.atimeDue = true
 			f.atimeSet = false
 		}
 		f.readers++
@@ -521,7 +531,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		return nil, 0, syscall.ELOOP
 	}
 	f.meta, f.metaTs = e.Meta, ts
-	f.advanceAtime(e.Meta, ts)
+	_, atimeDue := f.atimeDue(e.Meta, ts, nowNs())
 	var r *cas.Reader
 	if e.Meta.Size > 0 {
 		if r, err = p.OpenValue(e.Value); err != nil {
@@ -531,14 +541,15 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	}
 	f.pg.reading(p, e.Value)
 	// The kernel may keep its cached pages if the content is the one it
-	// cached at the last open.
+	// cached at the last open, unless a read is due to move the access
+	// time: then the first read must reach the server.
 	var fl uint32
-	if f.cacheID == e.Value.Digest {
+	if f.cacheID == e.Value.Digest && !atimeDue {
 		fl = fuse.FOPEN_KEEP_CACHE
 	}
 	f.cacheID = e.Value.Digest
 	f.readers++
-	return &handle{f: f, p: p, r: r, id: e.Value, size: int64(e.Meta.Size), seen: f.committed}, fl, 0
+	return &handle{f: f, p: p, r: r, id: e.Value, size: int64(e.Meta.Size), seen: f.committed, atimeDue: atimeDue}, fl, 0
 }
 
 // isWritten reports whether the file is open for writing.

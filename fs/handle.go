@@ -29,6 +29,9 @@ type handle struct {
 	id     cas.ObjectIdentifier
 	size   int64
 	seen   int // f.committed when r was opened
+	// atimeDue: the first read advances the file's access time
+	// (fileNode.advanceAtime). Guarded by f.mu.
+	atimeDue bool
 }
 
 // current points a read-only handle at the file's content as another
@@ -73,6 +76,10 @@ var (
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if h.p != nil {
 		h.f.mu.Lock()
+		if h.atimeDue {
+			h.atimeDue = false
+			h.f.advanceAtime(h.f.meta, h.f.metaTs)
+		}
 		viaContent, err := h.current()
 		if viaContent {
 			defer h.f.mu.Unlock()

@@ -730,6 +730,17 @@ func TestRelatime(t *testing.T) {
 	if written.Atim != written.Mtim {
 		t.Fatalf("a new file's atime %v, want its mtime %v", written.Atim, written.Mtim)
 	}
+	// An open is no read: Linux moves the access time when a descriptor
+	// is read (go-fuse's FstatDeleted compares a stat with an fstat of a
+	// descriptor opened after it).
+	fd, err := os.Open(f)
+	must(t, err)
+	var opened unix.Stat_t
+	must(t, unix.Fstat(int(fd.Fd()), &opened))
+	fd.Close()
+	if opened.Atim != written.Atim {
+		t.Fatalf("an open without a read moved the atime from %v to %v", written.Atim, opened.Atim)
+	}
 	read := func() {
 		t.Helper()
 		if b, err := os.ReadFile(f); err != nil || string(b) != "content" {
