@@ -283,6 +283,14 @@ func (f *fileNode) advanceAtime(m btree.Meta, ts int64) {
 	f.meta.AtimeNs, f.meta.HasAtime = now, true
 }
 
+// onlyEmptied reports whether the file's change since its last commit is
+// that it was emptied, with nothing written since: the start of a rewrite.
+// A file created empty is not: its creation is a version. Called with
+// f.mu held.
+func (f *fileNode) onlyEmptied() bool {
+	return f.c != nil && f.c.dirty && f.c.size == 0 && !f.created
+}
+
 // beginChange loads the content for writing, if it is not loaded. Called
 // with f.mu held.
 func (f *fileNode) beginChange() syscall.Errno {

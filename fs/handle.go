@@ -163,6 +163,15 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	if !sameProcess(h.opener, callerPid(ctx)) {
 		return 0
 	}
+	if f.onlyEmptied() {
+		// A shell's "> f" and dd open the file, truncating it, then dup2
+		// the descriptor to stdout and close the original: that close
+		// is this flush, and the writes come after it. Committing here
+		// would make an empty version first, which a crash could leave
+		// as the file. The emptied file commits at the next flush with
+		// bytes in it, or at its release (": > f" empties a file).
+		return 0
+	}
 	return f.commitLocked(commitQueue)
 }
 
@@ -193,9 +202,11 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	if h.write {
 		f.writers--
 	}
-	if f.writers == 0 && f.c != nil && (f.c.dirty || f.changed) {
+	if f.c != nil && (f.c.dirty || f.changed) && (f.writers == 0 || h.write && f.onlyEmptied()) {
 		// Normally committed by Flush; this catches changes made after the
-		// last flush, which nobody else would commit.
+		// last flush, which nobody else would commit, and an emptying
+		// the flushes left (see Flush), even while other descriptors
+		// stay open for writing.
 		if eno := f.commitLocked(commitQueue); eno != 0 {
 			slog.Warn("change dropped: commit on release failed", "errno", eno)
 			// The kernel may hold pages of it, which descriptors still

@@ -2,6 +2,7 @@ package mount_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
@@ -403,4 +404,89 @@ func (s *states) nearest(got []byte) string {
 	}
 	return fmt.Sprintf("nearest: after %d writes, %d bytes differ at %s; writes: %s",
 		best, bestN, strings.Join(bestRanges, " "), strings.Join(ws, " "))
+}
+
+// Rewriting a file with a shell's "> f", dd, or any program that opens
+// with O_TRUNC, dups the descriptor and closes the original before
+// writing, adds one version, never an empty one first; a kill -9 before
+// the rewrite's close leaves the version before it, as ext4's
+// auto_da_alloc aims for. Emptying a file (": > f") is still a version,
+// once its descriptor is released.
+func TestRewriteIsOneVersion(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mountPlain(t, repo)
+	pg := s.page("l", "p")
+	f := filepath.Join(pg, "f")
+	versions := filepath.Join(pg, ".ledger", "versions", "f")
+	checkVersions := func(when string, want int) {
+		t.Helper()
+		syncDir(t, pg)
+		vs := ls(t, versions)
+		for _, v := range vs {
+			st, err := os.Stat(filepath.Join(versions, v))
+			must(t, err)
+			if st.Size() == 0 {
+				t.Errorf("%s: version %s is empty (versions %v)", when, v, vs)
+			}
+		}
+		if len(vs) != want {
+			t.Fatalf("%s: %d versions %v, want %d", when, len(vs), vs, want)
+		}
+	}
+	must(t, os.WriteFile(f, content(1, 2<<20), 0o644))
+	checkVersions("written", 1)
+
+	run(t, pg, "sh", "-c", "head -c 2000000 /dev/urandom > f")
+	checkVersions("after sh's > f", 2)
+	run(t, pg, "dd", "if=/dev/urandom", "of=f", "bs=1000000", "count=2", "status=none")
+	checkVersions("after dd", 3)
+
+	// What sh and dd do, by hand: the flush of the original descriptor's
+	// close reaches the server before the first write.
+	rewrite := func(data []byte, kill bool) {
+		t.Helper()
+		fd, err := unix.Open(f, unix.O_WRONLY|unix.O_TRUNC, 0)
+		must(t, err)
+		dup, err := unix.Dup(fd)
+		must(t, err)
+		must(t, unix.Close(fd))
+		syncDir(t, pg) // anything that close queued has landed
+		_, err = unix.Write(dup, data[:len(data)/2])
+		must(t, err)
+		if kill {
+			s.kill()
+			unix.Close(dup)
+			return
+		}
+		_, err = unix.Write(dup, data[len(data)/2:])
+		must(t, err)
+		must(t, unix.Close(dup))
+	}
+	third := content(3, 1<<20)
+	rewrite(third, false)
+	checkVersions("after a dup and close", 4)
+	if got := sha(t, f); got != fmt.Sprintf("%x", sha256.Sum256(third)) {
+		t.Fatal("the rewritten file does not read back")
+	}
+
+	rewrite(content(4, 1<<20), true)
+	s = mountWith(t, plainBinary, repo, s.mnt)
+	checkVersions("after a kill -9 in the middle of a rewrite", 4)
+	if got := sha(t, f); got != fmt.Sprintf("%x", sha256.Sum256(third)) {
+		t.Fatal("after a kill -9 in the middle of a rewrite, the file is not its last version")
+	}
+
+	// Emptying a file is a version of its own.
+	run(t, pg, "sh", "-c", ": > f")
+	s.stop()
+	s = mountWith(t, plainBinary, repo, s.mnt)
+	syncDir(t, pg)
+	vs := ls(t, versions)
+	if len(vs) != 5 {
+		t.Fatalf("after : > f and a remount: versions %v, want 5", vs)
+	}
+	if st, err := os.Stat(f); err != nil || st.Size() != 0 {
+		t.Fatalf("after : > f and a remount: %v %v, want an empty file", st, err)
+	}
 }
