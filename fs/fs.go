@@ -236,19 +236,20 @@ func (f *FS) WaitIdle(ledger, name string, d time.Duration) bool {
 	return !ok || p.idleWithin(d)
 }
 
-// renamePage follows a page rename in the open state.
-func (f *FS) renamePage(ledger, from, to string) {
+// movePage follows a page's rename, within its ledger or into toLedger, in
+// the open state.
+func (f *FS) movePage(ledger, from, toLedger, to string) {
 	f.mu.Lock()
 	if p, ok := f.pages[ledger+"/"+from]; ok {
 		delete(f.pages, ledger+"/"+from)
 		p.mu.Lock()
-		p.name = to
+		p.ledger, p.name = toLedger, to
 		p.mu.Unlock()
-		f.pages[ledger+"/"+to] = p
+		f.pages[toLedger+"/"+to] = p
 	}
 	f.mu.Unlock()
-	f.inos.move(pageID(ledger, from), pageID(ledger, to), false)
-	f.inos.move(pageNodesPrefix(ledger, from), pageNodesPrefix(ledger, to), true)
+	f.inos.move(pageID(ledger, from), pageID(toLedger, to), false)
+	f.inos.move(pageNodesPrefix(ledger, from), pageNodesPrefix(toLedger, to), true)
 }
 
 // renameLedger follows a ledger rename in the open state.

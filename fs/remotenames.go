@@ -109,21 +109,28 @@ func (n *RemoteNames) DeletePage(ledger, page string) error {
 	return nil
 }
 
-// RenamePage renames a page as another device did.
-func (n *RemoteNames) RenamePage(ledger, from, to string) error {
+// RenamePage renames a page as another device did, within its ledger or
+// into another.
+func (n *RemoteNames) RenamePage(ledger, from, toLedger, to string) error {
 	if p, ok := n.f.known(ledger, from); ok && p.busy() {
 		return busy("page " + ledger + "/" + from)
 	}
-	if err := n.u.RenamePage(ledger, from, to); err != nil {
+	if err := n.u.RenamePage(ledger, from, toLedger, to); err != nil {
 		return err
 	}
-	n.f.renamePage(ledger, from, to)
-	if l := n.ledgerInode(ledger); l != nil {
-		if l.GetChild(from) != nil {
-			l.MvChild(from, l, to, true)
-		}
+	n.f.movePage(ledger, from, toLedger, to)
+	l, nl := n.ledgerInode(ledger), n.ledgerInode(toLedger)
+	switch {
+	case l != nil && nl != nil && l.GetChild(from) != nil:
+		l.MvChild(from, nl, to, true)
+	case l != nil:
+		forget(l, from)
+	}
+	if l != nil {
 		l.NotifyEntry(from)
-		l.NotifyEntry(to)
+	}
+	if nl != nil {
+		nl.NotifyEntry(to)
 	}
 	return nil
 }

@@ -306,13 +306,16 @@ func (l *ledgerNode) Rename(ctx context.Context, name string, newParent gofs.Ino
 	}
 	ledger := l.ledgerName()
 	np, ok := newParent.(*ledgerNode)
-	if !ok || np.ledgerName() != ledger {
-		return syscall.EXDEV // pages move between ledgers by copy
+	if !ok {
+		return syscall.EXDEV // a page is a page: not a directory of another page
 	}
+	// A page moves to another ledger whole, history and all, as it is
+	// renamed within its own.
+	toLedger := np.ledgerName()
 	if flags&^uint32(1) != 0 {
 		return syscall.EINVAL
 	}
-	if ok, err := l.fs.repo.HasPage(ledger, newName); err != nil {
+	if ok, err := l.fs.repo.HasPage(toLedger, newName); err != nil {
 		return errno("rename", err)
 	} else if ok {
 		return syscall.EEXIST
@@ -324,9 +327,9 @@ func (l *ledgerNode) Rename(ctx context.Context, name string, newParent gofs.Ino
 	if pg.busy() {
 		return syscall.EBUSY
 	}
-	if err := l.fs.repo.RenamePage(ledger, name, newName); err != nil {
+	if err := l.fs.repo.MovePage(ledger, name, toLedger, newName); err != nil {
 		return errno("rename", err)
 	}
-	l.fs.renamePage(ledger, name, newName)
+	l.fs.movePage(ledger, name, toLedger, newName)
 	return 0
 }

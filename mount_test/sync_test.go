@@ -333,6 +333,18 @@ func TestMountsSync(t *testing.T) {
 	await("a's renamed page on b", fileIs(filepath.Join(b.mnt, "home", "desk", "notes.txt"), want))
 	await("the page's old name gone on b", gone(pb))
 	await("a's deleted page gone on b", gone(filepath.Join(b.mnt, "home", "scratch")))
+	// A page moved to another ledger on a moves on b, history and all.
+	moved := filepath.Join(a.mnt, "empty", "desk")
+	commits := commitCount(t, filepath.Join(a.mnt, "home", "desk", ".ledger"))
+	run(t, a.mnt, "mv", filepath.Join(a.mnt, "home", "desk"), moved)
+	if n := commitCount(t, filepath.Join(moved, ".ledger")); n != commits {
+		t.Errorf("the page moved on a lists %d commits, want %d", n, commits)
+	}
+	await("a's moved page on b", fileIs(filepath.Join(b.mnt, "empty", "desk", "notes.txt"), want))
+	await("the moved page's old name gone on b", gone(filepath.Join(b.mnt, "home", "desk")))
+	if n := commitCount(t, filepath.Join(b.mnt, "empty", "desk", ".ledger")); n != commits {
+		t.Errorf("the page moved on b lists %d commits, want %d", n, commits)
+	}
 
 	stats, err := os.ReadFile(filepath.Join(a.mnt, ".stats"))
 	must(t, err)

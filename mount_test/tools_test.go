@@ -2,6 +2,7 @@ package mount_test
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -239,4 +240,49 @@ func TestSymlinksKeepTheirTimes(t *testing.T) {
 	s.stop()
 	s = mount(t, s.repo)
 	check("remounted")
+}
+
+// A page moved to another ledger with mv keeps every commit of its history
+// and its files, across a remount; a page cannot move into a page.
+func TestPageMovesBetweenLedgers(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("l1", "p")
+	for i := range 6 {
+		must(t, os.WriteFile(filepath.Join(pg, "f"), []byte(fmt.Sprint("version ", i)), 0o644))
+		syncDir(t, pg)
+	}
+	must(t, os.Mkdir(filepath.Join(s.mnt, "l2"), 0o755))
+	before := commitCount(t, filepath.Join(pg, ".ledger"))
+	if before < 7 {
+		t.Fatalf("the page lists %d commits, want 7 or more", before)
+	}
+	moved := filepath.Join(s.mnt, "l2", "p")
+	run(t, s.mnt, "mv", pg, moved)
+	check := func(when string) {
+		t.Helper()
+		if n := commitCount(t, filepath.Join(moved, ".ledger")); n != before {
+			t.Errorf("%s: the moved page lists %d commits, want %d", when, n, before)
+		}
+		if b, err := os.ReadFile(filepath.Join(moved, "f")); err != nil || string(b) != "version 5" {
+			t.Errorf("%s: f reads %q %v", when, b, err)
+		}
+		if vs := ls(t, filepath.Join(moved, ".ledger", "versions", "f")); len(vs) != 6 {
+			t.Errorf("%s: versions of f %v, want 6", when, vs)
+		}
+		if _, err := os.Stat(pg); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: the old name: %v, want ENOENT", when, err)
+		}
+	}
+	check("after mv")
+	must(t, os.WriteFile(filepath.Join(moved, "g"), []byte("after the move"), 0o644))
+	syncDir(t, moved)
+	before++
+	s.stop()
+	s = mountAt(t, repo, s.mnt)
+	check("after a remount")
+	if err := os.Rename(moved, filepath.Join(s.page("l2", "other"), "p")); !errors.Is(err, syscall.EXDEV) {
+		t.Fatalf("a page moved into a page: %v, want EXDEV", err)
+	}
 }

@@ -33,6 +33,9 @@ type NameChange struct {
 	Page   string `json:"page,omitempty"`
 	// To is a rename's new name (of the ledger, or the page).
 	To string `json:"to,omitempty"`
+	// ToLedger is, for a page moved to another ledger, that ledger;
+	// empty for a rename within the page's ledger (see DestLedger).
+	ToLedger string `json:"to_ledger,omitempty"`
 	// Seen are, for a page deleted or renamed, the newest commits of its
 	// history that were synced when it went (hex ids): a device whose
 	// head is one of them or older has nothing the deleting device did
@@ -40,6 +43,14 @@ type NameChange struct {
 	// them, as a change beats a delete.
 	Seen []string  `json:"seen,omitempty"`
 	Time time.Time `json:"time"`
+}
+
+// DestLedger is the ledger a renamed page is in after the change.
+func (c NameChange) DestLedger() string {
+	if c.ToLedger != "" {
+		return c.ToLedger
+	}
+	return c.Ledger
 }
 
 // prefixNames holds the name changes not yet in the remote, by a key that
@@ -187,6 +198,6 @@ func (u Unrecorded) CreatePage(ledger, page string) error {
 func (u Unrecorded) DeletePage(ledger, page string) error {
 	return u.r.deletePage(ledger, page, false)
 }
-func (u Unrecorded) RenamePage(ledger, from, to string) error {
-	return u.r.renamePage(ledger, from, to, false)
+func (u Unrecorded) RenamePage(ledger, from, toLedger, to string) error {
+	return u.r.movePage(ledger, from, toLedger, to, false)
 }

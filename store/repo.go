@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -421,11 +422,15 @@ func (r *Repository) pageDir(ledger string, id PageID) string {
 	return filepath.Join(r.dir, SerializationVersion, "ledgers", ledgerFolder(ledger), id.String())
 }
 
-// recover finishes deletions interrupted by a crash: trash is emptied, and
-// name rows whose page directory is gone are dropped.
+// recover finishes deletions and page moves interrupted by a crash: trash
+// is emptied, moves are finished or undone, and name rows whose page
+// directory is gone are dropped.
 func (r *Repository) recover() error {
 	if err := os.RemoveAll(r.trashDir()); err != nil {
 		return fmt.Errorf("empty trash: %w", err)
+	}
+	if err := r.finishMoves(); err != nil {
+		return err
 	}
 	ledgers, err := r.Ledgers()
 	if err != nil {
@@ -658,10 +663,33 @@ func (r *Repository) dropPageRows(ledger, page string, nc *NameChange) error {
 // RenamePage renames a page within its ledger, replacing nothing. The page's
 // id follows its name, so its db directory moves too.
 func (r *Repository) RenamePage(ledger, from, to string) error {
-	return r.renamePage(ledger, from, to, true)
+	return r.movePage(ledger, from, ledger, to, true)
 }
 
-func (r *Repository) renamePage(ledger, from, to string, rec bool) error {
+// MovePage moves a page to another ledger, which must exist, under the name
+// to, replacing nothing: its db directory moves with it, and so does every
+// commit of its history.
+func (r *Repository) MovePage(ledger, from, toLedger, to string) error {
+	return r.movePage(ledger, from, toLedger, to, true)
+}
+
+// A pageMove is the row (prefixMoving) a page's rename or move writes
+// before its db directory moves: a crash between that and the rows' move
+// leaves the directory at the new name with rows of the old, which
+// recovery mends (finishMoves) instead of dropping the page as gone.
+type pageMove struct {
+	Ledger   string      `json:"ledger"`
+	Page     string      `json:"page"`
+	ToLedger string      `json:"to_ledger"`
+	To       string      `json:"to"`
+	Change   *NameChange `json:"change,omitempty"` // to record for the remote
+}
+
+const prefixMoving = "moving/"
+
+func movingKey(ledger, page string) []byte { return []byte(prefixMoving + ledger + "/" + page) }
+
+func (r *Repository) movePage(ledger, from, toLedger, to string, rec bool) error {
 	if err := CheckName(to); err != nil {
 		return err
 	}
@@ -670,43 +698,125 @@ func (r *Repository) renamePage(ledger, from, to string, rec bool) error {
 	} else if !ok {
 		return fmt.Errorf("page %q: %w", from, ErrNotFound)
 	}
-	if ok, err := r.HasPage(ledger, to); err != nil {
+	if ok, err := r.HasLedger(toLedger); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("ledger %q: %w", toLedger, ErrNotFound)
+	}
+	if ok, err := r.HasPage(toLedger, to); err != nil {
 		return err
 	} else if ok {
 		return fmt.Errorf("page %q: %w", to, ErrExists)
 	}
-	nc, err := r.nameChange(rec, NameChange{Op: NameRenamePage, Ledger: ledger, Page: from, To: to})
+	c := NameChange{Op: NameRenamePage, Ledger: ledger, Page: from, To: to}
+	if toLedger != ledger {
+		c.ToLedger = toLedger
+	}
+	nc, err := r.nameChange(rec, c)
 	if err != nil {
 		return err
 	}
 	if err := r.evict(ledger, from); err != nil {
 		return err
 	}
-	nid := PageIDFor(to)
-	if err := os.Rename(r.pageDir(ledger, PageIDFor(from)), r.pageDir(ledger, nid)); err != nil {
-		if ev, everr := r.Evicted(ledger, from); !errors.Is(err, fs.ErrNotExist) || everr != nil || !ev {
+	m := pageMove{Ledger: ledger, Page: from, ToLedger: toLedger, To: to, Change: nc}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if err := r.db.Update(func(txn *badger.Txn) error { return txn.Set(movingKey(ledger, from), b) }); err != nil {
+		return fmt.Errorf("rename page: %w", err)
+	}
+	if err := r.moveDir(m); err != nil {
+		r.db.Update(func(txn *badger.Txn) error { return txn.Delete(movingKey(ledger, from)) })
+		return err
+	}
+	return r.moveRows(m)
+}
+
+// moveDir moves the page's db directory to its new name; an evicted page has
+// none here.
+func (r *Repository) moveDir(m pageMove) error {
+	dst := r.pageDir(m.ToLedger, PageIDFor(m.To))
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return fmt.Errorf("rename page: %w", err)
+	}
+	if err := os.Rename(r.pageDir(m.Ledger, PageIDFor(m.Page)), dst); err != nil {
+		if ev, everr := r.Evicted(m.Ledger, m.Page); !errors.Is(err, fs.ErrNotExist) || everr != nil || !ev {
 			return fmt.Errorf("rename page: %w", err)
 		}
 		// Evicted: its head row moves with the others.
 	}
+	return nil
+}
+
+// moveRows moves the page's rows to its new name and drops its move row, in
+// one transaction.
+func (r *Repository) moveRows(m pageMove) error {
+	nid := PageIDFor(m.To)
 	return r.db.Update(func(txn *badger.Txn) error {
-		if err := r.recordName(txn, nc); err != nil {
+		if err := r.recordName(txn, m.Change); err != nil {
 			return err
 		}
-		if err := txn.Delete(pageKey(ledger, from)); err != nil {
+		if err := txn.Delete(pageKey(m.Ledger, m.Page)); err != nil {
 			return err
 		}
-		if err := txn.Delete(openedKey(ledger, PageIDFor(from))); err != nil {
+		if err := txn.Delete(openedKey(m.Ledger, PageIDFor(m.Page))); err != nil {
 			return err
 		}
-		if err := movePageRows(txn, ledger, from, ledger, to); err != nil {
+		if err := movePageRows(txn, m.Ledger, m.Page, m.ToLedger, m.To); err != nil {
 			return err
 		}
-		if err := txn.Set(pageKey(ledger, to), nid[:]); err != nil {
+		if err := txn.Set(pageKey(m.ToLedger, m.To), nid[:]); err != nil {
 			return err
 		}
-		return txn.Set(openedKey(ledger, nid), EncodeUint64(uint64(nowNs())))
+		if err := txn.Set(openedKey(m.ToLedger, nid), EncodeUint64(uint64(nowNs()))); err != nil {
+			return err
+		}
+		return txn.Delete(movingKey(m.Ledger, m.Page))
 	})
+}
+
+// finishMoves completes the page moves a crash cut short: one whose db
+// directory moved has its rows moved too; one whose directory did not is
+// dropped, as if it never began.
+func (r *Repository) finishMoves() error {
+	var moves []pageMove
+	err := r.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixMoving), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var m pageMove
+			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &m) }); err != nil {
+				return fmt.Errorf("page move %q: %w", it.Item().Key(), err)
+			}
+			moves = append(moves, m)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, m := range moves {
+		_, srcErr := os.Stat(r.pageDir(m.Ledger, PageIDFor(m.Page)))
+		_, dstErr := os.Stat(r.pageDir(m.ToLedger, PageIDFor(m.To)))
+		ev, err := r.Evicted(m.Ledger, m.Page)
+		if err != nil {
+			return err
+		}
+		if srcErr == nil || !ev && dstErr != nil {
+			// The directory did not move: the page stays where it was.
+			if err := r.db.Update(func(txn *badger.Txn) error { return txn.Delete(movingKey(m.Ledger, m.Page)) }); err != nil {
+				return err
+			}
+			continue
+		}
+		slog.Info("finishing a page move a crash cut short", "from", m.Ledger+"/"+m.Page, "to", m.ToLedger+"/"+m.To)
+		if err := r.moveRows(m); err != nil {
+			return fmt.Errorf("finish the move of page %s/%s: %w", m.Ledger, m.Page, err)
+		}
+	}
+	return nil
 }
 
 // RenameLedger renames a ledger, replacing nothing.

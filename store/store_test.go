@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -566,5 +567,84 @@ func TestAdoptManyCommits(t *testing.T) {
 		if ok, err := p.HasCommit(c.ID); !ok || err != nil {
 			t.Fatalf("commit %d of %d not held after Adopt (%v)", c.Generation, n, err)
 		}
+	}
+}
+
+// A page moved to another ledger takes its db along; a crash between the
+// move of its directory and the move of its rows is finished at the next
+// open, and a crash before its directory moved leaves it where it was:
+// the page is never dropped as gone.
+func TestMovePageAndItsInterruptions(t *testing.T) {
+	dir := t.TempDir()
+	r := openRepo(t, dir, Options{})
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range []string{"l1", "l2"} {
+		must(r.CreateLedger(l))
+	}
+	data := []byte("a piece the page's db holds, longer than an inline piece's bound of bytes")
+	d := cas.ComputeDigest(cas.KindBlob, false, data)
+	for _, p := range []string{"moved", "cut", "early"} {
+		must(r.CreatePage("l1", p))
+		pg, err := r.Acquire("l1", p)
+		must(err)
+		pw := pg.NewPieceWriter()
+		must(pw.Put(d, data))
+		must(pw.Flush())
+		r.Release(pg)
+	}
+	holds := func(l, p string) {
+		t.Helper()
+		pg, err := r.Acquire(l, p)
+		must(err)
+		defer r.Release(pg)
+		if _, err := pg.Get(d, nil); err != nil {
+			t.Fatalf("%s/%s lacks the page's piece: %v", l, p, err)
+		}
+	}
+	must(r.MovePage("l1", "moved", "l2", "m"))
+	if err := r.MovePage("l1", "cut", "nosuch", "c"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a move into a missing ledger: %v, want ErrNotFound", err)
+	}
+	if err := r.MovePage("l1", "cut", "l2", "m"); !errors.Is(err, ErrExists) {
+		t.Fatalf("a move onto a page: %v, want ErrExists", err)
+	}
+	holds("l2", "m")
+
+	// "cut": its directory moved, then a crash; "early": a crash before.
+	cut := pageMove{Ledger: "l1", Page: "cut", ToLedger: "l2", To: "c"}
+	early := pageMove{Ledger: "l1", Page: "early", ToLedger: "l2", To: "e"}
+	for _, m := range []pageMove{cut, early} {
+		b, err := json.Marshal(m)
+		must(err)
+		must(r.db.Update(func(txn *badger.Txn) error { return txn.Set(movingKey(m.Ledger, m.Page), b) }))
+	}
+	must(r.evict("l1", "cut")) // as movePage does before the directory moves
+	must(r.moveDir(cut))
+	must(r.Close())
+	r = openRepo(t, dir, Options{})
+	defer r.Close()
+	want := map[string]bool{"l1/early": true, "l2/c": true, "l2/m": true}
+	for _, l := range []string{"l1", "l2"} {
+		ps, err := r.Pages(l)
+		must(err)
+		for _, p := range ps {
+			if !want[l+"/"+p] {
+				t.Errorf("after the crashes: page %s/%s", l, p)
+			}
+			delete(want, l+"/"+p)
+		}
+	}
+	if len(want) > 0 {
+		t.Fatalf("after the crashes, missing pages: %v", want)
+	}
+	holds("l2", "c")
+	holds("l1", "early")
+	if rows, err := r.list(prefixMoving); err != nil || len(rows) > 0 {
+		t.Fatalf("move rows left: %v %v", rows, err)
 	}
 }

@@ -22,7 +22,9 @@ type Names interface {
 	RenameLedger(from, to string) error
 	CreatePage(ledger, page string) error
 	DeletePage(ledger, page string) error
-	RenamePage(ledger, from, to string) error
+	// RenamePage renames page from of ledger to toLedger/to: toLedger is
+	// ledger for a rename within it.
+	RenamePage(ledger, from, toLedger, to string) error
 }
 
 // namer is what changes names here as other devices did.
@@ -101,17 +103,17 @@ func (s *Syncer) pushNames(ctx context.Context, st *Stats) error {
 }
 
 func sameChange(a, b store.NameChange) bool {
-	return a.Op == b.Op && a.Ledger == b.Ledger && a.Page == b.Page && a.To == b.To && a.Time.Equal(b.Time)
+	return a.Op == b.Op && a.Ledger == b.Ledger && a.Page == b.Page && a.To == b.To && a.ToLedger == b.ToLedger && a.Time.Equal(b.Time)
 }
 
 // resendRenamed marks the pages a rename named anew to go up whole.
 func (s *Syncer) resendRenamed(c store.NameChange) error {
 	switch c.Op {
 	case store.NameRenamePage:
-		if ok, err := s.repo.HasPage(c.Ledger, c.To); err != nil || !ok {
+		if ok, err := s.repo.HasPage(c.DestLedger(), c.To); err != nil || !ok {
 			return err
 		}
-		return s.resend(c.Ledger, c.To)
+		return s.resend(c.DestLedger(), c.To)
 	case store.NameRenameLedger:
 		pages, err := s.repo.Pages(c.To)
 		if err != nil {
@@ -173,15 +175,28 @@ func (s *Syncer) applyName(c store.NameChange, graft bool) error {
 	case store.NameDeletePage:
 		return s.letGo(c, graft)
 	case store.NameRenamePage:
+		// A page moved to another ledger is renamed into it, with its
+		// history, as within one.
+		dest := c.DestLedger()
 		if ok, err := r.HasPage(c.Ledger, c.Page); err != nil || !ok {
 			return err
 		}
-		if ok, err := r.HasPage(c.Ledger, c.To); err != nil {
+		if ok, err := r.HasPage(dest, c.To); err != nil {
 			return err
 		} else if ok {
 			return s.letGo(c, graft)
 		}
-		return n.RenamePage(c.Ledger, c.Page, c.To)
+		if err := s.ensureLedger(dest); err != nil {
+			return err
+		}
+		if err := n.RenamePage(c.Ledger, c.Page, dest, c.To); err != nil {
+			return err
+		}
+		// Commits made here that the other device never saw went with
+		// the page: a push marked for the old name would find it gone
+		// and leave them unpushed.
+		s.Changed(dest, c.To)
+		return nil
 	}
 	return fmt.Errorf("a change of names of unknown kind %q", c.Op)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/remote"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // names lists a device's ledger/page names, and its ledgers as "ledger/".
@@ -186,4 +187,90 @@ func TestThreeWayConflictKeepsEveryLoser(t *testing.T) {
 			}
 		}
 	}
+}
+
+// commits counts the commits of page l/p's history, from its head.
+func (d *device) commits(l, p string) int {
+	d.t.Helper()
+	pg := d.page(l, p)
+	defer d.repo.Release(pg)
+	head, err := pg.Head()
+	must(d.t, err)
+	seen := map[store.CommitID]bool{}
+	stack := []store.CommitID{head.ID}
+	for len(stack) > 0 {
+		id := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if seen[id] || id == store.FirstCommitID {
+			continue
+		}
+		seen[id] = true
+		c, err := pg.Commit(id)
+		must(d.t, err)
+		stack = append(stack, c.Parents...)
+	}
+	return len(seen)
+}
+
+// TestPageMovedBetweenLedgersSyncs: a page moved to another ledger keeps
+// its history, here and on the other device, and its old name goes on both.
+func TestPageMovedBetweenLedgersSyncs(t *testing.T) {
+	be, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a, b := newDevice(t, "a", be), newDevice(t, "b", be)
+	for i := range 5 {
+		a.write("l1", "p", "f", []byte(strings.Repeat("v", i+1)))
+	}
+	must(t, a.repo.CreateLedger("l2"))
+	round(a, b)
+	before := a.commits("l1", "p")
+	if before < 5 {
+		t.Fatalf("the page has %d commits, want 5 or more", before)
+	}
+	must(t, a.repo.MovePage("l1", "p", "l2", "q"))
+	if got := a.commits("l2", "q"); got != before {
+		t.Fatalf("the moved page has %d commits here, want %d", got, before)
+	}
+	a.write("l2", "q", "g", []byte("after the move"))
+	round(a, b)
+	same(t, a, b)
+	if want := []string{"l1/", "l2/", "l2/q"}; !slices.Equal(b.names(), want) {
+		t.Fatalf("b has %v after the move, want %v", b.names(), want)
+	}
+	if got := b.commits("l2", "q"); got != before+1 {
+		t.Fatalf("the moved page has %d commits on b, want %d", got, before+1)
+	}
+	if f := b.files("l2", "q"); f["f"] != "vvvvv" || f["g"] != "after the move" {
+		t.Fatalf("the moved page's entries on b: %v", f)
+	}
+}
+
+// TestRenameCarriesUnpushedChanges: commits a device made in a page while
+// another device renamed it are pushed under the new name at its next
+// round, by a syncer that pushes only the pages it was told changed (a
+// mount's): the mark of the old name must follow the rename.
+func TestRenameCarriesUnpushedChanges(t *testing.T) {
+	be, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a, c := newDevice(t, "a", be), newDevice(t, "c", be)
+	a.s.Watched, c.s.Watched = true, true
+	a.write("l", "p", "base", []byte("base"))
+	a.s.Changed("l", "p")
+	round(a, c)
+	for i := range 3 {
+		c.write("l", "p", "offline", []byte(strings.Repeat("c", i+1)))
+	}
+	c.s.Changed("l", "p") // as the mount marks a page it committed to
+	must(t, a.repo.RenamePage("l", "p", "q"))
+	a.sync()
+	c.sync() // applies the rename, then pushes
+	a.sync()
+	if want := []string{"l/", "l/q"}; !slices.Equal(c.names(), want) {
+		t.Fatalf("c has %v, want %v", c.names(), want)
+	}
+	if got := a.files("l", "q")["offline"]; got != "ccc" {
+		t.Fatalf("c's offline change on a: %q, want ccc: c's commits stayed unpushed", got)
+	}
+	c.settled("l", "q")
+	same(t, a, c)
 }
