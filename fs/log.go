@@ -151,7 +151,7 @@ var (
 
 // Getattr gives the log's size once it is written whole, else 0 (as /proc
 // files do): a stat writes none of it, and a read goes past the size (the
-// file is opened with direct I/O until whole).
+// file is opened with direct I/O).
 func (l *logNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	h, ok := f.(*logHandle)
 	var s *logSpool
@@ -182,11 +182,11 @@ func (l *logNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 	if err != nil {
 		return nil, 0, errno("log", err)
 	}
-	var fuseFlags uint32
-	if _, whole := s.whole(); !whole {
-		fuseFlags = fuse.FOPEN_DIRECT_IO
-	}
-	return &logHandle{s: s, pg: l.pg}, fuseFlags, 0
+	// Direct I/O whether whole or not: the kernel may still hold the size
+	// 0 a stat gave before the log was whole (for the attribute timeout),
+	// and reads through its page cache stop at that size: a second cat of
+	// the log printed nothing.
+	return &logHandle{s: s, pg: l.pg}, fuse.FOPEN_DIRECT_IO, 0
 }
 
 // logHandle reads the spool it was opened on.

@@ -275,3 +275,30 @@ func BenchmarkPulledVersions(b *testing.B) {
 	b.ReportMetric(float64(first.Milliseconds()), "first-ms")
 	b.ReportMetric(float64(walk.Milliseconds()), "walk-ms")
 }
+
+// Reading .ledger/log twice gives the same bytes, though the kernel still
+// holds the size a stat gave before the log was whole (0, or the last
+// head's log's): a second wc -l of the log gave 0 lines, or the lines of
+// the log before.
+func TestLogReadsAlikeTwice(t *testing.T) {
+	t.Parallel()
+	s := mount(t, t.TempDir())
+	pg := s.page("l", "p")
+	logPath := filepath.Join(pg, ".ledger", "log")
+	for i := range 6 {
+		must(t, os.WriteFile(filepath.Join(pg, "f"), []byte(fmt.Sprint(i)), 0o644))
+		syncDir(t, pg)
+		_, err := os.Stat(logPath)
+		must(t, err)
+		var counts []string
+		for range 3 {
+			counts = append(counts, strings.TrimSpace(run(t, "", "sh", "-c", "wc -l < "+logPath)))
+		}
+		want := fmt.Sprint(commitCount(t, filepath.Join(pg, ".ledger")))
+		for j, c := range counts {
+			if c != want {
+				t.Fatalf("head %d: read %d of the log: %s lines, want %s (reads: %v)", i, j+1, c, want, counts)
+			}
+		}
+	}
+}
