@@ -533,6 +533,22 @@ func (p *Page) Heads() ([]*Commit, error) {
 	return slices.Clone(heads), nil
 }
 
+// ensureHead gives a page db with no heads/ row the first commit's: Ledger's
+// storage holds a head for every page, an empty one's being the first
+// commit (a page made before this rule, and never changed, had none).
+func ensureHead(db *badger.DB) error {
+	return db.Update(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(PrefixHeads)})
+		it.Rewind()
+		found := it.Valid()
+		it.Close()
+		if found {
+			return nil
+		}
+		return txn.Set(headKey(FirstCommitID), EncodeUint64(uint64(FirstCommit().Timestamp)))
+	})
+}
+
 // setHeads records the heads the db holds: read, or left by Land.
 func (p *Page) setHeads(heads []*Commit) {
 	p.hmu.Lock()

@@ -594,7 +594,7 @@ func (r *Repository) createPage(ledger, page string, rec bool) error {
 	if err := os.MkdirAll(r.pageDir(ledger, id), 0o755); err != nil {
 		return fmt.Errorf("create page: %w", err)
 	}
-	return r.db.Update(func(txn *badger.Txn) error {
+	err = r.db.Update(func(txn *badger.Txn) error {
 		if err := r.recordName(txn, nc); err != nil {
 			return err
 		}
@@ -603,6 +603,19 @@ func (r *Repository) createPage(ledger, page string, rec bool) error {
 		}
 		return txn.Set(openedKey(ledger, id), EncodeUint64(uint64(nowNs())))
 	})
+	if err != nil {
+		return err
+	}
+	// Its db holds the first commit's head row from the start, as Ledger's
+	// storage does for every page, used or not.
+	db, err := badgerdb.Open(badgerdb.Options(r.pageDir(ledger, id), false))
+	if err != nil {
+		return fmt.Errorf("create page: %w", err)
+	}
+	if err := errors.Join(ensureHead(db), db.Close()); err != nil {
+		return fmt.Errorf("create page: %w", err)
+	}
+	return nil
 }
 
 // DeletePage deletes a page and all its history. The db directory is first
@@ -1101,6 +1114,10 @@ func (r *Repository) openPage(ledger, page string) (*Page, error) {
 	}
 	p.readOnly, p.damaged = refused, damaged
 	if !readOnly {
+		if err := ensureHead(p.db); err != nil {
+			p.db.Close()
+			return nil, fmt.Errorf("open page %s/%s: %w", ledger, page, err)
+		}
 		if err := r.db.Update(func(txn *badger.Txn) error {
 			return txn.Set(openedKey(ledger, id), EncodeUint64(0))
 		}); err != nil {

@@ -52,6 +52,11 @@ func verifyRows(db *badger.DB, decodeOp func(key string, v []byte) error) (map[s
 			}
 			counts[kind]++
 		}
+		if counts[PrefixHeads] == 0 {
+			// Ledger's storage holds a head for every page: the first
+			// commit's, until another lands.
+			return fmt.Errorf("no %s row: every page has a head", PrefixHeads)
+		}
 		return nil
 	})
 	return counts, err
