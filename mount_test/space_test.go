@@ -434,3 +434,71 @@ func TestCreatesShareCommitsOnAShortDisk(t *testing.T) {
 		t.Errorf("the disk was short, yet nothing was pruned for space:\n%s", s.log)
 	}
 }
+
+// Deleting files frees room for new ones on a full disk: on a 300 MiB
+// filesystem, 4 files of 60 MiB written and deleted, then 4 new ones
+// written, all succeed; and after a disk filled to ENOSPC with files of
+// 20 MiB, 4 of them deleted, 4 new ones of 20 MiB fit. The history that
+// held the deleted files yields, and the log says once what went.
+func TestDeletesMakeRoomOnAFullDisk(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		size int
+		fill bool
+	}{{"60 MiB files", 60 << 20, false}, {"filled to ENOSPC", 20 << 20, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			disk := smallDisk(t, 300<<20)
+			s := mountPlain(t, filepath.Join(disk, "repo"))
+			pg := s.page("l", "p")
+			free := func() uint64 {
+				var st unix.Statfs_t
+				must(t, unix.Statfs(disk, &st))
+				return st.Bavail * uint64(st.Bsize) >> 20
+			}
+			write := func(name string, seed int) error {
+				return os.WriteFile(filepath.Join(pg, name), content(seed, c.size), 0o644)
+			}
+			var written []string
+			for i := 0; ; i++ {
+				name := fmt.Sprintf("old%02d", i)
+				err := write(name, i)
+				if err != nil && c.fill && errors.Is(err, syscall.ENOSPC) && i >= 5 {
+					os.Remove(filepath.Join(pg, name))
+					break
+				}
+				if err != nil {
+					t.Fatalf("write %s: %v (%d MiB free)\n%s", name, err, free(), s.log)
+				}
+				written = append(written, name)
+				if !c.fill && i == 3 {
+					break
+				}
+			}
+			syncDir(t, pg)
+			t.Logf("%d files written, %d MiB free", len(written), free())
+			for _, name := range written[:4] {
+				must(t, os.Remove(filepath.Join(pg, name)))
+			}
+			syncDir(t, pg)
+			t.Logf("4 deleted, %d MiB free", free())
+			for i := range 4 {
+				name := fmt.Sprintf("new%02d", i)
+				if err := write(name, 100+i); err != nil {
+					t.Fatalf("write %s after the deletes: %v (%d MiB free)\n%s", name, err, free(), s.log)
+				}
+			}
+			syncDir(t, pg)
+			for i := range 4 {
+				name := fmt.Sprintf("new%02d", i)
+				if got, want := sha(t, filepath.Join(pg, name)), fmt.Sprintf("%x", sha256.Sum256(content(100+i, c.size))); got != want {
+					t.Fatalf("%s reads back wrong", name)
+				}
+			}
+			if n := strings.Count(s.log.String(), "pruned history beyond the newest commits"); n != 1 {
+				t.Errorf("the log says %d times that history was pruned for space, want once:\n%s", n, s.log)
+			}
+		})
+	}
+}

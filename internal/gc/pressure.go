@@ -16,7 +16,9 @@ import (
 // PressureKeep is how many of a page's newest commits a collection for
 // space keeps, whatever the retention policy says: a write that fits on
 // the filesystem must not fail for history, and the newest versions stay
-// browsable.
+// browsable. When that leaves the filesystem short still, it keeps the
+// head alone: the commit before a delete holds every file it deleted, and
+// deleting files must make room for new ones.
 const PressureKeep = 2
 
 // Pressure prunes history when the repository's filesystem runs short, as
@@ -95,15 +97,32 @@ func (s *Pressure) Yield(ledger, page string, need uint64) {
 	s.mu.Lock()
 	done := s.done[k]
 	s.mu.Unlock()
-	keep := retention.Policy{Last: PressureKeep}
 	var pinned func() []cas.ObjectIdentifier
 	if s.Pinned != nil {
 		pinned = func() []cas.ObjectIdentifier { return s.Pinned(ledger, page) }
 	}
 	var r Result
 	var err error
+	kept := PressureKeep
 	collect := func() {
+		keep := retention.Policy{Last: PressureKeep}
 		r, err = CollectPage(s.Repo, ledger, page, PageOptions{Policy: &keep, KeepUnsynced: s.KeepUnsynced, Wait: true, Reclaim: true, Pinned: pinned, Done: done})
+		if err != nil || s.free() >= s.Below+need {
+			return
+		}
+		// Short still: what the newest commits but the head hold (the
+		// files a delete dropped, the version a rewrite replaced) goes.
+		keep = retention.Policy{Last: 1}
+		more, moreErr := CollectPage(s.Repo, ledger, page, PageOptions{Policy: &keep, KeepUnsynced: s.KeepUnsynced, Wait: true, Reclaim: true, Pinned: pinned})
+		if moreErr != nil {
+			err = moreErr
+			return
+		}
+		kept = 1
+		r.Pruned += more.Pruned
+		r.Deleted += more.Deleted
+		r.Freed += more.Freed
+		r.Done = more.Done
 	}
 	if s.Collector != nil {
 		s.Collector.exclusively(collect)
@@ -136,7 +155,7 @@ func (s *Pressure) Yield(ledger, page string, need uint64) {
 		level = slog.LevelWarn // once per page: the log says what went and why
 	}
 	slog.Log(context.Background(), level, "filesystem nearly full: pruned history beyond the newest commits",
-		"page", ledger+"/"+page, "kept", PressureKeep, "pruned", r.Pruned, "of", r.Commits,
+		"page", ledger+"/"+page, "kept", kept, "pruned", r.Pruned, "of", r.Commits,
 		"freed", humanize.IBytes(uint64(r.Freed)), "free before", humanize.IBytes(free),
 		"free after", humanize.IBytes(s.free()), "below", humanize.IBytes(s.Below))
 }
