@@ -215,13 +215,13 @@ func (p *Page) headsReplaced(head *Commit) ([]*Commit, error) {
 }
 
 // replaceHeads makes head the only head instead of old (the first commit's
-// head row is implicit); nil changes nothing.
+// among them: an empty page holds its row); nil changes nothing.
 func replaceHeads(txn *badger.Txn, old []*Commit, head *Commit) error {
 	if head == nil {
 		return nil
 	}
 	for _, h := range old {
-		if h.ID != FirstCommitID && h.ID != head.ID {
+		if h.ID != head.ID {
 			if err := txn.Delete(headKey(h.ID)); err != nil {
 				return err
 			}
