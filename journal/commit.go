@@ -113,7 +113,11 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 	var commits []*store.Commit
 	final := head
 	if root != base.Root {
-		c, err := store.NewCommit(timestamp(base, j.at), root, base)
+		at := j.at
+		if at == 0 && j.e != nil && j.e.stamp != nil {
+			at = j.e.stamp().UnixNano()
+		}
+		c, err := store.NewCommit(timestamp(base, at), root, base)
 		if err != nil {
 			return nil, err
 		}

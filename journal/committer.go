@@ -33,6 +33,7 @@ type Committer struct {
 	ops     int           // changes in cur
 	since   time.Time     // when cur got its first change
 	last    time.Time     // when cur got its latest change
+	stamp   int64         // the time (Unix ns) that change gives the commit (Engine.stampAt)
 	waiters []chan error  // wait for cur's commit
 	done    []func(error) // called after cur's commit
 	idle    []chan error  // wait until nothing is queued
@@ -243,7 +244,7 @@ func (c *Committer) record(ops []Op, commit CommitFunc, wait chan error, done fu
 	if err := c.cur.ApplyWith(commit, ops...); err != nil {
 		return err
 	}
-	c.last = now
+	c.last, c.stamp = now, c.e.stampAt(now)
 	c.ops += len(ops)
 	if wait != nil {
 		c.waiters = append(c.waiters, wait)
@@ -274,7 +275,7 @@ func (c *Committer) Latest() int64 {
 	if c.last.IsZero() {
 		return 0
 	}
-	return c.last.UnixNano()
+	return c.stamp
 }
 
 // hurry makes the committer commit the current journal without delay.
@@ -326,7 +327,7 @@ func (c *Committer) run() {
 		}
 		j, ws, done, sync := c.cur, c.waiters, c.done, c.synced
 		if j != nil {
-			j.at = c.last.UnixNano()
+			j.at = c.stamp
 		}
 		c.cur, c.waiters, c.done, c.synced, c.urgent = nil, nil, nil, false, false
 		if j == nil {

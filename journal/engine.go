@@ -21,6 +21,9 @@ type Engine struct {
 	// pace; a test moves it on to make a commit look slow, or changes
 	// distinct in time.
 	clock func() time.Time
+	// stamp, if set (StampWith), gives commits their times instead of the
+	// wall clock.
+	stamp func() time.Time
 	// crashAt, when set by a test, is called at each step of a commit; an
 	// error stops the commit there, as a crash would.
 	crashAt func(step string) error
@@ -47,6 +50,20 @@ type Observers struct {
 
 // NewEngine returns an engine with no observers.
 func NewEngine() *Engine { return &Engine{clock: time.Now} }
+
+// StampWith makes commits take their times from clock, not the wall clock:
+// the sync simulation runs its devices on one simulated clock, so that a
+// run follows from its seed (merges order versions by time). Batching
+// still paces by the wall clock. Call it before the first commit.
+func (e *Engine) StampWith(clock func() time.Time) { e.stamp = clock }
+
+// stampAt is the time a change recorded at now gives its commit.
+func (e *Engine) stampAt(now time.Time) int64 {
+	if e.stamp != nil {
+		return e.stamp().UnixNano()
+	}
+	return now.UnixNano()
+}
 
 // Observe sets who is told of commits from now on.
 func (e *Engine) Observe(o Observers) { e.observers.Store(&o) }

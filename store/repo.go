@@ -105,6 +105,11 @@ type Options struct {
 	// Badger's own writes (see space); 0 means 5 % of the filesystem,
 	// between MinReserve and MaxDefaultReserve.
 	Reserve uint64
+	// NoTrim turns off dropping the pages of the dbs' mapped files from
+	// memory (badgerdb.Trimmer), which reads the process's mappings: a
+	// process holding many repositories at once (the sync simulation)
+	// would read them once per repository.
+	NoTrim bool
 	// CloseTimeout bounds the wait for one db to close; 0 means 30 s.
 	// Badger retries a memtable flush that fails (its directory deleted,
 	// the disk full) for ever, inside Close.
@@ -244,7 +249,11 @@ func Open(dir string, opts Options) (*Repository, error) {
 	r.cutters = cas.NewCutters()
 	r.stopTrim = make(chan struct{})
 	r.ra = badgerdb.NewReadAheads()
-	r.loops.Go(func() { r.trim.Run(r.stopTrim) })
+	if opts.NoTrim {
+		r.trim.Disable()
+	} else {
+		r.loops.Go(func() { r.trim.Run(r.stopTrim) })
+	}
 	r.loops.Go(r.ra.Run)
 	if !opts.ReadOnly {
 		if err := r.recover(); err != nil {
@@ -607,8 +616,10 @@ func (r *Repository) createPage(ledger, page string, rec bool) error {
 		return err
 	}
 	// Its db holds the first commit's head row from the start, as Ledger's
-	// storage does for every page, used or not.
-	db, err := badgerdb.Open(badgerdb.Options(r.pageDir(ledger, id), false))
+	// storage does for every page, used or not. A value log of the least
+	// size for it: made at its full size, it was most of a page's
+	// creation (Badger writes on in the last log when the page opens).
+	db, err := badgerdb.Open(badgerdb.Options(r.pageDir(ledger, id), false).WithValueLogFileSize(1 << 20))
 	if err != nil {
 		return fmt.Errorf("create page: %w", err)
 	}

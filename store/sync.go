@@ -47,6 +47,31 @@ func (r *Repository) DeviceID() (string, error) {
 	return id, nil
 }
 
+// SetDeviceID gives a repository that has no device id yet the id given
+// (32 hex digits) instead of a random one: the sync simulation names its
+// devices from its seed, as every object a device writes is named after
+// it. An id set already is kept, and a different one is an error.
+func (r *Repository) SetDeviceID(id string) error {
+	if b, err := hex.DecodeString(id); err != nil || len(b) != 16 {
+		return fmt.Errorf("store: device id %q: not 32 hex digits", id)
+	}
+	return r.db.Update(func(txn *badger.Txn) error {
+		it, err := txn.Get([]byte(keyDevice))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return txn.Set([]byte(keyDevice), []byte(id))
+		}
+		if err != nil {
+			return err
+		}
+		return it.Value(func(v []byte) error {
+			if string(v) != id {
+				return fmt.Errorf("store: the repository's device id is %s already", v)
+			}
+			return nil
+		})
+	})
+}
+
 // SyncState returns the value the sync machinery kept at key.
 func (r *Repository) SyncState(key string) ([]byte, bool, error) {
 	return getRow(r.db.View, []byte(prefixSync+key))

@@ -49,6 +49,11 @@ type Syncer struct {
 	cache    *piececache.Cache // Options.Cache
 	fetched  atomic.Int64      // bytes Fetch read from the remote
 	packSize int
+	// inFlight bounds the packs uploading at once; 0 means packsInFlight.
+	// The simulation uploads one at a time: which of several requests
+	// run before a failed one cancels the rest is up to the scheduler,
+	// and a run must follow from its seed.
+	inFlight int
 	// Progress, if set, is told of each phase's progress: "push LEDGER/PAGE"
 	// with the pieces packed of those to go up, "pull LEDGER/PAGE" with the
 	// pieces fetched (total 0: not known ahead).

@@ -42,12 +42,13 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 	if err != nil {
 		return err
 	}
-	var devices []string
+	// In the devices' order: a read that fails ends the pull, and which
+	// batches were read before it must not be up to a map's order.
+	devices := slices.Sorted(maps.Keys(names))
 	queues := map[string][]*batch{}
 	index := map[cas.Digest]pieceRef{}
-	for dev, ns := range names {
-		devices = append(devices, dev)
-		for _, name := range ns {
+	for _, dev := range devices {
+		for _, name := range names[dev] {
 			b, err := s.readBatch(ctx, name)
 			if errors.Is(err, remote.ErrNotFound) {
 				break // announced, not listable yet: the next pull reads it
@@ -63,7 +64,6 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 			}
 		}
 	}
-	slices.Sort(devices)
 	if err := s.keepIndex(slices.Collect(maps.Values(index))); err != nil {
 		return err
 	}

@@ -19,3 +19,7 @@ func FewerCasesUnderRace(n int) {
 		flag.Set("rapid.checks", strconv.Itoa(n))
 	}
 }
+
+// Race reports whether the tests run under the race detector, for tests
+// that size their work by it.
+func Race() bool { return raceEnabled }
