@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -62,12 +63,19 @@ func later(ea *btree.Entry, a side, eb *btree.Entry, b side) bool {
 // returns the commit, the pieces it wrote (transient) and the number of
 // conflict files.
 func merge(p *store.Page, g *graph, base *store.Commit, a, b side, madeBy func(*store.Commit) (string, error)) (*store.Commit, []cas.Digest, int, error) {
+	// replaced holds, per side, the base's versions of the files the side
+	// changed or deleted: versions its writer saw.
+	replaced := map[*store.Commit]map[string]*btree.Entry{}
 	changesOf := func(s side) (map[string]*btree.Entry, error) {
-		out := map[string]*btree.Entry{}
+		out, was := map[string]*btree.Entry{}, map[string]*btree.Entry{}
 		err := p.Nodes().Diff(base.Root, s.c.Root, func(ch btree.Change) error {
 			out[ch.Key] = ch.After
+			if ch.Before != nil {
+				was[ch.Key] = ch.Before
+			}
 			return nil
 		})
+		replaced[s.c] = was
 		return out, err
 	}
 	ca, err := changesOf(a)
@@ -116,12 +124,83 @@ func merge(p *store.Page, g *graph, base *store.Commit, a, b side, madeBy func(*
 			return nil, nil, 0, fmt.Errorf("cloudsync: merge %q: %w", key, err)
 		}
 	}
+	// Conflict files kept since the base. A version one side replaced or
+	// deleted at its file, by a write whose writer saw it (the side kept
+	// no conflict file of it), has lost to a later write of its own: the
+	// other side's conflict file of it goes (a file edited on one device
+	// while another edited it five times made five conflict files). And
+	// one version kept as a conflict file by both sides, under two names,
+	// is kept once, under the first name.
+	type copyOf struct {
+		file string
+		v    cas.ObjectIdentifier
+	}
+	kept := map[copyOf][]string{}
+	keptBy := [2]map[copyOf]bool{{}, {}}
+	sides := [2]map[string]*btree.Entry{ca, cb}
+	for i, ch := range sides {
+		for key, e := range ch {
+			if file, ok := conflictOf(key); ok && e != nil {
+				c := copyOf{file, e.Value}
+				keptBy[i][c] = true
+				kept[c] = append(kept[c], key)
+			}
+		}
+	}
+	drop := func(key string) error {
+		if _, err := tree.Delete(key); err != nil {
+			return fmt.Errorf("cloudsync: merge %q: %w", key, err)
+		}
+		return nil
+	}
+	saw := [2]map[string]*btree.Entry{replaced[a.c], replaced[b.c]}
+	for c, keys := range kept {
+		superseded := false
+		for i := range 2 {
+			if was := saw[i][c.file]; keptBy[1-i][c] && !keptBy[i][c] && was != nil && was.Value == c.v {
+				superseded = true
+			}
+		}
+		slices.Sort(keys)
+		keys = slices.Compact(keys)
+		if !superseded {
+			keys = keys[1:]
+		}
+		for _, k := range keys {
+			if err := drop(k); err != nil {
+				return nil, nil, 0, err
+			}
+			conflicts--
+		}
+	}
 	root, pw, err := p.WriteTree(tree)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("cloudsync: merge: %w", err)
 	}
 	m, err := store.NewCommit(0, root, a.c, b.c)
-	return m, pw.New, conflicts, err
+	return m, pw.New, max(conflicts, 0), err
+}
+
+// conflictOf returns the key of the file whose conflict file is at key
+// (NAME.sync-conflict-YYYYMMDD-HHMMSS-DEVICE.EXT: NAME.EXT), if it is one.
+func conflictOf(key string) (string, bool) {
+	file, _, ok := splitConflict(key)
+	return file, ok
+}
+
+// splitConflict splits a conflict file's key into its file's key and the
+// DEVICE its name holds.
+func splitConflict(key string) (file, dev string, ok bool) {
+	dir, name := path.Split(key)
+	i := strings.Index(name, conflictMark)
+	if i < 0 {
+		return "", "", false
+	}
+	rest, ext := name[i+len(conflictMark):], ""
+	if j := strings.IndexByte(rest, '.'); j >= 0 {
+		rest, ext = rest[:j], rest[j:]
+	}
+	return dir + name[:i] + ext, rest[strings.LastIndexByte(rest, '-')+1:], true
 }
 
 // sameEntry compares two sides' results, the access time aside (a read

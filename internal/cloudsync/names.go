@@ -69,37 +69,38 @@ func (s *Syncer) pushNames(ctx context.Context, st *Stats) error {
 		}
 		name, err := s.writeBatch(ctx, &batch{Device: s.device, Seq: seq, Names: changes})
 		if errors.Is(err, remote.ErrExists) {
-			// A push cut short after its batch went up: the batch holds
-			// the oldest changes, if it is this device's.
-			b, err := s.readBatch(ctx, name)
-			if err != nil {
+			// A push whose response was lost (names, or a page's)
+			// wrote this device's next batch: take it as done.
+			if err := s.adoptBatch(ctx, name); err != nil {
+				return fmt.Errorf("cloudsync: push names: %w", err)
+			}
+			if err := s.repo.SetSyncState(map[string][]byte{stateNextSeq: []byte(strconv.FormatUint(seq+1, 10))}); err != nil {
 				return err
 			}
-			n := 0
-			for n < len(b.Names) && n < len(changes) && sameChange(b.Names[n], changes[n]) {
-				n++
-			}
-			if n == 0 {
-				return fmt.Errorf("cloudsync: push names: %s", errCopied(name))
-			}
-			keys, changes = keys[:n], changes[:n]
-		} else if err != nil {
-			return fmt.Errorf("cloudsync: push names: %w", err)
-		} else {
-			st.BatchesUp++
+			continue
 		}
+		if err != nil {
+			return fmt.Errorf("cloudsync: push names: %w", err)
+		}
+		st.BatchesUp++
 		if err := s.repo.SetSyncState(map[string][]byte{stateNextSeq: []byte(strconv.FormatUint(seq+1, 10))}); err != nil {
 			return err
 		}
-		for _, c := range changes {
-			if err := s.resendRenamed(c); err != nil {
-				return err
-			}
-		}
-		if err := s.repo.DropNameChanges(keys); err != nil {
+		if err := s.namesPushed(keys, changes); err != nil {
 			return err
 		}
 	}
+}
+
+// namesPushed drops the name changes of keys, in the store now, from those
+// to push, and marks the pages they named anew to go up whole.
+func (s *Syncer) namesPushed(keys [][]byte, changes []store.NameChange) error {
+	for _, c := range changes {
+		if err := s.resendRenamed(c); err != nil {
+			return err
+		}
+	}
+	return s.repo.DropNameChanges(keys)
 }
 
 func sameChange(a, b store.NameChange) bool {

@@ -2,6 +2,7 @@ package cloudsync
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -169,9 +170,10 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 		}
 		name, err := s.writeBatch(ctx, &batch{Device: s.device, Seq: seq, Pages: []pageBatch{pb}})
 		if errors.Is(err, remote.ErrExists) {
-			// Written by a push cut short before it recorded it, or by
-			// another copy of this repository.
-			if err := s.takeOwnBatch(ctx, p, name, ledger, page); err != nil {
+			// Written by a push cut short before it recorded it (this
+			// page's, another's, or names), or by another copy of this
+			// repository.
+			if err := s.adoptBatch(ctx, name); err != nil {
 				return err
 			}
 			if err := s.repo.SetSyncState(map[string][]byte{stateNextSeq: []byte(strconv.FormatUint(seq+1, 10))}); err != nil {
@@ -238,36 +240,69 @@ func unsynced(p *store.Page) (ids []store.CommitID, pieces []cas.Digest, err err
 	return ids, pieces, err
 }
 
-// takeOwnBatch marks synced what the batch at name, found written when this
-// device went to write it, holds of the page, if it is this device's own:
-// its commits are commits of the page. A batch of commits the page does
-// not have was written by another copy of the repository.
-func (s *Syncer) takeOwnBatch(ctx context.Context, p *store.Page, name, ledger, page string) error {
+// adoptBatch takes the batch at name, found written when this device went
+// to write its next batch there, as this device's own: a push whose
+// response was lost, or that was cut short before it recorded it, wrote
+// it, and the push that finds it may be of another kind (names, another
+// page). Its name changes leave those to push; its pages' commits and
+// pieces are marked synced. A batch holding what this repository never
+// made was written by another copy of the repository: an error.
+func (s *Syncer) adoptBatch(ctx context.Context, name string) error {
 	b, err := s.readBatch(ctx, name)
 	if err != nil {
 		return err
 	}
-	var ids []store.CommitID
-	var pieces []cas.Digest
-	for _, pb := range b.Pages {
-		if pb.Ledger != ledger || pb.Page != page {
-			continue
+	if len(b.Names) > 0 {
+		keys, changes, err := s.repo.NameChanges()
+		if err != nil {
+			return err
 		}
-		for _, cb := range pb.Commits {
-			id := store.CommitID(cas.Hash(cb))
-			if ok, err := p.HasCommit(id); err != nil {
-				return err
-			} else if !ok {
-				return errCopied(name)
-			}
-			ids = append(ids, id)
+		n := 0
+		for n < len(b.Names) && n < len(changes) && sameChange(b.Names[n], changes[n]) {
+			n++
 		}
-		for _, r := range pb.Pieces {
-			pieces = append(pieces, cas.Digest(r.Digest))
+		if n < len(b.Names) {
+			return errCopied(name)
+		}
+		if err := s.namesPushed(keys[:n], changes[:n]); err != nil {
+			return err
 		}
 	}
-	if len(ids) == 0 && len(pieces) == 0 {
-		return errCopied(name)
+	for _, pb := range b.Pages {
+		if ok, err := s.repo.HasPage(pb.Ledger, pb.Page); err != nil {
+			return err
+		} else if !ok {
+			continue // renamed or deleted here since: nothing to mark
+		}
+		p, err := s.repo.Acquire(pb.Ledger, pb.Page)
+		if err != nil {
+			return err
+		}
+		err = takeOwnPage(p, pb, name)
+		s.repo.Release(p)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// takeOwnPage marks synced what pb, a page's part of this device's batch at
+// name, holds: its commits must be commits of the page.
+func takeOwnPage(p *store.Page, pb pageBatch, name string) error {
+	var ids []store.CommitID
+	var pieces []cas.Digest
+	for _, cb := range pb.Commits {
+		id := store.CommitID(cas.Hash(cb))
+		if ok, err := p.HasCommit(id); err != nil {
+			return err
+		} else if !ok {
+			return errCopied(name)
+		}
+		ids = append(ids, id)
+	}
+	for _, r := range pb.Pieces {
+		pieces = append(pieces, cas.Digest(r.Digest))
 	}
 	return p.MarkSynced(pieces, ids, nil)
 }
@@ -284,7 +319,7 @@ func (s *Syncer) uploadPieces(ctx context.Context, p *store.Page, pieces []cas.D
 	var buf []byte
 	start := 0 // refs[start:] are in buf
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(packsInFlight)
+	g.SetLimit(cmp.Or(s.inFlight, packsInFlight))
 	var mu sync.Mutex // guards st
 	flush := func() {
 		if len(buf) == 0 {
