@@ -107,6 +107,16 @@ func merge(p *store.Page, g *graph, base *store.Commit, a, b side, madeBy func(*
 			err = put(key, bAfter) // b changed what a deleted
 		case bAfter == nil:
 			// a changed what b deleted: a's stays
+		case sameContent(aAfter, bAfter):
+			// The same content written on both sides is no conflict:
+			// the later side's metadata goes with it.
+			if !later(aAfter, a, bAfter, b) {
+				err = put(key, bAfter)
+			}
+		case apart(replaced[a.c][key], aAfter, bAfter) != nil:
+			// One side changed the content, the other only the
+			// metadata (a chmod): both changes stand.
+			err = put(key, apart(replaced[a.c][key], aAfter, bAfter))
 		default:
 			win, lose, loser := aAfter, bAfter, b
 			if !later(aAfter, a, bAfter, b) {
@@ -201,6 +211,44 @@ func splitConflict(key string) (file, dev string, ok bool) {
 		rest, ext = rest[:j], rest[j:]
 	}
 	return dir + name[:i] + ext, rest[strings.LastIndexByte(rest, '-')+1:], true
+}
+
+// sameContent reports whether two sides' entries hold the same content as
+// the same kind of file.
+func sameContent(a, b *btree.Entry) bool {
+	return a.Value == b.Value && a.Meta.Size == b.Meta.Size && a.Meta.FileMode()&syscall.S_IFMT == b.Meta.FileMode()&syscall.S_IFMT &&
+		a.Meta.Symlink == b.Meta.Symlink && a.Meta.Link == b.Meta.Link
+}
+
+// apart merges two sides' changes of an entry when one changed its content
+// and the other its metadata alone (mode, owner, extended attributes),
+// field by field from base; nil when they do not fall apart so.
+func apart(base, a, b *btree.Entry) *btree.Entry {
+	if base == nil {
+		return nil
+	}
+	content, meta := a, b
+	switch {
+	case sameContent(base, b) && !sameContent(base, a):
+	case sameContent(base, a) && !sameContent(base, b):
+		content, meta = b, a
+	default:
+		return nil
+	}
+	out := *content
+	if meta.Meta.Mode != base.Meta.Mode && meta.Meta.FileMode()&syscall.S_IFMT == content.Meta.FileMode()&syscall.S_IFMT {
+		out.Meta.Mode = meta.Meta.Mode
+	}
+	if meta.Meta.HasOwner != base.Meta.HasOwner || meta.Meta.Uid != base.Meta.Uid || meta.Meta.Gid != base.Meta.Gid {
+		out.Meta.Uid, out.Meta.Gid, out.Meta.HasOwner = meta.Meta.Uid, meta.Meta.Gid, meta.Meta.HasOwner
+	}
+	if meta.Meta.Xattrs != base.Meta.Xattrs {
+		out.Meta.Xattrs = meta.Meta.Xattrs
+	}
+	if meta.Meta.HasCtime && (!out.Meta.HasCtime || meta.Meta.CtimeNs > out.Meta.CtimeNs) {
+		out.Meta.CtimeNs, out.Meta.HasCtime = meta.Meta.CtimeNs, true
+	}
+	return &out
 }
 
 // sameEntry compares two sides' results, the access time aside (a read

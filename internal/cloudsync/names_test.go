@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/remote"
+	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
@@ -273,4 +274,63 @@ func TestRenameCarriesUnpushedChanges(t *testing.T) {
 	}
 	c.settled("l", "q")
 	same(t, a, c)
+}
+
+// chmod changes key's mode in page l/p, as a chmod through a mount does.
+func (d *device) chmod(l, p, key string, mode uint32, at time.Time) {
+	d.t.Helper()
+	pg := d.page(l, p)
+	defer d.repo.Release(pg)
+	head, err := pg.Head()
+	must(d.t, err)
+	e, ok, err := pg.Tree(head).Get(key)
+	if err != nil || !ok {
+		d.t.Fatalf("%s: chmod %s: %v", d.name, key, err)
+	}
+	e.Meta.Mode = mode
+	e.Meta.CtimeNs, e.Meta.HasCtime = at.UnixNano(), true
+	must(d.t, d.eng.CommitterFor(pg).Apply(false, journal.Op{Key: key, Entry: e}))
+}
+
+// mode is key's mode in page l/p's head.
+func (d *device) mode(l, p, key string) uint32 {
+	d.t.Helper()
+	pg := d.page(l, p)
+	defer d.repo.Release(pg)
+	head, err := pg.Head()
+	must(d.t, err)
+	e, _, err := pg.Tree(head).Get(key)
+	must(d.t, err)
+	return e.Meta.Mode
+}
+
+// The same content written on two devices while apart is no conflict; a
+// chmod on one device and an edit on the other both stand, in the file
+// itself, with no conflict file.
+func TestMergeKeepsWhatDoesNotConflict(t *testing.T) {
+	be, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a, b := newDevice(t, "a", be), newDevice(t, "b", be)
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a.writeAt("l", "p", "same.txt", []byte("base"), at)
+	a.writeAt("l", "p", "f.sh", []byte("echo one"), at)
+	round(a, b)
+	a.writeAt("l", "p", "same.txt", []byte("both wrote this"), at.Add(time.Minute))
+	b.writeAt("l", "p", "same.txt", []byte("both wrote this"), at.Add(2*time.Minute))
+	a.chmod("l", "p", "f.sh", 0o100755, at.Add(3*time.Minute))
+	b.writeAt("l", "p", "f.sh", []byte("echo two"), at.Add(time.Minute))
+	round(a, b)
+	same(t, a, b)
+	fs := a.files("l", "p")
+	for k := range fs {
+		if strings.Contains(k, conflictMark) {
+			t.Errorf("conflict file %s (files %v)", k, fs)
+		}
+	}
+	if fs["same.txt"] != "both wrote this" || fs["f.sh"] != "echo two" {
+		t.Errorf("files %v, want both sides' content", fs)
+	}
+	if m := a.mode("l", "p", "f.sh"); m != 0o100755 {
+		t.Errorf("f.sh's mode %o, want a's chmod 100755 with b's content", m)
+	}
 }

@@ -288,12 +288,14 @@ type sim struct {
 	log     []string
 	clock   int64 // ns since 1970 (see now)
 	loose   bool  // imprecise conflict files seen (see -sim.strict)
+	// common are contents several devices may write (not in versions).
+	common map[string]bool
 }
 
 // runSim runs one seed, and reports whether it saw imprecise conflict
 // files.
 func runSim(t *testing.T, seed uint64, steps int) bool {
-	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), versions: map[string]*simVersion{},
+	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), versions: map[string]*simVersion{}, common: map[string]bool{},
 		clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()}
 	s.st = newSimStore(seed)
 	ndev := 2 + s.rng.IntN(4)
@@ -474,6 +476,22 @@ func (s *sim) step() {
 		c := s.content(d)
 		s.apply(d, l, p, []journal.Op{s.put(d, l, p, key, c)})
 		s.logf("%s: write %s/%s/%s = %s", d.name, l, p, key, c)
+	case r < 33: // write content another device may write too
+		l, p := s.pick(d)
+		es := s.entries(d, l, p)
+		key := fmt.Sprint("f", s.rng.IntN(4))
+		c := fmt.Sprintf("common %s/%s/%s", l, p, key)
+		if es[key] == c {
+			return
+		}
+		s.supersede(es, key, false)
+		op := s.put(d, l, p, key, c)
+		// Not unique: held to no rule but that it makes no conflict
+		// file of itself.
+		delete(s.versions, c)
+		s.common[c] = true
+		s.apply(d, l, p, []journal.Op{op})
+		s.logf("%s: write %s/%s/%s = %s", d.name, l, p, key, c)
 	case r < 38: // delete a file, or a conflict file (a user resolving it)
 		l, p := s.pick(d)
 		es := s.entries(d, l, p)
@@ -642,6 +660,12 @@ func (s *sim) check() {
 		for key, c := range es {
 			at := lp[0] + "/" + lp[1] + "/" + key
 			where[c] = append(where[c], at)
+			if s.common[c] {
+				if base, _, ok := splitConflict(key); ok && es[base] == c {
+					t.Errorf("seed %d: conflict file %s holds its file's own content", s.seed, at)
+				}
+				continue
+			}
 			v := s.versions[c]
 			if v == nil {
 				t.Errorf("seed %d: %s holds %q, which no device wrote", s.seed, at, c)
@@ -674,6 +698,9 @@ func (s *sim) check() {
 		}
 	}
 	for _, dk := range s.deleted {
+		if s.common[dk[0]] {
+			continue
+		}
 		for _, at := range where[dk[0]] {
 			if path.Base(at) == dk[1] && !s.versions[dk[0]].gone {
 				t.Errorf("seed %d: %s, deleted where it showed, came back at %s", s.seed, dk[0], at)
