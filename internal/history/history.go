@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -247,13 +248,29 @@ var errFarBack = errors.New("history: far back")
 // or as Unix seconds.
 func ParseTime(s string) (time.Time, error) {
 	if secs, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return time.Unix(secs, 0), nil
+		return clampTime(time.Unix(secs, 0)), nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("history: %q is neither RFC 3339 nor Unix seconds", s)
 	}
-	return t, nil
+	return clampTime(t), nil
+}
+
+// Commit times are Unix nanoseconds in an int64: from 1677 to 2262.
+var lastTime, firstTime = time.Unix(0, math.MaxInt64), time.Unix(0, math.MinInt64)
+
+// clampTime brings a time past what commit times can hold to the last (or
+// first) they can: .ledger/at/9223372037, past 2262, is the head, not a
+// time whose nanoseconds wrapped around to before the first commit.
+func clampTime(t time.Time) time.Time {
+	switch {
+	case t.After(lastTime):
+		return lastTime
+	case t.Before(firstTime):
+		return firstTime
+	}
+	return t
 }
 
 // ParseID reads a full commit id: 64 hex digits.

@@ -353,6 +353,11 @@ func TestParseTime(t *testing.T) {
 		"2023-11-14T22:13:20Z":           1700000000e9,
 		"2023-11-14T23:13:20+01:00":      1700000000e9,
 		"2023-11-14T22:13:20.000000005Z": 1700000000e9 + 5,
+		// Past what commit times hold (2262): the last time, not one
+		// wrapped around to before 1970.
+		"9223372037":           math.MaxInt64,
+		"9999-01-01T00:00:00Z": math.MaxInt64,
+		"-9223372037":          math.MinInt64,
 	} {
 		got, err := ParseTime(s)
 		if err != nil || got.UnixNano() != want {
