@@ -122,3 +122,35 @@ func TestMountPointAndLogOfEachMount(t *testing.T) {
 		}
 	}
 }
+
+// ledgerfs retention of a ledger or page that does not exist is an error,
+// not the repository's policy shown as if it were theirs.
+func TestRetentionOfAMissingScope(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo)
+	s.page("l", "p")
+	s.stop()
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"l", "p"}, 0, "(the default)"},
+		{[]string{"l", "nosuch"}, 1, `no page "nosuch"`},
+		{[]string{"nosuch"}, 1, `no ledger "nosuch"`},
+		{[]string{"l", "nosuch", "--keep-last", "3"}, 1, `no page "nosuch"`},
+	} {
+		out, err := exec.Command(binary, append([]string{"retention", repo}, c.args...)...).CombinedOutput()
+		code := 0
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			code = exit.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != c.code || !strings.Contains(string(out), c.want) {
+			t.Errorf("ledgerfs retention %v: exit %d, %q; want exit %d and %q", c.args, code, out, c.code, c.want)
+		}
+	}
+}
