@@ -603,7 +603,12 @@ func (r *Repository) createPage(ledger, page string, rec bool) error {
 	if err := os.MkdirAll(r.pageDir(ledger, id), 0o755); err != nil {
 		return fmt.Errorf("create page: %w", err)
 	}
-	err = r.db.Update(func(txn *badger.Txn) error {
+	// Its db gets the first commit's head row, which Ledger's storage
+	// holds for every page, at its first open for changes (ensureHead):
+	// made here, outside the open pages' registry, the db raced an open
+	// of the page just named, and a kill while it closed left its first
+	// table unlisted, which the next open takes for damage.
+	return r.db.Update(func(txn *badger.Txn) error {
 		if err := r.recordName(txn, nc); err != nil {
 			return err
 		}
@@ -612,21 +617,6 @@ func (r *Repository) createPage(ledger, page string, rec bool) error {
 		}
 		return txn.Set(openedKey(ledger, id), EncodeUint64(uint64(nowNs())))
 	})
-	if err != nil {
-		return err
-	}
-	// Its db holds the first commit's head row from the start, as Ledger's
-	// storage does for every page, used or not. A value log of the least
-	// size for it: made at its full size, it was most of a page's
-	// creation (Badger writes on in the last log when the page opens).
-	db, err := badgerdb.Open(badgerdb.Options(r.pageDir(ledger, id), false).WithValueLogFileSize(1 << 20))
-	if err != nil {
-		return fmt.Errorf("create page: %w", err)
-	}
-	if err := errors.Join(ensureHead(db), db.Close()); err != nil {
-		return fmt.Errorf("create page: %w", err)
-	}
-	return nil
 }
 
 // DeletePage deletes a page and all its history. The db directory is first
