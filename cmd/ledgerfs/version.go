@@ -30,6 +30,12 @@ func version() string {
 			dirty = s.Value == "true"
 		}
 	}
+	if rev == "" && (bi.Main.Version == "" || bi.Main.Version == "(devel)") {
+		// The toolchain records none outside a git checkout, or with
+		// -buildvcs=false (which GOFLAGS may set): say so, rather than
+		// leave "(devel)" to be read as the revision.
+		v += ", no revision recorded (built outside a git checkout, or with -buildvcs=false)"
+	}
 	if rev != "" {
 		v += ", revision " + rev
 		if dirty {
