@@ -81,8 +81,17 @@ func Text(r RepoStatus, p PageStatus) string {
 		}
 		return s
 	}
+	waiting := p.Waiting()
+	if r.Remote == "" {
+		// Nothing goes up without a remote: the counts are what only
+		// this device holds.
+		waiting = "nothing, there is no remote"
+		if p.Commits > 0 || p.Pieces > 0 {
+			waiting += " (" + p.Waiting() + " held only here)"
+		}
+	}
 	return fmt.Sprintf("remote: %s\nwaiting to upload: %s\nlast push of the page: %s\nlast pull into the page: %s\nlast pull: %s\nlast push: %s\nlast error: %s\n",
-		or(r.Remote, "none"), p.Waiting(), or(p.PushedAt, "never"), or(p.PulledAt, "never"),
+		or(r.Remote, "none"), waiting, or(p.PushedAt, "never"), or(p.PulledAt, "never"),
 		or(r.PulledAt, "never"), or(r.PushedAt, "never"), or(r.Error, "none"))
 }
 
