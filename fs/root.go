@@ -6,6 +6,8 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // rootNode lists the ledgers.
@@ -273,6 +275,40 @@ func (l *ledgerNode) Mkdir(ctx context.Context, name string, mode uint32, out *f
 	return ch, ch.Operations().(*dirNode).attr("", &out.Attr)
 }
 
+// replaceBarePage deletes page name of ledger, which a rename is about to
+// replace: as Linux replaces an empty directory, a page that never held an
+// entry (its head is the first commit) goes; one with history is not empty
+// (ENOTEMPTY: rmdir it first), and RENAME_NOREPLACE replaces nothing.
+func (l *ledgerNode) replaceBarePage(ledger, name string, flags uint32) syscall.Errno {
+	if flags&1 != 0 { // RENAME_NOREPLACE
+		return syscall.EEXIST
+	}
+	pg := l.fs.page(ledger, name)
+	if err := pg.settle(); err != nil {
+		return errno("rename", err)
+	}
+	if pg.busy() {
+		return syscall.EBUSY
+	}
+	p, err := pg.acquire()
+	if err != nil {
+		return errno("rename", err)
+	}
+	head, err := p.Head()
+	pg.release(p)
+	if err != nil {
+		return errno("rename", err)
+	}
+	if head.ID != store.FirstCommitID {
+		return syscall.ENOTEMPTY
+	}
+	if err := l.fs.repo.DeletePage(ledger, name); err != nil {
+		return errno("rename", err)
+	}
+	l.fs.dropPage(ledger, name)
+	return 0
+}
+
 // Rmdir deletes a page with no entries, like rmdir of an empty directory.
 func (l *ledgerNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if l.fs.opts.ReadOnly {
@@ -318,7 +354,9 @@ func (l *ledgerNode) Rename(ctx context.Context, name string, newParent gofs.Ino
 	if ok, err := l.fs.repo.HasPage(toLedger, newName); err != nil {
 		return errno("rename", err)
 	} else if ok {
-		return syscall.EEXIST
+		if eno := l.replaceBarePage(toLedger, newName, flags); eno != 0 {
+			return eno
+		}
 	}
 	pg := l.fs.page(ledger, name)
 	if err := pg.settle(); err != nil {

@@ -286,3 +286,33 @@ func TestPageMovesBetweenLedgers(t *testing.T) {
 		t.Fatalf("a page moved into a page: %v, want EXDEV", err)
 	}
 }
+
+// A page renamed over a page that never held anything replaces it, as
+// Linux replaces an empty directory; over a page with history, ENOTEMPTY;
+// with RENAME_NOREPLACE, EEXIST.
+func TestPageRenamedOverAnEmptyPage(t *testing.T) {
+	t.Parallel()
+	s := mount(t, t.TempDir())
+	a := s.page("l", "a")
+	must(t, os.WriteFile(filepath.Join(a, "f"), []byte("a's"), 0o644))
+	bare := s.page("l", "bare")
+	if err := unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, bare, unix.RENAME_NOREPLACE); !errors.Is(err, syscall.EEXIST) {
+		t.Fatalf("rename with RENAME_NOREPLACE onto a bare page: %v, want EEXIST", err)
+	}
+	// rename(2) itself: Go's os.Rename refuses a directory as the target.
+	must(t, unix.Rename(a, bare))
+	if b, err := os.ReadFile(filepath.Join(bare, "f")); err != nil || string(b) != "a's" {
+		t.Fatalf("the page renamed over a bare one: f reads %q %v", b, err)
+	}
+	if _, err := os.Stat(a); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the old name: %v, want ENOENT", err)
+	}
+	emptied := s.page("l", "emptied")
+	must(t, os.WriteFile(filepath.Join(emptied, "g"), nil, 0o644))
+	syncDir(t, emptied) // a commit of its own, or the delete cancels it
+	must(t, os.Remove(filepath.Join(emptied, "g")))
+	syncDir(t, emptied)
+	if err := unix.Rename(bare, emptied); !errors.Is(err, syscall.ENOTEMPTY) {
+		t.Fatalf("rename over a page with history: %v, want ENOTEMPTY", err)
+	}
+}
