@@ -23,7 +23,9 @@ type syncer struct {
 	cs      *cloudsync.Syncer                // nil until the remote answered
 	watched atomic.Pointer[cloudsync.Syncer] // cs, for commits to tell it of their pages
 	none    bool                             // the repository has no remote
-	lastErr string
+	// failingSince is when the rounds began to fail (zero: the last went
+	// through): the failure is logged once per outage.
+	failingSince time.Time
 	// ready is closed once cs is connected, or never will be (readyErr
 	// says why): reads wait for it (Fetch).
 	ready     chan struct{}
@@ -93,13 +95,19 @@ func (y *syncer) round(ctx context.Context) {
 		y.collectStore(ctx)
 		y.evict(st)
 	}
+	// Once per outage: a failure's text may differ at every round (a
+	// refused connection names a new local port each time), and an
+	// offline mount retried every few seconds logged 108 lines in 8
+	// minutes. .ledger/sync and ledgerfs status show the latest error.
 	switch {
-	case err != nil && err.Error() != y.lastErr:
+	case err != nil && y.failingSince.IsZero():
 		slog.Warn("sync failed; the mount serves local data and retries", "err", err)
-		y.lastErr = err.Error()
-	case err == nil && y.lastErr != "":
-		slog.Info("sync works again")
-		y.lastErr = ""
+		y.failingSince = time.Now()
+	case err != nil:
+		slog.Debug("sync failed again", "err", err)
+	case !y.failingSince.IsZero():
+		slog.Info("sync works again", "after", time.Since(y.failingSince).Round(time.Second))
+		y.failingSince = time.Time{}
 	}
 }
 
@@ -192,7 +200,7 @@ func (y *syncer) joinFirst() error {
 	} else if err != nil {
 		slog.Warn("the remote did not answer before the mount serves; a new repository must take its chunking before anything is written, or it cannot sync", "err", err)
 		cloudsync.NoteError(y.s.repo, err)
-		y.lastErr = err.Error()
+		y.failingSince = time.Now()
 	}
 	return nil
 }
