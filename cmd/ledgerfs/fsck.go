@@ -31,7 +31,8 @@ tree node and every piece of every value those commits name; and the status
 rows. It prints a line per page and exits 1 if any page has a problem.
 
 Journals not committed and transient pieces are what a crash leaves and the
-next mount settles; fsck lists them, and --repair settles them as a mount
+next mount settles; fsck lists them, passes the page (exit 0 if nothing else
+is wrong), and --repair settles them as a mount
 would (commits the journals of accepted changes, drops transactions that
 never committed, keeps the transient pieces a commit reaches and deletes the
 rest), and fixes status rows that disagree with the objects (deletes rows
@@ -126,15 +127,21 @@ func fsckPage(w io.Writer, repo *store.Repository, ledger, page string, repair b
 		}
 		return true
 	}
-	fmt.Fprintf(w, "%s: %s, %s left by a crash (%d commits, %d tree nodes, %d values, %d pieces read)\n",
-		name, count(len(r.Problems), "problem"), count(len(r.Leftovers), "kind of leftover"), r.Commits, r.Nodes, r.Values, r.Pieces)
+	if len(r.Problems) == 0 {
+		// What a crash leaves is no damage: the next mount settles it.
+		fmt.Fprintf(w, "%s: ok, with %s left by a crash, which the next mount or fsck --repair settles (%d commits, %d tree nodes, %d values, %d pieces)\n",
+			name, count(len(r.Leftovers), "kind of leftover"), r.Commits, r.Nodes, r.Values, r.Pieces)
+	} else {
+		fmt.Fprintf(w, "%s: %s, %s left by a crash (%d commits, %d tree nodes, %d values, %d pieces read)\n",
+			name, count(len(r.Problems), "problem"), count(len(r.Leftovers), "kind of leftover"), r.Commits, r.Nodes, r.Values, r.Pieces)
+	}
 	for _, s := range r.Problems {
 		fmt.Fprintf(w, "  problem: %s\n", s)
 	}
 	for _, s := range r.Leftovers {
 		fmt.Fprintf(w, "  left by a crash: %s\n", s)
 	}
-	return false
+	return len(r.Problems) == 0
 }
 
 // count is n thing, or n things.
