@@ -93,6 +93,77 @@ func (g *graph) mergeBase(a, b *store.Commit) (*store.Commit, error) {
 	return store.FirstCommit(), nil
 }
 
+// mergeBases returns the best common ancestors of a and b: the common
+// ancestors of which none is an ancestor of another, in the order of
+// commitQueue (the same on every device). Heads that crossed merges have
+// several; the first commit when they share none here.
+func (g *graph) mergeBases(a, b *store.Commit) ([]*store.Commit, error) {
+	const fromA, fromB, stale = 1, 2, 4
+	color := map[store.CommitID]int{a.ID: fromA, b.ID: fromB}
+	q := &commitQueue{a, b}
+	heap.Init(q)
+	queued := map[store.CommitID]bool{a.ID: true, b.ID: true}
+	var found []*store.Commit
+	for q.Len() > 0 {
+		// A commit's children have higher generations, so all of them
+		// came out before it: its colors are final here.
+		c := heap.Pop(q).(*store.Commit)
+		flags := color[c.ID]
+		if flags&(fromA|fromB) == fromA|fromB && flags&stale == 0 {
+			found = append(found, c)
+			flags |= stale // its ancestors are common, and no better
+			color[c.ID] = flags
+		}
+		for _, pid := range c.Parents {
+			color[pid] |= flags
+			if queued[pid] {
+				continue
+			}
+			pc, err := g.commit(pid)
+			if err != nil {
+				return nil, err
+			}
+			queued[pid] = true
+			if pc != nil {
+				heap.Push(q, pc)
+			}
+		}
+		live := false
+		for _, qc := range *q {
+			live = live || color[qc.ID]&stale == 0
+		}
+		if !live {
+			break
+		}
+	}
+	if len(found) == 0 {
+		return []*store.Commit{store.FirstCommit()}, nil
+	}
+	// A commit found before its descendant's stale color reached it
+	// (through another path) is an ancestor of another found one.
+	var best []*store.Commit
+	for i, c := range found {
+		covered := false
+		for j, d := range found {
+			if i == j || c.ID == d.ID {
+				continue
+			}
+			anc, err := g.isAncestor(c, d)
+			if err != nil {
+				return nil, err
+			}
+			if anc {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			best = append(best, c)
+		}
+	}
+	return best, nil
+}
+
 // commitQueue pops the commit of highest generation first (ties: larger id).
 type commitQueue []*store.Commit
 

@@ -171,6 +171,16 @@ func merge(p *store.Page, g *graph, base *store.Commit, a, b side, madeBy func(*
 				superseded = true
 			}
 		}
+		// A conflict file of the content its file holds after the
+		// merge keeps nothing (two devices wrote the same content, and
+		// one's lost to a third's before the other's won).
+		if !superseded {
+			e, ok, err := tree.Get(c.file)
+			if err != nil {
+				return nil, nil, 0, fmt.Errorf("cloudsync: merge %q: %w", c.file, err)
+			}
+			superseded = ok && e.Value == c.v
+		}
 		slices.Sort(keys)
 		keys = slices.Compact(keys)
 		if !superseded {

@@ -467,16 +467,16 @@ func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit
 	} else if ok {
 		return nil, p.Adopt(fresh, nil, remote)
 	}
-	base, err := g.mergeBase(local, remote)
-	if err != nil {
-		return nil, err
-	}
 	// A batch holds the commits of the device whose log it is in.
 	madeBy := func(c *store.Commit) (string, error) {
 		if _, ok := byID[c.ID]; ok {
 			return device, nil
 		}
 		return s.madeBy(p, c)
+	}
+	base, virtual, err := virtualBase(p, g, local, remote, madeBy, 0)
+	if err != nil {
+		return nil, err
 	}
 	localDevice, err := madeBy(local)
 	if err != nil {
@@ -488,7 +488,59 @@ func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit
 	}
 	st.Merges++
 	st.Conflicts += conflicts
-	return written, p.Adopt(fresh, m, m)
+	// The virtual base's tree nodes are written too, and the merge's
+	// tree may reuse some: they leave the transient state with its own.
+	return append(written, virtual...), p.Adopt(fresh, m, m)
+}
+
+// maxVirtualDepth bounds the recursion of virtualBase; past it the common
+// ancestor of highest generation serves, as before there were virtual
+// bases.
+const maxVirtualDepth = 8
+
+// virtualBase returns the base of a merge of a and b: their best common
+// ancestor, or, when they have several (heads whose histories crossed
+// merges), the merge of those, made as git's recursive merge makes it and
+// never landed, with the pieces it wrote. Taking one of several bases
+// made the versions of the others look new: a file only one device ever
+// wrote got an empty conflict file, and a deleted file came back.
+func virtualBase(p *store.Page, g *graph, a, b *store.Commit, madeBy func(*store.Commit) (string, error), depth int) (*store.Commit, []cas.Digest, error) {
+	bases, err := g.mergeBases(a, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(bases) == 1 || depth >= maxVirtualDepth {
+		c, err := g.mergeBase(a, b)
+		return c, nil, err
+	}
+	var written []cas.Digest
+	v := bases[0]
+	for _, l := range bases[1:] {
+		vb, w, err := virtualBase(p, g, v, l, madeBy, depth+1)
+		if err != nil {
+			return nil, nil, err
+		}
+		written = append(written, w...)
+		dv, err := madeBy(v)
+		if err != nil {
+			return nil, nil, err
+		}
+		dl, err := madeBy(l)
+		if err != nil {
+			return nil, nil, err
+		}
+		m, w, _, err := merge(p, g, vb, side{v, dv}, side{l, dl}, madeBy)
+		if err != nil {
+			return nil, nil, err
+		}
+		written = append(written, w...)
+		if g.extra == nil {
+			g.extra = map[store.CommitID]*store.Commit{}
+		}
+		g.extra[m.ID] = m // the walks of later merges reach it
+		v = m
+	}
+	return v, written, nil
 }
 
 // madeBy is the device that made commit c: the one whose log it came

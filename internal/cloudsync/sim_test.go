@@ -91,6 +91,27 @@ func TestSimulation(t *testing.T) {
 	})
 }
 
+// The seeds that found bugs, each failing before its fix: a seed replays
+// the same run while the simulation's operations stay as they are (a
+// change of them changes what every seed does; then find new ones).
+func TestSimulationRegressions(t *testing.T) {
+	for _, c := range []struct {
+		seed  uint64
+		found string
+	}{
+		{399, "a deleted file came back: a merge of heads with several common ancestors took one as its base"},
+		{986, "the same, in a transaction's file"},
+		{923, "a conflict file named after the wrong device, through the same wrong base"},
+		{785, "a conflict file of its file's own content: two devices wrote it, one's lost to a third's first"},
+	} {
+		t.Run(fmt.Sprint("seed=", c.seed), func(t *testing.T) {
+			t.Parallel()
+			t.Log(c.found)
+			runSim(t, c.seed, 60)
+		})
+	}
+}
+
 // simStore is an in-memory object store with faults. Whether a request
 // fails is a function of the seed, the request and how often that request
 // was made, not of the order in which concurrent requests arrive: a run
