@@ -107,17 +107,25 @@ func (d *device) files(l, p string) map[string]string {
 	return out
 }
 
-// read returns the content of key in page l/p's head.
-func (d *device) read(l, p, key string) ([]byte, error) {
+// entry returns key's entry in page l/p's head, and the page, held.
+func (d *device) entry(l, p, key string) (btree.Entry, *store.Page) {
 	d.t.Helper()
 	pg := d.page(l, p)
-	defer d.repo.Release(pg)
 	head, err := pg.Head()
 	must(d.t, err)
 	e, ok, err := pg.Tree(head).Get(key)
 	if err != nil || !ok {
+		d.repo.Release(pg)
 		d.t.Fatalf("%s: %s/%s: no %s (%v)", d.name, l, p, key, err)
 	}
+	return e, pg
+}
+
+// read returns the content of key in page l/p's head.
+func (d *device) read(l, p, key string) ([]byte, error) {
+	d.t.Helper()
+	e, pg := d.entry(l, p, key)
+	defer d.repo.Release(pg)
 	r, err := pg.OpenValue(e.Value)
 	if err != nil {
 		return nil, err

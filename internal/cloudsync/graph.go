@@ -75,19 +75,8 @@ func (g *graph) mergeBase(a, b *store.Commit) (*store.Commit, error) {
 		if color[c.ID] == fromA|fromB {
 			return c, nil
 		}
-		for _, pid := range c.Parents {
-			color[pid] |= color[c.ID]
-			if queued[pid] {
-				continue
-			}
-			pc, err := g.commit(pid)
-			if err != nil {
-				return nil, err
-			}
-			queued[pid] = true
-			if pc != nil {
-				heap.Push(q, pc)
-			}
+		if err := g.paint(q, queued, color, c, color[c.ID]); err != nil {
+			return nil, err
 		}
 	}
 	return store.FirstCommit(), nil
@@ -114,19 +103,8 @@ func (g *graph) mergeBases(a, b *store.Commit) ([]*store.Commit, error) {
 			flags |= stale // its ancestors are common, and no better
 			color[c.ID] = flags
 		}
-		for _, pid := range c.Parents {
-			color[pid] |= flags
-			if queued[pid] {
-				continue
-			}
-			pc, err := g.commit(pid)
-			if err != nil {
-				return nil, err
-			}
-			queued[pid] = true
-			if pc != nil {
-				heap.Push(q, pc)
-			}
+		if err := g.paint(q, queued, color, c, flags); err != nil {
+			return nil, err
 		}
 		live := false
 		for _, qc := range *q {
@@ -162,6 +140,26 @@ func (g *graph) mergeBases(a, b *store.Commit) ([]*store.Commit, error) {
 		}
 	}
 	return best, nil
+}
+
+// paint gives c's parents the colors flags, and queues those not queued
+// before (a parent pruned here ends the walk there).
+func (g *graph) paint(q *commitQueue, queued map[store.CommitID]bool, color map[store.CommitID]int, c *store.Commit, flags int) error {
+	for _, pid := range c.Parents {
+		color[pid] |= flags
+		if queued[pid] {
+			continue
+		}
+		pc, err := g.commit(pid)
+		if err != nil {
+			return err
+		}
+		queued[pid] = true
+		if pc != nil {
+			heap.Push(q, pc)
+		}
+	}
+	return nil
 }
 
 // commitQueue pops the commit of highest generation first (ties: larger id).

@@ -279,14 +279,8 @@ func TestRenameCarriesUnpushedChanges(t *testing.T) {
 // chmod changes key's mode in page l/p, as a chmod through a mount does.
 func (d *device) chmod(l, p, key string, mode uint32, at time.Time) {
 	d.t.Helper()
-	pg := d.page(l, p)
+	e, pg := d.entry(l, p, key)
 	defer d.repo.Release(pg)
-	head, err := pg.Head()
-	must(d.t, err)
-	e, ok, err := pg.Tree(head).Get(key)
-	if err != nil || !ok {
-		d.t.Fatalf("%s: chmod %s: %v", d.name, key, err)
-	}
 	e.Meta.Mode = mode
 	e.Meta.CtimeNs, e.Meta.HasCtime = at.UnixNano(), true
 	must(d.t, d.eng.CommitterFor(pg).Apply(false, journal.Op{Key: key, Entry: e}))
@@ -295,12 +289,8 @@ func (d *device) chmod(l, p, key string, mode uint32, at time.Time) {
 // mode is key's mode in page l/p's head.
 func (d *device) mode(l, p, key string) uint32 {
 	d.t.Helper()
-	pg := d.page(l, p)
-	defer d.repo.Release(pg)
-	head, err := pg.Head()
-	must(d.t, err)
-	e, _, err := pg.Tree(head).Get(key)
-	must(d.t, err)
+	e, pg := d.entry(l, p, key)
+	d.repo.Release(pg)
 	return e.Meta.Mode
 }
 
