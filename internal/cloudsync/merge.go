@@ -113,11 +113,13 @@ func merge(p *store.Page, g *graph, base *store.Commit, a, b side, madeBy func(*
 			if !later(aAfter, a, bAfter, b) {
 				err = put(key, bAfter)
 			}
-		case apart(replaced[a.c][key], aAfter, bAfter) != nil:
-			// One side changed the content, the other only the
-			// metadata (a chmod): both changes stand.
-			err = put(key, apart(replaced[a.c][key], aAfter, bAfter))
 		default:
+			// One side changed the content, the other only the metadata
+			// (a chmod): both changes stand.
+			if both := apart(replaced[a.c][key], aAfter, bAfter); both != nil {
+				err = put(key, both)
+				break
+			}
 			win, lose, loser := aAfter, bAfter, b
 			if !later(aAfter, a, bAfter, b) {
 				win, lose, loser = bAfter, aAfter, a

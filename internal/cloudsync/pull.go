@@ -509,7 +509,10 @@ func virtualBase(p *store.Page, g *graph, a, b *store.Commit, madeBy func(*store
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(bases) == 1 || depth >= maxVirtualDepth {
+	switch {
+	case len(bases) == 1:
+		return bases[0], nil, nil // the common ancestor of highest generation
+	case depth >= maxVirtualDepth:
 		c, err := g.mergeBase(a, b)
 		return c, nil, err
 	}
