@@ -138,7 +138,5 @@ func TestMountCollectsStore(t *testing.T) {
 	if after := storeBytes(t, srv); after >= before-(8<<20) {
 		t.Fatalf("the store holds %d bytes after the collection, %d before: the deleted page's 9 MiB did not go", after, before)
 	}
-	if !strings.Contains(b.log.String(), "collected the remote store") {
-		t.Fatalf("b's log says nothing of the collection:\n%s", b.log.String())
-	}
+	b.log.await(t, "collected the remote store")
 }

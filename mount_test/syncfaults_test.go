@@ -108,9 +108,7 @@ func TestSyncMountFaults(t *testing.T) {
 		if n := strings.Count(m.log.String(), "sync failed"); n != 1 {
 			t.Errorf("mount %d logged the failing sync %d times, want once:\n%s", i, n, m.log)
 		}
-		if !strings.Contains(m.log.String(), "sync works again") {
-			t.Errorf("mount %d did not log that sync works again", i)
-		}
+		m.log.await(t, "sync works again")
 	}
 	for _, pg := range pages() {
 		for i := range ms {
