@@ -151,8 +151,10 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			if storeGrace != 0 && storeGrace < cloudsync.MinGrace {
 				return fmt.Errorf("--collect-store-grace %s: at least %s (a device's push may take that long to see a collection's record), or 0", storeGrace, cloudsync.MinGrace)
 			}
-			if _, _, err := parseShare("--prune-below", pruneBelow); err != nil {
-				return err
+			if pruneBelow != pruneAuto {
+				if _, _, err := parseShare("--prune-below", pruneBelow); err != nil {
+					return err
+				}
 			}
 			if rf.url != "" {
 				if err := rf.check(); err != nil {
@@ -194,7 +196,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.DurationVar(&gcInterval, "gc-interval", 10*time.Minute, "how often to reclaim value-log space of open pages")
 	f.StringVar(&reserve, "reserve", "", fmt.Sprintf("free space to keep on the repository's filesystem, at least %s (default 5 %% of the filesystem, at most %s); changes fail with ENOSPC (\"no space left on device\") rather than fill it, since the database cannot survive a full disk", humanize.IBytes(store.MinReserve), humanize.IBytes(store.MaxDefaultReserve)))
 	f.DurationVar(&collectEvery, "collect-every", time.Hour, "how often to collect the pages changed since their last collection: prune the commits their retention policy does not keep and delete what no kept commit reaches (0: only when --collect-after or .collect says)")
-	f.StringVar(&pruneBelow, "prune-below", "10%", "when less than this is free on the repository's filesystem (a size, or a share of the filesystem; at least 4 times --reserve), a page is pruned to its newest 2 commits before a file of it is written; 0: never")
+	f.StringVar(&pruneBelow, "prune-below", pruneAuto, "when less than this, beyond the size of the file being opened, is free on the repository's filesystem (auto: 4 times --reserve; or a size, or a share of the filesystem, at least 4 times --reserve), a page is pruned to its newest 2 commits before a file of it is written; 0: never")
 	f.StringVar(&collectAfter, "collect-after", "256MiB", "collect a page soon after its changes deleted or replaced this much content (0: never)")
 	f.StringVar(&cacheSize, "cache-size", "0", "with a remote, keep the repository under this size: closed pages whose every change is synced are evicted, least recently used first, and come back from the remote when next opened (0: never)")
 	f.DurationVar(&closeWait, "close-timeout", 30*time.Second, "how long to wait for one page database to close (at unmount or when idle) before giving up on it")
@@ -561,9 +563,18 @@ func parseShare(flag, v string) (pct float64, size uint64, err error) {
 	return 0, size, err
 }
 
+// pruneAuto, the default --prune-below, ties pruning for space to what
+// writes need, not to the filesystem's size: 4 times the reserve (at most
+// 512 MiB) beyond the file being opened. A share of a large disk (10 %
+// was the default) pruned a user's history with tens of GiB free.
+const pruneAuto = "auto"
+
 // pruneThreshold is --prune-below in bytes for repo's filesystem: never
 // below 4 times the reserve, which writes cannot use, unless 0.
 func pruneThreshold(repo *store.Repository, v string) (uint64, error) {
+	if v == pruneAuto {
+		return 4 * repo.Reserve(), nil
+	}
 	pct, size, err := parseShare("--prune-below", v)
 	if err != nil {
 		return 0, err

@@ -69,6 +69,10 @@ type PageOptions struct {
 	// Pinned, if set, lists the values the page's readers hold open, once
 	// the collection holds the page (see Options.Pinned).
 	Pinned func() []cas.ObjectIdentifier
+	// NoCompress leaves the pieces written since the last collection
+	// uncompressed, for a later one: a pruning for space runs while a
+	// writer waits, and compressing a large file took most of its time.
+	NoCompress bool
 }
 
 // CollectPage collects one idle page of repo with its policy and has the
@@ -136,7 +140,7 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 		Progress:     o.Progress,
 		Gentle:       o.Gentle,
 	})
-	if err == nil && !o.DryRun && !r.Stopped {
+	if err == nil && !o.DryRun && !r.Stopped && !o.NoCompress {
 		pace := &pacer{gentle: o.Gentle}
 		err = compress(repo, p, &r, func() bool {
 			pace.pace()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/dustin/go-humanize"
 
@@ -106,14 +107,14 @@ func (s *Pressure) Yield(ledger, page string, need uint64) {
 	kept := PressureKeep
 	collect := func() {
 		keep := retention.Policy{Last: PressureKeep}
-		r, err = CollectPage(s.Repo, ledger, page, PageOptions{Policy: &keep, KeepUnsynced: s.KeepUnsynced, Wait: true, Reclaim: true, Pinned: pinned, Done: done})
+		r, err = CollectPage(s.Repo, ledger, page, PageOptions{Policy: &keep, KeepUnsynced: s.KeepUnsynced, Wait: true, Reclaim: true, Pinned: pinned, Done: done, NoCompress: true})
 		if err != nil || s.free() >= s.Below+need {
 			return
 		}
 		// Short still: what the newest commits but the head hold (the
 		// files a delete dropped, the version a rewrite replaced) goes.
 		keep = retention.Policy{Last: 1}
-		more, moreErr := CollectPage(s.Repo, ledger, page, PageOptions{Policy: &keep, KeepUnsynced: s.KeepUnsynced, Wait: true, Reclaim: true, Pinned: pinned})
+		more, moreErr := CollectPage(s.Repo, ledger, page, PageOptions{Policy: &keep, KeepUnsynced: s.KeepUnsynced, Wait: true, Reclaim: true, Pinned: pinned, NoCompress: true})
 		if moreErr != nil {
 			err = moreErr
 			return
@@ -124,6 +125,7 @@ func (s *Pressure) Yield(ledger, page string, need uint64) {
 		r.Freed += more.Freed
 		r.Done = more.Done
 	}
+	start := time.Now()
 	if s.Collector != nil {
 		s.Collector.exclusively(collect)
 	} else {
@@ -157,7 +159,7 @@ func (s *Pressure) Yield(ledger, page string, need uint64) {
 	slog.Log(context.Background(), level, "filesystem nearly full: pruned history beyond the newest commits",
 		"page", ledger+"/"+page, "kept", kept, "pruned", r.Pruned, "of", r.Commits,
 		"freed", humanize.IBytes(uint64(r.Freed)), "free before", humanize.IBytes(free),
-		"free after", humanize.IBytes(s.free()), "below", humanize.IBytes(s.Below))
+		"free after", humanize.IBytes(s.free()), "below", humanize.IBytes(s.Below), "took", time.Since(start).Round(time.Millisecond))
 }
 
 // free is the space free now, for what a pruning left.
