@@ -20,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// posixRefused are the posixtest cases that need what the README lists as
+// posixRefused are the posixtest cases that need what docs/files.md lists as
 // refused.
 var posixRefused = map[string]string{
 	// It expects a second descriptor of the same process to be refused a
@@ -600,7 +600,7 @@ func TestListing(t *testing.T) {
 }
 
 // The root holds only ledgers and a ledger only pages: making anything but
-// a directory there is EPERM, as the README says, not EROFS.
+// a directory there is EPERM, as docs/files.md says, not EROFS.
 func TestOnlyDirectoriesAboveAPage(t *testing.T) {
 	t.Parallel()
 	s := mount(t, t.TempDir())

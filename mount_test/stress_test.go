@@ -9,7 +9,7 @@ import (
 
 // stressors are stress-ng's filesystem stressors run against a page, all at
 // once, with sizes small enough for a few seconds. Left out: link (hard
-// links are refused, as the README says),
+// links are refused, as docs/files.md says),
 // fiemap, chattr, inode-flags, verity, file-ioctl's relatives and
 // bind-mount (ioctls and mounts of other filesystems), procfs, ioprio, dup
 // and eventfd (nothing of a filesystem's).
