@@ -156,16 +156,31 @@ func ParseDuration(s string) (time.Duration, error) {
 	return total, nil
 }
 
-// FormatDuration writes d in ParseDuration's units when it is a whole
-// number of days or hours, else as Go does.
+// FormatDuration writes d in ParseDuration's units, largest first, when it
+// is a whole number of hours (2y5m7d3h reads back as written; 30d as 1m,
+// the same span), else as Go does. Months with neither years nor days
+// are written as days: Go would read "3m" as minutes.
 func FormatDuration(d time.Duration) string {
-	switch day := 24 * time.Hour; {
-	case d%day == 0:
-		return strconv.FormatInt(int64(d/day), 10) + "d"
-	case d%time.Hour == 0:
-		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	if d <= 0 || d%time.Hour != 0 {
+		return d.String()
 	}
-	return d.String()
+	const day = 24 * time.Hour
+	y, rest := d/(365*day), d%(365*day)
+	m, rest := rest/(30*day), rest%(30*day)
+	dd, h := rest/day, rest%day/time.Hour
+	if y == 0 && dd == 0 {
+		m, dd = 0, m*30
+	}
+	var b strings.Builder
+	for _, u := range []struct {
+		n    time.Duration
+		name string
+	}{{y, "y"}, {m, "m"}, {dd, "d"}, {h, "h"}} {
+		if u.n > 0 {
+			b.WriteString(strconv.FormatInt(int64(u.n), 10) + u.name)
+		}
+	}
+	return b.String()
 }
 
 // Commit is what a policy looks at: a commit's time.

@@ -169,6 +169,19 @@ func TestParseRefuses(t *testing.T) {
 	}
 }
 
+// A duration written in restic's units reads back in them, largest first.
+func TestFormatDurationInUnits(t *testing.T) {
+	for _, s := range []string{"2y5m7d3h", "1h", "1d6h", "1y", "1y3m", "90d", "1m7d", "1d", "1y1h"} {
+		d, err := ParseDuration(s)
+		if err != nil || FormatDuration(d) != s {
+			t.Errorf("%s reads back as %s (%v)", s, FormatDuration(d), err)
+		}
+	}
+	if got := FormatDuration(90 * time.Minute); got != "1h30m0s" {
+		t.Errorf("90 minutes read back as %s", got)
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	f.Add("keep-within=1h keep-hourly=48 keep-daily=30")
 	f.Add("keep-all")
