@@ -139,6 +139,13 @@ func TestCommandErrors(t *testing.T) {
 		}
 	}
 	try("already served by another process", "mount", repo, filepath.Join(t.TempDir(), "m2"))
+	// In the foreground or with -d, the same status: 3, in use.
+	for _, args := range [][]string{{"mount", repo}, {"mount", "-d", "--log-file", filepath.Join(t.TempDir(), "log"), repo}} {
+		cmd := exec.Command(binary, append(args, filepath.Join(t.TempDir(), "m2"))...)
+		if out, err := cmd.CombinedOutput(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 3 {
+			t.Fatalf("ledgerfs %q of a served repository: %v, want exit status 3:\n%s", args, err, out)
+		}
+	}
 	try("busy", "mount", t.TempDir(), s.mnt)
 	file := filepath.Join(t.TempDir(), "f")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {

@@ -66,8 +66,14 @@ func daemonize(logFile string) error {
 		cmd.Process.Release()
 		return nil
 	case line != "":
-		cmd.Wait()
-		return fmt.Errorf("%s (log: %s)", line, logFile)
+		err := fmt.Errorf("%s (log: %s)", line, logFile)
+		var exit *exec.ExitError
+		if errors.As(cmd.Wait(), &exit) && exit.ExitCode() > 1 {
+			// The server's own status (3: the repository is in use),
+			// so that -d and the foreground mount exit alike.
+			return exitStatus{err, exit.ExitCode()}
+		}
+		return err
 	case err != nil && !errors.Is(err, io.EOF):
 		return err
 	}

@@ -36,7 +36,11 @@ func main() {
 		}
 		reportFailure(err)
 		fmt.Fprintln(os.Stderr, "ledgerfs:", err)
-		if errors.Is(err, store.ErrLocked) {
+		var status exitStatus
+		switch {
+		case errors.As(err, &status):
+			os.Exit(status.code)
+		case errors.Is(err, store.ErrLocked):
 			os.Exit(3)
 		}
 		os.Exit(1)
@@ -81,3 +85,12 @@ func (e usageError) Unwrap() error { return e.error }
 func completionRequest(args []string) bool {
 	return len(args) > 0 && (args[0] == cobra.ShellCompRequestCmd || args[0] == cobra.ShellCompNoDescRequestCmd)
 }
+
+// exitStatus is an error with the exit status the command ends with: a
+// background server's, passed on by mount -d.
+type exitStatus struct {
+	error
+	code int
+}
+
+func (e exitStatus) Unwrap() error { return e.error }
