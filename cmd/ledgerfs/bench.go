@@ -62,7 +62,10 @@ the end.`,
 				enc.SetIndent("", "  ")
 				return enc.Encode(rep)
 			}
-			if !o.DropCaches {
+			switch {
+			case noDrop:
+				fmt.Fprintln(cmd.OutOrStdout(), "kernel caches were not dropped between phases (--no-drop-caches)")
+			case !o.DropCaches:
 				fmt.Fprintln(cmd.OutOrStdout(), "kernel caches were not dropped between phases (run as root to drop them)")
 			}
 			if err := rep.WriteTable(cmd.OutOrStdout()); err != nil {
