@@ -272,10 +272,31 @@ func TestStatsFile(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(s.mnt, ".stats2"), 0o755); err != nil {
 		t.Errorf("a ledger named .stats2: %v", err)
 	}
-	out := run(t, "/", plainBinary, "stats", "--interval", "100ms", "--count", "3", s.mnt)
+	// Given a page, ledgerfs stats finds its mount's .stats.
+	out := run(t, "/", plainBinary, "stats", "--interval", "100ms", "--count", "3", pg)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 4 || !strings.Contains(lines[0], "ops/s") {
 		t.Errorf("ledgerfs stats printed:\n%s", out)
+	}
+	// Reads of .stats are not the mount's work: ledgerfs stats made an
+	// idle mount show 14 operations a second.
+	ops := func() (n int) {
+		b, err := os.ReadFile(stats)
+		must(t, err)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "ledgerfs_fuse_op_duration_seconds_count") {
+				v, _ := strconv.Atoi(l[strings.LastIndexByte(l, ' ')+1:])
+				n += v
+			}
+		}
+		return n
+	}
+	before := ops()
+	for range 20 {
+		ops()
+	}
+	if n := ops() - before; n >= 20 {
+		t.Errorf("21 reads of .stats counted %d operations", n)
 	}
 }
 

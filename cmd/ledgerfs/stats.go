@@ -24,9 +24,10 @@ func newStats() *cobra.Command {
 		count    int
 	)
 	cmd := &cobra.Command{
-		Use:   "stats MOUNTPOINT",
+		Use:   "stats MOUNTPOINT|DIR",
 		Short: "Show what a mount does, once a second",
-		Long: `Stats reads the mount's .stats file (its metrics, as text) at every
+		Long: `Stats reads the .stats file (its metrics, as text) of the mount that
+holds the directory given (its mount point, a ledger, a page) at every
 interval and prints a line of what happened since the last: FUSE operations
 per second and their mean latency, bytes read and written through the mount,
 commits and the changes each carried, bytes stored and deduplicated, the open
@@ -38,12 +39,30 @@ pages and the disk space of their dbs. The whole of .stats is what
 			if interval <= 0 {
 				return fmt.Errorf("--interval %v: must be positive", interval)
 			}
-			return showStats(cmd.OutOrStdout(), filepath.Join(args[0], store.StatsName), interval, count)
+			return showStats(cmd.OutOrStdout(), statsFile(args[0]), interval, count)
 		},
 	}
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "time between lines")
 	cmd.Flags().IntVar(&count, "count", 0, "lines to print before exiting (0: until interrupted)")
 	return cmd
+}
+
+// statsFile is the .stats of the mount that holds dir: the mount point,
+// or any directory under it (a ledger, a page). .stats is at the mount's
+// root only.
+func statsFile(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return filepath.Join(dir, store.StatsName)
+	}
+	for d := abs; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, store.StatsName)); err == nil {
+			return filepath.Join(d, store.StatsName)
+		}
+		if d == filepath.Dir(d) {
+			return filepath.Join(abs, store.StatsName) // the error names what was given
+		}
+	}
 }
 
 // statsHeader names showStats's columns; every 20 lines it is repeated.

@@ -9,15 +9,25 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 func (f *timedFS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
-	defer f.m.observe("lookup", time.Now())
-	return f.RawFileSystem.Lookup(cancel, header, name, out)
+	start := time.Now()
+	st := f.RawFileSystem.Lookup(cancel, header, name, out)
+	if header.NodeId == fuse.FUSE_ROOT_ID && name == store.StatsName {
+		if st.Ok() {
+			f.stats.Store(out.NodeId)
+		}
+		return st
+	}
+	f.m.observe("lookup", start)
+	return st
 }
 
 func (f *timedFS) GetAttr(cancel <-chan struct{}, input *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
-	defer f.m.observe("getattr", time.Now())
+	defer f.observe("getattr", input.NodeId, time.Now())
 	return f.RawFileSystem.GetAttr(cancel, input, out)
 }
 
@@ -102,21 +112,21 @@ func (f *timedFS) Tmpfile(cancel <-chan struct{}, input *fuse.CreateIn, out *fus
 }
 
 func (f *timedFS) Open(cancel <-chan struct{}, input *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	defer f.m.observe("open", time.Now())
+	defer f.observe("open", input.NodeId, time.Now())
 	return f.RawFileSystem.Open(cancel, input, out)
 }
 
 func (f *timedFS) Read(cancel <-chan struct{}, input *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
-	defer f.m.observe("read", time.Now())
+	defer f.observe("read", input.NodeId, time.Now())
 	r, st := f.RawFileSystem.Read(cancel, input, buf)
-	if st.Ok() && r != nil {
+	if st.Ok() && r != nil && input.NodeId != f.stats.Load() {
 		f.m.bytesRead.Add(float64(r.Size()))
 	}
 	return r, st
 }
 
 func (f *timedFS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
-	defer f.m.observe("lseek", time.Now())
+	defer f.observe("lseek", in.NodeId, time.Now())
 	return f.RawFileSystem.Lseek(cancel, in, out)
 }
 
@@ -160,7 +170,7 @@ func (f *timedFS) Ioctl(cancel <-chan struct{}, input *fuse.IoctlIn, inbuf []byt
 }
 
 func (f *timedFS) Flush(cancel <-chan struct{}, input *fuse.FlushIn) fuse.Status {
-	defer f.m.observe("flush", time.Now())
+	defer f.observe("flush", input.NodeId, time.Now())
 	return f.RawFileSystem.Flush(cancel, input)
 }
 
