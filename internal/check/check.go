@@ -152,7 +152,11 @@ func (w *walker) commits(heads []*store.Commit) {
 			continue
 		}
 		seen[c.ID] = true
-		w.r.Commits++
+		if c.ID != store.FirstCommitID {
+			// Ledger's first commit, empty, is every page's: counted
+			// as ledgerfs du and .ledger/stats count, it is not.
+			w.r.Commits++
+		}
 		if c.Root != btree.EmptyRoot && !w.node(c.Root, c.ID) {
 			return
 		}

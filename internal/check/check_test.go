@@ -8,6 +8,7 @@ import (
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/check"
+	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -66,6 +67,9 @@ func TestLinks(t *testing.T) {
 		r, err := check.Page(p, func(k string, v []byte) error { _, err := journal.DecodeOp(k, v); return err })
 		if err != nil {
 			t.Fatal(err)
+		}
+		if usage, err := gc.PageUsage(repo, p); err != nil || usage.Commits != r.Commits {
+			t.Fatalf("%s: fsck counts %d commits, du %d (%v)", c.what, r.Commits, usage.Commits, err)
 		}
 		got := strings.Join(r.Problems, "\n")
 		if c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {

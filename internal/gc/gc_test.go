@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -64,7 +65,10 @@ func content(seed, size int) []byte {
 	return b
 }
 
-func put(t *rapid.T, p *store.Page, key string, data []byte) journal.Op {
+// fataler is what put needs of a test: *testing.T and *rapid.T.
+type fataler interface{ Fatal(...any) }
+
+func put(t fataler, p *store.Page, key string, data []byte) journal.Op {
 	w := p.NewValueWriter()
 	if _, err := w.Write(data); err != nil {
 		t.Fatal(err)
@@ -319,5 +323,45 @@ func TestCollectCheckpointsTheSyncLog(t *testing.T) {
 	}
 	if p.Durability().Has("f") || !p.Durability().Empty() {
 		t.Fatal("the collection left a record whose base it may have deleted")
+	}
+}
+
+// The head's content is what its files hold, whatever a collection's
+// compression made of the rows: du showed it shrink after a collection.
+func TestHeadContentIgnoresCompression(t *testing.T) {
+	repo := newRepo(t)
+	p, err := repo.Acquire("l", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := []byte(strings.Repeat("a line of text that compresses well\n", 20000))
+	var ops []journal.Op
+	for i := range 40 {
+		// Many keys: a tree of several nodes, which compress too.
+		ops = append(ops, put(t, p, fmt.Sprintf("dir/file-%03d.txt", i), text[:len(text)-i]))
+	}
+	if err := journals.CommitterFor(p).Apply(false, ops...); err != nil {
+		t.Fatal(err)
+	}
+	before, err := gc.PageUsage(repo, p)
+	repo.Release(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := gc.CollectPage(repo, "l", "p", gc.PageOptions{Wait: true, Reclaim: true})
+	if err != nil || r.Compressed == 0 {
+		t.Fatalf("the collection compressed %d pieces: %v", r.Compressed, err)
+	}
+	p, err = repo.Acquire("l", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Release(p)
+	after, err := gc.PageUsage(repo, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.HeadContent != before.HeadContent || after.HeadStored >= before.HeadStored {
+		t.Fatalf("head content %d → %d bytes, stored %d → %d: want the content kept, the stored less", before.HeadContent, after.HeadContent, before.HeadStored, after.HeadStored)
 	}
 }

@@ -87,8 +87,18 @@ func PageUsage(repo *store.Repository, p *store.Page) (Usage, error) {
 			return err // fetched when read, with what is below it
 		}
 		// A large node is an index over chunks: count them all as the
-		// node's (stored bytes, not content).
-		err := cas.Walk(p, id, func(d cas.Digest) (bool, error) { return count(d, -1), nil }, nil)
+		// node's, at their length as written (what a collection's
+		// compression stores is less, and is not the head's content).
+		err := cas.Walk(p, id, func(d cas.Digest) (bool, error) {
+			if _, ok := content[d]; ok || d.IsInline() {
+				return false, nil
+			}
+			data, err := cas.GetPiece(p, d, nil)
+			if err != nil {
+				return false, err
+			}
+			return count(d, int64(len(data))), nil
+		}, nil)
 		if err != nil {
 			return err
 		}
@@ -151,9 +161,6 @@ func PageUsage(repo *store.Repository, p *store.Page) (Usage, error) {
 		if n, ok := content[d]; ok {
 			u.HeadObjects++
 			u.HeadStored += stored
-			if n < 0 {
-				n = stored // a tree node
-			}
 			u.HeadContent += n
 		}
 		return nil
