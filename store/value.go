@@ -131,3 +131,11 @@ func (p *Page) OpenValueAround(id cas.ObjectIdentifier) (*cas.Reader, error) {
 type pieces struct{ p *Page }
 
 func (s pieces) Get(d cas.Digest, buf []byte) ([]byte, error) { return s.p.Get(d, buf) }
+
+func (pieces) ChecksPieces() {}
+
+// ChecksPieces makes a page a cas.CheckedSource: Badger checks the CRC-32C
+// of every value-log entry and table block the page reads, and a piece
+// fetched from the remote store or the piece cache was hashed against its
+// digest as it arrived.
+func (p *Page) ChecksPieces() {}

@@ -139,3 +139,47 @@ func verifyRow(key, val []byte, meta byte, decodeOp func(string, []byte) error) 
 	}
 	return "", fmt.Errorf("undocumented row")
 }
+
+// Scrub hashes the pieces the page stores against their digests, in key
+// order from the first after after (nil: from the first), until budget
+// bytes were read: the check that reads leave to Badger's checksums
+// (cas.CheckedSource) and that those cannot make of a row written with
+// other bytes than its digest names, or of a table changed after Badger
+// read it. It returns where to go on (nil: done), the bytes read and the
+// digests of the pieces that do not match or could not be read. A batch
+// at a time, so that a scrub holds its page for moments only.
+func (p *Page) Scrub(after []byte, budget int) (next []byte, read int, damaged [][]byte, err error) {
+	if err := p.check(); err != nil {
+		return nil, 0, nil, err
+	}
+	err = p.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(PrefixObjects)})
+		defer it.Close()
+		start := []byte(PrefixObjects)
+		if after != nil {
+			start = append(objectKey(cas.Digest(after)), 0)
+		}
+		for it.Seek(start); it.Valid(); it.Next() {
+			item := it.Item()
+			key := item.KeyCopy(nil)
+			d := key[len(PrefixObjects):]
+			val, err := item.ValueCopy(nil)
+			read += len(val)
+			if err == nil {
+				var piece []byte
+				if piece, err = decodePiece(nil, val, item.UserMeta()); err == nil {
+					err = cas.Digest(d).Verify(piece)
+				}
+			}
+			if err != nil {
+				damaged = append(damaged, d)
+			}
+			if read >= budget {
+				next = d
+				return nil
+			}
+		}
+		return nil
+	})
+	return next, read, damaged, err
+}

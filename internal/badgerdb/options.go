@@ -40,6 +40,11 @@ func Options(dir string, readOnly bool) badger.Options {
 		// A table block damaged after open is an error at its read,
 		// not a panic or wrong keys: CRC-32C of 4 KiB blocks costs little.
 		WithChecksumVerificationMode(options.OnBlockRead).
+		// And a value-log entry damaged is an error at its read: the
+		// CRC-32C of each entry read is what checks a piece read from
+		// its page, not a SHA-256 of it (cas.CheckedSource), at a
+		// fraction of the CPU.
+		WithVerifyValueChecksum(true).
 		WithNumCompactors(2).
 		WithNumGoroutines(2).
 		WithMetricsEnabled(false).
