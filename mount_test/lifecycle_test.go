@@ -147,6 +147,7 @@ func TestCommandErrors(t *testing.T) {
 		}
 	}
 	try("busy", "mount", t.TempDir(), s.mnt)
+	try("scrubs in the background", "scrub", repo)
 	file := filepath.Join(t.TempDir(), "f")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)

@@ -348,3 +348,34 @@ func TestFuseTypeMount(t *testing.T) {
 		t.Fatalf("ledgerfs REPO MNT in a shell: %v, mounted %v\n%s", err, mounted(mnt), out)
 	}
 }
+
+// A mount scrubs its pages in the background (--scrub-every), and .stats
+// counts what it hashed.
+func TestScrubInTheBackground(t *testing.T) {
+	t.Parallel()
+	s := mountPlain(t, t.TempDir(), "--scrub-every", "200ms", "--scrub-rate", "64MiB")
+	pg := s.page("m", "p")
+	must(t, os.WriteFile(filepath.Join(pg, "f"), content(3, 3<<20), 0o644))
+	syncDir(t, pg)
+	scrubbed := func(what string) float64 {
+		b, err := os.ReadFile(filepath.Join(s.mnt, ".stats"))
+		must(t, err)
+		prefix := `ledgerfs_scrubbed_total{what="` + what + `"} `
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, prefix); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				return f
+			}
+		}
+		return 0
+	}
+	// .stats is the status to wait on: the scrub's count of bytes.
+	for deadline := time.Now().Add(time.Minute); scrubbed("bytes") < 3<<20; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no page of 3 MiB scrubbed within a minute: %v pages, %v bytes\n%s", scrubbed("pages"), scrubbed("bytes"), s.log)
+		}
+	}
+	if n := scrubbed("damaged"); n != 0 {
+		t.Fatalf("the scrub found %v damaged pieces in a whole page", n)
+	}
+}

@@ -18,6 +18,9 @@ const (
 	// prefixCompressed rows hold the db version up to which a page's
 	// pieces were offered to compression (Page.CompressNew).
 	prefixCompressed = "compressed/"
+	// prefixScrubbed rows hold when every piece of a page was last hashed
+	// against its digest (Page.Scrub).
+	prefixScrubbed = "scrubbed/"
 )
 
 // retentionKey is the row of a policy's scope: the repository (ledger
@@ -36,6 +39,10 @@ func collectedKey(ledger string, id PageID) []byte {
 
 func compressedKey(ledger string, id PageID) []byte {
 	return append([]byte(prefixCompressed+ledger), id[:]...)
+}
+
+func scrubbedKey(ledger string, id PageID) []byte {
+	return append([]byte(prefixScrubbed+ledger), id[:]...)
 }
 
 // Scope names where a policy was set.
@@ -131,6 +138,21 @@ func (r *Repository) SetCollected(ledger, page string, t time.Time) error {
 	return r.setUint64Row(collectedKey(ledger, PageIDFor(page)), uint64(t.UnixNano()))
 }
 
+// Scrubbed returns when every piece of the page was last hashed against
+// its digest; zero if never.
+func (r *Repository) Scrubbed(ledger, page string) (time.Time, error) {
+	ns, found, err := r.uint64Row(scrubbedKey(ledger, PageIDFor(page)))
+	if !found || err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(0, int64(ns)), nil
+}
+
+// SetScrubbed records that every piece of the page was hashed at t.
+func (r *Repository) SetScrubbed(ledger, page string, t time.Time) error {
+	return r.setUint64Row(scrubbedKey(ledger, PageIDFor(page)), uint64(t.UnixNano()))
+}
+
 // CompressedUpTo returns the db version up to which the page's pieces were
 // offered to compression; 0 if never.
 func (r *Repository) CompressedUpTo(ledger, page string) (uint64, error) {
@@ -173,7 +195,7 @@ func movePageRows(txn *badger.Txn, ledger, page, toLedger, toPage string) error 
 	if err := moveLocalRows(txn, ledger, page, toLedger, toPage); err != nil {
 		return err
 	}
-	from := [][]byte{retentionKey(ledger, page), collectedKey(ledger, PageIDFor(page)), compressedKey(ledger, PageIDFor(page)), evictedKey(ledger, PageIDFor(page))}
+	from := [][]byte{retentionKey(ledger, page), collectedKey(ledger, PageIDFor(page)), compressedKey(ledger, PageIDFor(page)), evictedKey(ledger, PageIDFor(page)), scrubbedKey(ledger, PageIDFor(page))}
 	if toPage == "" {
 		for _, k := range from {
 			if err := txn.Delete(k); err != nil {
@@ -182,7 +204,7 @@ func movePageRows(txn *badger.Txn, ledger, page, toLedger, toPage string) error 
 		}
 		return nil
 	}
-	to := [][]byte{retentionKey(toLedger, toPage), collectedKey(toLedger, PageIDFor(toPage)), compressedKey(toLedger, PageIDFor(toPage)), evictedKey(toLedger, PageIDFor(toPage))}
+	to := [][]byte{retentionKey(toLedger, toPage), collectedKey(toLedger, PageIDFor(toPage)), compressedKey(toLedger, PageIDFor(toPage)), evictedKey(toLedger, PageIDFor(toPage)), scrubbedKey(toLedger, PageIDFor(toPage))}
 	for i := range from {
 		if err := moveRow(txn, from[i], to[i]); err != nil {
 			return err

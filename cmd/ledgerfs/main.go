@@ -70,7 +70,7 @@ is a commit, and contents are deduplicated chunks.`,
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w\nRun '%s --help' for usage.", err, cmd.CommandPath())}
 	})
-	root.AddCommand(newVersion(), newMount(), newUmount(), newStats(), newFsck(), newGC(), newRetention(), newConfig(), newDu(), newLog(), newCat(), newBench(), newSync(), newStatus(), newGuard(), newPin(), newEvict(), newKey())
+	root.AddCommand(newVersion(), newMount(), newUmount(), newStats(), newFsck(), newGC(), newRetention(), newConfig(), newDu(), newLog(), newCat(), newBench(), newSync(), newStatus(), newGuard(), newPin(), newEvict(), newKey(), newScrub())
 	return root
 }
 

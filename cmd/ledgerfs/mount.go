@@ -67,6 +67,8 @@ func newMount() *cobra.Command {
 		collectAfter string
 		cacheSize    string
 		pruneBelow   string
+		scrubEvery   time.Duration
+		scrubRate    string
 		rf           remoteFlags
 		syncEvery    time.Duration
 		collectStore time.Duration
@@ -148,6 +150,10 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			if err != nil {
 				return err
 			}
+			scrubBytes, err := parseSize("--scrub-rate", scrubRate)
+			if err != nil {
+				return err
+			}
 			if storeGrace != 0 && storeGrace < cloudsync.MinGrace {
 				return fmt.Errorf("--collect-store-grace %s: at least %s (a device's push may take that long to see a collection's record), or 0", storeGrace, cloudsync.MinGrace)
 			}
@@ -166,8 +172,9 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 				return err
 			}
 			return serve(serveConfig{
-				syncOpt:      syncOpt,
-				pruneBelow:   pruneBelow,
+				syncOpt:    syncOpt,
+				pruneBelow: pruneBelow,
+				scrubEvery: scrubEvery, scrubRate: int(scrubBytes),
 				collectEvery: collectEvery, collectAfter: after, cacheSize: cacheBytes,
 				remote: rf, syncEvery: syncEvery, collectStore: collectStore, storeGrace: storeGrace,
 				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther, nonEmpty: nonEmpty,
@@ -197,6 +204,8 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.StringVar(&reserve, "reserve", "", fmt.Sprintf("free space to keep on the repository's filesystem, at least %s (default 5 %% of the filesystem, at most %s); changes fail with ENOSPC (\"no space left on device\") rather than fill it, since the database cannot survive a full disk", humanize.IBytes(store.MinReserve), humanize.IBytes(store.MaxDefaultReserve)))
 	f.DurationVar(&collectEvery, "collect-every", time.Hour, "how often to collect the pages changed since their last collection: prune the commits their retention policy does not keep and delete what no kept commit reaches (0: only when --collect-after or .collect says)")
 	f.StringVar(&pruneBelow, "prune-below", pruneAuto, "when less than this, beyond the size of the file being opened, is free on the repository's filesystem (auto: 4 times --reserve; or a size, or a share of the filesystem, at least 4 times --reserve), a page is pruned to its newest 2 commits before a file of it is written; 0: never")
+	f.DurationVar(&scrubEvery, "scrub-every", 30*24*time.Hour, "how often to hash every piece of each page against its digest in the background (reads check Badger's checksums only); damage is logged (0: never)")
+	f.StringVar(&scrubRate, "scrub-rate", "32MiB", "bytes a second the background scrub reads at most (0: no limit)")
 	f.StringVar(&collectAfter, "collect-after", "256MiB", "collect a page soon after its changes deleted or replaced this much content (0: never)")
 	f.StringVar(&cacheSize, "cache-size", "0", "with a remote, keep the repository under this size: closed pages whose every change is synced are evicted, least recently used first, and come back from the remote when next opened (0: never)")
 	f.DurationVar(&closeWait, "close-timeout", 30*time.Second, "how long to wait for one page database to close (at unmount or when idle) before giving up on it")
@@ -224,6 +233,8 @@ type serveConfig struct {
 	collectAfter         uint64
 	cacheSize            uint64
 	pruneBelow           string // a size or a share of the filesystem
+	scrubEvery           time.Duration
+	scrubRate            int // bytes a second
 	remote               remoteFlags
 	syncOpt              cloudsync.Options
 	syncEvery            time.Duration
@@ -264,6 +275,8 @@ func serve(c serveConfig) error {
 		CollectAfter: c.collectAfter,
 		PruneBelow:   func(repo *store.Repository) (uint64, error) { return pruneThreshold(repo, c.pruneBelow) },
 		GCInterval:   c.gcInterval,
+		ScrubEvery:   c.scrubEvery,
+		ScrubRate:    c.scrubRate,
 		Remote: func(ctx context.Context, repo *store.Repository) (remote.Backend, error) {
 			rf := c.remote
 			if rf.url == "" {

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/ledgerfs/ledgerfs/internal/gc"
+	"github.com/ledgerfs/ledgerfs/internal/scrub"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
@@ -34,6 +35,7 @@ type Metrics struct {
 	collections  *prometheus.CounterVec
 	collected    *prometheus.CounterVec
 	collectTime  prometheus.Histogram
+	scrubbed     *prometheus.CounterVec
 	sync         *syncMetrics
 }
 
@@ -70,10 +72,14 @@ func New(repo *store.Repository) *Metrics {
 			Help:    "Time a page's collection took, reclaiming the space included.",
 			Buckets: prometheus.ExponentialBuckets(1e-3, 4, 10), // 1 ms to 4.4 min
 		}),
+		scrubbed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledgerfs_scrubbed_total",
+			Help: "What the background scrub hashed against digests: pages scrubbed whole, bytes read, and damaged pieces found.",
+		}, []string{"what"}),
 		sync: newSyncMetrics(),
 	}
 	m.sync.register(m.reg)
-	m.reg.MustRegister(m.ops, m.bytesRead, m.bytesWritten, m.commitSize, m.collections, m.collected, m.collectTime,
+	m.reg.MustRegister(m.ops, m.bytesRead, m.bytesWritten, m.commitSize, m.collections, m.collected, m.collectTime, m.scrubbed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		repoCollector{repo})
 	return m
@@ -109,6 +115,13 @@ func (m *Metrics) ObserveCollection(r gc.Result, err error) {
 	m.collected.WithLabelValues("pieces").Add(float64(r.Deleted))
 	m.collected.WithLabelValues("bytes").Add(float64(r.Freed))
 	m.collectTime.Observe(r.Took.Seconds())
+}
+
+// ObserveScrub counts a page's scrub.
+func (m *Metrics) ObserveScrub(r scrub.Result) {
+	m.scrubbed.WithLabelValues("pages").Inc()
+	m.scrubbed.WithLabelValues("bytes").Add(float64(r.Bytes))
+	m.scrubbed.WithLabelValues("damaged").Add(float64(len(r.Damaged)))
 }
 
 // Text returns the metrics in Prometheus's text format, for the .stats

@@ -27,6 +27,7 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/metrics"
 	"github.com/ledgerfs/ledgerfs/internal/piececache"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
+	"github.com/ledgerfs/ledgerfs/internal/scrub"
 	"github.com/ledgerfs/ledgerfs/journal"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -52,6 +53,11 @@ type Config struct {
 	// PruneBelow returns the free space under which history yields to
 	// live data on the repository's filesystem (gc.Pressure; 0: never).
 	PruneBelow func(*store.Repository) (uint64, error)
+	// ScrubEvery is how often each page's pieces are hashed against their
+	// digests in the background (scrub.Scrubber), at most ScrubRate bytes
+	// a second; 0: never. Not for a read-only mount.
+	ScrubEvery time.Duration
+	ScrubRate  int
 	// GCInterval is how often open pages' value logs are collected
 	// (store.Repository.RunGC); 0: never.
 	GCInterval time.Duration
@@ -86,9 +92,10 @@ type Server struct {
 	fsys      *fs.FS
 	metrics   *metrics.Metrics
 	collector *gc.Collector
-	syncKick  chan struct{} // a commit landed: push soon
-	syncer    *syncer       // nil: no remote
-	listener  net.Listener  // for metrics, if any
+	scrubber  *scrub.Scrubber // nil: none
+	syncKick  chan struct{}   // a commit landed: push soon
+	syncer    *syncer         // nil: no remote
+	listener  net.Listener    // for metrics, if any
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -136,6 +143,9 @@ func New(cfg Config) (s *Server, err error) {
 		}
 		ps, err := cloudsync.PageStatusOf(p)
 		return cloudsync.Text(rs, ps), err
+	}
+	if !cfg.Store.ReadOnly && cfg.ScrubEvery > 0 {
+		s.scrubber = &scrub.Scrubber{Repo: s.repo, Every: cfg.ScrubEvery, Rate: cfg.ScrubRate, Observe: s.metrics.ObserveScrub}
 	}
 	if !cfg.Store.ReadOnly {
 		s.collector = &gc.Collector{Repo: s.repo, Every: cfg.CollectEvery, After: cfg.CollectAfter, Observe: s.metrics.ObserveCollection}
@@ -203,6 +213,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.collector != nil {
 		loops.Go(s.collector.Run)
 	}
+	if s.scrubber != nil {
+		loops.Go(s.scrubber.Run)
+	}
 	if s.cfg.GCInterval > 0 && !s.cfg.Store.ReadOnly {
 		loops.Go(func() {
 			t := time.NewTicker(s.cfg.GCInterval)
@@ -248,6 +261,9 @@ func (s *Server) Run(ctx context.Context) error {
 	stopSync()
 	if s.collector != nil {
 		s.collector.Close()
+	}
+	if s.scrubber != nil {
+		s.scrubber.Close()
 	}
 	if web != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
