@@ -266,6 +266,16 @@ func pagesOf(repo *store.Repository, only []string) ([][2]string, error) {
 	}
 	var names [][2]string
 	for _, l := range ledgers {
+		if len(only) > 0 {
+			if ok, err := repo.HasLedger(l); err != nil || !ok {
+				return nil, errors.Join(err, fmt.Errorf("ledger %s: %w", l, store.ErrNotFound))
+			}
+		}
+		if len(only) > 1 {
+			if ok, err := repo.HasPage(l, only[1]); err != nil || !ok {
+				return nil, errors.Join(err, fmt.Errorf("page %s/%s: %w", l, only[1], store.ErrNotFound))
+			}
+		}
 		pages := only[min(len(only), 1):]
 		if len(pages) == 0 {
 			var err error
