@@ -365,6 +365,44 @@ func (s *server) rss() (peak, cur int) {
 	return peak, cur
 }
 
+// rssAnon returns the server's resident anonymous memory in KiB: its Go
+// heap and Badger's allocations. Mapped file pages (the page dbs' logs and
+// tables) are page cache, which the kernel reclaims: not the bound.
+func (s *server) rssAnon() int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "RssAnon:" {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	return 0
+}
+
+// peakAnon samples the server's rssAnon every 20 ms until the returned
+// function is called, which returns the largest seen, in KiB.
+func (s *server) peakAnon() func() int {
+	stop, done := make(chan struct{}), make(chan int)
+	go func() {
+		peak := s.rssAnon()
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- max(peak, s.rssAnon())
+				return
+			case <-t.C:
+				peak = max(peak, s.rssAnon())
+			}
+		}
+	}()
+	return func() int { close(stop); return <-done }
+}
+
 // page creates ledger l and page p and returns the page's path.
 func (s *server) page(l, p string) string {
 	s.t.Helper()

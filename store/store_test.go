@@ -222,6 +222,14 @@ func testPage(t testing.TB) *Page {
 	return newPage(t, r)
 }
 
+// trimmedPage is testPage in a repository that trims its mappings
+// (Options.Trim).
+func trimmedPage(t testing.TB) *Page {
+	r := openRepo(t, t.TempDir(), Options{Trim: true})
+	t.Cleanup(func() { r.Close() })
+	return newPage(t, r)
+}
+
 // newPage creates ledger l and page p in r and acquires the page.
 func newPage(t testing.TB, r *Repository) *Page {
 	t.Helper()

@@ -16,7 +16,7 @@ import (
 // The content is made as it is written, so that the heap stays small and
 // leaves readers most of rssBudget.
 func TestValueLogPagesAreTrimmed(t *testing.T) {
-	p := testPage(t)
+	p := trimmedPage(t)
 	before := fileRSS()
 	peak := before
 	w := p.NewValueWriter()
@@ -95,7 +95,7 @@ func readTables(t *testing.T, p *Page) {
 // file-backed RSS is above the limit once the value logs' pages are gone;
 // below it they stay, as every get reads them.
 func TestTablePagesAreTrimmed(t *testing.T) {
-	p := testPage(t)
+	p := trimmedPage(t)
 	p.repo.trim.Hold() // only this test's trims
 	defer p.repo.trim.Release()
 	writeValue(t, p, benchBytes(8<<20))
@@ -126,7 +126,7 @@ func TestTablePagesAreTrimmed(t *testing.T) {
 // it reads: a fault costs more than the read. Above the limit its traffic
 // trims them.
 func TestReadsTrimOnlyAboveTheLimit(t *testing.T) {
-	p := testPage(t)
+	p := trimmedPage(t)
 	chunks := storedChunks(t, p, writeValue(t, p, benchBytes(8<<20)))
 	readAll := func(times int) {
 		t.Helper()
@@ -177,7 +177,7 @@ func TestReadsTrimOnlyAboveTheLimit(t *testing.T) {
 // Pages mapped by reads the trimmer does not count, such as compactions',
 // leave the process at the next periodic check.
 func TestPeriodicTrim(t *testing.T) {
-	p := testPage(t)
+	p := trimmedPage(t)
 	p.repo.trim.SetLimit(badgerdb.TrimAbove) // what a writer's heap leaves it
 	p.repo.trim.Hold()                       // no trim until the pages are counted
 	readTables(t, p)
@@ -211,7 +211,7 @@ func fileRSS() int64 {
 // and counts only its bytes: a random reader of much data no longer waits
 // for trims, which take the pages out of the page cache too.
 func TestPressedReadsDropTheirPages(t *testing.T) {
-	p := testPage(t)
+	p := trimmedPage(t)
 	chunks := storedChunks(t, p, writeValue(t, p, benchBytes(8<<20)))
 	p.repo.trim.SetLimit(1)
 	t.Cleanup(func() { p.repo.trim.SetLimit(0) })

@@ -69,6 +69,7 @@ func newMount() *cobra.Command {
 		pruneBelow   string
 		scrubEvery   time.Duration
 		scrubRate    string
+		trimMapped   bool
 		rf           remoteFlags
 		syncEvery    time.Duration
 		collectStore time.Duration
@@ -174,7 +175,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 			return serve(serveConfig{
 				syncOpt:    syncOpt,
 				pruneBelow: pruneBelow,
-				scrubEvery: scrubEvery, scrubRate: int(scrubBytes),
+				scrubEvery: scrubEvery, scrubRate: int(scrubBytes), trimMapped: trimMapped,
 				collectEvery: collectEvery, collectAfter: after, cacheSize: cacheBytes,
 				remote: rf, syncEvery: syncEvery, collectStore: collectStore, storeGrace: storeGrace,
 				repo: repoDir, mnt: mnt, readOnly: readOnly, allowOther: allowOther, nonEmpty: nonEmpty,
@@ -205,6 +206,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.DurationVar(&collectEvery, "collect-every", time.Hour, "how often to collect the pages changed since their last collection: prune the commits their retention policy does not keep and delete what no kept commit reaches (0: only when --collect-after or .collect says)")
 	f.StringVar(&pruneBelow, "prune-below", pruneAuto, "when less than this, beyond the size of the file being opened, is free on the repository's filesystem (auto: 4 times --reserve; or a size, or a share of the filesystem, at least 4 times --reserve), a page is pruned to its newest 2 commits before a file of it is written; 0: never")
 	f.DurationVar(&scrubEvery, "scrub-every", 30*24*time.Hour, "how often to hash every piece of each page against its digest in the background (reads check Badger's checksums only); damage is logged (0: never)")
+	f.BoolVar(&trimMapped, "trim-mapped", false, "drop the page dbs' mapped file pages from the server once its RSS passes 192 MiB (they are page cache, which the kernel reclaims on its own; this costs reads from the disk)")
 	f.StringVar(&scrubRate, "scrub-rate", "32MiB", "bytes a second the background scrub reads at most (0: no limit)")
 	f.StringVar(&collectAfter, "collect-after", "256MiB", "collect a page soon after its changes deleted or replaced this much content (0: never)")
 	f.StringVar(&cacheSize, "cache-size", "0", "with a remote, keep the repository under this size: closed pages whose every change is synced are evicted, least recently used first, and come back from the remote when next opened (0: never)")
@@ -235,6 +237,7 @@ type serveConfig struct {
 	pruneBelow           string // a size or a share of the filesystem
 	scrubEvery           time.Duration
 	scrubRate            int // bytes a second
+	trimMapped           bool
 	remote               remoteFlags
 	syncOpt              cloudsync.Options
 	syncEvery            time.Duration
@@ -267,6 +270,7 @@ func serve(c serveConfig) error {
 			ReadOnly:       c.readOnly,
 			CloseTimeout:   c.closeTimeout,
 			Reserve:        c.reserve,
+			Trim:           c.trimMapped,
 		},
 		FS:           fsOptions(c),
 		Mount:        mountOptions(c),

@@ -367,7 +367,7 @@ func (s *sim) logf(format string, args ...any) {
 func (s *sim) open(d *simDevice) {
 	eng := journal.NewEngine()
 	eng.StampWith(s.now)
-	repo, err := store.Open(d.dir, eng.Hooks(store.Options{NoTrim: true}))
+	repo, err := store.Open(d.dir, eng.Hooks(store.Options{}))
 	must(s.t, err)
 	// Named from the seed: every object a device writes is named after
 	// it, and listings put devices in the order of their ids.
