@@ -49,7 +49,7 @@ serve() {
       exec setpriv --inh-caps=-sys_admin --bounding-set=-sys_admin "$work/loopback" /dev/fd/3 "$2"
     ) >"$work/serve.log" 2>&1 &
   else
-    "$work/ledgerfs-$1" mount --collect-after 0 --collect-every 0 --scrub-every 0 "$2" "$mnt" >"$work/serve.log" 2>&1 &
+    "$work/ledgerfs-$1" mount --collect-after 0 --collect-every 0 "$2" "$mnt" >"$work/serve.log" 2>&1 &
   fi
   pid=$!
   for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done
