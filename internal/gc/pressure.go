@@ -52,6 +52,27 @@ type Pressure struct {
 	// open for writing.
 	after map[[2]string]uint64
 	done  map[[2]string]string
+	// removed is the content each page's commits removed from its head
+	// since its last pruning for space (Removed).
+	removed map[[2]string]uint64
+}
+
+// Removed counts content a page's commit removed from its head (deleted or
+// replaced). The history holding it is what a pruning frees: a page short
+// of space that removed a Step of content since its last pruning is due
+// again, however little writes took since. (After a disk was filled to
+// ENOSPC, files deleted and new ones written, the first new one failed
+// when the fill had stopped within a Step of the last pruning.)
+func (s *Pressure) Removed(ledger, page string, n uint64) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.removed == nil {
+		s.removed = map[[2]string]uint64{}
+	}
+	s.removed[[2]string{ledger, page}] += n
 }
 
 // step is how much more of the filesystem writes must take before a page
@@ -80,10 +101,12 @@ func (s *Pressure) due(ledger, page string, need uint64) (uint64, bool) {
 	if err != nil || free >= s.Below+need {
 		return free, false
 	}
+	k := [2]string{ledger, page}
 	s.mu.Lock()
-	after, pruned := s.after[[2]string{ledger, page}]
+	after, pruned := s.after[k]
+	removed := s.removed[k]
 	s.mu.Unlock()
-	return free, !pruned || free+s.step() <= after
+	return free, !pruned || free+s.step() <= after || removed >= s.step()
 }
 
 // Yield collects the page for space if Due says so, for a write expected
@@ -143,6 +166,7 @@ func (s *Pressure) Yield(ledger, page string, need uint64) {
 		s.after, s.done, s.logged = map[[2]string]uint64{}, map[[2]string]string{}, map[[2]string]bool{}
 	}
 	s.after[k] = s.free()
+	delete(s.removed, k)
 	if r.Done != "" {
 		s.done[k] = r.Done
 	}

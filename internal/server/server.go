@@ -157,7 +157,12 @@ func New(cfg Config) (s *Server, err error) {
 				return nil, err
 			}
 			if below > 0 {
-				fo.Pressure = &gc.Pressure{Repo: s.repo, Below: below, Collector: s.collector}
+				pressure := &gc.Pressure{Repo: s.repo, Below: below, Collector: s.collector}
+				fo.Pressure = pressure
+				observers.Removed = func(ledger, page string, n uint64) {
+					s.collector.Removed(ledger, page, n)
+					pressure.Removed(ledger, page, n)
+				}
 			}
 		}
 	}
