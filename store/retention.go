@@ -126,11 +126,7 @@ func (r *Repository) SetRetention(ledger, page, text string) error {
 
 // Collected returns when the page was last collected; zero if never.
 func (r *Repository) Collected(ledger, page string) (time.Time, error) {
-	ns, found, err := r.uint64Row(collectedKey(ledger, PageIDFor(page)))
-	if !found || err != nil {
-		return time.Time{}, err
-	}
-	return time.Unix(0, int64(ns)), nil
+	return r.timeRow(collectedKey(ledger, PageIDFor(page)))
 }
 
 // SetCollected records that the page was collected at t.
@@ -141,7 +137,12 @@ func (r *Repository) SetCollected(ledger, page string, t time.Time) error {
 // Scrubbed returns when every piece of the page was last hashed against
 // its digest; zero if never.
 func (r *Repository) Scrubbed(ledger, page string) (time.Time, error) {
-	ns, found, err := r.uint64Row(scrubbedKey(ledger, PageIDFor(page)))
+	return r.timeRow(scrubbedKey(ledger, PageIDFor(page)))
+}
+
+// timeRow reads a repository row holding a time (Unix ns); zero if none.
+func (r *Repository) timeRow(key []byte) (time.Time, error) {
+	ns, found, err := r.uint64Row(key)
 	if !found || err != nil {
 		return time.Time{}, err
 	}
