@@ -469,7 +469,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 			size = uint64(f.c.size)
 		}
 		f.mu.Unlock()
-		f.pg.yieldHistory(size)
+		f.pg.yieldHistory(size, true)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -515,3 +515,46 @@ func TestDeletesMakeRoomOnAFullDisk(t *testing.T) {
 		})
 	}
 }
+
+// A pruning for space runs in the background while there is room for the
+// rewrite that found the disk short: the writer goes on, and the page is
+// pruned once nobody uses it. (It ran in the writer's open: a write waited
+// 21 s while fio wrote.) Only a write that would otherwise come within a
+// reserve of failing, or of a new file, whose size is not known, waits for
+// it (TestDeletesMakeRoomOnAFullDisk).
+func TestPruningForSpaceDoesNotHoldTheWriter(t *testing.T) {
+	t.Parallel()
+	disk := smallDisk(t, 400<<20)
+	// --prune-below auto: 4 reserves, 64 MiB; a writer waits below 2.
+	s := mountPlain(t, filepath.Join(disk, "repo"), "--reserve", "16M")
+	pg := s.page("l", "p")
+	for i := range 3 {
+		must(t, os.WriteFile(filepath.Join(pg, "big"), content(i, 60<<20), 0o644))
+	}
+	must(t, os.WriteFile(filepath.Join(pg, "small"), []byte("a small file\n"), 0o644))
+	syncDir(t, pg)
+	free := func() int64 {
+		var st unix.Statfs_t
+		must(t, unix.Statfs(disk, &st))
+		return int64(st.Bavail) * st.Bsize
+	}
+	// Ballast beside the repository leaves 48 MiB free: short (below
+	// 64 MiB), with room for a small write (above 32 MiB).
+	ballast, err := os.Create(filepath.Join(disk, "ballast"))
+	must(t, err)
+	must(t, unix.Fallocate(int(ballast.Fd()), 0, 0, free()-48<<20))
+	must(t, ballast.Close())
+	before := free()
+	start := time.Now()
+	must(t, os.WriteFile(filepath.Join(pg, "small"), []byte("a small rewrite on a short disk\n"), 0o644))
+	t.Logf("a small rewrite with %d MiB free took %v", before>>20, time.Since(start))
+	// The pruning comes after the write, from the collector: the log says
+	// its writer did not wait.
+	s.log.await(t, `"writer waited"=false`)
+	if after := free(); after < before+100<<20 {
+		t.Fatalf("%d MiB free after the pruning, %d before: the two old versions of big (120 MiB) stayed", after>>20, before>>20)
+	}
+	if got := sha(t, filepath.Join(pg, "big")); got != fmt.Sprintf("%x", sha256.Sum256(content(2, 60<<20))) {
+		t.Fatal("big reads back other than its last write")
+	}
+}

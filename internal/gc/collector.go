@@ -59,10 +59,14 @@ type Collector struct {
 	// finished is each page's Result.Done: a scheduled collection of a
 	// page left as it was does nothing.
 	finished map[[2]string]string
-	wake     chan struct{}
-	stop     chan struct{}
-	done     chan struct{}
-	once     sync.Once
+	// ahead holds the prunings for space to run before the collections
+	// due (Pressure.Ahead), a page's latest only, until one reports it
+	// is done: a page in use is tried again every retry.
+	ahead map[[2]string]func() bool
+	wake  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
 }
 
 // idleWait bounds how long an explicit request (Now) waits for a page
@@ -80,6 +84,7 @@ func (c *Collector) init() {
 		c.reclaim = map[[2]string]bool{}
 		c.last = map[[2]string]string{}
 		c.finished = map[[2]string]string{}
+		c.ahead = map[[2]string]func() bool{}
 		c.wake = make(chan struct{}, 1)
 		c.stop = make(chan struct{})
 		c.done = make(chan struct{})
@@ -180,7 +185,41 @@ func (c *Collector) Run() {
 		case <-again.C:
 		case <-c.wake:
 		}
+		c.pruneAhead()
 		c.collectDue()
+	}
+}
+
+// soon queues fn, a pruning of the page for space, for Run.
+func (c *Collector) soon(k [2]string, fn func() bool) {
+	c.init()
+	c.mu.Lock()
+	c.ahead[k] = fn
+	c.mu.Unlock()
+	c.poke()
+}
+
+// pruneAhead runs the prunings for space queued, one at a time, on the
+// pages nobody uses; the others, and those that stopped, stay queued.
+func (c *Collector) pruneAhead() {
+	c.mu.Lock()
+	ahead := c.ahead
+	c.ahead = map[[2]string]func() bool{}
+	c.mu.Unlock()
+	for k, fn := range ahead {
+		done := false
+		if !c.stopped() && (c.Busy == nil || !c.Busy(k[0], k[1])) {
+			c.running.Lock()
+			done = fn()
+			c.running.Unlock()
+		}
+		if !done {
+			c.mu.Lock()
+			if _, newer := c.ahead[k]; !newer {
+				c.ahead[k] = fn
+			}
+			c.mu.Unlock()
+		}
 	}
 }
 
