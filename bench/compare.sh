@@ -162,6 +162,18 @@ drop_caches() { sync; if [ "$(id -u)" = 0 ]; then echo 3 >/proc/sys/vm/drop_cach
 now() { date +%s.%N; }
 hwm() { awk '/VmHWM/{print int($2/1024)}' "/proc/$1/status"; }
 reset_hwm() { echo 5 >"/proc/$1/clear_refs" 2>/dev/null || true; }
+# sample_anon PID FILE: the largest anonymous RSS (RssAnon: heap and
+# allocations, not mapped files, which are page cache) of PID in MiB,
+# sampled every 100 ms into FILE until the sampler is killed. The memory
+# bound is on it; VmHWM counts the mapped pages too.
+sample_anon() {
+  local peak=0 v
+  echo 0 >"$2"
+  while v=$(awk '/^RssAnon/{print int($2/1024)}' "/proc/$1/status" 2>/dev/null) && [ -n "$v" ]; do
+    if [ "$v" -gt "$peak" ]; then peak=$v; echo "$peak" >"$2"; fi
+    sleep 0.1
+  done
+}
 # used DIR: bytes on disk under DIR, sparse files counted as stored, once
 # two readings a second apart agree (at most 30 s): a store's background
 # work (ledgerfs's table compactions, JuiceFS's uploads) otherwise lands in
@@ -402,16 +414,22 @@ PY
 
   if [ -n "${pid[$t]:-}" ] && want rss; then
     reset_hwm "${pid[$t]}"
+    sample_anon "${pid[$t]}" "$work/anon" & sampler=$!
     dd if=/dev/urandom of="$d/huge" bs=1M count="$BIG_MIB" conv=fsync status=none
+    kill "$sampler"; wait "$sampler" 2>/dev/null || true
     measure "peak server RSS writing ${BIG_MIB} MiB" MiB "$t" "$(hwm "${pid[$t]}")"
+    measure "peak server anonymous RSS writing ${BIG_MIB} MiB" MiB "$t" "$(cat "$work/anon")"
     rm -f "$d/huge"
     # Pages (on loopback: directories) touched one after another.
     top=$([ "$t" = ledgerfs ] && echo "$work/lf/pages" || echo "$d/pages")
     mkdir -p "$top"
     reset_hwm "${pid[$t]}"
     head -c 102400 /dev/urandom >"$work/100k"
+    sample_anon "${pid[$t]}" "$work/anon" & sampler=$!
     for i in $(seq "$PAGES"); do mkdir "$top/p$i"; cp "$work/100k" "$top/p$i/f"; done
+    kill "$sampler"; wait "$sampler" 2>/dev/null || true
     measure "peak server RSS, ${PAGES} pages touched" MiB "$t" "$(hwm "${pid[$t]}")"
+    measure "peak server anonymous RSS, ${PAGES} pages touched" MiB "$t" "$(cat "$work/anon")"
   fi
 done
 
