@@ -518,6 +518,32 @@ func (r *Repository) HasPage(ledger, page string) (bool, error) {
 	return r.exists(pageKey(ledger, page))
 }
 
+// CheckScope returns an error (ErrNotFound) unless the scope a command
+// names exists: the ledger, if not empty, and the page, if not empty. A
+// typo must not act on the repository, or show its policy, as if it were
+// the page's.
+func (r *Repository) CheckScope(ledger, page string) error {
+	if ledger == "" {
+		return nil
+	}
+	if ok, err := r.HasLedger(ledger); err != nil || !ok {
+		return errors.Join(err, missing(fmt.Sprintf("no ledger %q", ledger)))
+	}
+	if page == "" {
+		return nil
+	}
+	if ok, err := r.HasPage(ledger, page); err != nil || !ok {
+		return errors.Join(err, missing(fmt.Sprintf("no page %q in ledger %q", page, ledger)))
+	}
+	return nil
+}
+
+// missing says what does not exist; it is ErrNotFound.
+type missing string
+
+func (m missing) Error() string        { return string(m) }
+func (m missing) Is(target error) bool { return target == ErrNotFound }
+
 // CreateLedger creates an empty ledger.
 func (r *Repository) CreateLedger(ledger string) error { return r.createLedger(ledger, true) }
 

@@ -101,19 +101,8 @@ func (r *Repository) Retention(ledger, page string) (string, Scope, error) {
 // SetRetention sets the policy text of a scope (see Retention), or removes
 // it when text is empty: the next wider scope's then applies.
 func (r *Repository) SetRetention(ledger, page, text string) error {
-	if ledger != "" {
-		if ok, err := r.HasLedger(ledger); err != nil {
-			return err
-		} else if !ok {
-			return fmt.Errorf("ledger %q: %w", ledger, ErrNotFound)
-		}
-	}
-	if page != "" {
-		if ok, err := r.HasPage(ledger, page); err != nil {
-			return err
-		} else if !ok {
-			return fmt.Errorf("page %s/%s: %w", ledger, page, ErrNotFound)
-		}
+	if err := r.CheckScope(ledger, page); err != nil {
+		return err
 	}
 	key := retentionKey(ledger, page)
 	return r.db.Update(func(txn *badger.Txn) error {

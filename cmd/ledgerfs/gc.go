@@ -257,6 +257,15 @@ func collect(w io.Writer, repoDir string, only []string, override *retention.Pol
 
 // pagesOf lists the pages a command names: all, a ledger's, or one.
 func pagesOf(repo *store.Repository, only []string) ([][2]string, error) {
+	if len(only) > 0 {
+		page := ""
+		if len(only) > 1 {
+			page = only[1]
+		}
+		if err := repo.CheckScope(only[0], page); err != nil {
+			return nil, err
+		}
+	}
 	ledgers := only[:min(len(only), 1)]
 	if len(ledgers) == 0 {
 		var err error
@@ -266,16 +275,6 @@ func pagesOf(repo *store.Repository, only []string) ([][2]string, error) {
 	}
 	var names [][2]string
 	for _, l := range ledgers {
-		if len(only) > 0 {
-			if ok, err := repo.HasLedger(l); err != nil || !ok {
-				return nil, errors.Join(err, fmt.Errorf("ledger %s: %w", l, store.ErrNotFound))
-			}
-		}
-		if len(only) > 1 {
-			if ok, err := repo.HasPage(l, only[1]); err != nil || !ok {
-				return nil, errors.Join(err, fmt.Errorf("page %s/%s: %w", l, only[1], store.ErrNotFound))
-			}
-		}
 		pages := only[min(len(only), 1):]
 		if len(pages) == 0 {
 			var err error

@@ -68,21 +68,9 @@ func retentionCmd(w io.Writer, repoDir string, scope []string, text string, set 
 	if len(scope) > 1 {
 		page = scope[1]
 	}
-	// A scope that does not exist has no policy to show or set: a typo
-	// must not print the repository's as if it were the page's.
-	if ledger != "" {
-		if ok, err := repo.HasLedger(ledger); err != nil {
-			return err
-		} else if !ok {
-			return fmt.Errorf("no ledger %q in %s", ledger, repoDir)
-		}
-	}
-	if page != "" {
-		if ok, err := repo.HasPage(ledger, page); err != nil {
-			return err
-		} else if !ok {
-			return fmt.Errorf("no page %q in ledger %q of %s", page, ledger, repoDir)
-		}
+	// A scope that does not exist has no policy to show or set.
+	if err := repo.CheckScope(ledger, page); err != nil {
+		return fmt.Errorf("%w of %s", err, repoDir)
 	}
 	if set {
 		if err := repo.SetRetention(ledger, page, text); err != nil {
