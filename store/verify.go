@@ -166,10 +166,8 @@ func (p *Page) Scrub(after []byte, budget int) (next []byte, read int, damaged [
 			val, err := item.ValueCopy(nil)
 			read += len(val)
 			if err == nil {
-				var piece []byte
-				if piece, err = decodePiece(nil, val, item.UserMeta()); err == nil {
-					err = cas.Digest(d).Verify(piece)
-				}
+				// fsck's check of an objects/ row, the same.
+				_, err = verifyRow(key, val, item.UserMeta(), nil)
 			}
 			if err != nil {
 				damaged = append(damaged, d)
