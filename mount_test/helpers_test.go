@@ -241,10 +241,17 @@ func (o *output) Write(p []byte) (int, error) {
 // the event to wait for.
 func (o *output) await(t testing.TB, want string) {
 	t.Helper()
+	o.awaitThat(t, fmt.Sprintf("%q", want), func(s string) bool { return strings.Contains(s, want) })
+}
+
+// awaitThat waits up to 20 s for the output to satisfy done, checked at
+// each write; what says what is awaited.
+func (o *output) awaitThat(t testing.TB, what string, done func(string) bool) {
+	t.Helper()
 	timeout := make(chan struct{})
 	defer time.AfterFunc(20*time.Second, func() { close(timeout) }).Stop()
-	if !o.until(func(s string) bool { return strings.Contains(s, want) }, timeout) {
-		t.Fatalf("no %q in the output within 20 s:\n%s", want, o)
+	if !o.until(done, timeout) {
+		t.Fatalf("no %s in the output within 20 s:\n%s", what, o)
 	}
 }
 

@@ -137,6 +137,7 @@ func (s *Scrubber) due(ctx context.Context, lim *rate.Limiter) error {
 			if s.Observe != nil {
 				s.Observe(r)
 			}
+			report(r)
 		}
 	}
 	return nil
@@ -145,7 +146,22 @@ func (s *Scrubber) due(ctx context.Context, lim *rate.Limiter) error {
 // Page scrubs one page whole now, at the Scrubber's rate, and records when.
 // An evicted page holds nothing here and is left alone.
 func (s *Scrubber) Page(ctx context.Context, ledger, page string) (Result, error) {
-	return s.page(ctx, s.limiter(), ledger, page)
+	r, err := s.page(ctx, s.limiter(), ledger, page)
+	if err == nil {
+		report(r)
+	}
+	return r, err
+}
+
+// report logs a page's scrub: damage at ERROR, a whole page at INFO,
+// after Observe has counted it (tests wait for the line).
+func report(r Result) {
+	if len(r.Damaged) > 0 {
+		slog.Error("scrub: pieces of the page do not match their digests: its db is damaged; fsck says more, and a page synced to a remote store is whole again once evicted (ledgerfs evict) and read",
+			"page", r.Ledger+"/"+r.Page, "damaged", len(r.Damaged), "first", fmt.Sprintf("%x", r.Damaged[0]))
+		return
+	}
+	slog.Info("scrubbed", "page", r.Ledger+"/"+r.Page, "bytes", humanize.IBytes(uint64(r.Bytes)), "took", r.Took.Round(time.Millisecond))
 }
 
 func (s *Scrubber) page(ctx context.Context, lim *rate.Limiter, ledger, page string) (Result, error) {
@@ -177,11 +193,5 @@ func (s *Scrubber) page(ctx context.Context, lim *rate.Limiter, ledger, page str
 		}
 	}
 	r.Took = time.Since(start)
-	if len(r.Damaged) > 0 {
-		slog.Error("scrub: pieces of the page do not match their digests: its db is damaged; fsck says more, and a page synced to a remote store is whole again once evicted (ledgerfs evict) and read",
-			"page", ledger+"/"+page, "damaged", len(r.Damaged), "first", fmt.Sprintf("%x", r.Damaged[0]))
-	} else {
-		slog.Debug("scrubbed", "page", ledger+"/"+page, "bytes", humanize.IBytes(uint64(r.Bytes)), "took", r.Took)
-	}
 	return r, s.Repo.SetScrubbed(ledger, page, time.Now())
 }
