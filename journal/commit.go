@@ -82,10 +82,19 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 	var local []cas.Digest
 	var removed uint64
 	observeRemoved := j.e.observing().Removed
+	var unseen UnseenFunc
+	if !j.ID.Explicit() { // an implicit journal applies to the head
+		unseen = j.e.unseenFunc()
+	}
 	err = j.Ops("", func(op Op) error {
 		if !op.IsDelete() && op.Kind != store.OpAtime {
 			values = append(values, op.Entry.Value)
 			local = append(local, op.Local...)
+		}
+		if unseen != nil && op.Saw != nil {
+			if err := keepUnseen(p, head, tree, op, unseen); err != nil {
+				return err
+			}
 		}
 		if observeRemoved != nil && op.Kind != store.OpAtime {
 			old, found, err := tree.Get(op.Key)
@@ -168,6 +177,16 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 		return nil, nil
 	}
 	return final, nil
+}
+
+// keepUnseen lets unseen keep the version the head holds at op's key when
+// op's writer worked from another (Op.Saw).
+func keepUnseen(p *store.Page, head *store.Commit, tree *btree.Tree, op Op, unseen UnseenFunc) error {
+	e, found, err := tree.Get(op.Key)
+	if err != nil || !found || e.Value == *op.Saw || (!op.IsDelete() && e.Value == op.Entry.Value) {
+		return err
+	}
+	return unseen(p, head, tree, op.Key, *op.Saw, e)
 }
 
 // timestamp is at, or now if at is 0, but never before the parent: time

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
@@ -17,6 +19,7 @@ type Engine struct {
 	committers   sync.Map // *store.Page → *Committer
 	lastImplicit atomic.Int64
 	observers    atomic.Pointer[Observers]
+	unseen       atomic.Pointer[UnseenFunc]
 	// clock tells when changes are queued and times commits for the
 	// pace; a test moves it on to make a commit look slow, or changes
 	// distinct in time.
@@ -67,6 +70,28 @@ func (e *Engine) stampAt(now time.Time) int64 {
 
 // Observe sets who is told of commits from now on.
 func (e *Engine) Observe(o Observers) { e.observers.Store(&o) }
+
+// An UnseenFunc is called at the commit of a put whose writer worked from
+// value saw (Op.Saw) while the head holds another version, e, at its key:
+// a version the writer never saw if another device wrote it — landed by
+// a sync while the file was open or its close queued — and so concurrent
+// with the put, which must not bury it. It keeps in t, the tree the put
+// is about to change, what must stay (a conflict file of e); a version of
+// this device the put replaces, as one descriptor's close replaces
+// another's.
+type UnseenFunc func(p *store.Page, head *store.Commit, t *btree.Tree, key string, saw cas.ObjectIdentifier, e btree.Entry) error
+
+// KeepUnseen sets who decides about versions a put's writer never saw
+// (UnseenFunc); a syncer does, once connected. Without one a put replaces
+// whatever its key holds.
+func (e *Engine) KeepUnseen(f UnseenFunc) { e.unseen.Store(&f) }
+
+func (e *Engine) unseenFunc() UnseenFunc {
+	if f := e.unseen.Load(); f != nil {
+		return *f
+	}
+	return nil
+}
 
 func (e *Engine) observing() Observers {
 	if o := e.observers.Load(); o != nil {

@@ -62,6 +62,13 @@ type Op struct {
 	// Through, if set, makes the put the commit of the content the key's
 	// intent it names leaves (store.Logged.Through). Not recorded either.
 	Through store.Intent
+	// Saw, if not nil, is the value the put's writer worked from: what
+	// the key held when the file was opened or last committed (a zero
+	// identifier: no file). When the head holds another version at the
+	// commit, a sync landed it meanwhile and the writer never saw it; the
+	// engine's Unseen says where to keep it. Not recorded: a close
+	// recovered after a crash is not checked.
+	Saw *cas.ObjectIdentifier
 }
 
 // IsDelete reports whether the change removes its entry.
@@ -252,6 +259,11 @@ func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 	}
 	if j.ops != nil {
 		for _, op := range ops {
+			if prev, ok := j.ops[op.Key]; ok && op.Kind != store.OpAtime && prev.Kind != store.OpAtime {
+				// What the head holds is what the key's first change
+				// in the journal was made from.
+				op.Saw = prev.Saw
+			}
 			j.ops[op.Key] = op
 		}
 	}

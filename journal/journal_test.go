@@ -1066,3 +1066,58 @@ func TestLandingOfManyPiecesMovesStatusesForward(t *testing.T) {
 		t.Fatal("the big value shares no piece with old: the synced check checks nothing")
 	}
 }
+
+// A put that says which value its writer saw (Op.Saw) asks the engine's
+// UnseenFunc about another version the head holds at its key, with the
+// value it saw; a second put of the key in one journal was made from the
+// first, so the question is about what the first saw. Without another
+// version, or without a function, nothing is asked.
+func TestUnseenVersions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.eng.CommitterFor(e.p)
+	if err := c.Apply(false, e.put("f", "0"), e.put("g", "0")); err != nil {
+		t.Fatal(err)
+	}
+	v0 := e.value("0").Value
+	var asked []string
+	e.eng.KeepUnseen(func(p *store.Page, head *store.Commit, tr *btree.Tree, key string, saw cas.ObjectIdentifier, got btree.Entry) error {
+		asked = append(asked, key)
+		if saw != v0 {
+			t.Errorf("%s: asked with the value its second put saw", key)
+		}
+		got.Key = key + ".kept"
+		return tr.Put(got)
+	})
+	saw := func(op Op, v cas.ObjectIdentifier) Op { op.Saw = &v; return op }
+	// The head holds what the writer saw: nothing to ask.
+	if err := c.Apply(false, saw(e.put("f", "1"), v0)); err != nil {
+		t.Fatal(err)
+	}
+	if len(asked) != 0 {
+		t.Fatalf("asked about %v, which the writer saw", asked)
+	}
+	// g changed behind a writer that saw "0": two puts in one journal,
+	// the second made from the first's value.
+	if err := c.Apply(false, e.put("g", "other")); err != nil {
+		t.Fatal(err)
+	}
+	j, err := e.eng.Begin(e.p, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := saw(e.put("g", "2"), v0)
+	if err := j.Apply(first); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Apply(saw(e.put("g", "3"), first.Entry.Value)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"f": "1", "g": "3", "g.kept": "other"}
+	if got := e.state(); !maps.Equal(got, want) || !slices.Equal(asked, []string{"g"}) {
+		t.Fatalf("state %v, asked about %v: want %v, asked about g", got, asked, want)
+	}
+}
