@@ -116,7 +116,8 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 			m.Nlink = e.Meta.Nlink
 		}
 	}
-	op := journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: m}, Local: f.c.kept, Log: logged}
+	saw := f.saw
+	op := journal.Op{Key: key, Entry: btree.Entry{Key: key, Value: id, Meta: m}, Local: f.c.kept, Log: logged, Saw: &saw}
 	queued := queues && (mode == commitQueue || sync && logged != nil)
 	if queued {
 		// The value's last pieces land with its journal entry, or
@@ -141,6 +142,7 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 		}
 	}
 	f.c.reset(id, size)
+	f.saw = id
 	// Applied, the commit has marked the value's pieces local: an edit of
 	// it need not look up the pieces it keeps.
 	if !queued {

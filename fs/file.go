@@ -61,6 +61,12 @@ type fileNode struct {
 	latest     cas.ObjectIdentifier
 	latestSize int64
 	committed  int // commits by this node; 0: latest is unset
+	// saw is the value the content being written was made from: the
+	// key's value when the content was loaded (zero for a file created
+	// here), then each value the node committed. A commit says so
+	// (journal.Op.Saw), so that a version a sync landed meanwhile is kept
+	// beside the file rather than replaced.
+	saw cas.ObjectIdentifier
 	// moved is the entry the node's latest queued rename put at its key,
 	// so that renaming it again before that lands moves the same entry
 	// (stress-ng --rename, mv a b; mv b c) where a file this node never
@@ -309,7 +315,7 @@ func (f *fileNode) beginChange() syscall.Errno {
 		return errno("open", err)
 	}
 	f.c = newContent(p, f.pg.fs.opts.TmpDir, e.Value, int64(e.Meta.Size))
-	f.p, f.meta, f.changed = p, e.Meta, false
+	f.p, f.meta, f.changed, f.saw = p, e.Meta, false, e.Value
 	f.pg.mu.Lock()
 	f.pg.opens++
 	f.pg.mu.Unlock()
@@ -344,7 +350,7 @@ func (f *fileNode) create(ctx context.Context, key string, m btree.Meta) (gofs.F
 	c := newContent(p, f.pg.fs.opts.TmpDir, emptyValue, 0)
 	f.mu.Lock()
 	f.c, f.p, f.created, f.changed = c, p, true, true
-	f.meta = m
+	f.meta, f.saw = m, cas.ObjectIdentifier{}
 	f.writers++
 	f.mu.Unlock()
 	f.pg.mu.Lock()

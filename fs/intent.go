@@ -377,7 +377,8 @@ func (f *fileNode) landCopy(cp *contentCopy, id cas.ObjectIdentifier, w *store.V
 	}
 	m := cp.meta
 	m.Size = uint64(cp.size)
-	op := journal.Op{Key: cp.key, Entry: btree.Entry{Key: cp.key, Value: id, Meta: m}, Log: cp.logged, Through: cp.through}
+	saw := f.saw
+	op := journal.Op{Key: cp.key, Entry: btree.Entry{Key: cp.key, Value: id, Meta: m}, Log: cp.logged, Through: cp.through, Saw: &saw}
 	if cp.landed {
 		op.Local = w.Kept()
 	}
@@ -385,7 +386,7 @@ func (f *fileNode) landCopy(cp *contentCopy, id cas.ObjectIdentifier, w *store.V
 		return errno("commit", err)
 	}
 	c.rebase(id, cp.size, after)
-	f.latest, f.latestSize = id, cp.size
+	f.latest, f.latestSize, f.saw = id, cp.size, id
 	f.committed++
 	if f.meta == cp.meta {
 		f.changed = false

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -291,20 +292,41 @@ func TestMountsSync(t *testing.T) {
 	slices.Sort(lat)
 	t.Logf("a change closed on a readable on b: p50 %v, max %v", lat[len(lat)/2], lat[len(lat)-1])
 
-	// b writes notes.txt, holding it open, while a changes it.
+	// b writes notes.txt, holding it open, while a changes it: a's
+	// change lands on b before b's close, which b never saw. b's close
+	// is the later change; a's is kept beside it as a conflict file named
+	// after a, on both.
 	wf, err := os.OpenFile(filepath.Join(pb, "notes.txt"), os.O_WRONLY|os.O_TRUNC, 0)
 	must(t, err)
 	_, err = wf.WriteString("b's, written ")
 	must(t, err)
-	must(t, os.WriteFile(filepath.Join(pa, "other.txt"), []byte("marker\n"), 0o644))
 	must(t, os.WriteFile(filepath.Join(pa, "notes.txt"), []byte("a's change\n"), 0o644))
-	await("a's later change on b", fileIs(filepath.Join(pb, "other.txt"), "marker\n"))
+	must(t, os.WriteFile(filepath.Join(pa, "other.txt"), []byte("marker\n"), 0o644))
+	await("a's change on b", fileIs(filepath.Join(pb, "other.txt"), "marker\n"))
 	_, err = wf.WriteString("while a changed it\n")
 	must(t, err)
 	must(t, wf.Close())
 	want := "b's, written while a changed it\n"
 	await("b's close on b", fileIs(filepath.Join(pb, "notes.txt"), want))
 	await("b's close on a", fileIs(filepath.Join(pa, "notes.txt"), want))
+	dev := regexp.MustCompile(`msg=syncing .* device=([0-9a-f]{7})`).FindStringSubmatch(a.log.String())
+	if dev == nil {
+		t.Fatalf("a's log names no device:\n%s", a.log)
+	}
+	for _, pg := range []string{pa, pb} {
+		var kept []string
+		for _, n := range ls(t, pg) {
+			if strings.HasPrefix(n, "notes.sync-conflict-") {
+				kept = append(kept, n)
+			}
+		}
+		if len(kept) != 1 || !strings.HasSuffix(kept[0], "-"+strings.ToUpper(dev[1])+".txt") {
+			t.Fatalf("%s: conflict files %v, want one named after a (%s)", pg, kept, dev[1])
+		}
+		if got, _ := os.ReadFile(filepath.Join(pg, kept[0])); string(got) != "a's change\n" {
+			t.Fatalf("%s: %s holds %q, want a's change", pg, kept[0], got)
+		}
+	}
 	latest := func(pg string) string {
 		l, _ := os.Readlink(filepath.Join(pg, ".ledger", "latest"))
 		return l

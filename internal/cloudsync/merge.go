@@ -3,6 +3,7 @@ package cloudsync
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"path"
 	"slices"
 	"strings"
@@ -316,21 +317,74 @@ func writer(p *store.Page, g *graph, s side, key string, e *btree.Entry, madeBy 
 	}
 }
 
+// Unseen keeps a version a local write never saw (journal.UnseenFunc):
+// e, which the head holds at key while the write committing worked from
+// value saw. If another device wrote e — a sync landed it after the file
+// was opened or its close queued — the write and e are concurrent: e is
+// kept as a conflict file named after its writer, as a merge keeps a
+// losing version, and the write, this device's latest, takes key. A
+// version this device wrote is replaced, as one descriptor's close
+// replaces another's. A conflict file of saw goes: a merge since the
+// open set it aside, and the write replaced it, as merge drops a conflict
+// file of a version its writer replaced.
+func (s *Syncer) Unseen(p *store.Page, head *store.Commit, t *btree.Tree, key string, saw cas.ObjectIdentifier, e btree.Entry) error {
+	dir, stem, _ := splitName(key)
+	var stale []string
+	it := t.Prefix(dir + stem + conflictMark)
+	for it.Next() {
+		if c := it.Entry(); c.Value == saw {
+			if file, ok := conflictOf(c.Key); ok && file == key {
+				stale = append(stale, c.Key)
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	for _, k := range stale {
+		if _, err := t.Delete(k); err != nil {
+			return err
+		}
+	}
+	if !keepsConflict(key, &e) {
+		return nil
+	}
+	hs := side{c: head}
+	dev, err := writer(p, &graph{p: p}, hs, key, &e, func(c *store.Commit) (string, error) { return s.madeBy(p, c) })
+	if err != nil || dev == s.device {
+		return err
+	}
+	at := conflictName(key, &e, hs, dev)
+	if _, taken, err := t.Get(at); err != nil || taken {
+		return err
+	}
+	slog.Info("kept a version another device wrote while this one was open", "page", p.Ledger+"/"+p.Name, "file", key, "as", at)
+	e.Key = at
+	return t.Put(e)
+}
+
 // conflictName is the key of the conflict file of key's losing version e,
 // of side s, written by device dev: NAME.sync-conflict-YYYYMMDD-HHMMSS-DEVICE.EXT
 // (the time e changed, UTC; DEVICE the first 7 characters of dev, in
 // capitals).
 func conflictName(key string, e *btree.Entry, s side, dev string) string {
-	dir, name := path.Split(key)
-	ext := path.Ext(name)
-	if ext == name { // ".bashrc": all extension, no name
-		ext = ""
-	}
-	stem := strings.TrimSuffix(name, ext)
+	dir, stem, ext := splitName(key)
 	dev = strings.ToUpper(dev)
 	if len(dev) > 7 {
 		dev = dev[:7]
 	}
 	t := time.Unix(0, changed(e, s)).UTC().Format("20060102-150405")
 	return dir + stem + conflictMark + t + "-" + dev + ext
+}
+
+// splitName splits key into its directory, the stem of its name and its
+// extension, as conflict files are named: NAME.EXT, a name that is all
+// extension (".bashrc") all stem.
+func splitName(key string) (dir, stem, ext string) {
+	dir, name := path.Split(key)
+	ext = path.Ext(name)
+	if ext == name {
+		ext = ""
+	}
+	return dir, strings.TrimSuffix(name, ext), ext
 }

@@ -352,6 +352,15 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq u
 	fetched := pw.New
 	st.CommitsDown += len(fresh)
 	remoteHead := fresh[len(fresh)-1]
+	// Who made each commit is known before the commits land: a local
+	// write committing right after them asks (Unseen).
+	made := map[string][]byte{}
+	for _, c := range fresh {
+		made[deviceKey(c.ID)] = []byte(device)
+	}
+	if err := p.MarkSynced(nil, nil, made); err != nil {
+		return err
+	}
 	// The page's lock keeps commits of a mount's journals from landing
 	// between the reading of the head and its move.
 	p.Lock()
@@ -383,9 +392,6 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq u
 		s.Changed(pb.Ledger, pb.Page) // a merge, to push
 	}
 	meta := map[string][]byte{"pulled_at": []byte(time.Now().UTC().Format(time.RFC3339))}
-	for _, c := range fresh {
-		meta[deviceKey(c.ID)] = []byte(device)
-	}
 	if pb.Keep != "" {
 		meta[gc.KeepPrefix+device] = []byte(pb.Keep)
 	}

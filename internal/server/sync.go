@@ -132,6 +132,9 @@ func (y *syncer) connect(ctx context.Context) error {
 		return err
 	}
 	cs.Landed = y.s.fsys.HeadMoved
+	// A close that lands after a sync brought another device's version
+	// of its file keeps that version as a conflict file.
+	y.s.journals.KeepUnseen(cs.Unseen)
 	cs.Names = y.s.fsys.RemoteNames()
 	cs.Watched = true
 	y.cs = cs
