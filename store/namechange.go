@@ -116,6 +116,9 @@ func (r *Repository) nameChange(rec bool, c NameChange) (*NameChange, error) {
 		}
 	}
 	c.Time = time.Now().UTC()
+	if r.opts.Now != nil {
+		c.Time = r.opts.Now().UTC()
+	}
 	return &c, nil
 }
 

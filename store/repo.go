@@ -116,6 +116,10 @@ type Options struct {
 	// Badger retries a memtable flush that fails (its directory deleted,
 	// the disk full) for ever, inside Close.
 	CloseTimeout time.Duration
+	// Now stamps the name changes recorded for sync; nil means time.Now.
+	// The sync simulation runs its devices on one simulated clock, as
+	// their commits (journal.Engine.StampWith).
+	Now func() time.Time
 }
 
 // Repository is an open repository directory.

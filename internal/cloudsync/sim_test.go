@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/internal/testutil"
@@ -80,7 +81,7 @@ func TestSimulation(t *testing.T) {
 					failed.Add(1)
 				}
 			})
-			if runSim(t, seed, *simSteps) {
+			if runSim(t, seed, *simSteps, false) {
 				loose.Add(1)
 			}
 		})
@@ -93,21 +94,28 @@ func TestSimulation(t *testing.T) {
 
 // The seeds that found bugs, each failing before its fix: a seed replays
 // the same run while the simulation's operations stay as they are (a
-// change of them changes what every seed does; then find new ones).
+// change of them changes what every seed does; then find new ones). The
+// first four were found with writes closed at once and an encrypted store,
+// whose random pack names changed which requests failed: they run with
+// writes closed, faults now fall where the names of a plain store put
+// them.
 func TestSimulationRegressions(t *testing.T) {
 	for _, c := range []struct {
-		seed  uint64
-		found string
+		seed uint64
+		// closed: found before writes stayed open across steps.
+		closed bool
+		found  string
 	}{
-		{399, "a deleted file came back: a merge of heads with several common ancestors took one as its base"},
-		{986, "the same, in a transaction's file"},
-		{923, "a conflict file named after the wrong device, through the same wrong base"},
-		{785, "a conflict file of its file's own content: two devices wrote it, one's lost to a third's first"},
+		{399, true, "a deleted file came back: a merge of heads with several common ancestors took one as its base"},
+		{986, true, "the same, in a transaction's file"},
+		{923, true, "a conflict file named after the wrong device, through the same wrong base"},
+		{785, true, "a conflict file of its file's own content: two devices wrote it, one's lost to a third's first"},
+		{89, false, "another device's version lost: it landed while a file was open, whose close replaced it (bug B)"},
 	} {
 		t.Run(fmt.Sprint("seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
 			t.Log(c.found)
-			runSim(t, c.seed, 60)
+			runSim(t, c.seed, 60, c.closed)
 		})
 	}
 }
@@ -311,13 +319,36 @@ type sim struct {
 	loose   bool  // imprecise conflict files seen (see -sim.strict)
 	// common are contents several devices may write (not in versions).
 	common map[string]bool
+	// later, when not nil, decides which writes stay open across steps
+	// (see openWrite); a stream of its own, so that the other draws of a
+	// seed are those it made before writes stayed open.
+	later   *rand.Rand
+	writing []*openWrite
+}
+
+// openWrite is a write whose file stays open for some steps before its
+// close commits it, as an editor's or a queued close's does: syncs may
+// land other devices' versions of its key meanwhile.
+type openWrite struct {
+	d          *simDevice
+	l, p, key  string
+	pageWas    bool                 // the page was there at the open
+	saw        cas.ObjectIdentifier // the key's value at the open (zero: none)
+	sawContent string               // and its content
+	content    string
 }
 
 // runSim runs one seed, and reports whether it saw imprecise conflict
 // files.
-func runSim(t *testing.T, seed uint64, steps int) bool {
+//
+// Writes stay open across steps unless closedWrites is set: the seeds
+// found before they could replay as they were found.
+func runSim(t *testing.T, seed uint64, steps int, closedWrites bool) bool {
 	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), versions: map[string]*simVersion{}, common: map[string]bool{},
 		clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()}
+	if !closedWrites {
+		s.later = rand.New(rand.NewPCG(seed, 0x1a7e))
+	}
 	s.st = newSimStore(seed)
 	ndev := 2 + s.rng.IntN(4)
 	for i := range ndev {
@@ -340,7 +371,9 @@ func runSim(t *testing.T, seed uint64, steps int) bool {
 	s.st.set(false, uint64(s.rng.IntN(60)), uint64(s.rng.IntN(60)))
 	for range steps {
 		s.step()
+		s.closeSome(false)
 	}
+	s.closeSome(true)
 	s.settle()
 	s.check()
 	return s.loose
@@ -367,7 +400,7 @@ func (s *sim) logf(format string, args ...any) {
 func (s *sim) open(d *simDevice) {
 	eng := journal.NewEngine()
 	eng.StampWith(s.now)
-	repo, err := store.Open(d.dir, eng.Hooks(store.Options{}))
+	repo, err := store.Open(d.dir, eng.Hooks(store.Options{Now: s.now}))
 	must(s.t, err)
 	// Named from the seed: every object a device writes is named after
 	// it, and listings put devices in the order of their ids.
@@ -381,13 +414,19 @@ func (s *sim) open(d *simDevice) {
 	down, fail, lost := st.down, st.failPerMille, st.lostPerMille
 	st.mu.Unlock()
 	st.set(false, 0, 0)
-	d.s, err = New(context.Background(), repo, st, Options{Secret: testSecret, FetchAll: true})
+	// Unencrypted: an encrypted store's pack names are keyed by its
+	// master key, drawn at random, and faults are decided by name — runs
+	// of one seed differed until this (seed 867's conflict name, seen in
+	// one batch of three and never alone). Encryption has tests of its
+	// own; merges do not depend on it.
+	d.s, err = New(context.Background(), repo, st, Options{Plain: true, FetchAll: true})
 	st.set(down, fail, lost)
 	if err != nil {
 		s.t.Fatalf("%s: a syncer: %v", d.name, err)
 	}
 	d.s.Watched = true
 	d.s.now = s.now
+	eng.KeepUnseen(d.s.Unseen)
 	d.s.inFlight = 1
 }
 
@@ -397,6 +436,12 @@ func (s *sim) now() time.Time { return time.Unix(0, s.clock) }
 // restart closes a device's syncer and repository and opens them again
 // from what is on its disk.
 func (s *sim) restart(d *simDevice) {
+	s.writing = slices.DeleteFunc(s.writing, func(w *openWrite) bool {
+		if w.d == d {
+			s.logf("%s: write %s/%s/%s = %s lost: never closed", d.name, w.l, w.p, w.key, w.content)
+		}
+		return w.d == d
+	})
 	d.s.Close()
 	must(s.t, d.repo.Close())
 	s.open(d)
@@ -493,8 +538,12 @@ func (s *sim) step() {
 		if len(ks) > 0 && s.rng.IntN(2) == 0 {
 			key = ks[s.rng.IntN(len(ks))]
 		}
-		s.supersede(es, key, false)
 		c := s.content(d)
+		if s.later != nil && s.later.IntN(3) == 0 {
+			s.openWrite(d, l, p, key, c)
+			return
+		}
+		s.supersede(es, key, false)
 		s.apply(d, l, p, []journal.Op{s.put(d, l, p, key, c)})
 		s.logf("%s: write %s/%s/%s = %s", d.name, l, p, key, c)
 	case r < 33: // write content another device may write too
@@ -613,6 +662,60 @@ func (s *sim) step() {
 		_, err := d.s.Sync(context.Background())
 		s.logf("%s: sync: %v", d.name, err)
 	}
+}
+
+// openWrite opens key of page l/p on d for a write of content c, which
+// a later step closes (closeSome).
+func (s *sim) openWrite(d *simDevice, l, p, key, c string) {
+	w := &openWrite{d: d, l: l, p: p, key: key, content: c}
+	if ok, err := d.repo.HasPage(l, p); err != nil {
+		s.t.Fatal(err)
+	} else if ok {
+		w.pageWas = true
+		pg := d.page(l, p)
+		head, err := pg.Head()
+		must(s.t, err)
+		e, found, err := pg.Tree(head).Get(key)
+		d.repo.Release(pg)
+		must(s.t, err)
+		if found {
+			w.saw, w.sawContent = e.Value, d.files(l, p)[key]
+		}
+	}
+	s.writing = append(s.writing, w)
+	s.logf("%s: open %s/%s/%s for writing (it holds %q)", d.name, l, p, key, w.sawContent)
+}
+
+// closeSome closes writes that stay open, some or (all) every one, in the
+// order they opened: each commits its content, saying which value its
+// writer saw.
+func (s *sim) closeSome(all bool) {
+	s.writing = slices.DeleteFunc(s.writing, func(w *openWrite) bool {
+		if !all && s.later.IntN(3) != 0 {
+			return false
+		}
+		d := w.d
+		if ok, err := d.repo.HasPage(w.l, w.p); err != nil {
+			s.t.Fatal(err)
+		} else if !ok && w.pageWas {
+			// Moved or deleted since the open: the close fails.
+			s.logf("%s: close of %s/%s/%s failed: its page is gone", d.name, w.l, w.p, w.key)
+			return true
+		}
+		// The close replaces what its writer saw, and what this device
+		// wrote at the key since (another descriptor's close).
+		if v := s.versions[w.sawContent]; v != nil {
+			v.superseded = true
+		}
+		if v := s.versions[s.entries(d, w.l, w.p)[w.key]]; v != nil && v.device == d.name {
+			v.superseded = true
+		}
+		op := s.put(d, w.l, w.p, w.key, w.content)
+		op.Saw = &w.saw
+		s.apply(d, w.l, w.p, []journal.Op{op})
+		s.logf("%s: close %s/%s/%s = %s", d.name, w.l, w.p, w.key, w.content)
+		return true
+	})
 }
 
 // settle brings every device online against a store without faults, and
