@@ -3,11 +3,14 @@ package cloudsync
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -100,11 +103,178 @@ func (s *Syncer) namesPushed(keys [][]byte, changes []store.NameChange) error {
 			return err
 		}
 	}
+	for _, c := range changes {
+		var err error
+		switch c.Op {
+		case store.NameRenamePage:
+			err = s.noteMoved(c)
+		case store.NameRenameLedger:
+			err = s.noteMoved(c)
+		}
+		if err != nil {
+			return err
+		}
+	}
 	return s.repo.DropNameChanges(keys)
 }
 
 func sameChange(a, b store.NameChange) bool {
 	return a.Op == b.Op && a.Ledger == b.Ledger && a.Page == b.Page && a.To == b.To && a.ToLedger == b.ToLedger && a.Time.Equal(b.Time)
+}
+
+// stateMoved is the repository's sync state row (+ ledger/page, or
+// ledger/ for a ledger) of a page or ledger renamed away here, by this
+// device or as another did (a moved, JSON). Another device's batches of
+// the page made before it knew land under the new name (landingPage)
+// rather than bring the old one back.
+const stateMoved = "moved/"
+
+// moved is where a page or ledger went, and when.
+type moved struct {
+	Ledger string    `json:"ledger"`
+	Page   string    `json:"page,omitempty"` // "": a ledger renamed
+	Time   time.Time `json:"time"`
+}
+
+// noteMoved records change c, a rename of a page or a ledger.
+func (s *Syncer) noteMoved(c store.NameChange) error {
+	key, m := stateMoved+c.Ledger+"/"+c.Page, moved{Ledger: c.DestLedger(), Page: c.To, Time: c.Time}
+	if c.Op == store.NameRenameLedger {
+		key, m = stateMoved+c.Ledger+"/", moved{Ledger: c.To, Time: c.Time}
+	}
+	v, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return s.repo.SetSyncState(map[string][]byte{key: v})
+}
+
+// movedFrom returns where ledger/page went, and when, if it was renamed
+// away here: the name changes not pushed yet first (the latest), then
+// those recorded.
+func (s *Syncer) movedFrom(ledger, page string) (moved, bool, error) {
+	_, changes, err := s.repo.NameChanges()
+	if err != nil {
+		return moved{}, false, err
+	}
+	for _, c := range slices.Backward(changes) {
+		switch {
+		case c.Op == store.NameRenamePage && c.Ledger == ledger && c.Page == page:
+			return moved{Ledger: c.DestLedger(), Page: c.To, Time: c.Time}, true, nil
+		case c.Op == store.NameRenameLedger && c.Ledger == ledger:
+			return moved{Ledger: c.To, Page: page, Time: c.Time}, true, nil
+		}
+	}
+	for _, k := range []string{ledger + "/" + page, ledger + "/"} {
+		v, ok, err := s.repo.SyncState(stateMoved + k)
+		if err != nil {
+			return moved{}, false, err
+		}
+		if !ok {
+			continue
+		}
+		var m moved
+		if err := json.Unmarshal(v, &m); err != nil {
+			return moved{}, false, fmt.Errorf("cloudsync: where %s went: %w", k, err)
+		}
+		if m.Page == "" {
+			m.Page = page // the ledger was renamed
+		}
+		return m, true, nil
+	}
+	return moved{}, false, nil
+}
+
+// renamedAway returns the page ledger/page became here, if it is not here
+// and was renamed away (followed through up to 8 renames) after time at:
+// a page made under the old name at or before at is the page renamed —
+// pages of one name on two devices are one page — and one made later is
+// a page of its own.
+func (s *Syncer) renamedAway(ledger, page string, at time.Time) (string, string, bool, error) {
+	if ok, err := s.repo.HasPage(ledger, page); err != nil || ok {
+		return "", "", false, err
+	}
+	l, p := ledger, page
+	for range 8 {
+		m, ok, err := s.movedFrom(l, p)
+		if err != nil || !ok || at.After(m.Time) {
+			return "", "", false, err
+		}
+		l, p = m.Ledger, m.Page
+		if ok, err := s.repo.HasPage(l, p); err != nil || ok {
+			return l, p, ok, err
+		}
+	}
+	return "", "", false, nil
+}
+
+// landingPage is the page a batch of another device's commits of
+// ledger/page lands in: that page if it is here; else, if it was renamed
+// away here, the page it became (renamedAway), when that page holds what
+// the batch builds on, or the batch builds on nothing and its first
+// commit is no later than the rename: the other device made them before
+// it knew, and renames its page as this one did. Else the old name, made
+// anew.
+func (s *Syncer) landingPage(pb pageBatch) (string, string, error) {
+	first, builds, err := buildsOn(pb)
+	if err != nil || first == nil {
+		return pb.Ledger, pb.Page, err
+	}
+	at := time.Unix(0, first.Timestamp)
+	if len(builds) > 0 {
+		at = time.Time{} // what it builds on decides
+	}
+	l, p, ok, err := s.renamedAway(pb.Ledger, pb.Page, at)
+	if err != nil || !ok {
+		return pb.Ledger, pb.Page, err
+	}
+	if holds, err := s.holdsAll(l, p, builds); err != nil || !holds {
+		return pb.Ledger, pb.Page, err
+	}
+	return l, p, nil
+}
+
+// buildsOn returns a batch's first commit and the commits its commits
+// build on that it does not hold, the first commit aside.
+func buildsOn(pb pageBatch) (*store.Commit, []store.CommitID, error) {
+	in := map[store.CommitID]bool{}
+	var first *store.Commit
+	var out []store.CommitID
+	for _, cb := range pb.Commits {
+		id := store.CommitID(cas.Hash(cb))
+		c, err := store.DecodeCommit(id, cb)
+		if err != nil {
+			return nil, nil, err
+		}
+		if first == nil {
+			first = c
+		}
+		in[id] = true
+		for _, parent := range c.Parents {
+			if !in[parent] && parent != store.FirstCommitID && !slices.Contains(out, parent) {
+				out = append(out, parent)
+			}
+		}
+	}
+	return first, out, nil
+}
+
+// holdsAll reports whether page ledger/page holds every commit of ids.
+func (s *Syncer) holdsAll(ledger, page string, ids []store.CommitID) (bool, error) {
+	if len(ids) == 0 {
+		return true, nil
+	}
+	p, err := s.repo.Acquire(ledger, page)
+	if err != nil {
+		return false, err
+	}
+	defer s.repo.Release(p)
+	for _, id := range ids {
+		if ok, err := p.HasCommit(id); err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // resendRenamed marks the pages a rename named anew to go up whole.
@@ -156,6 +326,9 @@ func (s *Syncer) applyName(c store.NameChange, graft bool) error {
 	case store.NameCreateLedger:
 		return s.ensureLedger(c.Ledger)
 	case store.NameCreatePage:
+		if _, _, ok, err := s.renamedAway(c.Ledger, c.Page, c.Time); err != nil || ok {
+			return err // made before it was renamed here: it is that page
+		}
 		return s.ensurePage(c.Ledger, c.Page)
 	case store.NameDeleteLedger:
 		if ok, err := r.HasLedger(c.Ledger); err != nil || !ok {
@@ -172,7 +345,10 @@ func (s *Syncer) applyName(c store.NameChange, graft bool) error {
 		if ok, err := r.HasLedger(c.To); err != nil || ok {
 			return err // taken here: both stay; the pages arrive under c.To
 		}
-		return n.RenameLedger(c.Ledger, c.To)
+		if err := n.RenameLedger(c.Ledger, c.To); err != nil {
+			return err
+		}
+		return s.noteMoved(c)
 	case store.NameDeletePage:
 		return s.letGo(c, graft)
 	case store.NameRenamePage:
@@ -185,12 +361,18 @@ func (s *Syncer) applyName(c store.NameChange, graft bool) error {
 		if ok, err := r.HasPage(dest, c.To); err != nil {
 			return err
 		} else if ok {
-			return s.letGo(c, graft)
+			if err := s.letGo(c, graft); err != nil {
+				return err
+			}
+			return s.noteMoved(c)
 		}
 		if err := s.ensureLedger(dest); err != nil {
 			return err
 		}
 		if err := n.RenamePage(c.Ledger, c.Page, dest, c.To); err != nil {
+			return err
+		}
+		if err := s.noteMoved(c); err != nil {
 			return err
 		}
 		// Commits made here that the other device never saw went with

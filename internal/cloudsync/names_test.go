@@ -324,3 +324,29 @@ func TestMergeKeepsWhatDoesNotConflict(t *testing.T) {
 		t.Errorf("f.sh's mode %o, want a's chmod 100755 with b's content", m)
 	}
 }
+
+// A page renamed on one device while another, not knowing, went on
+// writing it: the other's commits, pulled after the rename, land in the
+// renamed page rather than bring the old name back (seed 55 of the
+// simulation with -sim.pages), and both devices end with one page.
+func TestCommitsOfARenamedPageFollowIt(t *testing.T) {
+	st := newSimStore(1)
+	a, b := newDevice(t, "a", st), newDevice(t, "b", st)
+	a.write("l", "p", "f", []byte("first"))
+	a.sync()
+	b.sync()
+	must(t, b.repo.CreateLedger("m"))
+	must(t, b.repo.MovePage("l", "p", "m", "q")) // b, apart
+	a.write("l", "p", "g", []byte("after b renamed it"))
+	a.sync()
+	b.sync() // pulls a's change of l/p, then pushes the rename
+	a.sync()
+	b.sync()
+	same(t, a, b)
+	if got := b.names(); slices.Contains(got, "l/p") || !slices.Contains(got, "m/q") {
+		t.Fatalf("b's pages %v: want m/q and no l/p", got)
+	}
+	if got := b.files("m", "q"); got["f"] != "first" || got["g"] != "after b renamed it" {
+		t.Fatalf("m/q on b holds %v: want both of a's files", got)
+	}
+}

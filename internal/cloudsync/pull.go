@@ -293,6 +293,10 @@ func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, graft boo
 }
 
 func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq uint64, pb pageBatch, graft bool, st *Stats) error {
+	var err error
+	if pb.Ledger, pb.Page, err = s.landingPage(pb); err != nil {
+		return err
+	}
 	if err := s.ensurePage(pb.Ledger, pb.Page); err != nil {
 		return err
 	}
