@@ -32,8 +32,8 @@ type overlay struct {
 	// whole set per unlink was a third of what rm -rf of a large directory
 	// allocated.
 	gone keyMap[uint64]
-	// atimes are access times whose commit is queued (see store.OpAtime),
-	// by key.
+	// atimes are access times reads gave files, by key, until they are
+	// kept in the repository db (see pageRef.noteAtime).
 	atimes keyMap[queuedAtime]
 	// touched holds the directory markers whose new times (see
 	// pageRef.touch) wait to ride with the page's next change, by key, with
@@ -52,15 +52,14 @@ type queuedMarker struct {
 
 type queuedAtime struct {
 	ns int64
-	// sent is set once the time rides in a queued change: it shows until
-	// that change lands, and a newer time replaces it.
-	sent bool
+	// saving is set while the time is being kept: it shows until that
+	// lands, and a newer time replaces it.
+	saving bool
 }
 
 // maxWaitingAtimes bounds the access times a page keeps waiting (about
-// 100 bytes each): reads of more files between two changes leave the
-// others' times as they were, rather than grow the server's memory or
-// commit under the readers.
+// 100 bytes each): reads of more files while the times wait leave the
+// others' as they were, rather than grow the server's memory.
 const maxWaitingAtimes = 1 << 16
 
 // next numbers a new queued change.
@@ -178,35 +177,35 @@ func (o *overlay) noteAtime(key string, ns int64) {
 	o.atimes.Set(key, queuedAtime{ns: ns})
 }
 
-// takeAtimes returns up to room of the access times not sent yet, as ops
-// (store.OpAtime), but none for the keys of ops, whose changes they would
-// overwrite in the journal's rows; they show as sent until landAtimes.
-func (o *overlay) takeAtimes(ops []journal.Op, room int) []journal.Op {
-	var out []journal.Op
+// takeAtimes returns up to room of the access times not being kept yet;
+// they show as being kept until landAtimes.
+func (o *overlay) takeAtimes(room int) map[string]int64 {
+	out := map[string]int64{}
 	o.atimes.Under("", func(key string, a queuedAtime) bool {
 		if len(out) >= room {
 			return false
 		}
-		if a.sent || slices.ContainsFunc(ops, func(op journal.Op) bool { return op.Key == key }) {
-			return true
+		if !a.saving {
+			out[key] = a.ns
 		}
-		op := journal.Op{Key: key, Kind: store.OpAtime}
-		op.Entry.Meta.AtimeNs, op.Entry.Meta.HasAtime = a.ns, true
-		out = append(out, op)
 		return true
 	})
-	for _, op := range out {
-		o.atimes.Set(op.Key, queuedAtime{ns: op.Entry.Meta.AtimeNs, sent: true})
+	for key, ns := range out {
+		o.atimes.Set(key, queuedAtime{ns: ns, saving: true})
 	}
 	return out
 }
 
-// landAtimes drops the access times sent, unless a newer time was noted
-// since.
-func (o *overlay) landAtimes(sent []journal.Op) {
-	for _, op := range sent {
-		if a, ok := o.atimes.Get(op.Key); ok && a.sent && a.ns == op.Entry.Meta.AtimeNs {
-			o.atimes.Delete(op.Key)
+// landAtimes drops the access times kept, unless a newer time was noted
+// since; with kept false (keeping failed) they wait again.
+func (o *overlay) landAtimes(taken map[string]int64, kept bool) {
+	for key, ns := range taken {
+		if a, ok := o.atimes.Get(key); ok && a.saving && a.ns == ns {
+			if kept {
+				o.atimes.Delete(key)
+			} else {
+				o.atimes.Set(key, queuedAtime{ns: ns})
+			}
 		}
 	}
 }
@@ -224,9 +223,16 @@ func (o *overlay) forgetAtimes(prefix string) {
 	}
 }
 
-// atimesUnsent reports whether access times wait to be sent.
-func (o *overlay) atimesUnsent() bool {
-	return !o.atimes.Under("", func(_ string, a queuedAtime) bool { return a.sent })
+// atimesWaiting counts the access times not being kept.
+func (o *overlay) atimesWaiting() int {
+	n := 0
+	o.atimes.Under("", func(_ string, a queuedAtime) bool {
+		if !a.saving {
+			n++
+		}
+		return true
+	})
+	return n
 }
 
 // atime returns the access time waiting for key, if any.

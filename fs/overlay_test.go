@@ -119,28 +119,31 @@ func TestOverlayTouchesRideOnce(t *testing.T) {
 	}
 }
 
-// TestOverlayAccessTimes: a read's access time is sent once, shows until
-// its change lands, never goes with a change of its own key, is replaced
-// by a newer read's, and waits for at most maxWaitingAtimes files.
+// TestOverlayAccessTimes: a read's access time is taken to be kept once,
+// shows until that lands, waits again if keeping failed, is replaced by a
+// newer read's, and waits for at most maxWaitingAtimes files.
 func TestOverlayAccessTimes(t *testing.T) {
 	var o overlay
 	o.noteAtime("a", 10)
 	o.noteAtime("b", 20)
-	own := []journal.Op{{Key: "b", Kind: store.OpPut}}
-	sent := o.takeAtimes(own, 10)
-	if len(sent) != 1 || sent[0].Key != "a" || sent[0].Kind != store.OpAtime || sent[0].Entry.Meta.AtimeNs != 10 {
-		t.Fatalf("access times taken with a change of b: %+v, want a's alone", sent)
+	taken := o.takeAtimes(1)
+	if len(taken) != 1 || taken["a"] != 10 {
+		t.Fatalf("access times taken: %v, want a's alone", taken)
 	}
-	if again := o.takeAtimes(nil, 10); len(again) != 1 || again[0].Key != "b" {
-		t.Fatalf("second take: %+v, want b's alone (a's is sent)", again)
+	if again := o.takeAtimes(10); len(again) != 1 || again["b"] != 20 {
+		t.Fatalf("second take: %v, want b's alone (a's is being kept)", again)
 	}
-	if o.atimesUnsent() {
-		t.Fatal("every access time sent, some still unsent")
+	if n := o.atimesWaiting(); n != 0 {
+		t.Fatalf("every access time taken, %d still waiting", n)
 	}
-	o.noteAtime("a", 30) // read again before the change landed
-	o.landAtimes(sent)
+	o.noteAtime("a", 30) // read again before it was kept
+	o.landAtimes(taken, true)
 	if ns, ok := o.atime("a"); !ok || ns != 30 {
-		t.Fatalf("a newer access time lost when the older landed: %d, %v", ns, ok)
+		t.Fatalf("a newer access time lost when the older was kept: %d, %v", ns, ok)
+	}
+	o.landAtimes(map[string]int64{"b": 20}, false)
+	if n := o.atimesWaiting(); n != 2 {
+		t.Fatalf("%d access times waiting after keeping b's failed, want a's and b's", n)
 	}
 	o.forgetAtimes("")
 	if _, ok := o.atime("a"); ok {
@@ -152,7 +155,7 @@ func TestOverlayAccessTimes(t *testing.T) {
 	if n := o.atimes.Len(); n != maxWaitingAtimes {
 		t.Fatalf("%d access times waiting, want at most %d", n, maxWaitingAtimes)
 	}
-	if o.takeAtimes(nil, 5); o.atimes.Len() != maxWaitingAtimes {
+	if o.takeAtimes(5); o.atimes.Len() != maxWaitingAtimes {
 		t.Fatal("taking access times dropped some")
 	}
 }

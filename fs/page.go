@@ -44,6 +44,9 @@ type pageRef struct {
 	ledger   string
 	name     string
 	ov       overlay // what is queued, shown as committed
+	// atimesSaving is set while access times are being kept in the
+	// background (see noteAtime).
+	atimesSaving bool
 	// intents are the files whose fsynced changes wait, logged, for their
 	// commit, which intentTimer runs (see intent.go).
 	intents     map[*fileNode]struct{}

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"log/slog"
 	"sync"
 	"syscall"
 
@@ -21,28 +22,56 @@ func (pg *pageRef) queueDelete(key string) error {
 	})
 }
 
-// noteAtime records a read's new access time of the file at key. It is not
-// a change of its own: every one would be a commit, moving the page's time
-// under readers (tar fails a directory whose time moves while it reads
-// it). It rides with the page's next queued change (see queueWith), or is
-// committed at unmount; a crash loses it, and the next read makes it
-// again.
+// noteAtime records a read's new access time of the file at key. It is
+// no change of the file: a commit would move the page's time under
+// readers (tar fails a directory whose time moves while it reads it), and
+// go to every device, uploaded for a read. It is kept in the repository
+// db (store.Repository.SetLocalAtimes), a batch at a time in the
+// background and the rest at unmount; a crash loses what waits, and the
+// next read makes it again.
 func (pg *pageRef) noteAtime(key string, ns int64) {
 	pg.mu.Lock()
-	defer pg.mu.Unlock()
 	pg.ov.noteAtime(key, ns)
+	due := !pg.atimesSaving && pg.ov.atimesWaiting() >= atimeBatch
+	if due {
+		pg.atimesSaving = true
+	}
+	pg.mu.Unlock()
+	if due {
+		pg.fs.background.Go(func() {
+			defer func() {
+				pg.mu.Lock()
+				pg.atimesSaving = false
+				pg.mu.Unlock()
+			}()
+			if err := pg.saveAtimes(); err != nil {
+				l, n := pg.names()
+				slog.Warn("access times not kept", "page", l+"/"+n, "err", err)
+			}
+		})
+	}
 }
 
-// takeAtimes returns the access times not sent yet as ops, to ride with
-// ops (see overlay.takeAtimes), and the function that drops them once
-// their change has landed. Called with pg.mu held.
-func (pg *pageRef) takeAtimes(ops []journal.Op) ([]journal.Op, func()) {
-	// They must go through the implicit journal with ops.
-	out := pg.ov.takeAtimes(ops, journal.MaxQueued-len(ops))
-	return out, func() {
+// atimeBatch is how many access times wait before they are kept.
+const atimeBatch = 1024
+
+// saveAtimes keeps the access times waiting, a batch at a time.
+func (pg *pageRef) saveAtimes() error {
+	for {
 		pg.mu.Lock()
-		defer pg.mu.Unlock()
-		pg.ov.landAtimes(out)
+		taken := pg.ov.takeAtimes(atimeBatch)
+		pg.mu.Unlock()
+		if len(taken) == 0 {
+			return nil
+		}
+		l, n := pg.names()
+		err := pg.fs.repo.SetLocalAtimes(l, n, taken)
+		pg.mu.Lock()
+		pg.ov.landAtimes(taken, err == nil)
+		pg.mu.Unlock()
+		if err != nil {
+			return err
+		}
 	}
 }
 
@@ -54,29 +83,37 @@ func (pg *pageRef) forgetAtimes(prefix string) {
 	pg.ov.forgetAtimes(prefix)
 }
 
-// flushAtimes commits the access times that wait for a change to ride
-// with: at unmount, as many queued changes as they fill.
-func (pg *pageRef) flushAtimes() error {
-	for {
-		pg.mu.Lock()
-		pending := pg.ov.atimesUnsent()
-		pg.mu.Unlock()
-		if !pending {
-			return nil
-		}
-		if err := pg.queue(func(error) {}); err != nil {
-			return err
-		}
-	}
-}
+// flushAtimes keeps the access times waiting: at unmount.
+func (pg *pageRef) flushAtimes() error { return pg.saveAtimes() }
 
 // withQueuedAtime returns m, the metadata of the entry at key, with the
-// access time queued for it, if any and later.
+// access time a read on this device gave it in the live page (waiting, or
+// kept in the repository db), if later and the entry was not changed
+// since: a change, here or on another device, or a time set (touch -a)
+// advances the entry's ctime, and shows.
 func (pg *pageRef) withQueuedAtime(key string, m btree.Meta) btree.Meta {
+	if !pg.v.queues() {
+		return m
+	}
 	pg.mu.Lock()
 	ns, ok := pg.ov.atime(key)
 	pg.mu.Unlock()
-	if ok && (!m.HasAtime || ns > m.AtimeNs) {
+	if !ok {
+		l, n := pg.names()
+		var err error
+		if ns, ok, err = pg.fs.repo.LocalAtime(l, n, key); err != nil {
+			slog.Warn("reading an access time", "page", l+"/"+n, "key", key, "err", err)
+			return m
+		}
+	}
+	var changed int64
+	switch {
+	case m.HasCtime:
+		changed = m.CtimeNs
+	case m.HasMtime:
+		changed = m.MtimeNs
+	}
+	if ok && ns >= changed && (!m.HasAtime || ns > m.AtimeNs) {
 		m.AtimeNs, m.HasAtime = ns, true
 	}
 	return m
@@ -122,13 +159,11 @@ func (pg *pageRef) queueWith(w *store.ValueWriter, done func(error), ops ...jour
 	defer pg.release(p)
 	pg.mu.Lock()
 	pg.ov.inflight++
-	atimes, sent := pg.takeAtimes(ops)
-	touches, touched := pg.takeTouches(ops, journal.MaxQueued-len(ops)-len(atimes))
+	touches, touched := pg.takeTouches(ops, journal.MaxQueued-len(ops))
 	pg.mu.Unlock()
 	// First in the rows, so that nothing of this change comes after them.
-	ops = append(append(atimes, touches...), ops...)
+	ops = append(touches, ops...)
 	landed := func() {
-		sent()
 		touched()
 		pg.mu.Lock()
 		pg.ov.inflight--

@@ -673,3 +673,27 @@ func TestMovePageAndItsInterruptions(t *testing.T) {
 		t.Fatalf("move rows left: %v %v", rows, err)
 	}
 }
+
+// Access times kept for a page's files read back per page and key, and
+// survive a reopen; another page's, or a key never read, have none.
+func TestLocalAtimes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := openRepo(t, dir, Options{})
+	if err := r.SetLocalAtimes("l", "p", map[string]int64{"a": 10, "d/b": 20}); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	r = openRepo(t, dir, Options{})
+	defer r.Close()
+	for _, c := range []struct {
+		page, key string
+		ns        int64
+		ok        bool
+	}{{"p", "a", 10, true}, {"p", "d/b", 20, true}, {"p", "c", 0, false}, {"q", "a", 0, false}} {
+		ns, ok, err := r.LocalAtime("l", c.page, c.key)
+		if err != nil || ok != c.ok || ns != c.ns {
+			t.Errorf("l/%s %s: %d, %v, %v; want %d, %v", c.page, c.key, ns, ok, err, c.ns, c.ok)
+		}
+	}
+}
