@@ -111,14 +111,21 @@ func (d *device) files(l, p string) map[string]string {
 func (d *device) entry(l, p, key string) (btree.Entry, *store.Page) {
 	d.t.Helper()
 	pg := d.page(l, p)
-	head, err := pg.Head()
-	must(d.t, err)
-	e, ok, err := pg.Tree(head).Get(key)
+	e, ok, err := headEntry(pg, key)
 	if err != nil || !ok {
 		d.repo.Release(pg)
 		d.t.Fatalf("%s: %s/%s: no %s (%v)", d.name, l, p, key, err)
 	}
 	return e, pg
+}
+
+// headEntry returns key's entry in p's head, if it holds one.
+func headEntry(p *store.Page, key string) (btree.Entry, bool, error) {
+	head, err := p.Head()
+	if err != nil {
+		return btree.Entry{}, false, err
+	}
+	return p.Tree(head).Get(key)
 }
 
 // read returns the content of key in page l/p's head.

@@ -590,9 +590,7 @@ func (s *sim) step() {
 		s.n++
 		to := fmt.Sprint("r", s.n)
 		pg := d.page(l, p)
-		head, err := pg.Head()
-		must(s.t, err)
-		e, ok, err := pg.Tree(head).Get(key)
+		e, ok, err := headEntry(pg, key)
 		d.repo.Release(pg)
 		must(s.t, err)
 		if !ok {
@@ -673,9 +671,7 @@ func (s *sim) openWrite(d *simDevice, l, p, key, c string) {
 	} else if ok {
 		w.pageWas = true
 		pg := d.page(l, p)
-		head, err := pg.Head()
-		must(s.t, err)
-		e, found, err := pg.Tree(head).Get(key)
+		e, found, err := headEntry(pg, key)
 		d.repo.Release(pg)
 		must(s.t, err)
 		if found {
