@@ -91,19 +91,22 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 			values = append(values, op.Entry.Value)
 			local = append(local, op.Local...)
 		}
-		if unseen != nil && op.Saw != nil {
-			if err := keepUnseen(p, head, tree, op, unseen); err != nil {
+		checks := unseen != nil && op.Saw != nil
+		if op.Kind == store.OpAtime || !checks && observeRemoved == nil {
+			return op.ApplyTo(tree)
+		}
+		old, found, err := tree.Get(op.Key)
+		if err != nil {
+			return err
+		}
+		if found && checks && old.Value != *op.Saw && (op.IsDelete() || old.Value != op.Entry.Value) {
+			// A version the writer never saw: unseen keeps it.
+			if err := unseen(p, head, tree, op.Key, *op.Saw, old); err != nil {
 				return err
 			}
 		}
-		if observeRemoved != nil && op.Kind != store.OpAtime {
-			old, found, err := tree.Get(op.Key)
-			if err != nil {
-				return err
-			}
-			if found && (op.IsDelete() || old.Value != op.Entry.Value) {
-				removed += old.Meta.Size
-			}
+		if found && (op.IsDelete() || old.Value != op.Entry.Value) {
+			removed += old.Meta.Size
 		}
 		return op.ApplyTo(tree)
 	})
@@ -158,7 +161,7 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 			slog.Warn("observing landed commits failed", "page", p.Ledger+"/"+p.Name, "err", err)
 		}
 	}
-	if removed > 0 {
+	if removed > 0 && observeRemoved != nil {
 		observeRemoved(p.Ledger, p.Name, removed)
 	}
 	if err := j.e.step("committed"); err != nil {
@@ -177,16 +180,6 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 		return nil, nil
 	}
 	return final, nil
-}
-
-// keepUnseen lets unseen keep the version the head holds at op's key when
-// op's writer worked from another (Op.Saw).
-func keepUnseen(p *store.Page, head *store.Commit, tree *btree.Tree, op Op, unseen UnseenFunc) error {
-	e, found, err := tree.Get(op.Key)
-	if err != nil || !found || e.Value == *op.Saw || (!op.IsDelete() && e.Value == op.Entry.Value) {
-		return err
-	}
-	return unseen(p, head, tree, op.Key, *op.Saw, e)
 }
 
 // timestamp is at, or now if at is 0, but never before the parent: time
