@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
-	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/badgerdb"
 
@@ -227,74 +228,80 @@ func (r *Repository) waitExclusive(p *Page) {
 // lowest level holding it (which a page left idle never gets) and then a
 // value log mostly unused is rewritten. Reclaim closes the page's db (its
 // memtables become tables; a reopened db writes a new value log, so every
-// older one can be rewritten), opens it with a level 0 of one table, so
-// that compacting into one level runs whatever the tables hold, and
-// rewrites or removes the value logs that are mostly unused. Anyone who
-// wants the page meanwhile waits until the log being rewritten is done.
+// older one can be rewritten), opens it alone with a level 0 of one
+// table, so that compacting into one level runs whatever the tables hold;
+// anyone who wants the page meanwhile waits for that compaction. Then it
+// rewrites or removes the value logs that are mostly unused on the page
+// opened as its users open it, beside them.
 //
-// With yield false nobody's wish ends it (an explicit request: the page's
-// users wait). It reports whether it went to its end.
+// With yield true the rewrites stop once someone waits to hold the page
+// idle (Page.Yielding); it reports whether it went to its end.
 func (r *Repository) Reclaim(ledger, page string, yield bool) (bool, error) {
 	if r.opts.ReadOnly {
 		return true, nil
 	}
-	if err := r.evict(ledger, page); err != nil {
+	if err := r.compactAlone(ledger, page); err != nil {
 		return false, err
+	}
+	p, err := r.Acquire(ledger, page)
+	if err != nil {
+		return false, err
+	}
+	defer r.Release(p)
+	// A rewrite copies up to (1-reclaimRatio) of a log into the current
+	// one before the old goes: Badger writes it through a mapping, and a
+	// full filesystem would kill the process.
+	rewrite := uint64(float64(p.db.Opts().ValueLogFileSize) * (1 - reclaimRatio))
+	for r.space.Room(rewrite) && p.check() == nil {
+		if yield && p.Yielding() {
+			return false, nil
+		}
+		if p.db.RunValueLogGC(reclaimRatio) != nil {
+			break
+		}
+		slog.Debug("collection step", "page", p.Ledger+"/"+p.Name, "step", "rewrote a value log")
+	}
+	return true, nil
+}
+
+// compactAlone closes the page's db and compacts it, opened alone, into
+// one level (see Reclaim).
+func (r *Repository) compactAlone(ledger, page string) error {
+	if err := r.evict(ledger, page); err != nil {
+		return err
 	}
 	key := ledger + "/" + page
 	r.mu.Lock()
 	if _, open := r.open[key]; open || r.closing[key] != nil {
 		r.mu.Unlock()
-		return false, fmt.Errorf("page %s/%s: %w", ledger, page, ErrBusy)
+		return fmt.Errorf("page %s/%s: %w", ledger, page, ErrBusy)
 	}
 	done := make(chan struct{})
-	wanted := new(atomic.Bool)
-	r.closing[key], r.reclaiming[key] = done, wanted
+	r.closing[key] = done
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
 		delete(r.closing, key)
-		delete(r.reclaiming, key)
 		close(done)
 		r.mu.Unlock()
 	}()
 	dir := r.pageDir(ledger, PageIDFor(page))
 	if err := badgerdb.Check(dir, true); err != nil {
 		// Opened for changes, Badger would cut a damaged log.
-		return false, fmt.Errorf("store: reclaim %s/%s: %w", ledger, page, err)
+		return fmt.Errorf("store: reclaim %s/%s: %w", ledger, page, err)
 	}
 	// Compacted by Flatten alone: Badger starts its compactors before it
 	// knows its oldest readable version, and a compaction begun at open
 	// keeps every deleted row (it moved them, still there, to the last
 	// level, where nothing rewrites them again).
 	o := badgerdb.Options(dir, false).WithNumLevelZeroTables(1).WithNumCompactors(0)
-	if err := reclaimWith(o, key, func(db *badger.DB) error {
+	return reclaimWith(o, key, func(db *badger.DB) error {
 		if err := db.Flatten(1); err != nil {
 			return fmt.Errorf("store: compact %s: %w", key, err)
 		}
 		slog.Debug("collection step", "page", key, "step", "compacted")
 		return nil
-	}); err != nil {
-		return false, err
-	}
-	// Open again with compactors: rewriting value logs writes rows.
-	complete := true
-	o = badgerdb.Options(dir, false)
-	err := reclaimWith(o, key, func(db *badger.DB) error {
-		// A rewrite copies up to (1-reclaimRatio) of a log into the
-		// current one before the old goes: Badger writes it through a
-		// mapping, and a full filesystem would kill the process.
-		rewrite := uint64(float64(o.ValueLogFileSize) * (1 - reclaimRatio))
-		for r.space.Room(rewrite) && db.RunValueLogGC(reclaimRatio) == nil {
-			slog.Debug("collection step", "page", key, "step", "rewrote a value log")
-			if yield && wanted.Load() {
-				complete = false
-				break
-			}
-		}
-		return nil
 	})
-	return complete && err == nil, err
 }
 
 // reclaimWith runs fn on the db opened with o, and closes it; a panic of
@@ -311,6 +318,21 @@ func reclaimWith(o badger.Options, key string, fn func(db *badger.DB) error) (er
 		err = errors.Join(err, db.Close())
 	}()
 	return fn(db)
+}
+
+// UnusedFor returns how long nobody has used the page: since its last
+// release, or, for a page not open, as long as can be.
+func (r *Repository) UnusedFor(ledger, page string) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, open := r.open[ledger+"/"+page]
+	switch {
+	case !open:
+		return math.MaxInt64
+	case p.refs > 0:
+		return 0
+	}
+	return time.Since(p.released)
 }
 
 // reclaimRatio is the share of a value log that must be unused for Reclaim

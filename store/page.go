@@ -49,6 +49,9 @@ type Page struct {
 
 	repo *Repository
 	refs int // guarded by repo.mu
+	// released is when the last user released the page; guarded by
+	// repo.mu. A background Reclaim waits for a quiet page.
+	released time.Time
 	// readers counts the refs made readers' with AsReader, which do not
 	// keep a collection from the page; guarded by repo.mu.
 	readers int

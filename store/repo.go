@@ -156,8 +156,6 @@ type Repository struct {
 	idle      *simplelru.LRU[string, *Page]
 	evicted   []*Page                  // dropped from idle, to close after unlocking
 	closing   map[string]chan struct{} // pages being closed; reopen waits
-	// reclaiming asks a Reclaim of a page to end: someone waits for it.
-	reclaiming map[string]*atomic.Bool
 	// pruned counts deletions of commits, in any page: views of history
 	// cached by head (a log, a file's versions) are stale once it moves.
 	pruned atomic.Uint64
@@ -215,7 +213,7 @@ func Open(dir string, opts Options) (*Repository, error) {
 			return nil, fmt.Errorf("create repository: %w", err)
 		}
 	}
-	r := &Repository{dir: dir, opts: opts, db: db, open: map[string]*Page{}, closing: map[string]chan struct{}{}, reclaiming: map[string]*atomic.Bool{}, created: created,
+	r := &Repository{dir: dir, opts: opts, db: db, open: map[string]*Page{}, closing: map[string]chan struct{}{}, created: created,
 		trim: badgerdb.NewTrimmer(dir)}
 	if !opts.ReadOnly {
 		if opts.Reserve == 0 {
@@ -966,11 +964,8 @@ func (r *Repository) Acquire(ledger, page string) (*Page, error) {
 		if !ok {
 			break
 		}
-		// Its db is still being closed, or reclaimed: Badger allows one
-		// owner at a time.
-		if y := r.reclaiming[key]; y != nil {
-			y.Store(true)
-		}
+		// Its db is still being closed, or compacted alone (Reclaim):
+		// Badger allows one owner at a time.
 		r.mu.Unlock()
 		<-ch
 		r.mu.Lock()
@@ -1036,6 +1031,9 @@ func (r *Repository) unlock() {
 func (r *Repository) Release(p *Page) {
 	r.mu.Lock()
 	p.refs--
+	if p.refs == 0 {
+		p.released = time.Now()
+	}
 	if p.refs == 0 && r.unused != nil {
 		r.unused.Broadcast()
 	}

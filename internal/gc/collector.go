@@ -425,6 +425,9 @@ func (c *Collector) reclaimPending(k [2]string, wait bool) error {
 	if !pending {
 		return nil
 	}
+	if !wait && c.Repo.UnusedFor(k[0], k[1]) < reclaimQuiet {
+		return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy) // later, when quiet
+	}
 	complete, err := c.Repo.Reclaim(k[0], k[1], !wait)
 	switch {
 	case errors.Is(err, store.ErrNotFound):

@@ -153,7 +153,13 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 	}
 	// Deleted rows, and raw rows compression replaced, are space to give
 	// back.
-	if (r.Deleted > 0 || r.Compressed > 0 || o.Reclaim) && !r.Stopped {
+	// Giving the space back takes the page's db for a compaction that
+	// nobody can stop: a background collection does it on a quiet page,
+	// rather than hold a writer who comes back every moment.
+	worth := r.Deleted > 0 || r.Compressed > 0 || o.Reclaim
+	if worth && !r.Stopped && o.Gentle && !o.Wait && repo.UnusedFor(ledger, page) < reclaimQuiet {
+		r.ReclaimLater = true
+	} else if worth && !r.Stopped {
 		start := time.Now()
 		var complete bool
 		reclaim := func() (err error) {
@@ -178,7 +184,9 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 			return r, err
 		}
 		if !complete {
-			r.Stopped = true // space left to give back: the page stays due
+			// Someone wanted the page: the space left is for a later
+			// Reclaim, the page staying due.
+			r.ReclaimLater = true
 		}
 		r.Took += time.Since(start)
 	}
@@ -188,6 +196,10 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 	r.Done = done
 	return r, repo.SetCollected(ledger, page, time.Now())
 }
+
+// reclaimQuiet is how long nobody must have used a page before a
+// background collection gives its space back.
+const reclaimQuiet = 2 * time.Second
 
 // reclaimWait bounds how long an explicit collection waits for its page's
 // users to go before giving its space back; readers that stay leave it
