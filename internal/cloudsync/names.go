@@ -234,6 +234,46 @@ func (s *Syncer) landingPage(pb pageBatch) (string, string, error) {
 	return l, p, nil
 }
 
+// madeAfter reports whether page ledger/page here began after time at:
+// every first commit of its history (a page made on two devices under one
+// name has two) is later. Such a page was made under the name after
+// another device renamed the page it had away, and is not the page
+// renamed (landingPage decides so on that device). A history pruned here
+// does not tell: the page is taken as the one renamed.
+func (s *Syncer) madeAfter(ledger, page string, at time.Time) (bool, error) {
+	p, err := s.repo.Acquire(ledger, page)
+	if err != nil {
+		return false, err
+	}
+	defer s.repo.Release(p)
+	head, err := p.Head()
+	if err != nil || head.ID == store.FirstCommitID {
+		return false, err
+	}
+	g := &graph{p: p}
+	seen := map[store.CommitID]bool{head.ID: true}
+	for stack := []*store.Commit{head}; len(stack) > 0; {
+		c := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, id := range c.Parents {
+			switch {
+			case id == store.FirstCommitID:
+				if !time.Unix(0, c.Timestamp).After(at) {
+					return false, nil
+				}
+			case !seen[id]:
+				seen[id] = true
+				parent, err := g.commit(id)
+				if err != nil || parent == nil {
+					return false, err // pruned here: its start is not known
+				}
+				stack = append(stack, parent)
+			}
+		}
+	}
+	return true, nil
+}
+
 // buildsOn returns a batch's first commit and the commits its commits
 // build on that it does not hold, the first commit aside.
 func buildsOn(pb pageBatch) (*store.Commit, []store.CommitID, error) {
@@ -357,6 +397,9 @@ func (s *Syncer) applyName(c store.NameChange, graft bool) error {
 		dest := c.DestLedger()
 		if ok, err := r.HasPage(c.Ledger, c.Page); err != nil || !ok {
 			return err
+		}
+		if later, err := s.madeAfter(c.Ledger, c.Page, c.Time); err != nil || later {
+			return err // a page of its own, made under the name since
 		}
 		if ok, err := r.HasPage(dest, c.To); err != nil {
 			return err

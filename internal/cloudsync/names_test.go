@@ -350,3 +350,27 @@ func TestCommitsOfARenamedPageFollowIt(t *testing.T) {
 		t.Fatalf("m/q on b holds %v: want both of a's files", got)
 	}
 }
+
+// A page made under a name after another device renamed its page of that
+// name away is a page of its own: the rename, arriving later, leaves it
+// where it is, and both devices end with both pages (the simulation's seed
+// 53 with -sim.pages: one device merged it into the renamed page, the
+// other kept it).
+func TestPageMadeAfterARenameElsewhereStays(t *testing.T) {
+	st := newSimStore(1)
+	a, c := newDevice(t, "a", st), newDevice(t, "c", st)
+	a.write("l", "p", "f", []byte("a's"))
+	must(t, a.repo.MovePage("l", "p", "l", "q"))
+	a.sync()
+	c.write("l", "p", "g", []byte("c's, made after a's rename")) // c, apart
+	c.sync()
+	a.sync()
+	c.sync()
+	same(t, a, c)
+	if got := c.files("l", "p"); got["g"] != "c's, made after a's rename" || len(got) != 1 {
+		t.Fatalf("l/p on c holds %v: want c's file alone", got)
+	}
+	if got := c.files("l", "q"); got["f"] != "a's" || len(got) != 1 {
+		t.Fatalf("l/q on c holds %v: want a's file alone", got)
+	}
+}
