@@ -365,3 +365,37 @@ func TestHeadContentIgnoresCompression(t *testing.T) {
 		t.Fatalf("head content %d → %d bytes, stored %d → %d: want the content kept, the stored less", before.HeadContent, after.HeadContent, before.HeadStored, after.HeadStored)
 	}
 }
+
+// A background collection of a page used a moment ago leaves the space
+// it freed to give back later (Result.ReclaimLater): giving it back takes
+// the page's db for a compaction nobody can stop, which a writer coming
+// back would wait for. An explicit collection gives it back at once.
+func TestBackgroundReclaimWaitsForAQuietPage(t *testing.T) {
+	repo := newRepo(t)
+	change := func(ops ...journal.Op) {
+		t.Helper()
+		p, err := repo.Acquire("l", "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer repo.Release(p) // the page is used until now
+		if len(ops) == 0 {
+			ops = []journal.Op{put(t, p, "f", content(1, 1<<20))}
+		}
+		if err := journals.CommitterFor(p).Apply(false, ops...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keepLast := &retention.Policy{Last: 1}
+	for _, explicit := range []bool{false, true} {
+		change()
+		change(journal.Op{Key: "f", Kind: store.OpDelete})
+		r, err := gc.CollectPage(repo, "l", "p", gc.PageOptions{Policy: keepLast, Gentle: true, Wait: explicit})
+		if err != nil || r.Deleted == 0 {
+			t.Fatalf("explicit %v: deleted %d pieces (%v): want the file's", explicit, r.Deleted, err)
+		}
+		if r.ReclaimLater == explicit {
+			t.Errorf("explicit %v: space left for later %v, want %v", explicit, r.ReclaimLater, !explicit)
+		}
+	}
+}
