@@ -32,7 +32,9 @@ func (pg *pageRef) queueDelete(key string) error {
 func (pg *pageRef) noteAtime(key string, ns int64) {
 	pg.mu.Lock()
 	pg.ov.noteAtime(key, ns)
-	due := !pg.atimesSaving && pg.ov.atimesWaiting() >= atimeBatch
+	// The times being kept count too: none are while atimesSaving is
+	// unset, and counting them apart would walk every time at each read.
+	due := !pg.atimesSaving && pg.ov.atimes.Len() >= atimeBatch
 	if due {
 		pg.atimesSaving = true
 	}
