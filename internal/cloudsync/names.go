@@ -102,17 +102,10 @@ func (s *Syncer) namesPushed(keys [][]byte, changes []store.NameChange) error {
 		if err := s.resendRenamed(c); err != nil {
 			return err
 		}
-	}
-	for _, c := range changes {
-		var err error
-		switch c.Op {
-		case store.NameRenamePage:
-			err = s.noteMoved(c)
-		case store.NameRenameLedger:
-			err = s.noteMoved(c)
-		}
-		if err != nil {
-			return err
+		if c.Op == store.NameRenamePage || c.Op == store.NameRenameLedger {
+			if err := s.noteMoved(c); err != nil {
+				return err
+			}
 		}
 	}
 	return s.repo.DropNameChanges(keys)
@@ -216,6 +209,9 @@ func (s *Syncer) renamedAway(ledger, page string, at time.Time) (string, string,
 // it knew, and renames its page as this one did. Else the old name, made
 // anew.
 func (s *Syncer) landingPage(pb pageBatch) (string, string, error) {
+	if ok, err := s.repo.HasPage(pb.Ledger, pb.Page); err != nil || ok {
+		return pb.Ledger, pb.Page, err // the common case: nothing to decode
+	}
 	first, builds, err := buildsOn(pb)
 	if err != nil || first == nil {
 		return pb.Ledger, pb.Page, err
