@@ -233,35 +233,26 @@ func (r *Repository) waitExclusive(p *Page) {
 // anyone who wants the page meanwhile waits for that compaction. Then it
 // rewrites or removes the value logs that are mostly unused on the page
 // opened as its users open it, beside them.
-//
-// With yield true the rewrites stop once someone waits to hold the page
-// idle (Page.Yielding); it reports whether it went to its end.
-func (r *Repository) Reclaim(ledger, page string, yield bool) (bool, error) {
+func (r *Repository) Reclaim(ledger, page string) error {
 	if r.opts.ReadOnly {
-		return true, nil
+		return nil
 	}
 	if err := r.compactAlone(ledger, page); err != nil {
-		return false, err
+		return err
 	}
 	p, err := r.Acquire(ledger, page)
 	if err != nil {
-		return false, err
+		return err
 	}
 	defer r.Release(p)
 	// A rewrite copies up to (1-reclaimRatio) of a log into the current
 	// one before the old goes: Badger writes it through a mapping, and a
 	// full filesystem would kill the process.
 	rewrite := uint64(float64(p.db.Opts().ValueLogFileSize) * (1 - reclaimRatio))
-	for r.space.Room(rewrite) && p.check() == nil {
-		if yield && p.Yielding() {
-			return false, nil
-		}
-		if p.db.RunValueLogGC(reclaimRatio) != nil {
-			break
-		}
+	for r.space.Room(rewrite) && p.check() == nil && p.db.RunValueLogGC(reclaimRatio) == nil {
 		slog.Debug("collection step", "page", p.Ledger+"/"+p.Name, "step", "rewrote a value log")
 	}
-	return true, nil
+	return nil
 }
 
 // compactAlone closes the page's db and compacts it, opened alone, into

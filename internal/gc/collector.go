@@ -428,7 +428,7 @@ func (c *Collector) reclaimPending(k [2]string, wait bool) error {
 	if !wait && c.Repo.UnusedFor(k[0], k[1]) < reclaimQuiet {
 		return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy) // later, when quiet
 	}
-	complete, err := c.Repo.Reclaim(k[0], k[1], !wait)
+	err := c.Repo.Reclaim(k[0], k[1])
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 	case errors.Is(err, store.ErrBusy) && wait:
@@ -438,8 +438,6 @@ func (c *Collector) reclaimPending(k [2]string, wait bool) error {
 			slog.Warn("giving back a collected page's space failed", "page", k[0]+"/"+k[1], "err", err)
 		}
 		return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy) // later
-	case !complete:
-		return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy)
 	}
 	c.mu.Lock()
 	delete(c.reclaim, k)

@@ -152,20 +152,17 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 		return r, err
 	}
 	// Deleted rows, and raw rows compression replaced, are space to give
-	// back.
-	// Giving the space back takes the page's db for a compaction that
-	// nobody can stop: a background collection does it on a quiet page,
-	// rather than hold a writer who comes back every moment.
-	worth := r.Deleted > 0 || r.Compressed > 0 || o.Reclaim
-	if worth && !r.Stopped && o.Gentle && !o.Wait && repo.UnusedFor(ledger, page) < reclaimQuiet {
+	// back. That takes the page's db for a compaction nobody can stop: a
+	// background collection leaves it to the collector's next try, which
+	// waits for a quiet page (reclaimPending), rather than hold a writer
+	// who comes back every moment.
+	switch worth := r.Deleted > 0 || r.Compressed > 0 || o.Reclaim; {
+	case !worth || r.Stopped:
+	case o.Gentle && !o.Wait:
 		r.ReclaimLater = true
-	} else if worth && !r.Stopped {
+	default:
 		start := time.Now()
-		var complete bool
-		reclaim := func() (err error) {
-			complete, err = repo.Reclaim(ledger, page, !o.Wait)
-			return err
-		}
+		reclaim := func() error { return repo.Reclaim(ledger, page) }
 		if o.Wait {
 			// An explicit request gives the space back before it
 			// returns: users on their way out (a release after close,
@@ -178,15 +175,10 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 			// Readers hold the page open: its db cannot be reopened
 			// to compact it. What was pruned and deleted stays so;
 			// the space is for a later Reclaim.
-			r.ReclaimLater, complete, err = true, true, nil
+			r.ReclaimLater, err = true, nil
 		}
 		if err != nil {
 			return r, err
-		}
-		if !complete {
-			// Someone wanted the page: the space left is for a later
-			// Reclaim, the page staying due.
-			r.ReclaimLater = true
 		}
 		r.Took += time.Since(start)
 	}
@@ -197,8 +189,8 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 	return r, repo.SetCollected(ledger, page, time.Now())
 }
 
-// reclaimQuiet is how long nobody must have used a page before a
-// background collection gives its space back.
+// reclaimQuiet is how long nobody must have used a page before the
+// collector gives its space back (reclaimPending).
 const reclaimQuiet = 2 * time.Second
 
 // reclaimWait bounds how long an explicit collection waits for its page's
