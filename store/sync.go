@@ -93,15 +93,19 @@ func getRow(view func(func(*badger.Txn) error) error, key []byte) (v []byte, fou
 	return v, err == nil, err
 }
 
-// SetSyncState keeps values at keys, in one transaction (batches of it for
-// many).
+// SetSyncState keeps values at keys, and deletes the keys whose value is
+// nil, in one transaction (batches of it for many).
 func (r *Repository) SetSyncState(kv map[string][]byte) error {
 	keys := make([]string, 0, len(kv))
 	for k := range kv {
 		keys = append(keys, k)
 	}
 	return batched(r.db, len(keys), func(txn *badger.Txn, i int) error {
-		return txn.Set([]byte(prefixSync+keys[i]), kv[keys[i]])
+		key, v := []byte(prefixSync+keys[i]), kv[keys[i]]
+		if v == nil {
+			return txn.Delete(key)
+		}
+		return txn.Set(key, v)
 	})
 }
 

@@ -374,3 +374,28 @@ func TestPageMadeAfterARenameElsewhereStays(t *testing.T) {
 		t.Fatalf("l/q on c holds %v: want a's file alone", got)
 	}
 }
+
+// A page renamed here goes up whole once: the next change of it goes up
+// as its own commits, and a round with nothing changed writes nothing. The
+// mark of a page to send whole stayed after its push (an empty value was
+// written in place of a delete), and every later push of the page sent it
+// whole again, with every piece's place, and wrote a batch even with
+// nothing new.
+func TestARenamedPageGoesUpWholeOnce(t *testing.T) {
+	st := newSimStore(1)
+	a, b := newDevice(t, "a", st), newDevice(t, "b", st)
+	a.write("l", "p", "f", []byte("first"))
+	a.sync()
+	b.sync()
+	must(t, a.repo.MovePage("l", "p", "l", "q"))
+	a.sync()
+	if _, marked, err := a.repo.SyncState(resendKey("l", "q")); err != nil || marked {
+		t.Fatalf("l/q still marked to go up whole after its push (%v)", err)
+	}
+	before := st.count()
+	a.s.Changed("l", "q")
+	a.sync()
+	if after := st.count(); after != before {
+		t.Fatalf("a round with nothing new wrote %d objects", after-before)
+	}
+}

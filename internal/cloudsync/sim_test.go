@@ -909,3 +909,10 @@ func TestOneConflictFilePerLosingVersion(t *testing.T) {
 		t.Fatalf("f.txt is %q, conflict files %v: want c's edit and one conflict file of a's last edit", fs["f.txt"], conflicts)
 	}
 }
+
+// count returns how many objects the store holds.
+func (s *simStore) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.objs)
+}
