@@ -207,6 +207,18 @@ func (p *Page) MarkSynced(pieces []cas.Digest, commits []CommitID, meta map[stri
 // only head, in one db transaction; or, when that is more than Badger's
 // transaction holds, with every commit row but the last written first.
 func (p *Page) Adopt(remote []*Commit, merge, head *Commit) error {
+	return p.adopt(remote, false, merge, head)
+}
+
+// Take lands commits copied from another page of this repository, whose
+// pieces the page holds, as Adopt lands a batch's, but unsynced: they go up
+// with the page's next push, as its own commits do, for the devices that
+// know them only under the other page's name.
+func (p *Page) Take(commits []*Commit, merge, head *Commit) error {
+	return p.adopt(commits, true, merge, head)
+}
+
+func (p *Page) adopt(commits []*Commit, unsynced bool, merge, head *Commit) error {
 	if err := p.check(); err != nil {
 		return err
 	}
@@ -216,7 +228,7 @@ func (p *Page) Adopt(remote []*Commit, merge, head *Commit) error {
 	}
 	land := func(rows []*Commit) error {
 		return p.update(func(txn *badger.Txn) error {
-			if err := setCommits(txn, rows, false); err != nil {
+			if err := setCommits(txn, rows, unsynced); err != nil {
 				return err
 			}
 			if merge != nil {
@@ -227,24 +239,24 @@ func (p *Page) Adopt(remote []*Commit, merge, head *Commit) error {
 			return replaceHeads(txn, old, head)
 		})
 	}
-	err = land(remote)
-	if errors.Is(err, badger.ErrTxnTooBig) && len(remote) > 1 {
+	err = land(commits)
+	if errors.Is(err, badger.ErrTxnTooBig) && len(commits) > 1 {
 		// A first pull can bring a page's whole history, more rows than
 		// one transaction holds. All but the last commit are written
 		// ahead, in as many transactions as they need; the last lands
 		// with the head. A crash between leaves that one missing, so
 		// the pull finds it fresh again and lands the batch anew
 		// (cloudsync's applyPage): the head never moves without it.
-		ahead := remote[:len(remote)-1]
+		ahead := commits[:len(commits)-1]
 		err = batched(p.db, len(ahead), func(txn *badger.Txn, i int) error {
-			return setCommits(txn, ahead[i:i+1], false)
+			return setCommits(txn, ahead[i:i+1], unsynced)
 		})
 		if err == nil {
-			err = land(remote[len(ahead):])
+			err = land(commits[len(ahead):])
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("store: adopt remote commits: %w", err)
+		return fmt.Errorf("store: adopt commits: %w", err)
 	}
 	if head != nil {
 		p.setHeads([]*Commit{head})

@@ -1,6 +1,8 @@
 package cloudsync
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -203,12 +205,12 @@ func (s *Syncer) renamedAway(ledger, page string, at time.Time) (string, string,
 
 // landingPage is the page a batch of another device's commits of
 // ledger/page lands in: that page if it is here; else, if it was renamed
-// away here, the page it became (renamedAway), when that page holds what
-// the batch builds on, or the batch builds on nothing and its first
-// commit is no later than the rename: the other device made them before
-// it knew, and renames its page as this one did. Else the old name, made
-// anew.
-func (s *Syncer) landingPage(pb pageBatch) (string, string, error) {
+// away here, the page it became (renamedAway), when the batch builds on
+// something or its first commit is no later than the rename: the other
+// device made them before it knew, and renames its page as this one did.
+// A batch that builds on what that page does not hold yet waits for it
+// (errMissingParent), unless graft. Else the old name, made anew.
+func (s *Syncer) landingPage(pb pageBatch, graft bool) (string, string, error) {
 	if ok, err := s.repo.HasPage(pb.Ledger, pb.Page); err != nil || ok {
 		return pb.Ledger, pb.Page, err // the common case: nothing to decode
 	}
@@ -224,8 +226,12 @@ func (s *Syncer) landingPage(pb pageBatch) (string, string, error) {
 	if err != nil || !ok {
 		return pb.Ledger, pb.Page, err
 	}
-	if holds, err := s.holdsAll(l, p, builds); err != nil || !holds {
-		return pb.Ledger, pb.Page, err
+	if holds, err := s.holdsAll(l, p, builds); err != nil {
+		return "", "", err
+	} else if !holds && !graft {
+		// What it builds on comes in another device's batch, which
+		// lands there too: it waits for it.
+		return "", "", errMissingParent
 	}
 	return l, p, nil
 }
@@ -344,19 +350,19 @@ var errWait = errors.New("waits")
 // idempotent (a batch may be applied again after a crash). A page deleted
 // there goes here only if it has nothing the other device did not see; else
 // it stays, as a change beats a delete, and goes up whole to come back
-// there. A rename whose new name is taken here (made here while apart)
-// lets the old name go as a delete would; the renamed page's head arrives
-// under the new name and merges with this one.
-func (s *Syncer) applyNames(names []store.NameChange, graft bool) error {
+// there. A rename whose new name is taken here (a page made here while
+// apart, or the renamed page, arrived first) merges the page into the one
+// there (mergeAway).
+func (s *Syncer) applyNames(ctx context.Context, names []store.NameChange, graft bool, st *Stats) error {
 	for _, c := range names {
-		if err := s.applyName(c, graft); err != nil {
+		if err := s.applyName(ctx, c, graft, st); err != nil {
 			return fmt.Errorf("%s %s/%s: %w", c.Op, c.Ledger, c.Page, err)
 		}
 	}
 	return nil
 }
 
-func (s *Syncer) applyName(c store.NameChange, graft bool) error {
+func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, st *Stats) error {
 	r, n := s.repo, s.namer()
 	switch c.Op {
 	case store.NameCreateLedger:
@@ -391,8 +397,14 @@ func (s *Syncer) applyName(c store.NameChange, graft bool) error {
 		// A page moved to another ledger is renamed into it, with its
 		// history, as within one.
 		dest := c.DestLedger()
-		if ok, err := r.HasPage(c.Ledger, c.Page); err != nil || !ok {
+		if ok, err := r.HasPage(c.Ledger, c.Page); err != nil {
 			return err
+		} else if !ok {
+			if err := awaitPage(c, graft); err != nil {
+				return err
+			}
+			// Its batches, if they come after, land where it went.
+			return s.noteMoved(c)
 		}
 		if later, err := s.madeAfter(c.Ledger, c.Page, c.Time); err != nil || later {
 			return err // a page of its own, made under the name since
@@ -400,7 +412,7 @@ func (s *Syncer) applyName(c store.NameChange, graft bool) error {
 		if ok, err := r.HasPage(dest, c.To); err != nil {
 			return err
 		} else if ok {
-			if err := s.letGo(c, graft); err != nil {
+			if err := s.mergeAway(ctx, c, graft, st); err != nil {
 				return err
 			}
 			return s.noteMoved(c)
@@ -427,8 +439,10 @@ func (s *Syncer) applyName(c store.NameChange, graft bool) error {
 // unless this device has commits that device had not seen: then the page
 // stays and goes up whole.
 func (s *Syncer) letGo(c store.NameChange, graft bool) error {
-	if ok, err := s.repo.HasPage(c.Ledger, c.Page); err != nil || !ok {
+	if ok, err := s.repo.HasPage(c.Ledger, c.Page); err != nil {
 		return err
+	} else if !ok {
+		return awaitPage(c, graft)
 	}
 	seen, err := s.seenThere(c, graft)
 	if err != nil {
@@ -438,6 +452,89 @@ func (s *Syncer) letGo(c store.NameChange, graft bool) error {
 		return s.resend(c.Ledger, c.Page)
 	}
 	return s.namer().DeletePage(c.Ledger, c.Page)
+}
+
+// mergeAway merges page c.Page, renamed by another device onto a name
+// this one has a page under, into that page, and deletes it: every device
+// then holds one page of both sides' commits, as the others land the old
+// name's batches in the page it became (landingPage). A page that holds
+// nothing the other device had not seen just goes: its commits are the
+// renamed page's, which arrive under the new name.
+func (s *Syncer) mergeAway(ctx context.Context, c store.NameChange, graft bool, st *Stats) error {
+	seen, err := s.seenThere(c, graft)
+	if err != nil {
+		return err
+	}
+	if !seen {
+		if err := s.mergeInto(ctx, c.Ledger, c.Page, c.DestLedger(), c.To, st); err != nil {
+			return fmt.Errorf("merge into %s/%s: %w", c.DestLedger(), c.To, err)
+		}
+	}
+	return s.namer().DeletePage(c.Ledger, c.Page)
+}
+
+// mergeInto lands the commits of page fromLedger/fromPage that page
+// ledger/page lacks in it, with the pieces they reach and their device
+// rows (a conflict file is named after the device that wrote its
+// version), merged with its head, to go up from here as its own.
+// Again after a crash or a busy page, it takes what the first did not.
+func (s *Syncer) mergeInto(ctx context.Context, fromLedger, fromPage, ledger, page string, st *Stats) error {
+	src, err := s.repo.Acquire(fromLedger, fromPage)
+	if err != nil {
+		return err
+	}
+	defer s.repo.Release(src)
+	dst, err := s.repo.Acquire(ledger, page)
+	if err != nil {
+		return err
+	}
+	defer s.repo.Release(dst)
+	var fresh []*store.Commit
+	if err := src.Commits(func(c *store.Commit) error {
+		ok, err := dst.HasCommit(c.ID)
+		if err == nil && !ok {
+			fresh = append(fresh, c)
+		}
+		return err
+	}); err != nil || len(fresh) == 0 {
+		return err
+	}
+	slices.SortFunc(fresh, func(a, b *store.Commit) int {
+		if a.Generation != b.Generation {
+			return cmp.Compare(a.Generation, b.Generation)
+		}
+		return bytes.Compare(a.ID[:], b.ID[:])
+	})
+	made := map[string][]byte{}
+	for _, c := range fresh {
+		v, ok, err := src.SyncMetadata(deviceKey(c.ID))
+		if err != nil {
+			return err
+		}
+		if ok {
+			made[deviceKey(c.ID)] = v
+		}
+	}
+	if err := dst.MarkSynced(nil, nil, made); err != nil {
+		return err
+	}
+	f := &fetcher{s: s, from: src, st: st}
+	fetched, err := f.fetch(ctx, dst, fresh)
+	if err != nil {
+		return err
+	}
+	return s.arrive(dst, fresh, "", fetched, st)
+}
+
+// awaitPage stops change c of a page not here that names commits it saw,
+// until the batches that make the page here apply (errMissingParent) or
+// none can (graft): a delete or rename applied before the page arrives
+// would leave the page, when it comes, under its old name here alone.
+func awaitPage(c store.NameChange, graft bool) error {
+	if len(c.Seen) > 0 && !graft {
+		return errMissingParent
+	}
+	return nil
 }
 
 // seenThere reports whether every head of page c.Page here is one of the

@@ -375,6 +375,39 @@ func TestPageMadeAfterARenameElsewhereStays(t *testing.T) {
 	}
 }
 
+// A page renamed by one device onto a name another device has a page
+// under, while that device wrote into the page renamed, ends as one page
+// on both: the other device merges its page of the old name, with its
+// changes the renaming device never saw, into its page of the new name
+// (the simulation's seeds 107 and 285 with -sim.pages: it kept the old
+// page beside the new one, where the renaming device landed its changes
+// in the renamed page).
+func TestPageRenamedOntoATakenNameMergesIntoIt(t *testing.T) {
+	st := newSimStore(1)
+	a, c := newDevice(t, "a", st), newDevice(t, "c", st)
+	a.write("l", "p", "f", []byte("first"))
+	a.sync()
+	c.sync()
+	// Apart: a renames l/p to l/q; c writes into l/p and makes an l/q
+	// of its own.
+	must(t, a.repo.MovePage("l", "p", "l", "q"))
+	c.write("l", "p", "g", []byte("c's, into the page a renamed"))
+	c.write("l", "q", "h", []byte("c's own l/q"))
+	a.sync()
+	c.sync() // pushes its l/p and l/q; pulls the rename, onto its l/q
+	a.sync()
+	c.sync()
+	a.sync()
+	same(t, a, c)
+	if got := c.names(); slices.Contains(got, "l/p") || !slices.Contains(got, "l/q") {
+		t.Fatalf("c's pages %v: want l/q and no l/p", got)
+	}
+	want := map[string]string{"f": "first", "g": "c's, into the page a renamed", "h": "c's own l/q"}
+	if got := a.files("l", "q"); !maps.Equal(got, want) {
+		t.Fatalf("l/q holds %v: want %v", got, want)
+	}
+}
+
 // A page renamed here goes up whole once: the next change of it goes up
 // as its own commits, and a round with nothing changed writes nothing. The
 // mark of a page to send whole stayed after its push (an empty value was

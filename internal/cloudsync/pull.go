@@ -275,8 +275,8 @@ func (s *Syncer) pieceAt(d cas.Digest) (pieceRef, bool, error) {
 func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, graft bool, st *Stats) error {
 	// The commits a name change saw that a collection removed from the
 	// store never come: as with a graft, it goes on without them.
-	if err := s.applyNames(b.Names, graft || s.kept.covers(b.Device, b.Seq)); err != nil {
-		if errors.Is(err, errWait) || errors.Is(err, store.ErrBusy) {
+	if err := s.applyNames(ctx, b.Names, graft || s.kept.covers(b.Device, b.Seq), st); err != nil {
+		if errors.Is(err, errMissingParent) || errors.Is(err, errWait) || errors.Is(err, store.ErrBusy) {
 			return err
 		}
 		return fmt.Errorf("cloudsync: batch %s: %w", batchName(b.Device, b.Seq), err)
@@ -294,7 +294,7 @@ func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, graft boo
 
 func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq uint64, pb pageBatch, graft bool, st *Stats) error {
 	var err error
-	if pb.Ledger, pb.Page, err = s.landingPage(pb); err != nil {
+	if pb.Ledger, pb.Page, err = s.landingPage(pb, graft); err != nil {
 		return err
 	}
 	if err := s.ensurePage(pb.Ledger, pb.Page); err != nil {
@@ -337,34 +337,43 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq u
 	if len(fresh) == 0 {
 		return nil
 	}
-	pw := p.NewPieceWriter()
-	pw.Track = true
-	f.p, f.pw, f.walked, f.nodes = p, pw, map[cas.Digest]bool{}, nil
-	for _, c := range fresh {
-		err := f.node(ctx, c.Root)
-		if err == nil {
-			err = f.values(ctx)
-		}
-		if err != nil {
-			pw.Discard()
-			return fmt.Errorf("fetch commit %s: %w", c.ID, err)
-		}
-	}
-	if err := pw.Flush(); err != nil {
+	fetched, err := f.fetch(ctx, p, fresh)
+	if err != nil {
 		return err
 	}
-	fetched := pw.New
 	st.CommitsDown += len(fresh)
-	remoteHead := fresh[len(fresh)-1]
-	// Who made each commit is known before the commits land: a local
-	// write committing right after them asks (Unseen).
-	made := map[string][]byte{}
-	for _, c := range fresh {
-		made[deviceKey(c.ID)] = []byte(device)
-	}
-	if err := p.MarkSynced(nil, nil, made); err != nil {
+	if err := s.arrive(p, fresh, device, fetched, st); err != nil {
 		return err
 	}
+	meta := map[string][]byte{"pulled_at": []byte(time.Now().UTC().Format(time.RFC3339))}
+	if pb.Keep != "" {
+		meta[gc.KeepPrefix+device] = []byte(pb.Keep)
+	}
+	if err := p.MarkSynced(nil, nil, meta); err != nil {
+		return err
+	}
+	return s.keepLocal(p)
+}
+
+// arrive lands fresh, commits the page lacks (parents first) whose pieces
+// it holds (fetched, new, transient until then), on its head: a pull's,
+// made by device, or, with device "", commits of a page merged into it
+// (mergeAway), whose device rows it holds and which go up from here as
+// its own. A head the landing merged goes up.
+func (s *Syncer) arrive(p *store.Page, fresh []*store.Commit, device string, fetched []cas.Digest, st *Stats) error {
+	own := device == ""
+	if !own {
+		// Who made each commit is known before the commits land: a
+		// local write committing right after them asks (Unseen).
+		made := map[string][]byte{}
+		for _, c := range fresh {
+			made[deviceKey(c.ID)] = []byte(device)
+		}
+		if err := p.MarkSynced(nil, nil, made); err != nil {
+			return err
+		}
+	}
+	remoteHead := fresh[len(fresh)-1]
 	// The page's lock keeps commits of a mount's journals from landing
 	// between the reading of the head and its move.
 	p.Lock()
@@ -382,9 +391,13 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq u
 		return err
 	}
 	if to.ID != from.ID {
-		s.landed(pb.Ledger, pb.Page, from, to)
+		s.landed(p.Ledger, p.Name, from, to)
 	}
-	if err := p.SetStatus(store.Synced, fetched); err != nil {
+	status := store.Synced
+	if own {
+		status = store.Local
+	}
+	if err := p.SetStatus(status, fetched); err != nil {
 		return err
 	}
 	if len(mergeNew) > 0 {
@@ -392,17 +405,10 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq u
 			return err
 		}
 	}
-	if to.ID != from.ID && to.ID != remoteHead.ID {
-		s.Changed(pb.Ledger, pb.Page) // a merge, to push
+	if own || to.ID != from.ID && to.ID != remoteHead.ID {
+		s.Changed(p.Ledger, p.Name) // a merge, or commits taken, to push
 	}
-	meta := map[string][]byte{"pulled_at": []byte(time.Now().UTC().Format(time.RFC3339))}
-	if pb.Keep != "" {
-		meta[gc.KeepPrefix+device] = []byte(pb.Keep)
-	}
-	if err := p.MarkSynced(nil, nil, meta); err != nil {
-		return err
-	}
-	return s.keepLocal(p)
+	return nil
 }
 
 // keepLocal fetches what the page keeps local (store.Page.SetLocal) and
@@ -452,7 +458,8 @@ func (s *Syncer) ensureLedger(ledger string) error {
 
 // land makes the remote head part of the page: its commits' rows, and the
 // page's head moved to it (fast-forward) or to the merge of it and the
-// local head. It returns the pieces a merge wrote.
+// local head. It returns the pieces a merge wrote. Device made fresh, or,
+// if "", they are a merged page's, taken as this device's (arrive).
 func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit, device string, st *Stats) ([]cas.Digest, error) {
 	local, err := p.Head()
 	if err != nil {
@@ -463,23 +470,28 @@ func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit
 		byID[c.ID] = c
 	}
 	g := &graph{p: p, extra: byID}
+	adopt := p.Adopt
+	if device == "" {
+		adopt = p.Take
+	}
 	switch {
 	case local.ID == remote.ID:
-		return nil, p.Adopt(fresh, nil, nil)
+		return nil, adopt(fresh, nil, nil)
 	}
 	if ok, err := g.isAncestor(remote, local); err != nil {
 		return nil, err
 	} else if ok {
-		return nil, p.Adopt(fresh, nil, nil)
+		return nil, adopt(fresh, nil, nil)
 	}
 	if ok, err := g.isAncestor(local, remote); err != nil {
 		return nil, err
 	} else if ok {
-		return nil, p.Adopt(fresh, nil, remote)
+		return nil, adopt(fresh, nil, remote)
 	}
-	// A batch holds the commits of the device whose log it is in.
+	// A batch holds the commits of the device whose log it is in; the
+	// commits of a page merged into this one have their rows.
 	madeBy := func(c *store.Commit) (string, error) {
-		if _, ok := byID[c.ID]; ok {
+		if _, ok := byID[c.ID]; ok && device != "" {
 			return device, nil
 		}
 		return s.madeBy(p, c)
@@ -492,7 +504,11 @@ func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit
 	if err != nil {
 		return nil, err
 	}
-	m, written, conflicts, err := merge(p, g, base, side{local, localDevice}, side{remote, device}, madeBy)
+	remoteDevice, err := madeBy(remote)
+	if err != nil {
+		return nil, err
+	}
+	m, written, conflicts, err := merge(p, g, base, side{local, localDevice}, side{remote, remoteDevice}, madeBy)
 	if err != nil {
 		return nil, err
 	}
@@ -500,7 +516,7 @@ func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit
 	st.Conflicts += conflicts
 	// The virtual base's tree nodes are written too, and the merge's
 	// tree may reuse some: they leave the transient state with its own.
-	return append(written, virtual...), p.Adopt(fresh, m, m)
+	return append(written, virtual...), adopt(fresh, m, m)
 }
 
 // maxVirtualDepth bounds the recursion of virtualBase; past it the common
@@ -567,9 +583,13 @@ func (s *Syncer) madeBy(p *store.Page, c *store.Commit) (string, error) {
 }
 
 // A fetcher stores the pieces a commit reaches that the page lacks, from
-// the packs the index names; it keeps the last few packs read.
+// the packs the index names, or from another page of this repository;
+// it keeps the last few packs read.
 type fetcher struct {
-	s      *Syncer
+	s *Syncer
+	// from, if not nil, is the page the pieces are copied from, where
+	// it holds them (a page merged into another, mergeAway).
+	from   *store.Page
 	index  map[cas.Digest]pieceRef
 	ranges []fetchedRange // the last read, least recently used first
 	p      *store.Page
@@ -597,6 +617,9 @@ func (f *fetcher) piece(ctx context.Context, d cas.Digest) (bool, error) {
 		return false, err
 	}
 	f.walked[d] = true
+	if f.from != nil {
+		return f.copied(d)
+	}
 	r, ok := f.index[d]
 	if !ok {
 		var err error
@@ -626,6 +649,49 @@ func (f *fetcher) piece(ctx context.Context, d cas.Digest) (bool, error) {
 		return true, f.pw.Flush()
 	}
 	return true, nil
+}
+
+// copied stores piece d from page f.from: what a lazy page left in the
+// store stays there for a read to fetch, as a lazy pull leaves it.
+func (f *fetcher) copied(d cas.Digest) (bool, error) {
+	if f.s.lazy && !d.IsIndex() && !d.IsTreeNode() {
+		if ok, err := f.from.Has(d); err != nil || !ok {
+			return false, err
+		}
+	}
+	data, err := f.from.Get(d, nil)
+	if err != nil {
+		return false, err
+	}
+	if err := f.pw.Put(d, data); err != nil {
+		return false, err
+	}
+	if d.IsIndex() || d.IsTreeNode() {
+		return true, f.pw.Flush()
+	}
+	return true, nil
+}
+
+// fetch stores in p the pieces that fresh, commits p lacks, reach and p
+// lacks, and returns them: new, transient until the commits land.
+func (f *fetcher) fetch(ctx context.Context, p *store.Page, fresh []*store.Commit) ([]cas.Digest, error) {
+	pw := p.NewPieceWriter()
+	pw.Track = true
+	f.p, f.pw, f.walked, f.nodes = p, pw, map[cas.Digest]bool{}, nil
+	for _, c := range fresh {
+		err := f.node(ctx, c.Root)
+		if err == nil {
+			err = f.values(ctx)
+		}
+		if err != nil {
+			pw.Discard()
+			return nil, fmt.Errorf("fetch commit %s: %w", c.ID, err)
+		}
+	}
+	if err := pw.Flush(); err != nil {
+		return nil, err
+	}
+	return pw.New, nil
 }
 
 // A fetchedRange is bytes of a pack a pull read: the whole pack (off 0),
@@ -745,8 +811,8 @@ func (f *fetcher) node(ctx context.Context, id cas.ObjectIdentifier) error {
 func (f *fetcher) values(ctx context.Context) error {
 	nodes := f.nodes
 	f.nodes = nil
-	if f.s.lazy {
-		return nil
+	if f.s.lazy && f.from == nil {
+		return nil // a page merged in gives what it holds (copied)
 	}
 	for _, id := range nodes {
 		_, values, err := f.p.Nodes().Refs(id)

@@ -81,7 +81,7 @@ func TestSimulation(t *testing.T) {
 					failed.Add(1)
 				}
 			})
-			if runSim(t, seed, *simSteps, false) {
+			if runSim(t, seed, *simSteps, false, *simPages) {
 				loose.Add(1)
 			}
 		})
@@ -104,18 +104,28 @@ func TestSimulationRegressions(t *testing.T) {
 		seed uint64
 		// closed: found before writes stayed open across steps.
 		closed bool
-		found  string
+		// pages: found with -sim.pages, in 15 steps.
+		pages bool
+		found string
 	}{
-		{399, true, "a deleted file came back: a merge of heads with several common ancestors took one as its base"},
-		{986, true, "the same, in a transaction's file"},
-		{923, true, "a conflict file named after the wrong device, through the same wrong base"},
-		{785, true, "a conflict file of its file's own content: two devices wrote it, one's lost to a third's first"},
-		{89, false, "another device's version lost: it landed while a file was open, whose close replaced it (bug B)"},
+		{399, true, false, "a deleted file came back: a merge of heads with several common ancestors took one as its base"},
+		{986, true, false, "the same, in a transaction's file"},
+		{923, true, false, "a conflict file named after the wrong device, through the same wrong base"},
+		{785, true, false, "a conflict file of its file's own content: two devices wrote it, one's lost to a third's first"},
+		{89, false, false, "another device's version lost: it landed while a file was open, whose close replaced it (bug B)"},
+		{285, false, true, "a page renamed onto a name a device had a page under kept the old page there beside it, with changes the renaming device never saw"},
+		{251, false, true, "a rename that arrived before its page left the page, when it came, under its old name"},
+		{138, false, true, "the same with a delete: the page came back on the device the delete reached first"},
+		{230, false, true, "a batch of a page renamed here that builds on another device's batch not landed yet made the old name again"},
 	} {
 		t.Run(fmt.Sprint("seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
 			t.Log(c.found)
-			runSim(t, c.seed, 60, c.closed)
+			steps := 60
+			if c.pages {
+				steps = 15
+			}
+			runSim(t, c.seed, steps, c.closed, c.pages)
 		})
 	}
 }
@@ -324,6 +334,7 @@ type sim struct {
 	// seed are those it made before writes stayed open.
 	later   *rand.Rand
 	writing []*openWrite
+	pages   bool // pages are renamed, moved and deleted too
 }
 
 // openWrite is a write whose file stays open for some steps before its
@@ -342,9 +353,10 @@ type openWrite struct {
 // files.
 //
 // Writes stay open across steps unless closedWrites is set: the seeds
-// found before they could replay as they were found.
-func runSim(t *testing.T, seed uint64, steps int, closedWrites bool) bool {
-	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), versions: map[string]*simVersion{}, common: map[string]bool{},
+// found before they could replay as they were found. Pages are renamed,
+// moved and deleted too if pages is set.
+func runSim(t *testing.T, seed uint64, steps int, closedWrites, pages bool) bool {
+	s := &sim{t: t, seed: seed, pages: pages, rng: rand.New(rand.NewPCG(seed, 0x5eed)), versions: map[string]*simVersion{}, common: map[string]bool{},
 		clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()}
 	if !closedWrites {
 		s.later = rand.New(rand.NewPCG(seed, 0x1a7e))
@@ -616,7 +628,7 @@ func (s *sim) step() {
 		s.logf("%s: transaction of %d files in %s/%s", d.name, len(ops), l, p)
 	case r < 56: // rename or move a page
 		ps := s.pagesOf(d)
-		if len(ps) == 0 || !*simPages {
+		if len(ps) == 0 || !s.pages {
 			return
 		}
 		from := ps[s.rng.IntN(len(ps))]
@@ -631,7 +643,7 @@ func (s *sim) step() {
 		s.logf("%s: move page %s/%s -> %s/%s", d.name, from[0], from[1], to[0], to[1])
 	case r < 58: // delete a page
 		ps := s.pagesOf(d)
-		if len(ps) == 0 || !*simPages {
+		if len(ps) == 0 || !s.pages {
 			return
 		}
 		lp := ps[s.rng.IntN(len(ps))]
