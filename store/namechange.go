@@ -91,6 +91,16 @@ func (r *Repository) DropNameChanges(keys [][]byte) error {
 	})
 }
 
+// SetNameChange replaces the name change at key, not yet in the remote,
+// with c.
+func (r *Repository) SetNameChange(key []byte, c NameChange) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	return r.db.Update(func(txn *badger.Txn) error { return txn.Set(key, b) })
+}
+
 // nameChange returns c to record with a change of names if rec and the
 // repository syncs, else nil. For a page's delete or rename it notes the
 // commits the page's history had synced.

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
@@ -126,11 +127,32 @@ type pieceRef struct {
 	Len    int64  `json:"n"`
 }
 
+// stateWritten is the repository's sync state row (+ writtenPrefix, the
+// SHA-256 of the body in hex) of each batch this device went to write at
+// a number not passed yet: a batch found at that number later
+// (adoptBatch) is its own if it is one of them, even when what it holds
+// is no longer here (a page deleted or made anew since).
+const stateWritten = "written/"
+
+func writtenPrefix(seq uint64) string { return fmt.Sprintf("%s%020d/", stateWritten, seq) }
+
+func hexHash(b []byte) string {
+	h := cas.Hash(b)
+	return hex.EncodeToString(h[:])
+}
+
+func writtenKey(seq uint64, body []byte) string {
+	return writtenPrefix(seq) + hexHash(body)
+}
+
 // writeBatch writes b to its device's log: remote.ErrExists if a batch of
 // its number is there already.
 func (s *Syncer) writeBatch(ctx context.Context, b *batch) (name string, err error) {
 	body, err := json.Marshal(b)
 	if err != nil {
+		return "", err
+	}
+	if err := s.repo.SetSyncState(map[string][]byte{writtenKey(b.Seq, body): {1}}); err != nil {
 		return "", err
 	}
 	name = batchName(b.Device, b.Seq)

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -79,7 +78,7 @@ func (s *Syncer) pushNames(ctx context.Context, st *Stats) error {
 			if err := s.adoptBatch(ctx, name); err != nil {
 				return fmt.Errorf("cloudsync: push names: %w", err)
 			}
-			if err := s.repo.SetSyncState(map[string][]byte{stateNextSeq: []byte(strconv.FormatUint(seq+1, 10))}); err != nil {
+			if err := s.passed(seq, nil); err != nil {
 				return err
 			}
 			continue
@@ -88,7 +87,7 @@ func (s *Syncer) pushNames(ctx context.Context, st *Stats) error {
 			return fmt.Errorf("cloudsync: push names: %w", err)
 		}
 		st.BatchesUp++
-		if err := s.repo.SetSyncState(map[string][]byte{stateNextSeq: []byte(strconv.FormatUint(seq+1, 10))}); err != nil {
+		if err := s.passed(seq, nil); err != nil {
 			return err
 		}
 		if err := s.namesPushed(keys, changes); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -79,6 +80,23 @@ func (s *Syncer) announce(ctx context.Context) error {
 		return fmt.Errorf("cloudsync: announce batch %d: %w", next-1, err)
 	}
 	return s.repo.SetSyncState(map[string][]byte{stateAnnounced: []byte(last)})
+}
+
+// passed records that this device's batch number seq is in the store,
+// with the rest of state: the next is seq+1, and the records of what it
+// went to write at seq go.
+func (s *Syncer) passed(seq uint64, state map[string][]byte) error {
+	if state == nil {
+		state = map[string][]byte{}
+	}
+	state[stateNextSeq] = []byte(strconv.FormatUint(seq+1, 10))
+	if err := s.repo.ScanSyncState(writtenPrefix(seq), func(key string, _ []byte) error {
+		state[key] = nil
+		return nil
+	}); err != nil {
+		return err
+	}
+	return s.repo.SetSyncState(state)
 }
 
 func (s *Syncer) nextSeq() (uint64, error) {
@@ -176,7 +194,7 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 			if err := s.adoptBatch(ctx, name); err != nil {
 				return err
 			}
-			if err := s.repo.SetSyncState(map[string][]byte{stateNextSeq: []byte(strconv.FormatUint(seq+1, 10))}); err != nil {
+			if err := s.passed(seq, nil); err != nil {
 				return err
 			}
 			continue // what that batch did not hold goes in the next
@@ -186,11 +204,11 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 		}
 		st.BatchesUp++
 		st.CommitsUp += len(ids)
-		state := map[string][]byte{stateNextSeq: []byte(strconv.FormatUint(seq+1, 10))}
+		var state map[string][]byte
 		if resend {
-			state[resendKey(ledger, page)] = nil
+			state = map[string][]byte{resendKey(ledger, page): nil}
 		}
-		if err := s.repo.SetSyncState(state); err != nil {
+		if err := s.passed(seq, state); err != nil {
 			return err
 		}
 		return p.MarkSynced(pieces, ids, map[string][]byte{"pushed": []byte(strconv.FormatUint(seq, 10)),
@@ -248,7 +266,17 @@ func unsynced(p *store.Page) (ids []store.CommitID, pieces []cas.Digest, err err
 // pieces are marked synced. A batch holding what this repository never
 // made was written by another copy of the repository: an error.
 func (s *Syncer) adoptBatch(ctx context.Context, name string) error {
-	b, err := s.readBatch(ctx, name)
+	body, err := s.get(ctx, name)
+	if err != nil {
+		return err
+	}
+	b, err := decodeBatch(name, body)
+	if err != nil {
+		return err
+	}
+	// One this device went to write: what it holds that is no longer
+	// here (a page deleted or made anew since) is no sign of a copy.
+	_, ours, err := s.repo.SyncState(writtenKey(b.Seq, body))
 	if err != nil {
 		return err
 	}
@@ -261,7 +289,7 @@ func (s *Syncer) adoptBatch(ctx context.Context, name string) error {
 		for n < len(b.Names) && n < len(changes) && sameChange(b.Names[n], changes[n]) {
 			n++
 		}
-		if n < len(b.Names) {
+		if n < len(b.Names) && !ours {
 			return errCopied(name)
 		}
 		if err := s.namesPushed(keys[:n], changes[:n]); err != nil {
@@ -269,6 +297,9 @@ func (s *Syncer) adoptBatch(ctx context.Context, name string) error {
 		}
 	}
 	for _, pb := range b.Pages {
+		if err := s.seenLost(pb); err != nil {
+			return err
+		}
 		if ok, err := s.repo.HasPage(pb.Ledger, pb.Page); err != nil {
 			return err
 		} else if !ok {
@@ -278,7 +309,7 @@ func (s *Syncer) adoptBatch(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		err = takeOwnPage(p, pb, name)
+		err = takeOwnPage(p, pb, name, ours)
 		s.repo.Release(p)
 		if err != nil {
 			return err
@@ -287,9 +318,43 @@ func (s *Syncer) adoptBatch(ctx context.Context, name string) error {
 	return nil
 }
 
+// seenLost adds the newest commit of pb, a page's part of this device's
+// batch whose response was lost, to the commits that a delete or rename
+// of the page made since and not pushed yet says were synced: they were,
+// and this device had them. Else the others would keep the page for
+// changes its deleter made itself, and bring it back.
+func (s *Syncer) seenLost(pb pageBatch) error {
+	if len(pb.Commits) == 0 {
+		return nil
+	}
+	last := pb.Commits[len(pb.Commits)-1]
+	id := store.CommitID(cas.Hash(last))
+	c, err := store.DecodeCommit(id, last)
+	if err != nil {
+		return err
+	}
+	keys, changes, err := s.repo.NameChanges()
+	if err != nil {
+		return err
+	}
+	h := hex.EncodeToString(id[:])
+	for i, nc := range changes {
+		if nc.Op != store.NameDeletePage && nc.Op != store.NameRenamePage || nc.Ledger != pb.Ledger || nc.Page != pb.Page ||
+			nc.Time.Before(time.Unix(0, c.Timestamp)) || slices.Contains(nc.Seen, h) {
+			continue
+		}
+		nc.Seen = append(nc.Seen, h)
+		if err := s.repo.SetNameChange(keys[i], nc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // takeOwnPage marks synced what pb, a page's part of this device's batch at
-// name, holds: its commits must be commits of the page.
-func takeOwnPage(p *store.Page, pb pageBatch, name string) error {
+// name, holds: its commits must be commits of the page, unless the batch
+// is one this device recorded writing (ours).
+func takeOwnPage(p *store.Page, pb pageBatch, name string, ours bool) error {
 	var ids []store.CommitID
 	var pieces []cas.Digest
 	for _, cb := range pb.Commits {
@@ -297,6 +362,9 @@ func takeOwnPage(p *store.Page, pb pageBatch, name string) error {
 		if ok, err := p.HasCommit(id); err != nil {
 			return err
 		} else if !ok {
+			if ours {
+				continue // the page here is another made under its name since
+			}
 			return errCopied(name)
 		}
 		ids = append(ids, id)

@@ -848,6 +848,72 @@ func newSimStore(seed uint64) *simStore {
 	return &simStore{seed: seed, objs: map[string][]byte{}, tries: map[string]uint64{}}
 }
 
+// A batch whose response was lost is this device's own even when the page
+// it was of has gone from here since, deleted or made anew under its name:
+// the next push takes it as done (seed 68 with -sim.pages stopped there,
+// "another copy of this repository pushes as the same device"), and the
+// delete counts the batch's commits as seen (else the other device kept
+// the page for this device's own change, and it came back).
+func TestLostBatchOfAPageDeletedSince(t *testing.T) {
+	for _, anew := range []bool{false, true} {
+		t.Run(fmt.Sprint("made anew=", anew), func(t *testing.T) {
+			st := newSimStore(1)
+			a, b := newDevice(t, "a", st), newDevice(t, "b", st)
+			a.write("l", "p", "f", []byte("first"))
+			a.sync()
+			var once atomic.Bool
+			st.lose = func(op, name string) bool {
+				return op == "create" && strings.HasPrefix(name, "logs/") && once.CompareAndSwap(false, true)
+			}
+			a.write("l", "p", "f", []byte("second"))
+			if _, err := a.s.Sync(context.Background()); err == nil {
+				t.Fatal("a sync whose batch's response was lost reported no error")
+			}
+			must(t, a.repo.DeletePage("l", "p"))
+			if anew {
+				a.write("l", "p", "g", []byte("the page made anew"))
+			}
+			a.sync()
+			b.sync()
+			a.sync()
+			b.sync()
+			same(t, a, b)
+			if !anew {
+				if slices.Contains(b.names(), "l/p") {
+					t.Fatalf("l/p came back: b holds %v", b.files("l", "p"))
+				}
+				return
+			}
+			if got := b.files("l", "p"); len(got) != 1 || got["g"] != "the page made anew" {
+				t.Fatalf("l/p on b holds %v: want the page made anew alone", got)
+			}
+		})
+	}
+}
+
+// A copy of a repository that pushes as the same device finds the batch
+// the other wrote at its next number, one it never went to write: its
+// push stops and says so, rather than take the other's batch as its own.
+func TestACopyPushingAsTheSameDeviceStops(t *testing.T) {
+	st := newSimStore(1)
+	a := newDevice(t, "a", st)
+	a.write("l", "p", "f", []byte("a's"))
+	a.sync()
+	eng := journal.NewEngine()
+	repo, err := store.Open(t.TempDir(), eng.Hooks(store.Options{}))
+	must(t, err)
+	t.Cleanup(func() { repo.Close() })
+	must(t, repo.SetDeviceID(a.s.Device()))
+	c := &device{t: t, name: "c", repo: repo, eng: eng}
+	c.s, err = New(context.Background(), repo, st, Options{Secret: testSecret})
+	must(t, err)
+	t.Cleanup(c.s.Close)
+	c.write("l", "p", "f", []byte("the copy's"))
+	if _, err := c.s.Sync(context.Background()); err == nil || !strings.Contains(err.Error(), "another copy of this repository") {
+		t.Fatalf("the copy's sync: %v, want it to stop on another copy's batch", err)
+	}
+}
+
 // A push whose response was lost leaves this device's next batch written;
 // the next push may be of another kind (names, where a page's batch was
 // lost, or the reverse) and takes it as done, rather than stop as if
