@@ -378,6 +378,60 @@ func TestMountsSync(t *testing.T) {
 	}
 }
 
+// TestMountsMergeAPageRenamedOntoATakenName: while the store is down, a
+// renames a page onto a name b makes a page of its own under, and b writes
+// into the page a renamed. Once the store is back, both mounts show one
+// page under the new name with all three files and none under the old:
+// b merged its page of the old name, with the change a never saw, into
+// its page of the new name, as a landed b's batches of the old name in the
+// page it renamed.
+func TestMountsMergeAPageRenamedOntoATakenName(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	w := srv.Watch(t)
+	a := mountSyncedAt(t, w.Endpoint, t.TempDir())
+	b := mountSyncedAt(t, w.Endpoint, t.TempDir())
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("mount a's log:\n%s\nmount b's log:\n%s", a.log, b.log)
+		}
+	})
+	await := func(what string, cond func() bool) {
+		t.Helper()
+		w.Until(t, what, time.Minute, cond)
+	}
+	must(t, os.WriteFile(filepath.Join(a.page("home", "desk"), "a.txt"), []byte("a's\n"), 0o644))
+	await("a's page on b", fileIs(filepath.Join(b.mnt, "home", "desk", "a.txt"), "a's\n"))
+
+	srv.Kill()
+	must(t, os.Rename(filepath.Join(a.mnt, "home", "desk"), filepath.Join(a.mnt, "home", "notes")))
+	must(t, os.WriteFile(filepath.Join(b.mnt, "home", "desk", "b.txt"), []byte("b's, into the page a renamed\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(b.page("home", "notes"), "own.txt"), []byte("b's own notes\n"), 0o644))
+	srv.Restart()
+
+	want := map[string]string{"a.txt": "a's\n", "b.txt": "b's, into the page a renamed\n", "own.txt": "b's own notes\n"}
+	for _, m := range []*server{a, b} {
+		for name, content := range want {
+			await(name+" in the renamed page on "+m.mnt, fileIs(filepath.Join(m.mnt, "home", "notes", name), content))
+		}
+		await("no page of the old name on "+m.mnt, func() bool {
+			_, err := os.Stat(filepath.Join(m.mnt, "home", "desk"))
+			return os.IsNotExist(err)
+		})
+	}
+	for _, m := range []*server{a, b} {
+		var files []string
+		for _, n := range ls(t, filepath.Join(m.mnt, "home", "notes")) {
+			if !strings.HasPrefix(n, ".") {
+				files = append(files, n)
+			}
+		}
+		if len(files) != len(want) {
+			t.Errorf("%s/home/notes holds %v, want %d files", m.mnt, files, len(want))
+		}
+	}
+}
+
 // The versions a pull brings are recorded in the page's version file as
 // the pull lands, as a mount's own commits are: a device's first listing
 // of a name's versions reads them rather than walk the whole history it
