@@ -340,11 +340,6 @@ func (s *Syncer) resendRenamed(c store.NameChange) error {
 	return nil
 }
 
-// errWait stops a device's batches where one cannot apply yet: a page in
-// use, or a delete that names commits not here yet. The next pull tries
-// again.
-var errWait = errors.New("waits")
-
 // applyNames makes the name changes of another device's batch here. Each is
 // idempotent (a batch may be applied again after a crash). A page deleted
 // there goes here only if it has nothing the other device did not see; else
@@ -566,7 +561,7 @@ func (s *Syncer) seenThere(c store.NameChange, graft bool) (bool, error) {
 			if graft {
 				continue
 			}
-			return false, errWait
+			return false, errMissingParent // as a batch waits for its parents
 		}
 		there = append(there, cm)
 	}

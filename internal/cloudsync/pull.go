@@ -82,7 +82,7 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 					waiting++
 					break
 				}
-				if errors.Is(err, errWait) || errors.Is(err, store.ErrBusy) {
+				if errors.Is(err, store.ErrBusy) {
 					busy = true // the next pull tries again
 					break
 				}
@@ -276,14 +276,14 @@ func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, graft boo
 	// The commits a name change saw that a collection removed from the
 	// store never come: as with a graft, it goes on without them.
 	if err := s.applyNames(ctx, b.Names, graft || s.kept.covers(b.Device, b.Seq), st); err != nil {
-		if errors.Is(err, errMissingParent) || errors.Is(err, errWait) || errors.Is(err, store.ErrBusy) {
+		if errors.Is(err, errMissingParent) || errors.Is(err, store.ErrBusy) {
 			return err
 		}
 		return fmt.Errorf("cloudsync: batch %s: %w", batchName(b.Device, b.Seq), err)
 	}
 	for _, pb := range b.Pages {
 		if err := s.applyPage(ctx, f, b.Device, b.Seq, pb, graft, st); err != nil {
-			if errors.Is(err, errMissingParent) || errors.Is(err, errWait) || errors.Is(err, store.ErrBusy) {
+			if errors.Is(err, errMissingParent) || errors.Is(err, store.ErrBusy) {
 				return err
 			}
 			return fmt.Errorf("cloudsync: batch %s of %s/%s: %w", batchName(b.Device, b.Seq), pb.Ledger, pb.Page, err)

@@ -104,26 +104,28 @@ func TestSimulationRegressions(t *testing.T) {
 		seed uint64
 		// closed: found before writes stayed open across steps.
 		closed bool
-		// pages: found with -sim.pages, in 15 steps.
+		// pages: found with -sim.pages.
 		pages bool
+		steps int // 0: 60
 		found string
 	}{
-		{399, true, false, "a deleted file came back: a merge of heads with several common ancestors took one as its base"},
-		{986, true, false, "the same, in a transaction's file"},
-		{923, true, false, "a conflict file named after the wrong device, through the same wrong base"},
-		{785, true, false, "a conflict file of its file's own content: two devices wrote it, one's lost to a third's first"},
-		{89, false, false, "another device's version lost: it landed while a file was open, whose close replaced it (bug B)"},
-		{285, false, true, "a page renamed onto a name a device had a page under kept the old page there beside it, with changes the renaming device never saw"},
-		{251, false, true, "a rename that arrived before its page left the page, when it came, under its old name"},
-		{138, false, true, "the same with a delete: the page came back on the device the delete reached first"},
-		{230, false, true, "a batch of a page renamed here that builds on another device's batch not landed yet made the old name again"},
+		{399, true, false, 0, "a deleted file came back: a merge of heads with several common ancestors took one as its base"},
+		{986, true, false, 0, "the same, in a transaction's file"},
+		{923, true, false, 0, "a conflict file named after the wrong device, through the same wrong base"},
+		{785, true, false, 0, "a conflict file of its file's own content: two devices wrote it, one's lost to a third's first"},
+		{89, false, false, 0, "another device's version lost: it landed while a file was open, whose close replaced it (bug B)"},
+		{285, false, true, 15, "a page renamed onto a name a device had a page under kept the old page there beside it, with changes the renaming device never saw"},
+		{251, false, true, 15, "a rename that arrived before its page left the page, when it came, under its old name"},
+		{138, false, true, 15, "the same with a delete: the page came back on the device the delete reached first"},
+		{230, false, true, 15, "a batch of a page renamed here that builds on another device's batch not landed yet made the old name again"},
+		{81, false, true, 0, "a delete naming commits no batch brings stopped that device's batches for good"},
 	} {
 		t.Run(fmt.Sprint("seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
 			t.Log(c.found)
-			steps := 60
-			if c.pages {
-				steps = 15
+			steps := c.steps
+			if steps == 0 {
+				steps = 60
 			}
 			runSim(t, c.seed, steps, c.closed, c.pages)
 		})
