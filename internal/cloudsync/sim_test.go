@@ -863,10 +863,7 @@ func TestLostBatchOfAPageDeletedSince(t *testing.T) {
 			a, b := newDevice(t, "a", st), newDevice(t, "b", st)
 			a.write("l", "p", "f", []byte("first"))
 			a.sync()
-			var once atomic.Bool
-			st.lose = func(op, name string) bool {
-				return op == "create" && strings.HasPrefix(name, "logs/") && once.CompareAndSwap(false, true)
-			}
+			st.loseNextBatch()
 			a.write("l", "p", "f", []byte("second"))
 			if _, err := a.s.Sync(context.Background()); err == nil {
 				t.Fatal("a sync whose batch's response was lost reported no error")
@@ -927,10 +924,7 @@ func TestLostBatchOfAnotherKind(t *testing.T) {
 			a, b := newDevice(t, "a", st), newDevice(t, "b", st)
 			a.write("l", "p", "f", []byte("first"))
 			a.sync()
-			var once atomic.Bool
-			st.lose = func(op, name string) bool {
-				return op == "create" && strings.HasPrefix(name, "logs/") && once.CompareAndSwap(false, true)
-			}
+			st.loseNextBatch()
 			// The lost batch, then a change of the other kind.
 			if lost == "page" {
 				a.write("l", "p", "f", []byte("second"))
@@ -987,6 +981,17 @@ func TestOneConflictFilePerLosingVersion(t *testing.T) {
 	}
 	if fs["f.txt"] != "c's edit, the latest" || len(conflicts) != 1 || !strings.HasSuffix(conflicts[0], "=a's edit 4") {
 		t.Fatalf("f.txt is %q, conflict files %v: want c's edit and one conflict file of a's last edit", fs["f.txt"], conflicts)
+	}
+}
+
+// loseNextBatch loses the response of the next batch written, after the
+// write applied.
+func (s *simStore) loseNextBatch() {
+	var once atomic.Bool
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lose = func(op, name string) bool {
+		return op == "create" && strings.HasPrefix(name, "logs/") && once.CompareAndSwap(false, true)
 	}
 }
 
