@@ -46,6 +46,7 @@ work=${1:-$(mktemp -d /tmp/ledgerfs-bench.XXXXXX)}
 # RUNS=N: N full runs one after another, each with fresh mounts in
 # WORKDIR/runI, then the medians of their figures and ratios.
 if [ "${RUNS:-1}" -gt 1 ] && [ -z "${COMPARE_RUN:-}" ]; then
+  mkdir -p "$work"
   for i in $(seq "$RUNS"); do
     COMPARE_RUN=$i "$0" "$work/run$i" >"$work/run$i.log" 2>&1 || { echo "run $i failed: $work/run$i.log" >&2; exit 1; }
     echo "run $i of $RUNS done" >&2
