@@ -346,7 +346,7 @@ func (s *Syncer) resendRenamed(c store.NameChange) error {
 // it stays, as a change beats a delete, and goes up whole to come back
 // there. A rename whose new name is taken here (a page made here while
 // apart, or the renamed page, arrived first) merges the page into the one
-// there (mergeAway).
+// there (mergeAway); a ledger's, its pages into that ledger (mergeLedger).
 func (s *Syncer) applyNames(ctx context.Context, names []store.NameChange, graft bool, st *Stats) error {
 	for _, c := range names {
 		if err := s.applyName(ctx, c, graft, st); err != nil {
@@ -378,8 +378,13 @@ func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, 
 		if ok, err := r.HasLedger(c.Ledger); err != nil || !ok {
 			return err
 		}
-		if ok, err := r.HasLedger(c.To); err != nil || ok {
-			return err // taken here: both stay; the pages arrive under c.To
+		if ok, err := r.HasLedger(c.To); err != nil {
+			return err
+		} else if ok {
+			if err := s.mergeLedger(ctx, c, st); err != nil {
+				return err
+			}
+			return s.noteMoved(c)
 		}
 		if err := n.RenameLedger(c.Ledger, c.To); err != nil {
 			return err
@@ -465,6 +470,37 @@ func (s *Syncer) mergeAway(ctx context.Context, c store.NameChange, graft bool, 
 		}
 	}
 	return s.namer().DeletePage(c.Ledger, c.Page)
+}
+
+// mergeLedger moves the pages of ledger c.Ledger, renamed by another
+// device onto a name this one has a ledger under (made here while apart),
+// into that ledger, and deletes it: a page whose name is free there is
+// renamed into it, one whose name is taken merges into the page there
+// (mergeInto), as the renaming device lands this one's batches of both
+// ledgers' pages in its renamed ledger. Again after a busy page, it moves
+// what the first did not.
+func (s *Syncer) mergeLedger(ctx context.Context, c store.NameChange, st *Stats) error {
+	pages, err := s.repo.Pages(c.Ledger)
+	if err != nil {
+		return err
+	}
+	n := s.namer()
+	for _, p := range pages {
+		if taken, err := s.repo.HasPage(c.To, p); err != nil {
+			return err
+		} else if !taken {
+			if err := n.RenamePage(c.Ledger, p, c.To, p); err != nil {
+				return err
+			}
+		} else if err := s.mergeInto(ctx, c.Ledger, p, c.To, p, st); err != nil {
+			return fmt.Errorf("merge %s/%s into %s/%s: %w", c.Ledger, p, c.To, p, err)
+		} else if err := n.DeletePage(c.Ledger, p); err != nil {
+			return err
+		}
+		// What this device had not pushed went with the page.
+		s.Changed(c.To, p)
+	}
+	return n.DeleteLedger(c.Ledger)
 }
 
 // mergeInto lands the commits of page fromLedger/fromPage that page

@@ -432,3 +432,36 @@ func TestARenamedPageGoesUpWholeOnce(t *testing.T) {
 		t.Fatalf("a round with nothing new wrote %d objects", after-before)
 	}
 }
+
+// A ledger renamed by one device onto a name another device made a ledger
+// under meanwhile ends as one ledger on both, holding both sides' pages: a
+// page of a name in both merges, and what the other device wrote into the
+// renamed ledger's pages goes with them (#59: the other device kept the old
+// ledger).
+func TestLedgerRenamedOntoATakenNameMergesIntoIt(t *testing.T) {
+	st := newSimStore(1)
+	a, c := newDevice(t, "a", st), newDevice(t, "c", st)
+	a.write("l", "p", "f", []byte("first"))
+	a.write("l", "r", "f", []byte("in r"))
+	a.sync()
+	c.sync()
+	// Apart: a renames l to m; c writes into l/p and makes an m of its
+	// own, with a page p and a page q.
+	must(t, a.repo.RenameLedger("l", "m"))
+	c.write("l", "p", "g", []byte("c's, into the ledger a renamed"))
+	c.write("m", "p", "h", []byte("c's own m/p"))
+	c.write("m", "q", "i", []byte("c's own m/q"))
+	a.sync()
+	c.sync()
+	a.sync()
+	c.sync()
+	a.sync()
+	same(t, a, c)
+	if want := []string{"m/", "m/p", "m/q", "m/r"}; !slices.Equal(c.names(), want) {
+		t.Fatalf("c has %v, want %v", c.names(), want)
+	}
+	want := map[string]string{"f": "first", "g": "c's, into the ledger a renamed", "h": "c's own m/p"}
+	if got := a.files("m", "p"); !maps.Equal(got, want) {
+		t.Fatalf("m/p holds %v: want %v", got, want)
+	}
+}
