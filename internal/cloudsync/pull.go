@@ -46,9 +46,18 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 	// batches were read before it must not be up to a map's order.
 	devices := slices.Sorted(maps.Keys(names))
 	queues := map[string][]*batch{}
+	last := map[string]uint64{} // per device, the number of its last batch read
 	index := map[cas.Digest]pieceRef{}
 	for _, dev := range devices {
+		ahead, err := s.appliedAhead(dev)
+		if err != nil {
+			return err
+		}
 		for _, name := range names[dev] {
+			if _, seq, ok := parseBatchName(name); ok && ahead[seq] {
+				last[dev] = seq
+				continue // applied past one held back (see heldBack)
+			}
 			b, err := s.readBatch(ctx, name)
 			if errors.Is(err, remote.ErrNotFound) {
 				break // announced, not listable yet: the next pull reads it
@@ -57,6 +66,7 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 				return err
 			}
 			queues[dev] = append(queues[dev], b)
+			last[dev] = b.Seq
 			for _, pb := range b.Pages {
 				for _, r := range pb.Pieces {
 					index[cas.Digest(r.Digest)] = r
@@ -75,24 +85,36 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 	for {
 		progress, waiting, busy := false, 0, false
 		for _, dev := range devices {
-			for len(queues[dev]) > 0 {
-				b := queues[dev][0]
+			var held heldBack
+			for i := 0; i < len(queues[dev]); {
+				b := queues[dev][i]
+				if held.holds(b) {
+					if len(b.Names) > 0 {
+						break // names apply in their order
+					}
+					i++
+					continue
+				}
 				err := s.applyBatch(ctx, f, b, graft, st)
 				if errors.Is(err, errMissingParent) {
 					waiting++
 					break
 				}
 				if errors.Is(err, store.ErrBusy) {
-					busy = true // the next pull tries again
-					break
+					// The next pull tries again; the device's batches
+					// of other pages go on meanwhile.
+					busy = true
+					held.add(b)
+					i++
+					continue
 				}
 				if err != nil {
 					return err
 				}
-				if err := s.repo.SetSyncState(map[string][]byte{statePos + dev: []byte(strconv.FormatUint(b.Seq, 10))}); err != nil {
+				queues[dev] = slices.Delete(queues[dev], i, i+1)
+				if err := s.applied(dev, b.Seq, i == 0, queues[dev], last[dev]); err != nil {
 					return err
 				}
-				queues[dev] = queues[dev][1:]
 				progress = true
 			}
 		}
@@ -112,6 +134,93 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 			return fmt.Errorf("cloudsync: %d devices' batches build on commits no log holds", waiting)
 		}
 	}
+}
+
+// stateAhead is the repository's sync state row (+ device "/" batch
+// number, 20 digits) of a batch applied while one before it in its
+// device's log was held back: the position stays before the one held, and
+// the next pull skips these.
+const stateAhead = "ahead/"
+
+func aheadKey(dev string, seq uint64) string { return fmt.Sprintf("%s%s/%020d", stateAhead, dev, seq) }
+
+// A heldBack is what a device's batches held back in a pull name (a
+// change of names of a page in use here refuses with store.ErrBusy): its
+// later batches of those pages and ledgers wait with them, and its later
+// changes of names wait too; its batches of other pages apply.
+type heldBack struct {
+	pages   map[[2]string]bool
+	ledgers map[string]bool
+}
+
+func (h *heldBack) holds(b *batch) bool {
+	if len(b.Names) > 0 {
+		return len(h.pages) > 0 || len(h.ledgers) > 0
+	}
+	return slices.ContainsFunc(b.Pages, func(pb pageBatch) bool {
+		return h.ledgers[pb.Ledger] || h.pages[[2]string{pb.Ledger, pb.Page}]
+	})
+}
+
+func (h *heldBack) add(b *batch) {
+	if h.pages == nil {
+		h.pages, h.ledgers = map[[2]string]bool{}, map[string]bool{}
+	}
+	for _, pb := range b.Pages {
+		h.pages[[2]string{pb.Ledger, pb.Page}] = true
+	}
+	for _, c := range b.Names {
+		switch c.Op {
+		case store.NameCreateLedger, store.NameDeleteLedger, store.NameRenameLedger:
+			h.ledgers[c.Ledger], h.ledgers[c.To] = true, true
+		default:
+			h.pages[[2]string{c.Ledger, c.Page}] = true
+			h.pages[[2]string{c.DestLedger(), c.To}] = true
+		}
+	}
+}
+
+// applied records that dev's batch seq applied: first, the first of the
+// queue of those not applied yet (rest), it moves dev's position up to
+// the batch before the first of rest (or last, the last read, with none
+// left), dropping the rows of batches applied ahead up to there; else the
+// batch is recorded as applied ahead.
+func (s *Syncer) applied(dev string, seq uint64, first bool, rest []*batch, last uint64) error {
+	if !first {
+		return s.repo.SetSyncState(map[string][]byte{aheadKey(dev, seq): {1}})
+	}
+	pos := last
+	if len(rest) > 0 {
+		pos = rest[0].Seq - 1
+	}
+	state := map[string][]byte{statePos + dev: []byte(strconv.FormatUint(pos, 10))}
+	if pos > seq {
+		ahead, err := s.appliedAhead(dev)
+		if err != nil {
+			return err
+		}
+		for n := range ahead {
+			if n <= pos {
+				state[aheadKey(dev, n)] = nil
+			}
+		}
+	}
+	return s.repo.SetSyncState(state)
+}
+
+// appliedAhead returns the numbers of dev's batches applied ahead of its
+// position.
+func (s *Syncer) appliedAhead(dev string) (map[uint64]bool, error) {
+	out := map[uint64]bool{}
+	err := s.repo.ScanSyncState(stateAhead+dev+"/", func(k string, _ []byte) error {
+		seq, err := strconv.ParseUint(k[strings.LastIndexByte(k, '/')+1:], 10, 64)
+		if err != nil {
+			return fmt.Errorf("cloudsync: a batch applied ahead, %q: %w", k, err)
+		}
+		out[seq] = true
+		return nil
+	})
+	return out, err
 }
 
 // How a pull finds new batches. It lists the change feed from a little
