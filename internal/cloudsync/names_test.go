@@ -2,7 +2,6 @@ package cloudsync
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -467,27 +466,6 @@ func TestLedgerRenamedOntoATakenNameMergesIntoIt(t *testing.T) {
 	}
 }
 
-// busyNames changes names as store.Unrecorded does, but refuses to rename
-// or delete the pages it holds, as a mount refuses a page in use.
-type busyNames struct {
-	store.Unrecorded
-	busy map[string]bool
-}
-
-func (n busyNames) DeletePage(ledger, page string) error {
-	if n.busy[ledger+"/"+page] {
-		return fmt.Errorf("page %s/%s: %w", ledger, page, store.ErrBusy)
-	}
-	return n.Unrecorded.DeletePage(ledger, page)
-}
-
-func (n busyNames) RenamePage(ledger, from, toLedger, to string) error {
-	if n.busy[ledger+"/"+from] {
-		return fmt.Errorf("page %s/%s: %w", ledger, from, store.ErrBusy)
-	}
-	return n.Unrecorded.RenamePage(ledger, from, toLedger, to)
-}
-
 // A page in use here holds back the rename another device made of it,
 // and that device's later changes of that page, not its changes of other
 // pages (#59: every page's waited). Once the page is free the rename
@@ -499,8 +477,8 @@ func TestABusyPageHoldsBackOnlyItsOwnBatches(t *testing.T) {
 	a.write("l", "q", "f", []byte("first"))
 	a.sync()
 	b.sync()
-	names := busyNames{Unrecorded: b.repo.Unrecorded(), busy: map[string]bool{"l/p": true}}
-	b.s.Names = names
+	busy := map[string]bool{"l/p": true}
+	b.s.Names = busyNames{Unrecorded: b.repo.Unrecorded(), inUse: func(l, p string) bool { return busy[l+"/"+p] }}
 	must(t, a.repo.RenamePage("l", "p", "r"))
 	a.write("l", "r", "g", []byte("into the renamed page"))
 	a.write("l", "q", "g", []byte("into another page"))
@@ -514,7 +492,7 @@ func TestABusyPageHoldsBackOnlyItsOwnBatches(t *testing.T) {
 	if !slices.Contains(b.names(), "l/p") || slices.Contains(b.names(), "l/r") {
 		t.Fatalf("b renamed l/p while in use: %v", b.names())
 	}
-	delete(names.busy, "l/p")
+	delete(busy, "l/p")
 	b.sync()
 	a.sync()
 	same(t, a, b)

@@ -440,8 +440,61 @@ func (s *sim) open(d *simDevice) {
 	}
 	d.s.Watched = true
 	d.s.now = s.now
+	// A page with a write open is not renamed or deleted under it.
+	d.s.Names = busyNames{Unrecorded: repo.Unrecorded(), inUse: func(l, p string) bool { return s.inUse(d, l, p) }}
 	eng.KeepUnseen(d.s.Unseen)
 	d.s.inFlight = 1
+}
+
+// busyNames changes names as store.Unrecorded does, but refuses to rename
+// or delete a page or ledger in use (store.ErrBusy), as a mount's
+// fs.RemoteNames does.
+type busyNames struct {
+	store.Unrecorded
+	inUse func(ledger, page string) bool // page "": a page of the ledger
+}
+
+func (n busyNames) busy(ledger, page string) error {
+	if n.inUse(ledger, page) {
+		return fmt.Errorf("%s/%s: %w", ledger, page, store.ErrBusy)
+	}
+	return nil
+}
+
+func (n busyNames) DeleteLedger(ledger string) error {
+	if err := n.busy(ledger, ""); err != nil {
+		return err
+	}
+	return n.Unrecorded.DeleteLedger(ledger)
+}
+
+func (n busyNames) RenameLedger(from, to string) error {
+	if err := n.busy(from, ""); err != nil {
+		return err
+	}
+	return n.Unrecorded.RenameLedger(from, to)
+}
+
+func (n busyNames) DeletePage(ledger, page string) error {
+	if err := n.busy(ledger, page); err != nil {
+		return err
+	}
+	return n.Unrecorded.DeletePage(ledger, page)
+}
+
+func (n busyNames) RenamePage(ledger, from, toLedger, to string) error {
+	if err := n.busy(ledger, from); err != nil {
+		return err
+	}
+	return n.Unrecorded.RenamePage(ledger, from, toLedger, to)
+}
+
+// inUse reports whether device d has a write open in page ledger/page
+// (page "": in any page of the ledger).
+func (s *sim) inUse(d *simDevice, ledger, page string) bool {
+	return slices.ContainsFunc(s.writing, func(w *openWrite) bool {
+		return w.d == d && w.l == ledger && (page == "" || w.p == page)
+	})
 }
 
 // now is the simulation's clock: it moves at every step, by the seed.
