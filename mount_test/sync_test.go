@@ -432,6 +432,46 @@ func TestMountsMergeAPageRenamedOntoATakenName(t *testing.T) {
 	}
 }
 
+// TestMountsHoldBackOnlyABusyPage: a's rename of a page that b has a file
+// open in waits on b until the file closes, and a's changes of another page
+// reach b meanwhile (they waited with it before).
+func TestMountsHoldBackOnlyABusyPage(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	w := srv.Watch(t)
+	a := mountSyncedAt(t, w.Endpoint, t.TempDir())
+	b := mountSyncedAt(t, w.Endpoint, t.TempDir())
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("mount a's log:\n%s\nmount b's log:\n%s", a.log, b.log)
+		}
+	})
+	await := func(what string, cond func() bool) {
+		t.Helper()
+		w.Until(t, what, time.Minute, cond)
+	}
+	must(t, os.WriteFile(filepath.Join(a.page("home", "work"), "f.txt"), []byte("f\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(a.page("home", "other"), "x.txt"), []byte("first\n"), 0o644))
+	await("a's pages on b", fileIs(filepath.Join(b.mnt, "home", "other", "x.txt"), "first\n"))
+	await("a's pages on b", fileIs(filepath.Join(b.mnt, "home", "work", "f.txt"), "f\n"))
+
+	open, err := os.Open(filepath.Join(b.mnt, "home", "work", "f.txt"))
+	must(t, err)
+	defer open.Close()
+	must(t, os.Rename(filepath.Join(a.mnt, "home", "work"), filepath.Join(a.mnt, "home", "desk")))
+	must(t, os.WriteFile(filepath.Join(a.mnt, "home", "other", "x.txt"), []byte("after the rename\n"), 0o644))
+	await("a's change of another page on b while the renamed one is in use", fileIs(filepath.Join(b.mnt, "home", "other", "x.txt"), "after the rename\n"))
+	if _, err := os.Stat(filepath.Join(b.mnt, "home", "desk")); err == nil {
+		t.Fatal("b renamed home/work with a file open in it")
+	}
+	must(t, open.Close())
+	await("the rename on b once the file closed", fileIs(filepath.Join(b.mnt, "home", "desk", "f.txt"), "f\n"))
+	await("the old name gone on b", func() bool {
+		_, err := os.Stat(filepath.Join(b.mnt, "home", "work"))
+		return os.IsNotExist(err)
+	})
+}
+
 // The versions a pull brings are recorded in the page's version file as
 // the pull lands, as a mount's own commits are: a device's first listing
 // of a name's versions reads them rather than walk the whole history it
