@@ -190,12 +190,23 @@ used() {
   echo "$b"
 }
 
-declare -A res
+# cpu_s PID: the CPU-seconds, user and system, PID has used so far.
+tck=$(getconf CLK_TCK)
+cpu_s() { awk -v t="$tck" '{print ($14+$15)/t}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+declare -A res cpu cpu_last
 rows=()
 measure() { # name unit target value
   res["$1|$3"]=$4
-  local r="$1|$2"
+  local r="$1|$2" c
   [[ " ${rows[*]} " == *" $r "* ]] || rows+=("$r")
+  # With each figure, the server's CPU-seconds since the system's previous
+  # figure: the workload's and its setup's, the figure that holds on a
+  # shared machine (none for native, served by the kernel).
+  if [ -n "${pid[$3]:-}" ]; then
+    c=$(cpu_s "${pid[$3]}")
+    cpu["$1|$3"]=$(echo "$c - ${cpu_last[$3]:-$c}" | bc -l)
+    cpu_last[$3]=$c
+  fi
 }
 # jq-free extraction from ledgerfs bench --json: field of the phase matching a pattern.
 benchfield() { python3 -c 'import json,sys,re; r=json.load(open(sys.argv[1]))["results"]; print(next(x[sys.argv[3]] for x in r if re.search(sys.argv[2], x["phase"])))' "$@"; }
@@ -230,6 +241,7 @@ fi
 for t in "${order[@]}"; do
   d=${dir[$t]}
   echo "== $t: $d" >&2
+  [ -z "${pid[$t]:-}" ] || cpu_last[$t]=$(cpu_s "${pid[$t]}")
   if want seq; then
   drop_caches
   s=$(now); dd if="$work/src.bin" of="$d/big" bs=1M conv=fsync status=none; e=$(now)
@@ -439,11 +451,20 @@ for mib in 4 "$SIZE_MIB"; do
   [ ! -f "$work/sync-edit-$mib.txt" ] || echo "ledgerfs, 4 KiB pwrite+fdatasync in a $mib MiB file: $(cat "$work/sync-edit-$mib.txt")"
 done
 # The table and the targets (BENCHMARKS.md), judged on this run's figures.
-for w in "${rows[@]}"; do
-  name=${w%|*}; unit=${w#*|}
-  for t in "${order[@]}"; do
-    v=${res["$name|$t"]:-}
-    [ -z "$v" ] || printf '%s\t%s\t%s\t%s\n' "$name" "$unit" "$t" "$v"
+{
+  for w in "${rows[@]}"; do
+    name=${w%|*}; unit=${w#*|}
+    for t in "${order[@]}"; do
+      v=${res["$name|$t"]:-}
+      [ -z "$v" ] || printf '%s\t%s\t%s\t%s\n' "$name" "$unit" "$t" "$v"
+    done
   done
-done >"$work/figures.tsv"
+  for w in "${rows[@]}"; do
+    name=${w%|*}
+    for t in "${order[@]}"; do
+      v=${cpu["$name|$t"]:-}
+      [ -z "$v" ] || printf '%s\t%s\t%s\t%s\n' "$name: server CPU-s" s "$t" "$v"
+    done
+  done
+} >"$work/figures.tsv"
 python3 bench/report.py "$work/figures.tsv"
