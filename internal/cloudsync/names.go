@@ -235,6 +235,35 @@ func (s *Syncer) landingPage(pb pageBatch, graft bool) (string, string, error) {
 	return l, p, nil
 }
 
+// goneBefore looks, for a batch of a page here, at the changes of names in
+// later, the batches of its device's log after it: if that device renamed
+// or deleted its page of the name before the page here began (madeAfter),
+// the page here is another, made under the name since, and the batch is
+// not of it: it follows the rename (to: where), or goes with the delete
+// (gone), as on the devices that applied the change before this page
+// came. Landing it here merged the other device's old page into this one,
+// which then went with the rename (the simulation's seed 118, -sim.pages).
+func (s *Syncer) goneBefore(pb pageBatch, later []*batch) (to *[2]string, gone bool, err error) {
+	if ok, err := s.repo.HasPage(pb.Ledger, pb.Page); err != nil || !ok {
+		return nil, false, err
+	}
+	for _, b := range later {
+		for _, c := range b.Names {
+			if c.Ledger != pb.Ledger || c.Page != pb.Page || c.Op != store.NameRenamePage && c.Op != store.NameDeletePage {
+				continue
+			}
+			if after, err := s.madeAfter(pb.Ledger, pb.Page, c.Time); err != nil || !after {
+				return nil, false, err
+			}
+			if c.Op == store.NameDeletePage {
+				return nil, true, nil
+			}
+			return &[2]string{c.DestLedger(), c.To}, false, nil
+		}
+	}
+	return nil, false, nil
+}
+
 // madeAfter reports whether page ledger/page here began after time at:
 // every first commit of its history (a page made on two devices under one
 // name has two) is later. Such a page was made under the name after

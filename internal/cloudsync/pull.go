@@ -95,7 +95,7 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 					i++
 					continue
 				}
-				err := s.applyBatch(ctx, f, b, graft, st)
+				err := s.applyBatch(ctx, f, b, queues[dev][i+1:], graft, st)
 				if errors.Is(err, errMissingParent) {
 					waiting++
 					break
@@ -381,7 +381,9 @@ func (s *Syncer) pieceAt(d cas.Digest) (pieceRef, bool, error) {
 
 // applyBatch makes b's changes of names, and lands what it holds of each
 // page.
-func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, graft bool, st *Stats) error {
+// applyBatch applies batch b; later are the batches of its device's log
+// after it read in this pull.
+func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, later []*batch, graft bool, st *Stats) error {
 	// The commits a name change saw that a collection removed from the
 	// store never come: as with a graft, it goes on without them.
 	if err := s.applyNames(ctx, b.Names, graft || s.kept.covers(b.Device, b.Seq), st); err != nil {
@@ -391,7 +393,7 @@ func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, graft boo
 		return fmt.Errorf("cloudsync: batch %s: %w", batchName(b.Device, b.Seq), err)
 	}
 	for _, pb := range b.Pages {
-		if err := s.applyPage(ctx, f, b.Device, b.Seq, pb, graft, st); err != nil {
+		if err := s.applyPage(ctx, f, b.Device, b.Seq, pb, later, graft, st); err != nil {
 			if errors.Is(err, errMissingParent) || errors.Is(err, store.ErrBusy) {
 				return err
 			}
@@ -401,7 +403,12 @@ func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, graft boo
 	return nil
 }
 
-func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq uint64, pb pageBatch, graft bool, st *Stats) error {
+func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq uint64, pb pageBatch, later []*batch, graft bool, st *Stats) error {
+	if to, gone, err := s.goneBefore(pb, later); err != nil || gone {
+		return err
+	} else if to != nil {
+		pb.Ledger, pb.Page = to[0], to[1]
+	}
 	var err error
 	if pb.Ledger, pb.Page, err = s.landingPage(pb, graft); err != nil {
 		return err
