@@ -132,15 +132,20 @@ type moved struct {
 
 // noteMoved records change c, a rename of a page or a ledger.
 func (s *Syncer) noteMoved(c store.NameChange) error {
-	key, m := stateMoved+c.Ledger+"/"+c.Page, moved{Ledger: c.DestLedger(), Page: c.To, Time: c.Time}
 	if c.Op == store.NameRenameLedger {
-		key, m = stateMoved+c.Ledger+"/", moved{Ledger: c.To, Time: c.Time}
+		return s.setMoved(c.Ledger, "", moved{Ledger: c.To, Time: c.Time})
 	}
+	return s.setMoved(c.Ledger, c.Page, moved{Ledger: c.DestLedger(), Page: c.To, Time: c.Time})
+}
+
+// setMoved records that page ledger/page (or, with page "", the ledger)
+// went to m.
+func (s *Syncer) setMoved(ledger, page string, m moved) error {
 	v, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	return s.repo.SetSyncState(map[string][]byte{key: v})
+	return s.repo.SetSyncState(map[string][]byte{stateMoved + ledger + "/" + page: v})
 }
 
 // movedFrom returns where ledger/page went, and when, if it was renamed
@@ -428,6 +433,9 @@ func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, 
 		if ok, err := r.HasPage(c.Ledger, c.Page); err != nil {
 			return err
 		} else if !ok {
+			if crossed, err := s.crossedRename(ctx, c, st); err != nil || crossed {
+				return err
+			}
 			if err := awaitPage(c, graft); err != nil {
 				return err
 			}
@@ -480,6 +488,65 @@ func (s *Syncer) letGo(c store.NameChange, graft bool) error {
 		return s.resend(c.Ledger, c.Page)
 	}
 	return s.namer().DeletePage(c.Ledger, c.Page)
+}
+
+// crossedRename settles c, a rename of a page this device renamed too
+// while apart (or took another device's rename of), and reports whether it
+// was one (the page renamed here holds the commits c saw): of the two new names the later rename's wins, the greater name
+// if both came at once, so every device picks the same. If this device's
+// lost, its page moves to the winner's name (merging into a page of that
+// name here); either way the losing name is recorded as moved to the
+// winning one, so batches made under it land there.
+func (s *Syncer) crossedRename(ctx context.Context, c store.NameChange, st *Stats) (bool, error) {
+	m, ok, err := s.movedFrom(c.Ledger, c.Page)
+	if err != nil || !ok {
+		return false, err
+	}
+	ours, theirs := [2]string{m.Ledger, m.Page}, [2]string{c.DestLedger(), c.To}
+	if ours == theirs {
+		return true, nil // the same rename
+	}
+	if has, err := s.repo.HasPage(ours[0], ours[1]); err != nil || !has {
+		return false, err // renamed on or deleted since
+	}
+	// The same page: it holds the commits the other device's page had
+	// synced when renamed (a page made under the old name since is not).
+	var seen []store.CommitID
+	for _, h := range c.Seen {
+		if b, err := hex.DecodeString(h); err == nil && len(b) == len(store.CommitID{}) && store.CommitID(b) != store.FirstCommitID {
+			seen = append(seen, store.CommitID(b))
+		}
+	}
+	if len(seen) == 0 {
+		return false, nil
+	}
+	if same, err := s.holdsAll(ours[0], ours[1], seen); err != nil || !same {
+		return false, err
+	}
+	if c.Time.Before(m.Time) || c.Time.Equal(m.Time) && theirs[0]+"/"+theirs[1] < ours[0]+"/"+ours[1] {
+		return true, s.setMoved(theirs[0], theirs[1], moved{Ledger: ours[0], Page: ours[1], Time: s.now()})
+	}
+	if err := s.ensureLedger(theirs[0]); err != nil {
+		return true, err
+	}
+	n := s.namer()
+	if has, err := s.repo.HasPage(theirs[0], theirs[1]); err != nil {
+		return true, err
+	} else if has {
+		if err := s.mergeInto(ctx, ours[0], ours[1], theirs[0], theirs[1], st); err != nil {
+			return true, fmt.Errorf("merge into %s/%s: %w", theirs[0], theirs[1], err)
+		}
+		if err := n.DeletePage(ours[0], ours[1]); err != nil {
+			return true, err
+		}
+	} else if err := n.RenamePage(ours[0], ours[1], theirs[0], theirs[1]); err != nil {
+		return true, err
+	}
+	s.Changed(theirs[0], theirs[1]) // what this device had not pushed went with it
+	if err := s.setMoved(ours[0], ours[1], moved{Ledger: theirs[0], Page: theirs[1], Time: s.now()}); err != nil {
+		return true, err
+	}
+	return true, s.noteMoved(c)
 }
 
 // mergeAway merges page c.Page, renamed by another device onto a name

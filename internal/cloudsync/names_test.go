@@ -508,3 +508,31 @@ func TestABusyPageHoldsBackOnlyItsOwnBatches(t *testing.T) {
 		t.Fatalf("rows of batches applied ahead left after the position passed them: %v", ahead)
 	}
 }
+
+// A page renamed on two devices while apart, to two names, ends as one
+// page on both, under the later rename's name, holding what each wrote
+// into it since (each device kept its own name, and the other's page came
+// as a second one; the simulation's seed 39 with -sim.pages).
+func TestCrossedRenamesOfAPageEndAsOne(t *testing.T) {
+	st := newSimStore(1)
+	a, b := newDevice(t, "a", st), newDevice(t, "b", st)
+	a.write("l", "p", "f", []byte("first"))
+	a.sync()
+	b.sync()
+	must(t, a.repo.RenamePage("l", "p", "x"))
+	a.write("l", "x", "g", []byte("a's"))
+	must(t, b.repo.RenamePage("l", "p", "y")) // the later rename
+	b.write("l", "y", "h", []byte("b's"))
+	for range 3 {
+		a.sync()
+		b.sync()
+	}
+	same(t, a, b)
+	if want := []string{"l/", "l/y"}; !slices.Equal(a.names(), want) {
+		t.Fatalf("a has %v, want %v", a.names(), want)
+	}
+	want := map[string]string{"f": "first", "g": "a's", "h": "b's"}
+	if got := a.files("l", "y"); !maps.Equal(got, want) {
+		t.Fatalf("l/y holds %v: want %v", got, want)
+	}
+}

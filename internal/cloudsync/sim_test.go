@@ -119,6 +119,7 @@ func TestSimulationRegressions(t *testing.T) {
 		{138, false, true, 15, "the same with a delete: the page came back on the device the delete reached first"},
 		{230, false, true, 15, "a batch of a page renamed here that builds on another device's batch not landed yet made the old name again"},
 		{81, false, true, 0, "a delete naming commits no batch brings stopped that device's batches for good"},
+		{39, false, true, 0, "a page renamed on two devices while apart, to two names, ended as two pages on one device"},
 		{118, false, true, 15, "a page made under a name after another device renamed its page of that name away took in that page's batches, then went with the rename"},
 	} {
 		t.Run(fmt.Sprint("seed=", c.seed), func(t *testing.T) {
