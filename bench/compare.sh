@@ -155,7 +155,12 @@ if [ -n "${FS:-}" ]; then
 fi
 declare -A pid=([loopback]=$lbpid [ledgerfs]=$lfpid)
 [ -z "${lbnppid:-}" ] || pid[lb-nopt]=$lbnppid
-[ -z "${jfspid:-}" ] || pid[juicefs]=$jfspid
+# JuiceFS's mount process supervises a child that serves the mount: its
+# CPU and memory are the child's.
+if [ -n "${jfspid:-}" ]; then
+  jfsserver=$(pgrep -P "$jfspid" | head -1 || true)
+  pid[juicefs]=${jfsserver:-$jfspid}
+fi
 
 # want GROUP: whether ONLY leaves the group of workloads in.
 want() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }
