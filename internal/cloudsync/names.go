@@ -529,20 +529,9 @@ func (s *Syncer) crossedRename(ctx context.Context, c store.NameChange, st *Stat
 	if err := s.ensureLedger(theirs[0]); err != nil {
 		return true, err
 	}
-	n := s.namer()
-	if has, err := s.repo.HasPage(theirs[0], theirs[1]); err != nil {
-		return true, err
-	} else if has {
-		if err := s.mergeInto(ctx, ours[0], ours[1], theirs[0], theirs[1], st); err != nil {
-			return true, fmt.Errorf("merge into %s/%s: %w", theirs[0], theirs[1], err)
-		}
-		if err := n.DeletePage(ours[0], ours[1]); err != nil {
-			return true, err
-		}
-	} else if err := n.RenamePage(ours[0], ours[1], theirs[0], theirs[1]); err != nil {
+	if err := s.moveOrMerge(ctx, ours, theirs, st); err != nil {
 		return true, err
 	}
-	s.Changed(theirs[0], theirs[1]) // what this device had not pushed went with it
 	if err := s.setMoved(ours[0], ours[1], moved{Ledger: theirs[0], Page: theirs[1], Time: s.now()}); err != nil {
 		return true, err
 	}
@@ -580,23 +569,33 @@ func (s *Syncer) mergeLedger(ctx context.Context, c store.NameChange, st *Stats)
 	if err != nil {
 		return err
 	}
-	n := s.namer()
 	for _, p := range pages {
-		if taken, err := s.repo.HasPage(c.To, p); err != nil {
-			return err
-		} else if !taken {
-			if err := n.RenamePage(c.Ledger, p, c.To, p); err != nil {
-				return err
-			}
-		} else if err := s.mergeInto(ctx, c.Ledger, p, c.To, p, st); err != nil {
-			return fmt.Errorf("merge %s/%s into %s/%s: %w", c.Ledger, p, c.To, p, err)
-		} else if err := n.DeletePage(c.Ledger, p); err != nil {
+		if err := s.moveOrMerge(ctx, [2]string{c.Ledger, p}, [2]string{c.To, p}, st); err != nil {
 			return err
 		}
-		// What this device had not pushed went with the page.
-		s.Changed(c.To, p)
 	}
-	return n.DeleteLedger(c.Ledger)
+	return s.namer().DeleteLedger(c.Ledger)
+}
+
+// moveOrMerge renames page from (ledger, page) to to, as another device's
+// change of names makes it here, or, if to is taken, merges it into the
+// page there (mergeInto) and deletes it. What this device had not pushed
+// goes up under the new name.
+func (s *Syncer) moveOrMerge(ctx context.Context, from, to [2]string, st *Stats) error {
+	n := s.namer()
+	if taken, err := s.repo.HasPage(to[0], to[1]); err != nil {
+		return err
+	} else if !taken {
+		if err := n.RenamePage(from[0], from[1], to[0], to[1]); err != nil {
+			return err
+		}
+	} else if err := s.mergeInto(ctx, from[0], from[1], to[0], to[1], st); err != nil {
+		return fmt.Errorf("merge %s/%s into %s/%s: %w", from[0], from[1], to[0], to[1], err)
+	} else if err := n.DeletePage(from[0], from[1]); err != nil {
+		return err
+	}
+	s.Changed(to[0], to[1])
+	return nil
 }
 
 // mergeInto lands the commits of page fromLedger/fromPage that page
