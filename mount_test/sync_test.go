@@ -378,15 +378,12 @@ func TestMountsSync(t *testing.T) {
 	}
 }
 
-// TestMountsMergeAPageRenamedOntoATakenName: while the store is down, a
-// renames a page onto a name b makes a page of its own under, and b writes
-// into the page a renamed. Once the store is back, both mounts show one
-// page under the new name with all three files and none under the old:
-// b merged its page of the old name, with the change a never saw, into
-// its page of the new name, as a landed b's batches of the old name in the
-// page it renamed.
-func TestMountsMergeAPageRenamedOntoATakenName(t *testing.T) {
-	t.Parallel()
+// twoSyncedMounts starts a test S3 server and two mounts syncing with it
+// every 100 ms (their logs printed if the test fails), and returns them
+// with an await that checks a condition after each request either makes,
+// for up to a minute.
+func twoSyncedMounts(t *testing.T) (*s3test.Server, *server, *server, func(string, func() bool)) {
+	t.Helper()
 	srv := s3test.Start(t)
 	w := srv.Watch(t)
 	a := mountSyncedAt(t, w.Endpoint, t.TempDir())
@@ -396,10 +393,22 @@ func TestMountsMergeAPageRenamedOntoATakenName(t *testing.T) {
 			t.Logf("mount a's log:\n%s\nmount b's log:\n%s", a.log, b.log)
 		}
 	})
-	await := func(what string, cond func() bool) {
+	return srv, a, b, func(what string, cond func() bool) {
 		t.Helper()
 		w.Until(t, what, time.Minute, cond)
 	}
+}
+
+// TestMountsMergeAPageRenamedOntoATakenName: while the store is down, a
+// renames a page onto a name b makes a page of its own under, and b writes
+// into the page a renamed. Once the store is back, both mounts show one
+// page under the new name with all three files and none under the old:
+// b merged its page of the old name, with the change a never saw, into
+// its page of the new name, as a landed b's batches of the old name in the
+// page it renamed.
+func TestMountsMergeAPageRenamedOntoATakenName(t *testing.T) {
+	t.Parallel()
+	srv, a, b, await := twoSyncedMounts(t)
 	must(t, os.WriteFile(filepath.Join(a.page("home", "desk"), "a.txt"), []byte("a's\n"), 0o644))
 	await("a's page on b", fileIs(filepath.Join(b.mnt, "home", "desk", "a.txt"), "a's\n"))
 
@@ -437,19 +446,7 @@ func TestMountsMergeAPageRenamedOntoATakenName(t *testing.T) {
 // reach b meanwhile (they waited with it before).
 func TestMountsHoldBackOnlyABusyPage(t *testing.T) {
 	t.Parallel()
-	srv := s3test.Start(t)
-	w := srv.Watch(t)
-	a := mountSyncedAt(t, w.Endpoint, t.TempDir())
-	b := mountSyncedAt(t, w.Endpoint, t.TempDir())
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("mount a's log:\n%s\nmount b's log:\n%s", a.log, b.log)
-		}
-	})
-	await := func(what string, cond func() bool) {
-		t.Helper()
-		w.Until(t, what, time.Minute, cond)
-	}
+	_, a, b, await := twoSyncedMounts(t)
 	must(t, os.WriteFile(filepath.Join(a.page("home", "work"), "f.txt"), []byte("f\n"), 0o644))
 	must(t, os.WriteFile(filepath.Join(a.page("home", "other"), "x.txt"), []byte("first\n"), 0o644))
 	await("a's pages on b", fileIs(filepath.Join(b.mnt, "home", "other", "x.txt"), "first\n"))
