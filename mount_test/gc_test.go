@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // duBytes is du -sb of dir: what a user sees the repository take.
@@ -381,4 +382,83 @@ func TestCollectionLeavesOtherPagesServing(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(other, "during")); err != nil || string(b) != "written during a collection" {
 		t.Fatalf("the file written during the collection: %q, %v", b, err)
 	}
+}
+
+// A writer of a page goes on while the page is collected: its closes
+// complete while the collection compacts the page's tables, which takes
+// long enough here (many small rows deleted) that a writer held for it
+// would have waited over a tenth of a second.
+func TestWritesGoOnThroughACollection(t *testing.T) {
+	t.Parallel()
+	s := mountPlain(t, t.TempDir(), "--collect-every", "0", "--debug")
+	pg := s.page("l", "p")
+	must(t, os.WriteFile(filepath.Join(pg, ".ledger", "retention"), []byte("keep-last=1\n"), 0))
+	// Contents below Badger's value threshold live in the tables: three
+	// rounds of 6,000 leave 10 MiB of deleted rows there.
+	for round := range 3 {
+		for i := range 6000 {
+			must(t, os.WriteFile(filepath.Join(pg, fmt.Sprint(i)), content(round*10000+i, 600), 0o644))
+		}
+	}
+	syncDir(t, pg)
+	type write struct{ start, end time.Time }
+	var writes []write
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			start := time.Now()
+			if err := os.WriteFile(filepath.Join(pg, "w"), content(i, 100), 0o644); err != nil {
+				t.Errorf("a write during the collection: %v", err)
+				return
+			}
+			writes = append(writes, write{start, time.Now()})
+		}
+	}()
+	collect(t, s.mnt, pg, "l/p")
+	close(stop)
+	<-stopped
+	// The compaction began when the page's db had been closed.
+	from, to := stepTime(t, s, "compacting"), stepTime(t, s, "compacted")
+	var during int
+	var longest time.Duration
+	for _, w := range writes {
+		if w.end.After(from) && w.end.Before(to) {
+			during++
+		}
+		longest = max(longest, w.end.Sub(w.start))
+	}
+	t.Logf("the compaction took %v; %d of %d writes ended during it; the longest write took %v", to.Sub(from), during, len(writes), longest)
+	if to.Sub(from) < 100*time.Millisecond {
+		t.Fatalf("the compaction took %v: too short for this test to say anything; give the page more rows", to.Sub(from))
+	}
+	if during == 0 {
+		t.Fatalf("no write ended during the compaction (%v): writers waited for it", to.Sub(from))
+	}
+}
+
+// stepTime returns when the server last logged the collection step named.
+func stepTime(t *testing.T, s *server, step string) time.Time {
+	t.Helper()
+	lines := strings.Split(s.log.String(), "\n")
+	slices.Reverse(lines)
+	for _, line := range lines {
+		if !strings.Contains(line, "step="+step+" ") && !strings.HasSuffix(line, "step="+step) {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "time=") {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(f[0], "time="))
+		must(t, err)
+		return at
+	}
+	t.Fatalf("the log has no collection step %q", step)
+	return time.Time{}
 }
