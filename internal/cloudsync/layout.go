@@ -155,6 +155,11 @@ func (s *Syncer) writeBatch(ctx context.Context, b *batch) (name string, err err
 	if err := s.repo.SetSyncState(map[string][]byte{writtenKey(b.Seq, body): {1}}); err != nil {
 		return "", err
 	}
+	// The record must outlive a power loss that the batch survives: else
+	// the next round would take its own batch for another copy's.
+	if err := s.repo.Sync(); err != nil {
+		return "", err
+	}
 	name = batchName(b.Device, b.Seq)
 	return name, s.be.Create(ctx, name, s.seal(name, body))
 }
