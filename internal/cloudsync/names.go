@@ -257,7 +257,7 @@ func (s *Syncer) goneBefore(pb pageBatch, later []*batch) (to *[2]string, gone b
 			if c.Ledger != pb.Ledger || c.Page != pb.Page || c.Op != store.NameRenamePage && c.Op != store.NameDeletePage {
 				continue
 			}
-			if after, err := s.madeAfter(pb.Ledger, pb.Page, c.Time); err != nil || !after {
+			if after, err := s.cameAfter(pb.Ledger, pb.Page, c.Time); err != nil || !after {
 				return nil, false, err
 			}
 			if c.Op == store.NameDeletePage {
@@ -267,6 +267,45 @@ func (s *Syncer) goneBefore(pb pageBatch, later []*batch) (to *[2]string, gone b
 		}
 	}
 	return nil, false, nil
+}
+
+// cameAfter reports whether page ledger/page here is not the page a change
+// of another device's at time at names: it was made under the name after
+// at (madeAfter), or renamed onto it after at, here or as another device
+// did (arrivedAfter). Taking a page renamed onto the name for the one
+// renamed away from it sent a page that had crossed another's renames
+// after it (the simulation's seed 32, -sim.pages).
+func (s *Syncer) cameAfter(ledger, page string, at time.Time) (bool, error) {
+	if ok, err := s.arrivedAfter(ledger, page, at); err != nil || ok {
+		return ok, err
+	}
+	return s.madeAfter(ledger, page, at)
+}
+
+// arrivedAfter reports whether a page was renamed onto ledger/page after
+// time at: by a change not pushed yet, or one recorded (stateMoved).
+func (s *Syncer) arrivedAfter(ledger, page string, at time.Time) (bool, error) {
+	_, changes, err := s.repo.NameChanges()
+	if err != nil {
+		return false, err
+	}
+	for _, c := range changes {
+		if c.Op == store.NameRenamePage && c.DestLedger() == ledger && c.To == page && c.Time.After(at) {
+			return true, nil
+		}
+	}
+	errFound := errors.New("found")
+	err = s.repo.ScanSyncState(stateMoved, func(_ string, v []byte) error {
+		var m moved
+		if json.Unmarshal(v, &m) == nil && m.Ledger == ledger && m.Page == page && m.Time.After(at) {
+			return errFound
+		}
+		return nil
+	})
+	if errors.Is(err, errFound) {
+		return true, nil
+	}
+	return false, err
 }
 
 // madeAfter reports whether page ledger/page here began after time at:
@@ -442,8 +481,8 @@ func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, 
 			// Its batches, if they come after, land where it went.
 			return s.noteMoved(c)
 		}
-		if later, err := s.madeAfter(c.Ledger, c.Page, c.Time); err != nil || later {
-			return err // a page of its own, made under the name since
+		if later, err := s.cameAfter(c.Ledger, c.Page, c.Time); err != nil || later {
+			return err // a page of its own, made or moved under the name since
 		}
 		if ok, err := r.HasPage(dest, c.To); err != nil {
 			return err
