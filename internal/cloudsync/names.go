@@ -152,59 +152,94 @@ func (s *Syncer) setMoved(ledger, page string, m moved) error {
 // away here: the name changes not pushed yet first (the latest), then
 // those recorded.
 func (s *Syncer) movedFrom(ledger, page string) (moved, bool, error) {
-	_, changes, err := s.repo.NameChanges()
-	if err != nil {
+	ms, err := s.movesFrom(ledger, page)
+	if err != nil || len(ms) == 0 {
 		return moved{}, false, err
 	}
+	return ms[0], true, nil
+}
+
+// movesFrom returns where ledger/page went, if it was renamed away here:
+// by the latest of the name changes not pushed yet, then as recorded (a
+// rename pushed, or another device's applied since, which a rename
+// here not pushed yet would hide).
+func (s *Syncer) movesFrom(ledger, page string) ([]moved, error) {
+	_, changes, err := s.repo.NameChanges()
+	if err != nil {
+		return nil, err
+	}
+	var out []moved
 	for _, c := range slices.Backward(changes) {
+		var m *moved
 		switch {
 		case c.Op == store.NameRenamePage && c.Ledger == ledger && c.Page == page:
-			return moved{Ledger: c.DestLedger(), Page: c.To, Time: c.Time}, true, nil
+			m = &moved{Ledger: c.DestLedger(), Page: c.To, Time: c.Time}
 		case c.Op == store.NameRenameLedger && c.Ledger == ledger:
-			return moved{Ledger: c.To, Page: page, Time: c.Time}, true, nil
+			m = &moved{Ledger: c.To, Page: page, Time: c.Time}
+		}
+		if m != nil {
+			out = append(out, *m)
+			break
 		}
 	}
 	for _, k := range []string{ledger + "/" + page, ledger + "/"} {
 		v, ok, err := s.repo.SyncState(stateMoved + k)
 		if err != nil {
-			return moved{}, false, err
+			return nil, err
 		}
 		if !ok {
 			continue
 		}
 		var m moved
 		if err := json.Unmarshal(v, &m); err != nil {
-			return moved{}, false, fmt.Errorf("cloudsync: where %s went: %w", k, err)
+			return nil, fmt.Errorf("cloudsync: where %s went: %w", k, err)
 		}
 		if m.Page == "" {
 			m.Page = page // the ledger was renamed
 		}
-		return m, true, nil
+		if len(out) == 0 || out[0] != m {
+			out = append(out, m)
+		}
+		break
 	}
-	return moved{}, false, nil
+	return out, nil
 }
 
 // renamedAway returns the page ledger/page became here, if it is not here
 // and was renamed away (followed through up to 8 renames) after time at:
 // a page made under the old name at or before at is the page renamed —
 // pages of one name on two devices are one page — and one made later is
-// a page of its own.
+// a page of its own. Of two ways a name went (movesFrom), the first that
+// reaches a page here is taken: a rename here may lead to a page deleted
+// since, when another device's rename of the name, applied after, leads
+// to the page that holds its history (the simulation's seed 64).
 func (s *Syncer) renamedAway(ledger, page string, at time.Time) (string, string, bool, error) {
 	if ok, err := s.repo.HasPage(ledger, page); err != nil || ok {
 		return "", "", false, err
 	}
-	l, p := ledger, page
-	for range 8 {
-		m, ok, err := s.movedFrom(l, p)
-		if err != nil || !ok || at.After(m.Time) {
+	var follow func(l, p string, depth int) (string, string, bool, error)
+	follow = func(l, p string, depth int) (string, string, bool, error) {
+		if depth == 8 {
+			return "", "", false, nil
+		}
+		ms, err := s.movesFrom(l, p)
+		if err != nil {
 			return "", "", false, err
 		}
-		l, p = m.Ledger, m.Page
-		if ok, err := s.repo.HasPage(l, p); err != nil || ok {
-			return l, p, ok, err
+		for _, m := range ms {
+			if at.After(m.Time) {
+				continue
+			}
+			if ok, err := s.repo.HasPage(m.Ledger, m.Page); err != nil || ok {
+				return m.Ledger, m.Page, ok, err
+			}
+			if tl, tp, ok, err := follow(m.Ledger, m.Page, depth+1); err != nil || ok {
+				return tl, tp, ok, err
+			}
 		}
+		return "", "", false, nil
 	}
-	return "", "", false, nil
+	return follow(ledger, page, 0)
 }
 
 // landingPage is the page a batch of another device's commits of
