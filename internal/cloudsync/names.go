@@ -519,10 +519,20 @@ func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, 
 		if later, err := s.cameAfter(c.Ledger, c.Page, c.Time); err != nil || later {
 			return err // a page of its own, made or moved under the name since
 		}
-		if ok, err := r.HasPage(dest, c.To); err != nil {
+		// A new name this device renamed away after c named, on the
+		// devices that knew of c, the page c made: that went with the
+		// rename, and so does this one (the simulation's seed 89).
+		into := c
+		if l, p, ok, err := s.renamedAway(dest, c.To, c.Time); err != nil {
 			return err
 		} else if ok {
-			if err := s.mergeAway(ctx, c, graft, st); err != nil {
+			into.ToLedger, into.To = l, p
+			dest = l
+		}
+		if ok, err := r.HasPage(dest, into.To); err != nil {
+			return err
+		} else if ok {
+			if err := s.mergeAway(ctx, into, graft, st); err != nil {
 				return err
 			}
 			return s.noteMoved(c)
@@ -530,7 +540,7 @@ func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, 
 		if err := s.ensureLedger(dest); err != nil {
 			return err
 		}
-		if err := n.RenamePage(c.Ledger, c.Page, dest, c.To); err != nil {
+		if err := n.RenamePage(c.Ledger, c.Page, dest, into.To); err != nil {
 			return err
 		}
 		if err := s.noteMoved(c); err != nil {
@@ -539,7 +549,7 @@ func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, 
 		// Commits made here that the other device never saw went with
 		// the page: a push marked for the old name would find it gone
 		// and leave them unpushed.
-		s.Changed(dest, c.To)
+		s.Changed(dest, into.To)
 		return nil
 	}
 	return fmt.Errorf("a change of names of unknown kind %q", c.Op)
