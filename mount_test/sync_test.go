@@ -531,3 +531,33 @@ func TestSyncCommandIndexesPulledVersions(t *testing.T) {
 		t.Fatalf("the pulled page's version file holds %d versions of f and %d of g, want %d and 1", len(vs[0]), len(vs[1]), n)
 	}
 }
+
+// TestAMountInUseSyncsSoon: a mount that moved something in its last
+// rounds syncs twice a second, whatever its --sync-every, so a change on
+// one device shows on another in use within moments; an idle mount keeps to
+// --sync-every. b's first round pulls a's file, which keeps it syncing
+// often; a's next change then shows on b long before b's --sync-every of
+// 30 s comes round.
+func TestAMountInUseSyncsSoon(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	w := srv.Watch(t)
+	a := mountSyncedAt(t, w.Endpoint, t.TempDir(), "--sync-every", "30s")
+	f := filepath.Join(a.page("home", "desk"), "f")
+	must(t, os.WriteFile(f, []byte("one\n"), 0o644))
+	w.Until(t, "a pushed its file", time.Minute, func() bool {
+		st, _ := os.ReadFile(filepath.Join(filepath.Dir(f), ".ledger", "sync"))
+		return strings.Contains(string(st), "waiting to upload: nothing\n")
+	})
+	b := mountSyncedAt(t, w.Endpoint, t.TempDir(), "--sync-every", "30s")
+	fb := filepath.Join(b.mnt, "home", "desk", "f")
+	w.Until(t, "a's file on b", time.Minute, fileIs(fb, "one\n"))
+	must(t, os.WriteFile(f, []byte("two\n"), 0o644))
+	start := time.Now()
+	w.Until(t, "a's change on b", time.Minute, fileIs(fb, "two\n"))
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("a's change showed on b after %v: b, in use, waited for its --sync-every of 30 s", took)
+	} else {
+		t.Logf("a's change showed on b after %v", took)
+	}
+}

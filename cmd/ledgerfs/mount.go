@@ -214,7 +214,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	rf.register(cmd)
 	f.DurationVar(&collectStore, "collect-store-every", 24*time.Hour, "with a remote, how often to collect the remote store as ledgerfs gc --remote does (0: never)")
 	f.DurationVar(&storeGrace, "collect-store-grace", cloudsync.DefaultGrace, "how long a pack the store's collection found unreached stays before a later collection deletes it (0: at once, only when no other device pushes)")
-	f.DurationVar(&syncEvery, "sync-every", 2*time.Second, "with a remote (--remote, or ledgerfs config REPO remote=URL), how often to pull other devices' commits; the mount pushes its own soon after each lands")
+	f.DurationVar(&syncEvery, "sync-every", 2*time.Second, "with a remote (--remote, or ledgerfs config REPO remote=URL), how often an idle mount pulls other devices' commits (every 0.5 s for 30 s after a change here or there); the mount pushes its own soon after each lands")
 	return cmd
 }
 

@@ -40,6 +40,16 @@ type syncer struct {
 // pushDelay lets the commits of a burst of closes land before they go up.
 const pushDelay = 200 * time.Millisecond
 
+// For activeFor after a commit here or a round that moved something, a
+// mount syncs every activeEvery rather than every SyncEvery: a change made
+// on one device then shows on another within about a second while the two
+// are in use, and an idle mount lists the store only every SyncEvery (each
+// round of an idle mount is one LIST request).
+const (
+	activeEvery = 500 * time.Millisecond
+	activeFor   = 30 * time.Second
+)
+
 // lastTimeout bounds the round at unmount.
 const lastTimeout = 30 * time.Second
 
@@ -48,18 +58,28 @@ func (y *syncer) run(ctx context.Context) {
 	if every <= 0 {
 		every = 2 * time.Second
 	}
-	t := time.NewTicker(every)
+	t := time.NewTimer(every)
 	defer t.Stop()
+	var activeUntil time.Time
 	for {
-		y.round(ctx)
+		if y.round(ctx) {
+			activeUntil = time.Now().Add(activeFor)
+		}
 		if y.none {
 			return
 		}
+		wait := every
+		if time.Now().Before(activeUntil) {
+			wait = min(wait, activeEvery)
+		}
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-y.s.syncKick:
+			activeUntil = time.Now().Add(activeFor)
+			t.Stop() // no stale tick since Go 1.23
 			select {
 			case <-ctx.Done():
 				return
@@ -70,8 +90,9 @@ func (y *syncer) run(ctx context.Context) {
 }
 
 // round connects if it has not, then syncs once; an error is logged once
-// until it changes or a round goes through.
-func (y *syncer) round(ctx context.Context) {
+// until it changes or a round goes through. It reports whether the round
+// moved commits or batches either way.
+func (y *syncer) round(ctx context.Context) (moved bool) {
 	err := y.connect(ctx)
 	if locked(err) {
 		// No retry opens it: each would cost a passphrase's hashing.
@@ -79,7 +100,7 @@ func (y *syncer) round(ctx context.Context) {
 		cloudsync.NoteError(y.s.repo, err)
 		y.none = true
 		y.settle(err)
-		return
+		return false
 	}
 	var st cloudsync.Stats
 	if err == nil && y.cs != nil {
@@ -89,7 +110,7 @@ func (y *syncer) round(ctx context.Context) {
 		cloudsync.NoteError(y.s.repo, err)
 	}
 	if ctx.Err() != nil {
-		return // stopping: the error is the stop's
+		return false // stopping: the error is the stop's
 	}
 	if err == nil && y.cs != nil {
 		y.collectStore(ctx)
@@ -109,6 +130,7 @@ func (y *syncer) round(ctx context.Context) {
 		slog.Info("sync works again", "after", time.Since(y.failingSince).Round(time.Second))
 		y.failingSince = time.Time{}
 	}
+	return st.CommitsUp > 0 || st.CommitsDown > 0 || st.BatchesUp > 0
 }
 
 func (y *syncer) connect(ctx context.Context) error {
