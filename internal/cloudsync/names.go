@@ -128,14 +128,33 @@ type moved struct {
 	Ledger string    `json:"ledger"`
 	Page   string    `json:"page,omitempty"` // "": a ledger renamed
 	Time   time.Time `json:"time"`
+	// Carried: the page renamed held commits (a ledger's rename carries
+	// its pages). A rename of a page that held none here (made under the
+	// name and never written, or whose commits had not arrived) does not
+	// say which page of the name elsewhere it was.
+	Carried bool `json:"carried,omitempty"`
+}
+
+// carries reports whether change c renamed a page that held commits, or a
+// ledger.
+func carries(c store.NameChange) bool {
+	if c.Op == store.NameRenameLedger {
+		return true
+	}
+	for _, h := range c.Seen {
+		if b, err := hex.DecodeString(h); err == nil && len(b) == len(store.CommitID{}) && store.CommitID(b) != store.FirstCommitID {
+			return true
+		}
+	}
+	return false
 }
 
 // noteMoved records change c, a rename of a page or a ledger.
 func (s *Syncer) noteMoved(c store.NameChange) error {
 	if c.Op == store.NameRenameLedger {
-		return s.setMoved(c.Ledger, "", moved{Ledger: c.To, Time: c.Time})
+		return s.setMoved(c.Ledger, "", moved{Ledger: c.To, Time: c.Time, Carried: true})
 	}
-	return s.setMoved(c.Ledger, c.Page, moved{Ledger: c.DestLedger(), Page: c.To, Time: c.Time})
+	return s.setMoved(c.Ledger, c.Page, moved{Ledger: c.DestLedger(), Page: c.To, Time: c.Time, Carried: carries(c)})
 }
 
 // setMoved records that page ledger/page (or, with page "", the ledger)
@@ -173,9 +192,9 @@ func (s *Syncer) movesFrom(ledger, page string) ([]moved, error) {
 		var m *moved
 		switch {
 		case c.Op == store.NameRenamePage && c.Ledger == ledger && c.Page == page:
-			m = &moved{Ledger: c.DestLedger(), Page: c.To, Time: c.Time}
+			m = &moved{Ledger: c.DestLedger(), Page: c.To, Time: c.Time, Carried: carries(c)}
 		case c.Op == store.NameRenameLedger && c.Ledger == ledger:
-			m = &moved{Ledger: c.To, Page: page, Time: c.Time}
+			m = &moved{Ledger: c.To, Page: page, Time: c.Time, Carried: true}
 		}
 		if m != nil {
 			out = append(out, *m)
@@ -212,34 +231,49 @@ func (s *Syncer) movesFrom(ledger, page string) ([]moved, error) {
 // a page of its own. Of two ways a name went (movesFrom), the first that
 // reaches a page here is taken: a rename here may lead to a page deleted
 // since, when another device's rename of the name, applied after, leads
-// to the page that holds its history (the simulation's seed 64).
+// to the page that holds its history (the simulation's seed 64). If no way
+// reaches a page here, the page is where the first led: deleted here
+// since, it is made again there, as the devices that kept it, holding
+// changes the delete had not seen, keep it under that name (seed 24).
 func (s *Syncer) renamedAway(ledger, page string, at time.Time) (string, string, bool, error) {
 	if ok, err := s.repo.HasPage(ledger, page); err != nil || ok {
 		return "", "", false, err
 	}
-	var follow func(l, p string, depth int) (string, string, bool, error)
-	follow = func(l, p string, depth int) (string, string, bool, error) {
-		if depth == 8 {
-			return "", "", false, nil
-		}
-		ms, err := s.movesFrom(l, p)
-		if err != nil {
-			return "", "", false, err
-		}
-		for _, m := range ms {
-			if at.After(m.Time) {
-				continue
-			}
-			if ok, err := s.repo.HasPage(m.Ledger, m.Page); err != nil || ok {
-				return m.Ledger, m.Page, ok, err
-			}
-			if tl, tp, ok, err := follow(m.Ledger, m.Page, depth+1); err != nil || ok {
-				return tl, tp, ok, err
-			}
-		}
+	l, p, _, err := s.wentTo(ledger, page, at, 0)
+	return l, p, l != "", err
+}
+
+// wentTo follows the renames of ledger/page here after time at (see
+// renamedAway) to a page here (here true), or else to where the first way
+// ends; "" if none was renamed after at.
+func (s *Syncer) wentTo(ledger, page string, at time.Time, depth int) (l, p string, here bool, err error) {
+	if depth == 8 {
 		return "", "", false, nil
 	}
-	return follow(ledger, page, 0)
+	ms, err := s.movesFrom(ledger, page)
+	if err != nil {
+		return "", "", false, err
+	}
+	for _, m := range ms {
+		if at.After(m.Time) {
+			continue
+		}
+		ok, err := s.repo.HasPage(m.Ledger, m.Page)
+		if err != nil || ok {
+			return m.Ledger, m.Page, ok, err
+		}
+		tl, tp, ok, err := s.wentTo(m.Ledger, m.Page, at, depth+1)
+		switch {
+		case err != nil || ok:
+			return tl, tp, ok, err
+		case l != "":
+		case tl != "":
+			l, p = tl, tp
+		default:
+			l, p = m.Ledger, m.Page
+		}
+	}
+	return l, p, false, nil
 }
 
 // landingPage is the page a batch of another device's commits of
@@ -412,6 +446,9 @@ func buildsOn(pb pageBatch) (*store.Commit, []store.CommitID, error) {
 func (s *Syncer) holdsAll(ledger, page string, ids []store.CommitID) (bool, error) {
 	if len(ids) == 0 {
 		return true, nil
+	}
+	if ok, err := s.repo.HasPage(ledger, page); err != nil || !ok {
+		return false, err
 	}
 	p, err := s.repo.Acquire(ledger, page)
 	if err != nil {
@@ -607,8 +644,11 @@ func (s *Syncer) crossedRename(ctx context.Context, c store.NameChange, st *Stat
 	if same, err := s.holdsAll(ours[0], ours[1], seen); err != nil || !same {
 		return false, err
 	}
-	if c.Time.Before(m.Time) || c.Time.Equal(m.Time) && theirs[0]+"/"+theirs[1] < ours[0]+"/"+ours[1] {
-		return true, s.setMoved(theirs[0], theirs[1], moved{Ledger: ours[0], Page: ours[1], Time: s.now()})
+	// A rename here of a page that held nothing yet loses to one that
+	// carried commits: the devices that renamed it first apply it as a
+	// rename of another page, or of none, and keep their name.
+	if m.Carried && (c.Time.Before(m.Time) || c.Time.Equal(m.Time) && theirs[0]+"/"+theirs[1] < ours[0]+"/"+ours[1]) {
+		return true, s.setMoved(theirs[0], theirs[1], moved{Ledger: ours[0], Page: ours[1], Time: s.now(), Carried: true})
 	}
 	if err := s.ensureLedger(theirs[0]); err != nil {
 		return true, err
@@ -616,7 +656,7 @@ func (s *Syncer) crossedRename(ctx context.Context, c store.NameChange, st *Stat
 	if err := s.moveOrMerge(ctx, ours, theirs, st); err != nil {
 		return true, err
 	}
-	if err := s.setMoved(ours[0], ours[1], moved{Ledger: theirs[0], Page: theirs[1], Time: s.now()}); err != nil {
+	if err := s.setMoved(ours[0], ours[1], moved{Ledger: theirs[0], Page: theirs[1], Time: s.now(), Carried: true}); err != nil {
 		return true, err
 	}
 	return true, s.noteMoved(c)

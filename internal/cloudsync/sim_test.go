@@ -121,6 +121,8 @@ func TestSimulationRegressions(t *testing.T) {
 		{81, false, true, 0, "a delete naming commits no batch brings stopped that device's batches for good"},
 		{39, false, true, 0, "a page renamed on two devices while apart, to two names, ended as two pages on one device"},
 		{118, false, true, 15, "a page made under a name after another device renamed its page of that name away took in that page's batches, then went with the rename"},
+		{24, false, true, 0, "a batch of a page renamed and then deleted here made the old name again, where the devices that kept the page had it under the new"},
+		{57, false, true, 0, "the same, with more devices"},
 		{89, false, true, 0, "a page renamed onto a name another device had renamed away since stayed under it there, apart from the page it joined elsewhere"},
 		{64, false, true, 0, "a batch of a page renamed and deleted here, renamed by another device too, made its old name again"},
 		{32, false, true, 0, "a page renamed onto a name after another device renamed its page of that name away was taken for that page, and renamed with it"},
