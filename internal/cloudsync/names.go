@@ -243,6 +243,24 @@ func (s *Syncer) renamedAway(ledger, page string, at time.Time) (string, string,
 	return l, p, l != "", err
 }
 
+// ledgerRenamedAway reports whether ledger is not here and was renamed
+// away here at or after time at.
+func (s *Syncer) ledgerRenamedAway(ledger string, at time.Time) (bool, error) {
+	if ok, err := s.repo.HasLedger(ledger); err != nil || ok {
+		return false, err
+	}
+	ms, err := s.movesFrom(ledger, "")
+	if err != nil {
+		return false, err
+	}
+	for _, m := range ms {
+		if m.Page == "" && !at.After(m.Time) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // wentTo follows the renames of ledger/page here after time at (see
 // renamedAway) to a page here (here true), or else to where the first way
 // ends; "" if none was renamed after at.
@@ -505,6 +523,9 @@ func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, 
 	r, n := s.repo, s.namer()
 	switch c.Op {
 	case store.NameCreateLedger:
+		if gone, err := s.ledgerRenamedAway(c.Ledger, c.Time); err != nil || gone {
+			return err // made before it was renamed here: it is that ledger
+		}
 		return s.ensureLedger(c.Ledger)
 	case store.NameCreatePage:
 		if _, _, ok, err := s.renamedAway(c.Ledger, c.Page, c.Time); err != nil || ok {
@@ -520,12 +541,22 @@ func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, 
 		}
 		return n.DeleteLedger(c.Ledger)
 	case store.NameRenameLedger:
-		if ok, err := r.HasLedger(c.Ledger); err != nil || !ok {
+		if ok, err := r.HasLedger(c.Ledger); err != nil {
+			return err
+		} else if !ok {
+			// Its pages' batches, if they come after, land where it
+			// went.
+			return s.noteMoved(c)
+		}
+		later, err := s.pagesCameAfter(c.Ledger, c.Time)
+		if err != nil {
 			return err
 		}
 		if ok, err := r.HasLedger(c.To); err != nil {
 			return err
-		} else if ok {
+		} else if ok || later {
+			// Page by page: into the ledger there, or leaving the
+			// pages that came after the rename.
 			if err := s.mergeLedger(ctx, c, st); err != nil {
 				return err
 			}
@@ -533,6 +564,15 @@ func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, 
 		}
 		if err := n.RenameLedger(c.Ledger, c.To); err != nil {
 			return err
+		}
+		// Commits made here that the other device never saw went with
+		// the ledger's pages, as with a page's rename.
+		pages, err := r.Pages(c.To)
+		if err != nil {
+			return err
+		}
+		for _, p := range pages {
+			s.Changed(c.To, p)
 		}
 		return s.noteMoved(c)
 	case store.NameDeletePage:
@@ -693,12 +733,43 @@ func (s *Syncer) mergeLedger(ctx context.Context, c store.NameChange, st *Stats)
 	if err != nil {
 		return err
 	}
+	if err := s.ensureLedger(c.To); err != nil {
+		return err
+	}
+	stay := false
 	for _, p := range pages {
+		// A page made or moved into the ledger after the rename is
+		// one of its own, as the renaming device takes it (cameAfter):
+		// it stays, and so does the ledger.
+		if later, err := s.cameAfter(c.Ledger, p, c.Time); err != nil {
+			return err
+		} else if later {
+			stay = true
+			continue
+		}
 		if err := s.moveOrMerge(ctx, [2]string{c.Ledger, p}, [2]string{c.To, p}, st); err != nil {
 			return err
 		}
 	}
+	if stay {
+		return nil
+	}
 	return s.namer().DeleteLedger(c.Ledger)
+}
+
+// pagesCameAfter reports whether a page of ledger was made or moved into it
+// after time at.
+func (s *Syncer) pagesCameAfter(ledger string, at time.Time) (bool, error) {
+	pages, err := s.repo.Pages(ledger)
+	if err != nil {
+		return false, err
+	}
+	for _, p := range pages {
+		if later, err := s.cameAfter(ledger, p, at); err != nil || later {
+			return later, err
+		}
+	}
+	return false, nil
 }
 
 // moveOrMerge renames page from (ledger, page) to to, as another device's

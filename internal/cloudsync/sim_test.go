@@ -45,7 +45,9 @@ var (
 	simSeed  = flag.Uint64("sim.seed", 0, "run only this seed of the sync simulation")
 	simSteps = flag.Int("sim.steps", 60, "operations per seed of the sync simulation")
 	simPages = flag.Bool("sim.pages", false, "the simulation renames, moves and deletes pages too")
-	simLog   = flag.Bool("sim.log", false, "print each run's steps, failed or not")
+	// Its own flag, so that -sim.pages seeds keep their runs.
+	simLedgerRenames = flag.Bool("sim.ledgers", false, "with -sim.pages, the simulation renames ledgers too")
+	simLog           = flag.Bool("sim.log", false, "print each run's steps, failed or not")
 	// Conflict files are not yet exact everywhere: a conflict file that
 	// keeps a version a later write of its writer superseded, one version
 	// kept twice, or a conflict file named after another device than the
@@ -81,7 +83,7 @@ func TestSimulation(t *testing.T) {
 					failed.Add(1)
 				}
 			})
-			if runSim(t, seed, *simSteps, false, *simPages) {
+			if runSim(t, seed, *simSteps, false, *simPages, *simPages && *simLedgerRenames) {
 				loose.Add(1)
 			}
 		})
@@ -104,28 +106,32 @@ func TestSimulationRegressions(t *testing.T) {
 		seed uint64
 		// closed: found before writes stayed open across steps.
 		closed bool
-		// pages: found with -sim.pages.
-		pages bool
-		steps int // 0: 60
-		found string
+		// pages: found with -sim.pages; ledgers: with -sim.ledgers too.
+		pages, ledgers bool
+		steps          int // 0: 60
+		found          string
 	}{
-		{399, true, false, 0, "a deleted file came back: a merge of heads with several common ancestors took one as its base"},
-		{986, true, false, 0, "the same, in a transaction's file"},
-		{923, true, false, 0, "a conflict file named after the wrong device, through the same wrong base"},
-		{785, true, false, 0, "a conflict file of its file's own content: two devices wrote it, one's lost to a third's first"},
-		{89, false, false, 0, "another device's version lost: it landed while a file was open, whose close replaced it (bug B)"},
-		{285, false, true, 15, "a page renamed onto a name a device had a page under kept the old page there beside it, with changes the renaming device never saw"},
-		{251, false, true, 15, "a rename that arrived before its page left the page, when it came, under its old name"},
-		{138, false, true, 15, "the same with a delete: the page came back on the device the delete reached first"},
-		{230, false, true, 15, "a batch of a page renamed here that builds on another device's batch not landed yet made the old name again"},
-		{81, false, true, 0, "a delete naming commits no batch brings stopped that device's batches for good"},
-		{39, false, true, 0, "a page renamed on two devices while apart, to two names, ended as two pages on one device"},
-		{118, false, true, 15, "a page made under a name after another device renamed its page of that name away took in that page's batches, then went with the rename"},
-		{24, false, true, 0, "a batch of a page renamed and then deleted here made the old name again, where the devices that kept the page had it under the new"},
-		{57, false, true, 0, "the same, with more devices"},
-		{89, false, true, 0, "a page renamed onto a name another device had renamed away since stayed under it there, apart from the page it joined elsewhere"},
-		{64, false, true, 0, "a batch of a page renamed and deleted here, renamed by another device too, made its old name again"},
-		{32, false, true, 0, "a page renamed onto a name after another device renamed its page of that name away was taken for that page, and renamed with it"},
+		{399, true, false, false, 0, "a deleted file came back: a merge of heads with several common ancestors took one as its base"},
+		{986, true, false, false, 0, "the same, in a transaction's file"},
+		{923, true, false, false, 0, "a conflict file named after the wrong device, through the same wrong base"},
+		{785, true, false, false, 0, "a conflict file of its file's own content: two devices wrote it, one's lost to a third's first"},
+		{89, false, false, false, 0, "another device's version lost: it landed while a file was open, whose close replaced it (bug B)"},
+		{285, false, true, false, 15, "a page renamed onto a name a device had a page under kept the old page there beside it, with changes the renaming device never saw"},
+		{251, false, true, false, 15, "a rename that arrived before its page left the page, when it came, under its old name"},
+		{138, false, true, false, 15, "the same with a delete: the page came back on the device the delete reached first"},
+		{230, false, true, false, 15, "a batch of a page renamed here that builds on another device's batch not landed yet made the old name again"},
+		{81, false, true, false, 0, "a delete naming commits no batch brings stopped that device's batches for good"},
+		{39, false, true, false, 0, "a page renamed on two devices while apart, to two names, ended as two pages on one device"},
+		{118, false, true, false, 15, "a page made under a name after another device renamed its page of that name away took in that page's batches, then went with the rename"},
+		{24, false, true, false, 0, "a batch of a page renamed and then deleted here made the old name again, where the devices that kept the page had it under the new"},
+		{57, false, true, false, 0, "the same, with more devices"},
+		{89, false, true, false, 0, "a page renamed onto a name another device had renamed away since stayed under it there, apart from the page it joined elsewhere"},
+		{64, false, true, false, 0, "a batch of a page renamed and deleted here, renamed by another device too, made its old name again"},
+		{32, false, true, false, 0, "a page renamed onto a name after another device renamed its page of that name away was taken for that page, and renamed with it"},
+		{114, false, true, true, 15, "a ledger renamed on one device came back, empty, where another device's batches made before the rename created it"},
+		{161, false, true, true, 15, "a page of a ledger another device renamed kept this device's commits unpushed under the new name"},
+		{257, false, true, true, 15, "a page made in a ledger after another device renamed the ledger went with the rename on one device and stayed on the other"},
+		{251, false, true, true, 15, "a ledger renamed before its pages arrived here had them made under its old name"},
 	} {
 		t.Run(fmt.Sprint("seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
@@ -134,7 +140,7 @@ func TestSimulationRegressions(t *testing.T) {
 			if steps == 0 {
 				steps = 60
 			}
-			runSim(t, c.seed, steps, c.closed, c.pages)
+			runSim(t, c.seed, steps, c.closed, c.pages, c.ledgers)
 		})
 	}
 }
@@ -344,6 +350,7 @@ type sim struct {
 	later   *rand.Rand
 	writing []*openWrite
 	pages   bool // pages are renamed, moved and deleted too
+	ledgers bool // and ledgers renamed
 }
 
 // openWrite is a write whose file stays open for some steps before its
@@ -364,8 +371,8 @@ type openWrite struct {
 // Writes stay open across steps unless closedWrites is set: the seeds
 // found before they could replay as they were found. Pages are renamed,
 // moved and deleted too if pages is set.
-func runSim(t *testing.T, seed uint64, steps int, closedWrites, pages bool) bool {
-	s := &sim{t: t, seed: seed, pages: pages, rng: rand.New(rand.NewPCG(seed, 0x5eed)), versions: map[string]*simVersion{}, common: map[string]bool{},
+func runSim(t *testing.T, seed uint64, steps int, closedWrites, pages, ledgers bool) bool {
+	s := &sim{t: t, seed: seed, pages: pages, ledgers: ledgers, rng: rand.New(rand.NewPCG(seed, 0x5eed)), versions: map[string]*simVersion{}, common: map[string]bool{},
 		clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()}
 	if !closedWrites {
 		s.later = rand.New(rand.NewPCG(seed, 0x1a7e))
@@ -528,6 +535,23 @@ func (s *sim) content(d *simDevice) string {
 
 var simLedgers = []string{"l", "m"}
 
+// renameLedger renames one of d's ledgers to a name it does not use.
+func (s *sim) renameLedger(d *simDevice) {
+	ls, err := d.repo.Ledgers()
+	must(s.t, err)
+	if len(ls) == 0 {
+		return
+	}
+	from := ls[s.rng.IntN(len(ls))]
+	to := []string{"l", "m", "n"}[s.rng.IntN(3)]
+	if ok, err := d.repo.HasLedger(to); err != nil || ok {
+		must(s.t, err)
+		return
+	}
+	must(s.t, d.repo.RenameLedger(from, to))
+	s.logf("%s: rename ledger %s -> %s", d.name, from, to)
+}
+
 // pagesOf lists a device's pages.
 func (s *sim) pagesOf(d *simDevice) [][2]string {
 	ps, err := d.s.pages()
@@ -688,9 +712,13 @@ func (s *sim) step() {
 		}
 		s.apply(d, l, p, ops)
 		s.logf("%s: transaction of %d files in %s/%s", d.name, len(ops), l, p)
-	case r < 56: // rename or move a page
+	case r < 56: // rename or move a page, or rename a ledger
 		ps := s.pagesOf(d)
 		if len(ps) == 0 || !s.pages {
+			return
+		}
+		if s.ledgers && s.rng.IntN(4) == 0 {
+			s.renameLedger(d)
 			return
 		}
 		from := ps[s.rng.IntN(len(ps))]
