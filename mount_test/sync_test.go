@@ -561,3 +561,30 @@ func TestAMountInUseSyncsSoon(t *testing.T) {
 		t.Logf("a's change showed on b after %v", took)
 	}
 }
+
+// TestMountsFollowALedgerRename: while the store is down, a renames a
+// ledger and b writes into a page of it. Once the store is back, both
+// mounts show the page under the new ledger with both files, and nothing
+// under the old: b renamed its ledger as a did, and pushed its change from
+// there. (The simulation's seed 161, -sim.ledgers, is the case where such a
+// change stayed unpushed; a mount's pushes found it here before too.)
+func TestMountsFollowALedgerRename(t *testing.T) {
+	t.Parallel()
+	srv, a, b, await := twoSyncedMounts(t)
+	must(t, os.WriteFile(filepath.Join(a.page("home", "desk"), "a.txt"), []byte("a's\n"), 0o644))
+	await("a's page on b", fileIs(filepath.Join(b.mnt, "home", "desk", "a.txt"), "a's\n"))
+
+	srv.Kill()
+	must(t, os.Rename(filepath.Join(a.mnt, "home"), filepath.Join(a.mnt, "house")))
+	must(t, os.WriteFile(filepath.Join(b.mnt, "home", "desk", "b.txt"), []byte("b's, into the ledger a renamed\n"), 0o644))
+	srv.Restart()
+
+	for _, m := range []*server{a, b} {
+		await("a's file under the new ledger on "+m.mnt, fileIs(filepath.Join(m.mnt, "house", "desk", "a.txt"), "a's\n"))
+		await("b's file under the new ledger on "+m.mnt, fileIs(filepath.Join(m.mnt, "house", "desk", "b.txt"), "b's, into the ledger a renamed\n"))
+		await("no ledger of the old name on "+m.mnt, func() bool {
+			_, err := os.Stat(filepath.Join(m.mnt, "home"))
+			return os.IsNotExist(err)
+		})
+	}
+}
