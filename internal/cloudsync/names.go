@@ -138,15 +138,19 @@ type moved struct {
 // carries reports whether change c renamed a page that held commits, or a
 // ledger.
 func carries(c store.NameChange) bool {
-	if c.Op == store.NameRenameLedger {
-		return true
-	}
+	return c.Op == store.NameRenameLedger || len(seenCommits(c)) > 0
+}
+
+// seenCommits returns the commits change c says its page held, the empty
+// page's first commit aside.
+func seenCommits(c store.NameChange) []store.CommitID {
+	var seen []store.CommitID
 	for _, h := range c.Seen {
 		if b, err := hex.DecodeString(h); err == nil && len(b) == len(store.CommitID{}) && store.CommitID(b) != store.FirstCommitID {
-			return true
+			seen = append(seen, store.CommitID(b))
 		}
 	}
-	return false
+	return seen
 }
 
 // noteMoved records change c, a rename of a page or a ledger.
@@ -329,8 +333,8 @@ func (s *Syncer) landingPage(pb pageBatch, graft bool) (string, string, error) {
 
 // goneBefore looks, for a batch of a page here, at the changes of names in
 // later, the batches of its device's log after it: if that device renamed
-// or deleted its page of the name before the page here began (madeAfter),
-// the page here is another, made under the name since, and the batch is
+// or deleted its page of the name before the page here came under it
+// (cameAfter), the page here is another, made or moved under the name since, and the batch is
 // not of it: it follows the rename (to: where), or goes with the delete
 // (gone), as on the devices that applied the change before this page
 // came. Landing it here merged the other device's old page into this one,
@@ -543,37 +547,12 @@ func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, 
 	case store.NameRenameLedger:
 		if ok, err := r.HasLedger(c.Ledger); err != nil {
 			return err
-		} else if !ok {
-			// Its pages' batches, if they come after, land where it
-			// went.
-			return s.noteMoved(c)
-		}
-		later, err := s.pagesCameAfter(c.Ledger, c.Time)
-		if err != nil {
-			return err
-		}
-		if ok, err := r.HasLedger(c.To); err != nil {
-			return err
-		} else if ok || later {
-			// Page by page: into the ledger there, or leaving the
-			// pages that came after the rename.
-			if err := s.mergeLedger(ctx, c, st); err != nil {
+		} else if ok {
+			if err := s.renameLedger(ctx, c, st); err != nil {
 				return err
 			}
-			return s.noteMoved(c)
 		}
-		if err := n.RenameLedger(c.Ledger, c.To); err != nil {
-			return err
-		}
-		// Commits made here that the other device never saw went with
-		// the ledger's pages, as with a page's rename.
-		pages, err := r.Pages(c.To)
-		if err != nil {
-			return err
-		}
-		for _, p := range pages {
-			s.Changed(c.To, p)
-		}
+		// Its pages' batches, if they come after, land where it went.
 		return s.noteMoved(c)
 	case store.NameDeletePage:
 		return s.letGo(c, graft)
@@ -672,12 +651,7 @@ func (s *Syncer) crossedRename(ctx context.Context, c store.NameChange, st *Stat
 	}
 	// The same page: it holds the commits the other device's page had
 	// synced when renamed (a page made under the old name since is not).
-	var seen []store.CommitID
-	for _, h := range c.Seen {
-		if b, err := hex.DecodeString(h); err == nil && len(b) == len(store.CommitID{}) && store.CommitID(b) != store.FirstCommitID {
-			seen = append(seen, store.CommitID(b))
-		}
-	}
+	seen := seenCommits(c)
 	if len(seen) == 0 {
 		return false, nil
 	}
@@ -721,55 +695,62 @@ func (s *Syncer) mergeAway(ctx context.Context, c store.NameChange, graft bool, 
 	return s.namer().DeletePage(c.Ledger, c.Page)
 }
 
-// mergeLedger moves the pages of ledger c.Ledger, renamed by another
-// device onto a name this one has a ledger under (made here while apart),
-// into that ledger, and deletes it: a page whose name is free there is
-// renamed into it, one whose name is taken merges into the page there
-// (mergeInto), as the renaming device lands this one's batches of both
-// ledgers' pages in its renamed ledger. Again after a busy page, it moves
-// what the first did not.
-func (s *Syncer) mergeLedger(ctx context.Context, c store.NameChange, st *Stats) error {
+// renameLedger renames ledger c.Ledger as another device did: whole, if
+// its new name is free here and every page in it was there before the
+// rename; else page by page (mergeLedger). Commits made here that the
+// other device never saw go with the pages, as with a page's rename.
+func (s *Syncer) renameLedger(ctx context.Context, c store.NameChange, st *Stats) error {
 	pages, err := s.repo.Pages(c.Ledger)
 	if err != nil {
 		return err
 	}
+	// A page made or moved into the ledger after the rename is one of
+	// its own, as the renaming device takes it (cameAfter): it stays,
+	// and so does the ledger.
+	var before []string
+	for _, p := range pages {
+		if later, err := s.cameAfter(c.Ledger, p, c.Time); err != nil {
+			return err
+		} else if !later {
+			before = append(before, p)
+		}
+	}
+	later := len(before) < len(pages)
+	if taken, err := s.repo.HasLedger(c.To); err != nil {
+		return err
+	} else if taken || later {
+		return s.mergeLedger(ctx, c, before, later, st)
+	}
+	if err := s.namer().RenameLedger(c.Ledger, c.To); err != nil {
+		return err
+	}
+	for _, p := range pages {
+		s.Changed(c.To, p)
+	}
+	return nil
+}
+
+// mergeLedger moves pages, of ledger c.Ledger, renamed by another device
+// onto a name this one has a ledger under (made here while apart) or
+// holding pages that came after the rename, into ledger c.To: a page
+// whose name is free there is renamed into it, one whose name is taken
+// merges into the page there (mergeInto), as the renaming device lands
+// this one's batches of both ledgers' pages in its renamed ledger. The old
+// ledger goes, unless it keeps pages that came later. Again after a busy
+// page, it moves what the first did not.
+func (s *Syncer) mergeLedger(ctx context.Context, c store.NameChange, pages []string, keep bool, st *Stats) error {
 	if err := s.ensureLedger(c.To); err != nil {
 		return err
 	}
-	stay := false
 	for _, p := range pages {
-		// A page made or moved into the ledger after the rename is
-		// one of its own, as the renaming device takes it (cameAfter):
-		// it stays, and so does the ledger.
-		if later, err := s.cameAfter(c.Ledger, p, c.Time); err != nil {
-			return err
-		} else if later {
-			stay = true
-			continue
-		}
 		if err := s.moveOrMerge(ctx, [2]string{c.Ledger, p}, [2]string{c.To, p}, st); err != nil {
 			return err
 		}
 	}
-	if stay {
+	if keep {
 		return nil
 	}
 	return s.namer().DeleteLedger(c.Ledger)
-}
-
-// pagesCameAfter reports whether a page of ledger was made or moved into it
-// after time at.
-func (s *Syncer) pagesCameAfter(ledger string, at time.Time) (bool, error) {
-	pages, err := s.repo.Pages(ledger)
-	if err != nil {
-		return false, err
-	}
-	for _, p := range pages {
-		if later, err := s.cameAfter(ledger, p, at); err != nil || later {
-			return later, err
-		}
-	}
-	return false, nil
 }
 
 // moveOrMerge renames page from (ledger, page) to to, as another device's

@@ -380,9 +380,8 @@ func (s *Syncer) pieceAt(d cas.Digest) (pieceRef, bool, error) {
 }
 
 // applyBatch makes b's changes of names, and lands what it holds of each
-// page.
-// applyBatch applies batch b; later are the batches of its device's log
-// after it read in this pull.
+// page; later are the batches of its device's log after b read in this
+// pull.
 func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, later []*batch, graft bool, st *Stats) error {
 	// The commits a name change saw that a collection removed from the
 	// store never come: as with a graft, it goes on without them.
