@@ -399,6 +399,19 @@ func twoSyncedMounts(t *testing.T) (*s3test.Server, *server, *server, func(strin
 	}
 }
 
+// deskSharedThenStoreDown starts two mounts syncing through one server
+// (twoSyncedMounts), has a write home/desk/a.txt ("a's\n") and waits for it
+// on b, then kills the server: what the mounts do next reaches the other
+// once the test calls srv.Restart.
+func deskSharedThenStoreDown(t *testing.T) (*s3test.Server, *server, *server, func(string, func() bool)) {
+	t.Helper()
+	srv, a, b, await := twoSyncedMounts(t)
+	must(t, os.WriteFile(filepath.Join(a.page("home", "desk"), "a.txt"), []byte("a's\n"), 0o644))
+	await("a's page on b", fileIs(filepath.Join(b.mnt, "home", "desk", "a.txt"), "a's\n"))
+	srv.Kill()
+	return srv, a, b, await
+}
+
 // TestMountsMergeAPageRenamedOntoATakenName: while the store is down, a
 // renames a page onto a name b makes a page of its own under, and b writes
 // into the page a renamed. Once the store is back, both mounts show one
@@ -408,11 +421,7 @@ func twoSyncedMounts(t *testing.T) (*s3test.Server, *server, *server, func(strin
 // page it renamed.
 func TestMountsMergeAPageRenamedOntoATakenName(t *testing.T) {
 	t.Parallel()
-	srv, a, b, await := twoSyncedMounts(t)
-	must(t, os.WriteFile(filepath.Join(a.page("home", "desk"), "a.txt"), []byte("a's\n"), 0o644))
-	await("a's page on b", fileIs(filepath.Join(b.mnt, "home", "desk", "a.txt"), "a's\n"))
-
-	srv.Kill()
+	srv, a, b, await := deskSharedThenStoreDown(t)
 	must(t, os.Rename(filepath.Join(a.mnt, "home", "desk"), filepath.Join(a.mnt, "home", "notes")))
 	must(t, os.WriteFile(filepath.Join(b.mnt, "home", "desk", "b.txt"), []byte("b's, into the page a renamed\n"), 0o644))
 	must(t, os.WriteFile(filepath.Join(b.page("home", "notes"), "own.txt"), []byte("b's own notes\n"), 0o644))
@@ -570,11 +579,7 @@ func TestAMountInUseSyncsSoon(t *testing.T) {
 // change stayed unpushed; a mount's pushes found it here before too.)
 func TestMountsFollowALedgerRename(t *testing.T) {
 	t.Parallel()
-	srv, a, b, await := twoSyncedMounts(t)
-	must(t, os.WriteFile(filepath.Join(a.page("home", "desk"), "a.txt"), []byte("a's\n"), 0o644))
-	await("a's page on b", fileIs(filepath.Join(b.mnt, "home", "desk", "a.txt"), "a's\n"))
-
-	srv.Kill()
+	srv, a, b, await := deskSharedThenStoreDown(t)
 	must(t, os.Rename(filepath.Join(a.mnt, "home"), filepath.Join(a.mnt, "house")))
 	must(t, os.WriteFile(filepath.Join(b.mnt, "home", "desk", "b.txt"), []byte("b's, into the ledger a renamed\n"), 0o644))
 	srv.Restart()
