@@ -246,10 +246,11 @@ func (r *Repository) Reclaim(ledger, page string) error {
 		if err := r.compactAlone(ledger, page); err != nil {
 			return err
 		}
-	} else if err := r.evict(ledger, page); err != nil {
-		return err
 	} else {
-		compacting(key, alone)
+		if err := r.evict(ledger, page); err != nil {
+			return err
+		}
+		compacting(key, false)
 	}
 	p, err := r.Acquire(ledger, page)
 	if err != nil {
