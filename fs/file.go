@@ -466,6 +466,9 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if write && f.pg.readOnly() {
 		return nil, 0, syscall.EROFS
 	}
+	if write {
+		f.pg.letCollectionIn()
+	}
 	if write && f.pg.fs.opts.Pressure != nil {
 		// A rewrite is expected to take about the file's present size,
 		// as the lookup that found it showed (no read of the tree).

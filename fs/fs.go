@@ -229,13 +229,6 @@ func (f *FS) known(ledger, name string) (*pageRef, bool) {
 	return p, ok
 }
 
-// WaitIdle waits up to d until Busy(ledger, name) is false, and reports
-// whether it is: closes on their way are released and queued commits land.
-func (f *FS) WaitIdle(ledger, name string, d time.Duration) bool {
-	p, ok := f.known(ledger, name)
-	return !ok || p.idleWithin(d)
-}
-
 // movePage follows a page's rename, within its ledger or into toLedger, in
 // the open state.
 func (f *FS) movePage(ledger, from, toLedger, to string) {

@@ -290,6 +290,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	if d.pg.readOnly() {
 		return nil, nil, 0, syscall.EROFS
 	}
+	d.pg.letCollectionIn()
 	d.pg.yieldHistory(0, false)
 	d.pg.keys.RLock() // the key stays where it is until the entry is made
 	defer d.pg.keys.RUnlock()

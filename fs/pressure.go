@@ -1,5 +1,7 @@
 package fs
 
+import "time"
+
 // yieldHistory lets the page's history make room for a write expected to
 // take need bytes (sized: a rewrite, expected to take about its file's
 // size; else a new file) when the repository's filesystem runs short
@@ -25,3 +27,27 @@ func (pg *pageRef) yieldHistory(need uint64, sized bool) {
 	}
 	s.Yield(l, n, need, sized)
 }
+
+// letCollectionIn lets a collection of the page that gave way to its
+// writers have it back before a file is created or opened for writing: the
+// closes queued land now rather than at the end of their batch, and the
+// writer waits for the collection to take the page, a moment at most
+// (store.Repository.WaitTurn). A file rewritten in a loop otherwise keeps
+// the page held from one close to the next, through batches that grow as
+// long as closes keep coming, and the collection would never find it left.
+// Called with no lock of this package held.
+func (pg *pageRef) letCollectionIn() {
+	l, n := pg.names()
+	if !pg.fs.repo.CollectionWaits(l, n) {
+		return
+	}
+	if err := pg.settle(); err != nil {
+		return // the write will say
+	}
+	pg.fs.repo.WaitTurn(l, n, turnWait)
+}
+
+// turnWait bounds how long a writer waits for a collection to take the
+// page back (letCollectionIn), after the closes queued landed; then comes
+// the collection's own stretch, which it gives up for the writer in 20 ms.
+const turnWait = 20 * time.Millisecond

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -107,17 +108,22 @@ func (p *Page) Pieces(s PieceStatus, fn func(d cas.Digest) error) error {
 	})
 }
 
-// Objects calls fn with every stored piece and the size of its row's
-// value (compressed, if it is), in digest order, reading keys only: a
-// piece's size is in its key's entry.
-func (p *Page) Objects(fn func(d cas.Digest, size int64) error) error {
+// Objects calls fn with every stored piece after the piece after (every
+// one, if empty) and the size of its row's value (compressed, if it is), in
+// digest order, reading keys only: a piece's size is in its key's entry.
+func (p *Page) Objects(after cas.Digest, fn func(d cas.Digest, size int64) error) error {
 	prefix := []byte(PrefixObjects)
 	return p.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
+		it.Seek(append(slices.Clip(prefix), after...))
+		for ; it.Valid(); it.Next() {
 			item := it.Item()
-			if err := fn(cas.Digest(item.Key()[len(prefix):]), item.ValueSize()); err != nil {
+			d := cas.Digest(item.Key()[len(prefix):])
+			if after != "" && d == after {
+				continue
+			}
+			if err := fn(d, item.ValueSize()); err != nil {
 				return err
 			}
 		}
@@ -171,15 +177,20 @@ func (r *Repository) AcquireIdle(ledger, page string) (*Page, error) {
 		return nil, err
 	}
 	r.mu.Lock()
-	if p.refs-p.readers > 1 {
+	if p.refs-p.readers > 1 || p.waiters > 0 {
 		r.mu.Unlock()
 		r.Release(p)
 		return nil, fmt.Errorf("page %s/%s: %w", ledger, page, ErrBusy)
 	}
-	p.exclusive, p.done = true, make(chan struct{})
-	p.yield.Store(false)
+	r.takeIdle(p)
 	r.mu.Unlock()
 	return p, nil
+}
+
+// takeIdle makes p exclusive, r.mu held.
+func (r *Repository) takeIdle(p *Page) {
+	p.exclusive, p.done = true, make(chan struct{})
+	p.yield.Store(false)
 }
 
 // AsReader makes the caller's ref of p (from Acquire) a reader's: a reader
@@ -191,6 +202,7 @@ func (r *Repository) AcquireIdle(ledger, page string) (*Page, error) {
 func (r *Repository) AsReader(p *Page) {
 	r.mu.Lock()
 	p.readers++
+	r.handOver(p)
 	r.mu.Unlock()
 }
 
@@ -218,10 +230,108 @@ func (p *Page) Yielding() bool { return p.yield.Load() }
 // exclusive holder releases it, asking it to hurry.
 func (r *Repository) waitExclusive(p *Page) {
 	p.yield.Store(true)
+	p.waiters++
 	done := p.done
+	start := time.Now()
 	r.mu.Unlock()
 	<-done
 	r.mu.Lock()
+	p.waiters--
+	slog.Debug("waited for a collection", "page", p.Ledger+"/"+p.Name, "took", time.Since(start))
+}
+
+// AcquireIdleWithin is AcquireIdle for a collection that gave way to the
+// page's users: they have it for turn at least, and then it is handed to
+// the collection at the first moment nobody but readers uses it, with
+// nobody waiting (handOver), up to d from now. Users come and go without a
+// pause (a loop of closes), so merely waiting for the page to be idle
+// and then taking it would lose to them nearly every time.
+func (r *Repository) AcquireIdleWithin(ledger, page string, turn, d time.Duration) (*Page, error) {
+	p, err := r.Acquire(ledger, page)
+	if err != nil {
+		return nil, err
+	}
+	h := &handoff{from: time.Now().Add(turn), ch: make(chan struct{})}
+	r.mu.Lock()
+	p.handoff = h
+	r.mu.Unlock()
+	t := time.AfterFunc(turn, func() {
+		r.mu.Lock()
+		r.handOver(p)
+		r.mu.Unlock()
+	})
+	defer t.Stop()
+	expired := time.NewTimer(d)
+	defer expired.Stop()
+	select {
+	case <-h.ch:
+		return p, nil
+	case <-expired.C:
+	}
+	r.mu.Lock()
+	if p.handoff == h {
+		p.handoff = nil
+		r.mu.Unlock()
+		r.Release(p)
+		return nil, fmt.Errorf("page %s/%s: %w", ledger, page, ErrBusy)
+	}
+	r.mu.Unlock()
+	<-h.ch // handed over meanwhile
+	return p, nil
+}
+
+// CollectionWaits reports whether a collection that gave way to the
+// page's users waits to go on, their turn over (AcquireIdleWithin).
+func (r *Repository) CollectionWaits(ledger, page string) bool {
+	return r.waiting(ledger, page) != nil
+}
+
+func (r *Repository) waiting(ledger, page string) *handoff {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.open[ledger+"/"+page]
+	if !ok || p.handoff == nil || time.Now().Before(p.handoff.from) {
+		return nil
+	}
+	return p.handoff
+}
+
+// WaitTurn waits up to d while a collection waits to go on
+// (CollectionWaits): the caller, about to start a change that would hold
+// the page (a file opened for writing), lets the collection have it first.
+func (r *Repository) WaitTurn(ledger, page string, d time.Duration) {
+	h := r.waiting(ledger, page)
+	if h == nil {
+		return
+	}
+	start := time.Now()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-h.ch:
+	case <-t.C:
+	}
+	slog.Debug("waited for a collection", "page", ledger+"/"+page, "took", time.Since(start), "turn", true)
+}
+
+// handoff is a collection's wait for a page (AcquireIdleWithin): from when
+// it may have it, and ch, closed when it has it.
+type handoff struct {
+	from time.Time
+	ch   chan struct{}
+}
+
+// handOver makes p exclusive for the collection waiting for it, if any,
+// once it may have it and nobody but readers and the collection uses the
+// page, with nobody waiting. Called with r.mu held.
+func (r *Repository) handOver(p *Page) {
+	h := p.handoff
+	if h == nil || p.exclusive || p.refs-p.readers > 1 || p.waiters > 0 || time.Now().Before(h.from) {
+		return
+	}
+	p.handoff = nil
+	r.takeIdle(p)
+	close(h.ch)
 }
 
 // Reclaim gives the disk back the space of deleted rows of an idle page.

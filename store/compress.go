@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/ledgerfs/ledgerfs/cas"
 )
 
 // How a piece's row value is encoded, in Badger's per-entry user-meta
@@ -121,26 +124,28 @@ func (r *Repository) SetCompression(on bool) error {
 }
 
 // CompressNew compresses the pieces written since version since (0: all)
-// that are stored as they are, rewriting each row whose zstd frame saves
-// at least an eighth; it returns the db's version at its start, to pass
-// next time, and how many pieces it compressed and the bytes they no
-// longer take. It reads keys first (versions and encodings are in them)
-// and a value only when it is a candidate. A collection calls it on an
-// idle page, when the repository compresses; stop, polled between pieces,
-// ends it early (the version returned is then since, so the rest is tried
-// next time).
-func (p *Page) CompressNew(since uint64, stop func() bool) (next uint64, n int, saved int64, err error) {
+// that are stored as they are, from the piece from on (all, if empty),
+// rewriting each row whose zstd frame saves at least an eighth; it returns
+// the db's version at its start (to pass as since next time, once a run
+// has gone through every piece), the piece it stopped at (empty if it went
+// through all), how many pieces it compressed and the bytes they no longer
+// take. It reads keys first (versions and encodings are in them) and a
+// value only when it is a candidate. A collection calls it on an idle page,
+// when the repository compresses; stop, polled between pieces, ends it
+// early, and a later call goes on from where it stopped.
+func (p *Page) CompressNew(since uint64, from cas.Digest, stop func() bool) (upTo uint64, stopped cas.Digest, n int, saved int64, err error) {
 	if err := p.check(); err != nil {
-		return since, 0, 0, err
+		return since, "", 0, 0, err
 	}
 	if !p.Writable() || !p.repo.compress.Load() {
-		return since, 0, 0, nil
+		return since, "", 0, 0, nil
 	}
-	next = p.db.MaxVersion()
+	upTo = p.db.MaxVersion()
 	err = p.recovering(func() error {
 		txn := p.db.NewTransaction(false)
 		defer txn.Discard()
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(PrefixObjects)})
+		prefix := []byte(PrefixObjects)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		var batch []*badger.Entry
 		pending := 0
@@ -158,13 +163,13 @@ func (p *Page) CompressNew(since uint64, stop func() bool) (next uint64, n int, 
 			batch, pending = batch[:0], 0
 			return wb.Flush()
 		}
-		for it.Rewind(); it.Valid(); it.Next() {
+		for it.Seek(append(slices.Clip(prefix), from...)); it.Valid(); it.Next() {
 			item := it.Item()
 			if item.Version() <= since || item.UserMeta() != encodingRaw || item.ValueSize() < compressMin {
 				continue
 			}
 			if stop != nil && stop() {
-				next = since
+				stopped = cas.Digest(item.Key()[len(prefix):])
 				break
 			}
 			var c []byte
@@ -193,7 +198,7 @@ func (p *Page) CompressNew(since uint64, stop func() bool) (next uint64, n int, 
 		return flush()
 	})
 	if err != nil {
-		return since, n, saved, fmt.Errorf("store: compress pieces of %s/%s: %w", p.Ledger, p.Name, err)
+		return since, "", n, saved, fmt.Errorf("store: compress pieces of %s/%s: %w", p.Ledger, p.Name, err)
 	}
-	return next, n, saved, nil
+	return upTo, stopped, n, saved, nil
 }

@@ -67,7 +67,7 @@ func TestCompressedPieces(t *testing.T) {
 	if n, enc := stored(t, p, dText); enc != encodingRaw || n != len(text) {
 		t.Errorf("a piece is stored as %d bytes with encoding %d before any pass, want raw", n, enc)
 	}
-	next, n, saved, err := p.CompressNew(0, nil)
+	next, _, n, saved, err := p.CompressNew(0, "", nil)
 	if err != nil || n != 1 || saved <= int64(len(text)/8) {
 		t.Fatalf("CompressNew: %d pieces, %d bytes saved, %v; want the text piece", n, saved, err)
 	}
@@ -85,15 +85,26 @@ func TestCompressedPieces(t *testing.T) {
 	}
 	more := append(bytes.Clone(text), "and one more line\n"...)
 	dMore := put(more)
-	if _, n, _, err := p.CompressNew(next, nil); err != nil || n != 1 {
+	next, _, n, _, err = p.CompressNew(next, "", nil)
+	if err != nil || n != 1 {
 		t.Fatalf("second pass: %d pieces, %v; want only the new one", n, err)
+	}
+	// A pass stopped goes on from where it stopped.
+	put(append(bytes.Clone(text), "a third\n"...))
+	put(append(bytes.Clone(text), "a fourth\n"...))
+	_, at, n, _, err := p.CompressNew(next, "", func() bool { return true })
+	if err != nil || n != 0 || at == "" {
+		t.Fatalf("a pass stopped at once: %d pieces, stopped at %q, %v", n, at, err)
+	}
+	if _, at, n, _, err = p.CompressNew(next, at, nil); err != nil || n != 2 || at != "" {
+		t.Fatalf("the pass going on: %d pieces, stopped at %q, %v; want both new ones", n, at, err)
 	}
 	if err := r.SetCompression(false); err != nil {
 		t.Fatal(err)
 	}
 	evenMore := append(bytes.Clone(more), "and another\n"...)
 	dEvenMore := put(evenMore)
-	if _, n, _, err := p.CompressNew(0, nil); err != nil || n != 0 {
+	if _, _, n, _, err := p.CompressNew(0, "", nil); err != nil || n != 0 {
 		t.Fatalf("with compression off, a pass compressed %d pieces (%v)", n, err)
 	}
 	if _, enc := stored(t, p, dEvenMore); enc != encodingRaw {
@@ -109,7 +120,7 @@ func TestCompressedPieces(t *testing.T) {
 		t.Fatal(err)
 	}
 	counts, err := VerifyDir(dir, func(string, []byte) error { return nil })
-	if err != nil || counts[PrefixObjects] != 5 {
+	if err != nil || counts[PrefixObjects] != 7 {
 		t.Fatalf("VerifyDir: %v, %v", counts, err)
 	}
 }

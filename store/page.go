@@ -61,6 +61,13 @@ type Page struct {
 	exclusive bool
 	done      chan struct{}
 	yield     atomic.Bool
+	// waiters counts the users waiting for the exclusive holder to end
+	// (guarded by repo.mu): a collection that gave way to them does not
+	// take the page again before they had it (AcquireIdle).
+	waiters int
+	// handoff is set (guarded by repo.mu) while a collection that gave
+	// way waits for the page (AcquireIdleWithin).
+	handoff *handoff
 	// readOnly is why the db was opened read-only: the repository's
 	// filesystem was nearly full (see space), or the db is damaged (see
 	// checkDB). Every change gets it; a page opened for want of space is

@@ -1037,6 +1037,7 @@ func (r *Repository) Release(p *Page) {
 	if p.refs == 0 && r.unused != nil {
 		r.unused.Broadcast()
 	}
+	r.handOver(p)
 	if p.refs == 0 && !r.closed {
 		r.idle.Add(p.Ledger+"/"+p.Name, p)
 		for r.idle.Len() > r.opts.MaxIdlePages {

@@ -29,9 +29,6 @@ type Collector struct {
 	// Busy reports whether the mount uses a page beyond what the store
 	// sees: queued changes, open transactions.
 	Busy func(ledger, page string) bool
-	// WaitIdle, if set, waits up to d until Busy would be false, and
-	// reports whether it is.
-	WaitIdle func(ledger, page string, d time.Duration) bool
 	// Pinned lists the values the mount's readers of a page hold open
 	// (read-only files), which a collection of the page keeps.
 	Pinned       func(ledger, page string) []cas.ObjectIdentifier
@@ -69,10 +66,6 @@ type Collector struct {
 	once  sync.Once
 }
 
-// idleWait bounds how long an explicit request (Now) waits for a page
-// whose files are being closed or whose closes' commits are queued.
-const idleWait = 10 * time.Second
-
 // retry is how often pages due but busy are tried again: the check of a
 // page in use costs a lookup.
 const retry = time.Second
@@ -109,7 +102,9 @@ func (c *Collector) Removed(ledger, page string, n uint64) {
 
 // Now collects a page (or, ledger empty, every page) at once and returns
 // when done: store.ErrBusy if it is in use (its collection stays due).
-// Once it has begun, the page's users wait for it.
+// Once it has begun, a writer who wants the page waits for it a moment at
+// most: the collection gives way, and goes on once the page is left again
+// (store.ErrBusy if that takes over 10 s).
 func (c *Collector) Now(ledger, page string) error {
 	c.init()
 	names, err := c.named(ledger, page)
@@ -343,12 +338,10 @@ func (c *Collector) collect(k [2]string, wait bool) error {
 			return nil
 		}
 	}
-	if c.Busy != nil && c.Busy(k[0], k[1]) {
-		// An explicit request waits a while for closes on their way:
-		// releases and queued commits land within moments.
-		if !wait || c.WaitIdle == nil || !c.WaitIdle(k[0], k[1], idleWait) {
-			return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy)
-		}
+	if !wait && c.Busy != nil && c.Busy(k[0], k[1]) {
+		// An explicit request waits a while for the page instead
+		// (CollectPage).
+		return fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy)
 	}
 	c.mu.Lock()
 	c.current, c.currentSince = k, time.Now()
@@ -372,7 +365,11 @@ func (c *Collector) collect(k [2]string, wait bool) error {
 	if c.Pinned != nil {
 		pinned = func() []cas.ObjectIdentifier { return c.Pinned(k[0], k[1]) }
 	}
-	r, err := CollectPage(c.Repo, k[0], k[1], PageOptions{KeepUnsynced: c.KeepUnsynced, Stop: c.preempted, Gentle: true, Done: finished, Wait: wait, Pinned: pinned})
+	var busy func() bool
+	if c.Busy != nil {
+		busy = func() bool { return c.Busy(k[0], k[1]) }
+	}
+	r, err := CollectPage(c.Repo, k[0], k[1], PageOptions{KeepUnsynced: c.KeepUnsynced, Stop: c.preempted, Gentle: true, Done: finished, Wait: wait, Pinned: pinned, Busy: busy})
 	switch {
 	case errors.Is(err, store.ErrBusy) || errors.Is(err, ErrJournals) || err == nil && r.Stopped:
 		err = fmt.Errorf("page %s/%s: %w", k[0], k[1], store.ErrBusy) // later
@@ -384,7 +381,7 @@ func (c *Collector) collect(k [2]string, wait bool) error {
 	case err != nil:
 		slog.Warn("collection failed", "page", k[0]+"/"+k[1], "err", err)
 	default:
-		slog.Info("collected", "page", k[0]+"/"+k[1], "pruned", r.Pruned, "commits", r.Commits, "deleted", r.Deleted, "bytes", r.Freed, "took", r.Took)
+		slog.Info("collected", "page", k[0]+"/"+k[1], "pruned", r.Pruned, "commits", r.Commits, "deleted", r.Deleted, "bytes", r.Freed, "took", r.Took, "gave_way", r.GaveWay)
 	}
 	if c.Observe != nil {
 		c.Observe(r, err)
@@ -409,7 +406,13 @@ func (c *Collector) collect(k [2]string, wait bool) error {
 		c.last[k] = fmt.Sprintf("%s pruned %d of %d commits, deleted %d of %d pieces (%s of %s), compressed %d (saving %s) in %s",
 			time.Now().UTC().Format(time.RFC3339), r.Pruned, r.Commits, r.Deleted, r.Objects,
 			humanize.IBytes(uint64(r.Freed)), humanize.IBytes(uint64(r.Bytes)), r.Compressed, humanize.IBytes(uint64(r.CompressSaved)), r.Took.Round(time.Millisecond))
-		if r.ReclaimLater {
+		if r.GaveWay > 0 {
+			c.last[k] += fmt.Sprintf(", giving way to writers %d times", r.GaveWay)
+		}
+		switch {
+		case r.ReclaimLater && r.GaveWay > 0:
+			c.last[k] += "; the space is given back once its writers pause"
+		case r.ReclaimLater:
 			c.last[k] += "; the space is given back once the page's open files are closed"
 		}
 	}

@@ -97,6 +97,9 @@ type Result struct {
 	// policy were, for the next one.
 	Unchanged bool
 	Done      string
+	// GaveWay counts the times an explicit collection let the page's
+	// writers in before it went on.
+	GaveWay int
 	// ReclaimLater: the page's readers kept it open, so the space of what
 	// was deleted is given back at a later collection, once they are
 	// gone.
@@ -126,19 +129,68 @@ const batch = 500
 
 // Collect collects page p, which the caller holds alone.
 func Collect(p *store.Page, o Options) (Result, error) {
+	c := newCollection(o)
+	err := c.run(p)
+	return c.r, err
+}
+
+// collection is one collection of a page, in steps: prune the commits the
+// policy does not keep, mark what the other commits reach, sweep the rest.
+// It may stop (Options.Stop) and go on from where it stopped (run again),
+// as an explicit one does when a writer wants the page: whatever was
+// committed meanwhile is marked before the sweep goes on, so nothing the
+// page's users reached in between goes. (They cannot reach a piece any
+// other way: a collection runs only on a page nobody writes, with no
+// journal, and the sweep reads the page as it was when the run began.)
+type collection struct {
+	o Options
+	r Result
+	// pruned is the commits chosen for pruning, once chosen (decided),
+	// and prune the part of them still to delete.
+	decided bool
+	pruned  map[store.CommitID]bool
+	prune   []store.CommitID
+	reach   *marker
+	// known is the commits the collection found to mark, and todo those
+	// of them whose walk has not ended.
+	known map[store.CommitID]bool
+	todo  []store.CommitID
+	// after is the last piece swept; swept, whether the sweep ended.
+	after cas.Digest
+	swept bool
+	// every is how many pieces the marker and the sweep go through
+	// between polls of Options.Stop.
+	every int
+}
+
+// poll is how many pieces a collection goes through between polls of
+// Options.Stop: a few hundred microseconds' work.
+const poll = 256
+
+func newCollection(o Options) *collection {
+	return &collection{o: o, every: poll}
+}
+
+// done reports whether the collection ended.
+func (c *collection) done() bool { return c.swept }
+
+// run goes on with the collection, on page p held alone, until it ends or
+// is told to stop (c.r.Stopped).
+func (c *collection) run(p *store.Page) error {
 	start := time.Now()
-	var r Result
-	pace := &pacer{gentle: o.Gentle}
+	defer func() { c.r.Took += time.Since(start) }()
+	pace := &pacer{gentle: c.o.Gentle}
+	c.r.Stopped = false
 	stop := func() bool {
 		pace.pace()
-		if o.Stop != nil && o.Stop() {
-			r.Stopped = true
+		if c.o.Stop != nil && c.o.Stop() {
+			c.r.Stopped = true
 		}
-		return r.Stopped
+		return c.r.Stopped
 	}
 	progress := func(phase string, done, total int64) {
-		if o.Progress != nil {
-			o.Progress(phase, done, total)
+		if c.o.Progress != nil {
+			c.o.Progress(phase, done, total)
 		}
 	}
 	p.Lock()
@@ -147,50 +199,57 @@ func Collect(p *store.Page, o Options) (Result, error) {
 	// drop: after a checkpoint no record needs them.
 	if d := p.Durability(); !d.Empty() {
 		if err := d.Checkpoint(); err != nil {
-			return r, err
+			return err
 		}
 	}
 	if has, err := p.HasJournals(); err != nil {
-		return r, err
+		return err
 	} else if has {
-		return r, ErrJournals
+		return ErrJournals
 	}
-
-	kept, err := prune(p, o, &r, progress)
-	if err != nil || stop() {
-		r.Took = time.Since(start)
-		return r, err
-	}
-
-	n, err := p.CountPieces()
-	if err != nil {
-		return r, err
-	}
-	reach := newMarker(p, n, stop)
-	for i, c := range kept {
-		progress("mark", int64(i), int64(len(kept)))
-		if err := reach.commit(c); err != nil {
-			return r, err
-		}
-		if r.Stopped {
-			r.Took = time.Since(start)
-			return r, nil
+	if !c.decided {
+		step(p, "pruning")
+		if err := c.decide(p); err != nil {
+			return err
 		}
 	}
-	for _, v := range o.Pinned {
-		if err := reach.value(v); err != nil {
-			return r, err
+	for total := len(c.prune); len(c.prune) > 0 && !c.o.DryRun; {
+		if stop() {
+			return nil
+		}
+		progress("prune", int64(total-len(c.prune)), int64(total))
+		n := min(batch, len(c.prune))
+		if err := p.DeleteCommits(c.prune[:n]); err != nil {
+			return err
+		}
+		c.prune = c.prune[n:]
+		step(p, "pruned a batch of commits")
+	}
+	if c.reach == nil {
+		n, err := p.CountPieces()
+		if err != nil {
+			return err
+		}
+		c.reach = newMarker(p, n)
+		c.reach.every = c.every
+	}
+	c.reach.p = p // the db may have been closed and opened again since
+	c.reach.resume(stop)
+	if err := c.mark(p, progress); err != nil || c.r.Stopped {
+		return err
+	}
+	for _, v := range c.o.Pinned {
+		if err := c.reach.value(v); err != nil {
+			return err
 		}
 	}
 	step(p, "marked what kept commits reach")
-	err = sweep(p, o, reach, &r, stop, progress)
-	r.Took = time.Since(start)
-	return r, err
+	return c.sweep(p, stop, progress)
 }
 
-// prune decides which commits to keep and, unless dry, deletes the others.
-// It returns the kept commits.
-func prune(p *store.Page, o Options, r *Result, progress func(string, int64, int64)) ([]*store.Commit, error) {
+// decide chooses the commits to prune: those the policy does not keep,
+// but heads and, with KeepUnsynced, unsynced ones.
+func (c *collection) decide(p *store.Page) error {
 	var all []*store.Commit
 	err := p.CommitIDs(nil, func(id store.CommitID) error {
 		c, err := p.Commit(id)
@@ -198,57 +257,104 @@ func prune(p *store.Page, o Options, r *Result, progress func(string, int64, int
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("gc: read commits: %w", err)
+		return fmt.Errorf("gc: read commits: %w", err)
 	}
-	r.Commits = len(all)
+	c.r.Commits = len(all)
 	must := map[store.CommitID]bool{}
 	heads, err := p.Heads()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, h := range heads {
 		must[h.ID] = true
 	}
-	if o.KeepUnsynced {
+	if c.o.KeepUnsynced {
 		if err := p.UnsyncedCommits(func(id store.CommitID) error { must[id] = true; return nil }); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	byTime := make([]retention.Commit, len(all))
-	index := map[store.CommitID]*store.Commit{}
 	for i, c := range all {
 		byTime[i] = retention.Commit{ID: c.ID, Time: time.Unix(0, c.Timestamp)}
-		index[c.ID] = c
 	}
 	retention.Sort(byTime)
-	keep := o.Policy.Keep(byTime)
-	var kept []*store.Commit
-	var pruned []store.CommitID
-	for i, c := range byTime {
-		if keep[i] || must[c.ID] {
-			kept = append(kept, index[c.ID])
-		} else {
-			pruned = append(pruned, c.ID)
+	keep := c.o.Policy.Keep(byTime)
+	c.pruned = map[store.CommitID]bool{}
+	for i, cm := range byTime {
+		if !keep[i] && !must[cm.ID] {
+			c.pruned[cm.ID] = true
+			c.prune = append(c.prune, cm.ID)
 		}
 	}
-	// A head with no row of its own is the first commit: an empty tree.
+	c.r.Pruned = len(c.prune)
+	c.decided = true
+	return nil
+}
+
+// mark walks every commit not pruned whose walk has not ended: at first
+// every one stored, and when the collection goes on after a stop, those
+// committed since, found from the heads back.
+func (c *collection) mark(p *store.Page, progress func(string, int64, int64)) error {
+	if c.known == nil {
+		c.known = map[store.CommitID]bool{}
+		err := p.CommitIDs(nil, func(id store.CommitID) error {
+			if !c.pruned[id] {
+				c.known[id] = true
+				c.todo = append(c.todo, id)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("gc: read commits: %w", err)
+		}
+	} else if err := c.newCommits(p); err != nil {
+		return err
+	}
+	for total := len(c.todo); len(c.todo) > 0; {
+		progress("mark", int64(total-len(c.todo)), int64(total))
+		cm, err := p.Commit(c.todo[0])
+		if err != nil {
+			return err
+		}
+		if err := c.reach.commit(cm); err != nil || c.reach.stopped() {
+			return err
+		}
+		c.todo = c.todo[1:]
+	}
+	return nil
+}
+
+// newCommits queues for marking the commits made since the collection
+// last ran: the heads' ancestors up to commits it knows or pruned. (Every
+// commit stored descends from a head, and those made since from one the
+// collection knew: it keeps every head it found.)
+func (c *collection) newCommits(p *store.Page) error {
+	heads, err := p.Heads()
+	if err != nil {
+		return err
+	}
+	var stack []store.CommitID
 	for _, h := range heads {
-		if h.ID == store.FirstCommitID {
-			kept = append(kept, h)
+		stack = append(stack, h.ID)
+	}
+	for len(stack) > 0 {
+		id := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if c.known[id] || c.pruned[id] || id == store.FirstCommitID {
+			continue
 		}
-	}
-	r.Pruned = len(pruned)
-	if o.DryRun {
-		return kept, nil
-	}
-	for i := 0; i < len(pruned); i += batch {
-		progress("prune", int64(i), int64(len(pruned)))
-		if err := p.DeleteCommits(pruned[i:min(i+batch, len(pruned))]); err != nil {
-			return nil, err
+		cm, err := p.Commit(id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // pruned by an earlier collection
 		}
-		step(p, "pruned a batch of commits")
+		if err != nil {
+			return err
+		}
+		c.known[id] = true
+		c.todo = append(c.todo, id)
+		stack = append(stack, cm.Parents...)
 	}
-	return kept, nil
+	return nil
 }
 
 // marker finds the pieces kept commits reach: each tree node and index
@@ -262,7 +368,11 @@ type marker struct {
 	seen   map[cas.Digest]struct{}
 	chunks *z.Bloom
 	stop   func() bool
+	// open holds the nodes whose children a halt kept from being walked
+	// whole.
+	open   map[cas.Digest]struct{}
 	n      int
+	every  int // adds between polls of stop
 	halted bool
 	// remote: walk into tree nodes and index pieces not held too, read
 	// through the repository's fetcher (Reach).
@@ -275,13 +385,22 @@ const falsePositives = 1e-6
 // stopped reports whether the collection was asked to stop.
 func (m *marker) stopped() bool { return m.halted }
 
-func newMarker(p *store.Page, pieces int, stop func() bool) *marker {
-	m := &marker{p: p, seen: map[cas.Digest]struct{}{}, chunks: z.NewBloomFilter(float64(max(pieces, 1024)), falsePositives)}
+func newMarker(p *store.Page, pieces int) *marker {
+	m := &marker{p: p, seen: map[cas.Digest]struct{}{}, chunks: z.NewBloomFilter(float64(max(pieces, 1024)), falsePositives), every: poll,
+		open: map[cas.Digest]struct{}{}}
+	m.resume(func() bool { return false })
+	return m
+}
+
+// resume readies the marker to walk again, polling stop, after a walk
+// halted: a walk from a root goes down again to the nodes the halt left
+// open (node).
+func (m *marker) resume(stop func() bool) {
+	m.halted = false
 	m.stop = func() bool {
 		m.halted = m.halted || stop()
 		return m.halted
 	}
-	return m
 }
 
 // chunkHash is 8 bytes of a chunk's digest: already a uniform hash.
@@ -316,7 +435,7 @@ func (m *marker) add(d cas.Digest) bool {
 	if d.IsInline() {
 		return false
 	}
-	if m.n++; m.n%256 == 0 {
+	if m.n++; m.n%m.every == 0 {
 		m.stop() // paces; the walk ends at the next node if stopped
 	}
 	if !walked(d) {
@@ -348,38 +467,48 @@ func (m *marker) node(id cas.ObjectIdentifier) error {
 	if id.Digest.IsInline() {
 		return nil
 	}
-	if _, ok := m.seen[id.Digest]; ok {
-		return nil
+	_, seen := m.seen[id.Digest]
+	if _, open := m.open[id.Digest]; seen && !open {
+		return nil // walked whole
 	}
-	// A node not held (a page that came back after eviction fetches its
-	// tree as it is read) has nothing held below it.
-	if !m.remote {
-		if held, err := m.p.Has(id.Digest); err != nil || !held {
-			return err
+	if !seen {
+		if m.stopped() {
+			return nil
 		}
-	}
-	// The node's own pieces: a large node is stored as an index over
-	// chunks, like a value.
-	if err := cas.Walk(m.p, id, func(d cas.Digest) (bool, error) { return m.add(d), nil }, nil); err != nil {
-		return fmt.Errorf("node %s: %w", id.Digest, err)
-	}
-	if m.stopped() {
-		return nil
+		// A node not held (a page that came back after eviction fetches
+		// its tree as it is read) has nothing held below it.
+		if !m.remote {
+			if held, err := m.p.Has(id.Digest); err != nil || !held {
+				return err
+			}
+		}
+		// The node's own pieces: a large node is stored as an index
+		// over chunks, like a value.
+		if err := cas.Walk(m.p, id, func(d cas.Digest) (bool, error) { return m.add(d), nil }, nil); err != nil {
+			return fmt.Errorf("node %s: %w", id.Digest, err)
+		}
+		m.open[id.Digest] = struct{}{}
 	}
 	children, values, err := m.p.Nodes().Refs(id)
 	if err != nil {
 		return err
 	}
-	for _, v := range values {
-		if err := m.value(v); err != nil {
-			return err
+	// A node's own pieces and its values are walked whole, halted or
+	// not: a walk that goes on after a halt goes on with the children of
+	// the nodes it left open.
+	if !seen {
+		for _, v := range values {
+			if err := m.value(v); err != nil {
+				return err
+			}
 		}
 	}
 	for _, c := range children {
-		if err := m.node(c); err != nil {
+		if err := m.node(c); err != nil || m.stopped() {
 			return err
 		}
 	}
+	delete(m.open, id.Digest)
 	return nil
 }
 
@@ -393,7 +522,7 @@ type Reach struct{ m *marker }
 
 // NewReach returns an empty Reach sized for about n pieces.
 func NewReach(n int) *Reach {
-	m := newMarker(nil, n, func() bool { return false })
+	m := newMarker(nil, n)
 	m.remote = true
 	return &Reach{m: m}
 }
@@ -407,37 +536,40 @@ func (r *Reach) Commit(p *store.Page, c *store.Commit) error {
 // Has reports whether a marked commit reaches d (a chunk: maybe).
 func (r *Reach) Has(d cas.Digest) bool { return r.m.reached(d) }
 
-// sweep deletes the pieces the marker did not reach. Transient ones too:
-// with the page held alone and no journal, they are values of closes that
-// a later close of the same file replaced before they committed, which
-// only a page's recovery deleted until now.
-func sweep(p *store.Page, o Options, m *marker, r *Result, stop func() bool, progress func(string, int64, int64)) error {
+// sweep deletes the pieces the marker did not reach, from the piece after
+// the last one swept. Transient ones too: with the page held alone and no
+// journal, they are values of closes that a later close of the same file
+// replaced before they committed, which only a page's recovery deleted
+// until now. Stopped, it deletes what it found so far and notes where it
+// was.
+func (c *collection) sweep(p *store.Page, stop func() bool, progress func(string, int64, int64)) error {
 	var garbage []cas.Digest
 	var garbageBytes int64
 	flush := func() error {
-		if len(garbage) > 0 && !o.DryRun {
+		if len(garbage) > 0 && !c.o.DryRun {
 			if err := p.DeletePieces(garbage); err != nil {
 				return err
 			}
 			step(p, "deleted a batch of pieces")
 		}
-		r.Deleted += len(garbage)
-		r.Freed += garbageBytes
+		c.r.Deleted += len(garbage)
+		c.r.Freed += garbageBytes
 		garbage, garbageBytes = garbage[:0], 0
 		return nil
 	}
 	// Rows are deleted in their own transactions while the read goes on:
 	// the read sees the db as it began.
-	err := p.Objects(func(d cas.Digest, size int64) error {
-		r.Objects++
-		r.Bytes += size
-		if r.Objects%256 == 0 {
-			progress("sweep", int64(r.Objects), 0)
+	err := p.Objects(c.after, func(d cas.Digest, size int64) error {
+		if c.r.Objects%c.every == 0 {
+			progress("sweep", int64(c.r.Objects), 0)
 			if stop() {
 				return errStopped
 			}
 		}
-		if m.reached(d) {
+		c.r.Objects++
+		c.r.Bytes += size
+		c.after = d
+		if c.reach.reached(d) {
 			return nil
 		}
 		garbage = append(garbage, d)
@@ -445,19 +577,17 @@ func sweep(p *store.Page, o Options, m *marker, r *Result, stop func() bool, pro
 		if len(garbage) < batch {
 			return nil
 		}
-		if stop() {
-			return errStopped
-		}
 		return flush()
 	})
-	if errors.Is(err, errStopped) {
-		return nil
-	}
-	if err == nil {
+	if err == nil || errors.Is(err, errStopped) {
+		c.swept = err == nil
 		err = flush()
 	}
 	if err != nil {
 		return fmt.Errorf("gc: sweep: %w", err)
+	}
+	if c.swept {
+		step(p, "swept")
 	}
 	return nil
 }

@@ -399,3 +399,116 @@ func TestBackgroundReclaimWaitsForAQuietPage(t *testing.T) {
 		}
 	}
 }
+
+// TestCollectionGivesWayAndGoesOn collects random histories in many runs,
+// stopped at random polls, with commits between the runs that reuse the
+// content of pruned commits (whose pieces may not be swept yet) and leave
+// uncommitted pieces behind: as an explicit collection that gives way to
+// writers runs. Every commit left reads back, the head as the changes made
+// it, and nothing a commit reaches is deleted.
+func TestCollectionGivesWayAndGoesOn(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		_, p := openPage(t)
+		keys := []string{"a", "b", "c/d", "c/e", "f"}
+		sizes := []int{10, 5000, 70_000, 300_000}
+		head := map[string][]byte{}
+		change := func(label string) error {
+			var ops []journal.Op
+			for range rapid.IntRange(1, 3).Draw(rt, label+" ops") {
+				k := rapid.SampledFrom(keys).Draw(rt, label+" key")
+				if rapid.IntRange(0, 3).Draw(rt, label+" delete") == 0 {
+					ops = append(ops, journal.Op{Key: k, Kind: store.OpDelete})
+					delete(head, k)
+					continue
+				}
+				data := content(rapid.IntRange(0, 6).Draw(rt, label+" seed"), rapid.SampledFrom(sizes).Draw(rt, label+" size"))
+				ops = append(ops, put(rt, p, k, data))
+				head[k] = data
+			}
+			if rapid.IntRange(0, 4).Draw(rt, label+" leftover") == 0 {
+				// Pieces no commit uses: a write never committed.
+				put(rt, p, "x", content(rapid.IntRange(7, 9).Draw(rt, label+" leftover seed"), 70_000))
+			}
+			return journals.CommitterFor(p).Apply(false, ops...)
+		}
+		if rapid.Bool().Draw(rt, "bulk") {
+			// Hundreds of long keys: a tree of many nodes, whose walk a
+			// stop cuts short.
+			var ops []journal.Op
+			for k := range 700 {
+				key := fmt.Sprintf("bulk/%0120d", k)
+				data := content(k, 10)
+				ops = append(ops, put(rt, p, key, data))
+				head[key] = data
+			}
+			if err := journals.CommitterFor(p).Apply(false, ops...); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		for i := range rapid.IntRange(1, 10).Draw(rt, "steps") {
+			if err := change(fmt.Sprint("before ", i)); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		every := rapid.IntRange(1, 16).Draw(rt, "poll every")
+		stopEvery := rapid.IntRange(8, 40).Draw(rt, "stop every")
+		between := 0
+		_, runs, err := gc.CollectInSteps(p, gc.Options{Policy: retention.Policy{Last: 1}}, every, stopEvery, func() error {
+			// Writers who come at every stop can outrun a collection
+			// stopped this often: a while, then no more.
+			if between++; between > 20 {
+				return nil
+			}
+			return change(fmt.Sprint("between ", between))
+		})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		rt.Logf("%d runs", runs)
+		h, err := p.Head()
+		if err != nil {
+			rt.Fatal(err)
+		}
+		got, err := snapshot(p, h)
+		if err != nil {
+			rt.Fatalf("the head no longer reads: %v", err)
+		}
+		if len(got) != len(head) {
+			rt.Fatalf("the head has %d entries, want %d", len(got), len(head))
+		}
+		for k, v := range head {
+			if !bytes.Equal(got[k], v) {
+				rt.Fatalf("the head's %s changed", k)
+			}
+		}
+		err = p.CommitIDs(nil, func(id store.CommitID) error {
+			c, err := p.Commit(id)
+			if err != nil {
+				return err
+			}
+			if _, err := snapshot(p, c); err != nil {
+				return fmt.Errorf("commit %s no longer reads: %w", id, err)
+			}
+			return nil
+		})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		rep, err := check.Page(p, func(key string, v []byte) error { _, err := journal.DecodeOp(key, v); return err })
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if len(rep.Problems) > 0 {
+			rt.Fatalf("fsck after collection: %v", rep.Problems)
+		}
+		stored := 0
+		for _, s := range store.Statuses {
+			if err := p.Pieces(s, func(cas.Digest) error { stored++; return nil }); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		if reached := rep.Nodes + rep.Pieces; reached > stored {
+			rt.Fatalf("%d objects stored after collection, %d reached from commits: reachable pieces deleted", stored, reached)
+		}
+	})
+}

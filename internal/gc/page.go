@@ -69,6 +69,10 @@ type PageOptions struct {
 	// Pinned, if set, lists the values the page's readers hold open, once
 	// the collection holds the page (see Options.Pinned).
 	Pinned func() []cas.ObjectIdentifier
+	// Busy, if set, reports whether the page is used beyond what the store
+	// sees (the mount's open transactions): a collection that finds it so
+	// once it holds the page gives it back, with store.ErrBusy.
+	Busy func() bool
 	// NoCompress leaves the pieces written since the last collection
 	// uncompressed, for a later one: a pruning for space runs while a
 	// writer waits, and compressing a large file took most of its time.
@@ -95,7 +99,14 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 		return Result{}, err
 	}
 	o.KeepUnsynced = o.KeepUnsynced || syncs
-	p, err := repo.AcquireIdle(ledger, page)
+	var p *store.Page
+	if o.Wait {
+		// Writers who come back without a pause leave the page idle
+		// for moments only: it is handed over at one.
+		p, err = repo.AcquireIdleWithin(ledger, page, 0, resumeWait)
+	} else {
+		p, err = repo.AcquireIdle(ledger, page)
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -109,6 +120,10 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 			repo.ReleaseIdle(p)
 			return Result{}, err
 		}
+	}
+	if o.Busy != nil && o.Busy() {
+		repo.ReleaseIdle(p)
+		return Result{}, fmt.Errorf("page %s/%s: %w", ledger, page, store.ErrBusy)
 	}
 	head, err := p.Head()
 	if err != nil {
@@ -127,27 +142,54 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 		repo.ReleaseIdle(p)
 		return Result{Unchanged: true, Done: done}, nil
 	}
-	var pinned []cas.ObjectIdentifier
-	if o.Pinned != nil {
-		pinned = o.Pinned()
-	}
-	r, err := Collect(p, Options{
-		Pinned:       pinned,
+	c := newCollection(Options{
 		Policy:       policy,
 		DryRun:       o.DryRun,
 		KeepUnsynced: o.KeepUnsynced,
-		Stop:         func() bool { return !o.Wait && p.Yielding() || o.Stop != nil && o.Stop() },
 		Progress:     o.Progress,
 		Gentle:       o.Gentle,
 	})
-	if err == nil && !o.DryRun && !r.Stopped && !o.NoCompress {
-		pace := &pacer{gentle: o.Gentle}
-		err = compress(repo, p, &r, func() bool {
-			pace.pace()
-			return !o.Wait && p.Yielding() || o.Stop != nil && o.Stop()
-		})
+	compressed := o.DryRun || o.NoCompress
+	var pass compressPass
+	for {
+		// Someone wanting the page stops the collection; an explicit
+		// one goes on once they are done, after a stretch of work, so
+		// that writers coming one after another cannot starve it.
+		began := time.Now()
+		yield := func() bool { return p.Yielding() && (!o.Wait || time.Since(began) >= minStretch) }
+		c.o.Stop = func() bool { return yield() || o.Stop != nil && o.Stop() }
+		if o.Pinned != nil {
+			c.o.Pinned = o.Pinned()
+		}
+		if !c.done() {
+			err = c.run(p)
+		}
+		if err == nil && c.done() && !compressed {
+			pace := &pacer{gentle: o.Gentle}
+			compressed, err = compress(repo, p, &c.r, &pass, func() bool {
+				pace.pace()
+				return c.o.Stop()
+			})
+			// An explicit collection goes on compressing; a background
+			// one leaves the rest for its next.
+			compressed = compressed || !o.Wait
+			c.r.Stopped = !compressed
+		}
+		repo.ReleaseIdle(p)
+		if err != nil || !c.r.Stopped || !o.Wait || o.Stop != nil && o.Stop() {
+			break
+		}
+		c.r.GaveWay++
+		step(p, "gave way")
+		if p, err = repo.AcquireIdleWithin(ledger, page, minStretch, resumeWait); err != nil {
+			return c.r, err
+		}
+		if o.Busy != nil && o.Busy() {
+			repo.ReleaseIdle(p)
+			return c.r, fmt.Errorf("page %s/%s: %w", ledger, page, store.ErrBusy)
+		}
 	}
-	repo.ReleaseIdle(p)
+	r := c.r
 	if err != nil || o.DryRun {
 		return r, err
 	}
@@ -158,7 +200,10 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 	// who comes back every moment.
 	switch worth := r.Deleted > 0 || r.Compressed > 0 || o.Reclaim; {
 	case !worth || r.Stopped:
-	case o.Gentle && !o.Wait:
+	case o.Gentle && !o.Wait, r.GaveWay > 0 && !o.Reclaim:
+		// Writers kept coming during an explicit collection too:
+		// closing the db would hold them (100-200 ms with a loop of
+		// closes on 2 vCPUs). The space comes back at a quiet moment.
 		r.ReclaimLater = true
 	default:
 		start := time.Now()
@@ -189,6 +234,16 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 	return r, repo.SetCollected(ledger, page, time.Now())
 }
 
+// minStretch is how long an explicit collection works on a page before it
+// gives way to a writer who wants it (the longest a writer waits for it,
+// give or take a step: a batch of deletes), and how long the page's users
+// have it before the collection goes on.
+const minStretch = 20 * time.Millisecond
+
+// resumeWait bounds how long an explicit collection that gave way waits
+// for the page to be left again before it gives up (store.ErrBusy).
+const resumeWait = 10 * time.Second
+
 // reclaimQuiet is how long nobody must have used a page before the
 // collector gives its space back (reclaimPending).
 const reclaimQuiet = 2 * time.Second
@@ -199,19 +254,34 @@ const reclaimQuiet = 2 * time.Second
 const reclaimWait = 10 * time.Second
 
 // compress offers the pieces written since the page's last collection to
-// compression (store.Page.CompressNew), so that writes never wait for it.
-func compress(repo *store.Repository, p *store.Page, r *Result, stop func() bool) error {
+// compression (store.Page.CompressNew), so that writes never wait for it,
+// from the piece a stopped pass left off at (*from) on. It reports whether
+// the pass went through them all.
+func compress(repo *store.Repository, p *store.Page, r *Result, pass *compressPass, stop func() bool) (bool, error) {
 	since, err := repo.CompressedUpTo(p.Ledger, p.Name)
 	if err != nil {
-		return err
+		return false, err
 	}
 	start := time.Now()
-	next, n, saved, err := p.CompressNew(since, stop)
+	upTo, stopped, n, saved, err := p.CompressNew(since, pass.from, stop)
 	r.Compressed += n
 	r.CompressSaved += saved
 	r.Took += time.Since(start)
 	if err != nil {
-		return err
+		return false, err
 	}
-	return repo.SetCompressedUpTo(p.Ledger, p.Name, next)
+	if pass.upTo == 0 {
+		pass.upTo = upTo // what was written after the pass began is for the next
+	}
+	if pass.from = stopped; stopped != "" {
+		return false, nil
+	}
+	return true, repo.SetCompressedUpTo(p.Ledger, p.Name, pass.upTo)
+}
+
+// compressPass is where a compression pass stopped: the piece to go on
+// from, and the db's version when it began.
+type compressPass struct {
+	from cas.Digest
+	upTo uint64
 }

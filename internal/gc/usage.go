@@ -155,7 +155,7 @@ func PageUsage(repo *store.Repository, p *store.Page) (Usage, error) {
 	if err := it.Err(); err != nil {
 		return u, err
 	}
-	err = p.Objects(func(d cas.Digest, stored int64) error {
+	err = p.Objects("", func(d cas.Digest, stored int64) error {
 		u.Objects++
 		u.Stored += stored
 		if n, ok := content[d]; ok {

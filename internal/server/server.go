@@ -173,7 +173,6 @@ func New(cfg Config) (s *Server, err error) {
 	if s.collector != nil {
 		s.collector.Busy = s.fsys.Busy
 		s.collector.Pinned = s.fsys.Pinned
-		s.collector.WaitIdle = s.fsys.WaitIdle
 		if fo.Pressure != nil {
 			fo.Pressure.Pinned = s.fsys.Pinned
 		}
