@@ -385,9 +385,12 @@ func TestCollectionLeavesOtherPagesServing(t *testing.T) {
 }
 
 // A writer of a page goes on while the page is collected: its closes
-// complete while the collection compacts the page's tables, which takes
-// long enough here (many small rows deleted) that a writer held for it
-// would have waited over a tenth of a second.
+// complete while an explicit collection prunes, marks and sweeps (it
+// gives way to them, and leaves giving the space back for when they
+// pause), and while the page's tables are compacted to give the space
+// back, each of which takes long enough here (many commits and small rows
+// deleted) that a writer held for it would have waited over a tenth of a
+// second.
 func TestWritesGoOnThroughACollection(t *testing.T) {
 	t.Parallel()
 	s := mountPlain(t, t.TempDir(), "--collect-every", "0", "--debug")
@@ -402,44 +405,98 @@ func TestWritesGoOnThroughACollection(t *testing.T) {
 	}
 	syncDir(t, pg)
 	type write struct{ start, end time.Time }
-	var writes []write
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			start := time.Now()
-			if err := os.WriteFile(filepath.Join(pg, "w"), content(i, 100), 0o644); err != nil {
-				t.Errorf("a write during the collection: %v", err)
+	// writeWhile rewrites a file of the page in a loop from when begin
+	// returns true until stop is closed.
+	writeWhile := func(begin func() bool, stop <-chan struct{}) func() []write {
+		var writes []write
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			if !begin() {
 				return
 			}
-			writes = append(writes, write{start, time.Now()})
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				if err := os.WriteFile(filepath.Join(pg, "w"), content(i, 100), 0o644); err != nil {
+					t.Errorf("a write during the collection: %v", err)
+					return
+				}
+				writes = append(writes, write{start, time.Now()})
+			}
+		}()
+		return func() []write { <-stopped; return writes }
+	}
+	// during counts the writes that ended between the last log lines of
+	// the two collection steps, which must be long enough to say
+	// something.
+	during := func(writes []write, first, last string) {
+		t.Helper()
+		from, to := stepTime(t, s, first), stepTime(t, s, last)
+		n := 0
+		for _, w := range writes {
+			if w.end.After(from) && w.end.Before(to) {
+				n++
+			}
 		}
-	}()
+		t.Logf("%s to %s took %v; %d of %d writes ended during it", first, last, to.Sub(from), n, len(writes))
+		if to.Sub(from) < 100*time.Millisecond {
+			t.Fatalf("%s to %s took %v: too short for this test to say anything; give the page more rows", first, last, to.Sub(from))
+		}
+		if n == 0 {
+			t.Fatalf("no write ended from %s to %s (%v): writers waited for it", first, last, to.Sub(from))
+		}
+	}
+
+	// A writer who never stops while .collect runs: the collection takes
+	// the page from it for moments.
+	stop := make(chan struct{})
+	done := writeWhile(func() bool { return true }, stop)
 	collect(t, s.mnt, pg, "l/p")
 	close(stop)
-	<-stopped
-	// The compaction began when the page's db had been closed.
-	from, to := stepTime(t, s, "compacting"), stepTime(t, s, "compacted")
-	var during int
+	writes := done()
 	var longest time.Duration
 	for _, w := range writes {
-		if w.end.After(from) && w.end.Before(to) {
-			during++
-		}
 		longest = max(longest, w.end.Sub(w.start))
 	}
-	t.Logf("the compaction took %v; %d of %d writes ended during it; the longest write took %v", to.Sub(from), during, len(writes), longest)
-	if to.Sub(from) < 100*time.Millisecond {
-		t.Fatalf("the compaction took %v: too short for this test to say anything; give the page more rows", to.Sub(from))
+	t.Logf("the longest write took %v, of which %v waiting for the collection", longest, longestWait(t, s))
+	during(writes, "pruning", "swept")
+	status, err := os.ReadFile(filepath.Join(s.mnt, ".collect"))
+	must(t, err)
+	if !strings.Contains(string(status), "giving way to writers") || !strings.Contains(string(status), "once its writers pause") {
+		t.Fatalf(".collect says %q: want the collection to have given way, and the space to come back later", status)
 	}
-	if during == 0 {
-		t.Fatalf("no write ended during the compaction (%v): writers waited for it", to.Sub(from))
+
+	// The space comes back by a collection with the page left alone; a
+	// writer who comes meanwhile goes on through its compaction.
+	stop = make(chan struct{})
+	mark := s.log.size()
+	done = writeWhile(func() bool { return s.log.untilAfter(mark, "step=compacting", stop) }, stop)
+	collect(t, s.mnt, pg, "l/p")
+	close(stop)
+	during(done(), "compacting", "compacted")
+}
+
+// longestWait returns the longest a user of a page waited for a collection
+// that held it, as the server logged.
+func longestWait(t *testing.T, s *server) time.Duration {
+	t.Helper()
+	var longest time.Duration
+	for _, line := range strings.Split(s.log.String(), "\n") {
+		if !strings.Contains(line, "msg=\"waited for a collection\"") {
+			continue
+		}
+		_, took, _ := strings.Cut(line, " took=")
+		took, _, _ = strings.Cut(took, " ")
+		d, err := time.ParseDuration(took)
+		must(t, err)
+		longest = max(longest, d)
 	}
+	return longest
 }
 
 // stepTime returns when the server last logged the collection step named.

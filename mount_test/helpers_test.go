@@ -271,9 +271,26 @@ func (o *output) awaitCount(want string, n int, exited chan error) bool {
 // until waits, at each write, for the output to satisfy done, or for stop;
 // it reports whether done was met.
 func (o *output) until(done func(string) bool, stop <-chan struct{}) bool {
+	return o.untilBytes(func(b []byte) bool { return done(string(b)) }, stop)
+}
+
+// size is how much output there is so far: a mark for untilAfter.
+func (o *output) size() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Len()
+}
+
+// untilAfter is until want is in the output written after mark (size),
+// read where it is: a debug log grows large.
+func (o *output) untilAfter(mark int, want string, stop <-chan struct{}) bool {
+	return o.untilBytes(func(b []byte) bool { return bytes.Contains(b[mark:], []byte(want)) }, stop)
+}
+
+func (o *output) untilBytes(done func([]byte) bool, stop <-chan struct{}) bool {
 	for {
 		o.mu.Lock()
-		if done(o.b.String()) {
+		if done(o.b.Bytes()) {
 			o.mu.Unlock()
 			return true
 		}
