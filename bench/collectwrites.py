@@ -38,15 +38,17 @@ def writer():
 
 th = threading.Thread(target=writer)
 th.start()
-time.sleep(2)
-t0 = time.monotonic()
-if mode == "collect":
-    with open(os.path.join(mnt, ".collect"), "w") as f:
-        f.write("l/p\n")
-t1 = time.monotonic()
-time.sleep(1 if mode == "collect" else 3)
-stop = True
-th.join()
+try:
+    time.sleep(2)
+    t0 = time.monotonic()
+    if mode == "collect":
+        with open(os.path.join(mnt, ".collect"), "w") as f:
+            f.write("l/p\n")
+    t1 = time.monotonic()
+    time.sleep(1 if mode == "collect" else 3)
+finally:
+    stop = True  # the writer ends with the run, even one that failed
+    th.join()
 
 
 def stats(xs):
