@@ -254,6 +254,7 @@ func (r *Repository) AcquireIdleWithin(ledger, page string, turn, d time.Duratio
 	h := &handoff{from: time.Now().Add(turn), ch: make(chan struct{})}
 	r.mu.Lock()
 	p.handoff = h
+	r.handoffs.Add(1)
 	r.mu.Unlock()
 	t := time.AfterFunc(turn, func() {
 		r.mu.Lock()
@@ -271,6 +272,7 @@ func (r *Repository) AcquireIdleWithin(ledger, page string, turn, d time.Duratio
 	r.mu.Lock()
 	if p.handoff == h {
 		p.handoff = nil
+		r.handoffs.Add(-1)
 		r.mu.Unlock()
 		r.Release(p)
 		return nil, fmt.Errorf("page %s/%s: %w", ledger, page, ErrBusy)
@@ -287,6 +289,9 @@ func (r *Repository) CollectionWaits(ledger, page string) bool {
 }
 
 func (r *Repository) waiting(ledger, page string) *handoff {
+	if r.handoffs.Load() == 0 {
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, ok := r.open[ledger+"/"+page]
@@ -330,6 +335,7 @@ func (r *Repository) handOver(p *Page) {
 		return
 	}
 	p.handoff = nil
+	r.handoffs.Add(-1)
 	r.takeIdle(p)
 	close(h.ch)
 }

@@ -162,7 +162,11 @@ type Repository struct {
 	// fetcher fetches the pieces pages do not hold (SetFetcher).
 	fetcher atomic.Pointer[Fetcher]
 	closes  atomic.Uint64 // page dbs closed (Closes)
-	closed  bool
+	// handoffs counts the pages a collection waits to be handed
+	// (AcquireIdleWithin): while none does, a writer's check for one
+	// (CollectionWaits) takes no lock.
+	handoffs atomic.Int32
+	closed   bool
 	// namesMu orders the keys of recorded name changes (namesLast: the
 	// last one's nanoseconds).
 	namesMu   sync.Mutex

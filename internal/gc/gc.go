@@ -145,16 +145,15 @@ func Collect(p *store.Page, o Options) (Result, error) {
 type collection struct {
 	o Options
 	r Result
-	// pruned is the commits chosen for pruning, once chosen (decided),
+	// pruned is the commits chosen for pruning, once chosen (decide),
 	// and prune the part of them still to delete.
-	decided bool
-	pruned  map[store.CommitID]bool
-	prune   []store.CommitID
-	reach   *marker
+	pruned map[store.CommitID]bool
+	prune  []store.CommitID
+	reach  *marker
 	// known is the commits the collection found to mark, and todo those
 	// of them whose walk has not ended.
 	known map[store.CommitID]bool
-	todo  []store.CommitID
+	todo  []*store.Commit
 	// after is the last piece swept; swept, whether the sweep ended.
 	after cas.Digest
 	swept bool
@@ -207,7 +206,7 @@ func (c *collection) run(p *store.Page) error {
 	} else if has {
 		return ErrJournals
 	}
-	if !c.decided {
+	if c.pruned == nil {
 		step(p, "pruning")
 		if err := c.decide(p); err != nil {
 			return err
@@ -248,7 +247,7 @@ func (c *collection) run(p *store.Page) error {
 }
 
 // decide chooses the commits to prune: those the policy does not keep,
-// but heads and, with KeepUnsynced, unsynced ones.
+// but heads and, with KeepUnsynced, unsynced ones. The others are to mark.
 func (c *collection) decide(p *store.Page) error {
 	var all []*store.Commit
 	err := p.CommitIDs(nil, func(id store.CommitID) error {
@@ -274,49 +273,36 @@ func (c *collection) decide(p *store.Page) error {
 		}
 	}
 	byTime := make([]retention.Commit, len(all))
+	index := map[store.CommitID]*store.Commit{}
 	for i, c := range all {
 		byTime[i] = retention.Commit{ID: c.ID, Time: time.Unix(0, c.Timestamp)}
+		index[c.ID] = c
 	}
 	retention.Sort(byTime)
 	keep := c.o.Policy.Keep(byTime)
-	c.pruned = map[store.CommitID]bool{}
+	c.pruned, c.known = map[store.CommitID]bool{}, map[store.CommitID]bool{}
 	for i, cm := range byTime {
-		if !keep[i] && !must[cm.ID] {
+		if keep[i] || must[cm.ID] {
+			c.known[cm.ID] = true
+			c.todo = append(c.todo, index[cm.ID])
+		} else {
 			c.pruned[cm.ID] = true
 			c.prune = append(c.prune, cm.ID)
 		}
 	}
 	c.r.Pruned = len(c.prune)
-	c.decided = true
 	return nil
 }
 
-// mark walks every commit not pruned whose walk has not ended: at first
-// every one stored, and when the collection goes on after a stop, those
-// committed since, found from the heads back.
+// mark walks every commit not pruned whose walk has not ended: those
+// decide kept, and those committed since the collection began.
 func (c *collection) mark(p *store.Page, progress func(string, int64, int64)) error {
-	if c.known == nil {
-		c.known = map[store.CommitID]bool{}
-		err := p.CommitIDs(nil, func(id store.CommitID) error {
-			if !c.pruned[id] {
-				c.known[id] = true
-				c.todo = append(c.todo, id)
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("gc: read commits: %w", err)
-		}
-	} else if err := c.newCommits(p); err != nil {
+	if err := c.newCommits(p); err != nil {
 		return err
 	}
 	for total := len(c.todo); len(c.todo) > 0; {
 		progress("mark", int64(total-len(c.todo)), int64(total))
-		cm, err := p.Commit(c.todo[0])
-		if err != nil {
-			return err
-		}
-		if err := c.reach.commit(cm); err != nil || c.reach.stopped() {
+		if err := c.reach.commit(c.todo[0]); err != nil || c.reach.stopped() {
 			return err
 		}
 		c.todo = c.todo[1:]
@@ -325,9 +311,9 @@ func (c *collection) mark(p *store.Page, progress func(string, int64, int64)) er
 }
 
 // newCommits queues for marking the commits made since the collection
-// last ran: the heads' ancestors up to commits it knows or pruned. (Every
-// commit stored descends from a head, and those made since from one the
-// collection knew: it keeps every head it found.)
+// last ran, if any: the heads' ancestors up to commits it knows or pruned.
+// (Every commit stored descends from a head, and those made since from one
+// the collection knew: it keeps every head it found.)
 func (c *collection) newCommits(p *store.Page) error {
 	heads, err := p.Heads()
 	if err != nil {
@@ -351,7 +337,7 @@ func (c *collection) newCommits(p *store.Page) error {
 			return err
 		}
 		c.known[id] = true
-		c.todo = append(c.todo, id)
+		c.todo = append(c.todo, cm)
 		stack = append(stack, cm.Parents...)
 	}
 	return nil

@@ -99,14 +99,24 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 		return Result{}, err
 	}
 	o.KeepUnsynced = o.KeepUnsynced || syncs
-	var p *store.Page
-	if o.Wait {
-		// Writers who come back without a pause leave the page idle
-		// for moments only: it is handed over at one.
-		p, err = repo.AcquireIdleWithin(ledger, page, 0, resumeWait)
-	} else {
-		p, err = repo.AcquireIdle(ledger, page)
+	// take takes the page alone, after its users' turn; an explicit
+	// collection waits for it, as writers who come back without a pause
+	// leave it idle for moments only: it is handed over at one.
+	take := func(turn time.Duration) (*store.Page, error) {
+		var p *store.Page
+		var err error
+		if o.Wait {
+			p, err = repo.AcquireIdleWithin(ledger, page, turn, resumeWait)
+		} else {
+			p, err = repo.AcquireIdle(ledger, page)
+		}
+		if err == nil && o.Busy != nil && o.Busy() {
+			repo.ReleaseIdle(p)
+			p, err = nil, fmt.Errorf("page %s/%s: %w", ledger, page, store.ErrBusy)
+		}
+		return p, err
 	}
+	p, err := take(0)
 	if err != nil {
 		return Result{}, err
 	}
@@ -120,10 +130,6 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 			repo.ReleaseIdle(p)
 			return Result{}, err
 		}
-	}
-	if o.Busy != nil && o.Busy() {
-		repo.ReleaseIdle(p)
-		return Result{}, fmt.Errorf("page %s/%s: %w", ledger, page, store.ErrBusy)
 	}
 	head, err := p.Head()
 	if err != nil {
@@ -181,12 +187,8 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 		}
 		c.r.GaveWay++
 		step(p, "gave way")
-		if p, err = repo.AcquireIdleWithin(ledger, page, minStretch, resumeWait); err != nil {
+		if p, err = take(minStretch); err != nil {
 			return c.r, err
-		}
-		if o.Busy != nil && o.Busy() {
-			repo.ReleaseIdle(p)
-			return c.r, fmt.Errorf("page %s/%s: %w", ledger, page, store.ErrBusy)
 		}
 	}
 	r := c.r
