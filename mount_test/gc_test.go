@@ -444,10 +444,15 @@ func TestWritesGoOnThroughACollection(t *testing.T) {
 			}
 		}
 		t.Logf("%s to %s took %v; %d of %d writes ended during it", first, last, to.Sub(from), n, len(writes))
-		if to.Sub(from) < 100*time.Millisecond {
-			t.Fatalf("%s to %s took %v: too short for this test to say anything; give the page more rows", first, last, to.Sub(from))
-		}
-		if n == 0 {
+		// Writes that ended inside the step prove it let them through,
+		// however short it was. None ending says they were held only
+		// when the step was long enough for several to end (a write
+		// takes a few milliseconds here).
+		switch {
+		case n > 0:
+		case to.Sub(from) < 50*time.Millisecond:
+			t.Fatalf("%s to %s took %v and no write ended in it: too short for this test to say anything; give the page more rows", first, last, to.Sub(from))
+		default:
 			t.Fatalf("no write ended from %s to %s (%v): writers waited for it", first, last, to.Sub(from))
 		}
 	}
