@@ -306,8 +306,15 @@ func (s *Syncer) wentTo(ledger, page string, at time.Time, depth int) (l, p stri
 // A batch that builds on what that page does not hold yet waits for it
 // (errMissingParent), unless graft. Else the old name, made anew.
 func (s *Syncer) landingPage(pb pageBatch, graft bool) (string, string, error) {
-	if ok, err := s.repo.HasPage(pb.Ledger, pb.Page); err != nil || ok {
-		return pb.Ledger, pb.Page, err // the common case: nothing to decode
+	here, err := s.repo.HasPage(pb.Ledger, pb.Page)
+	if err != nil {
+		return "", "", err
+	}
+	var ms []moved
+	if here {
+		if ms, err = s.movesFrom(pb.Ledger, pb.Page); err != nil || len(ms) == 0 {
+			return pb.Ledger, pb.Page, err // the common case: nothing to decode
+		}
 	}
 	first, builds, err := buildsOn(pb)
 	if err != nil || first == nil {
@@ -317,10 +324,67 @@ func (s *Syncer) landingPage(pb pageBatch, graft bool) (string, string, error) {
 	if len(builds) > 0 {
 		at = time.Time{} // what it builds on decides
 	}
+	if here {
+		// The page here came under the name after the name's page
+		// was renamed away (by another device, whose rename arrived
+		// first): a batch of that older page follows it, as on the
+		// devices where the name had no page since (the
+		// simulation's seed 79, -sim.pages).
+		if ok, err := s.supplanted(pb.Ledger, pb.Page, ms, at, builds); err != nil || !ok {
+			return pb.Ledger, pb.Page, err
+		}
+		l, p, _, err := s.wentTo(pb.Ledger, pb.Page, at, 0)
+		if err != nil || l == "" {
+			return pb.Ledger, pb.Page, err
+		}
+		return s.landAt(l, p, builds, graft)
+	}
 	l, p, ok, err := s.renamedAway(pb.Ledger, pb.Page, at)
 	if err != nil || !ok {
 		return pb.Ledger, pb.Page, err
 	}
+	return s.landAt(l, p, builds, graft)
+}
+
+// supplanted reports whether page ledger/page here is not the page of a
+// batch of its name, moves ms being where the name's page went here: the
+// page was made under the name after a rename the batch is older than (its
+// first commit at or before it, at). A batch that builds on commits (at
+// zero) is of the page that holds them: of the page the rename took
+// away, only if that holds them and this one does not; else it lands
+// here, waiting for them if they have not come.
+func (s *Syncer) supplanted(ledger, page string, ms []moved, at time.Time, builds []store.CommitID) (bool, error) {
+	if len(builds) > 0 {
+		if holds, err := s.holdsAll(ledger, page, builds); err != nil || holds {
+			return false, err
+		}
+		l, p, ok, err := s.wentTo(ledger, page, at, 0)
+		if err != nil || !ok {
+			return false, err
+		}
+		if holds, err := s.holdsAll(l, p, builds); err != nil || !holds {
+			return false, err
+		}
+	}
+	// A page renamed onto the name since is not taken for a later
+	// one: its own batches, sent after that rename, hold commits older
+	// than the rename away (the simulation's seed 13, -sim.ledgers).
+	for _, m := range ms {
+		if at.After(m.Time) {
+			continue
+		}
+		if arrived, err := s.arrivedAfter(ledger, page, m.Time); err != nil || arrived {
+			return false, err
+		}
+		return s.madeAfter(ledger, page, m.Time)
+	}
+	return false, nil
+}
+
+// landAt returns page l/p for a batch to land in, unless it does not hold
+// what the batch builds on: then the batch waits for it
+// (errMissingParent), unless graft.
+func (s *Syncer) landAt(l, p string, builds []store.CommitID, graft bool) (string, string, error) {
 	if holds, err := s.holdsAll(l, p, builds); err != nil {
 		return "", "", err
 	} else if !holds && !graft {
@@ -353,6 +417,13 @@ func (s *Syncer) goneBefore(pb pageBatch, later []*batch) (to *[2]string, gone b
 			}
 			if c.Op == store.NameDeletePage {
 				return nil, true, nil
+			}
+			// Recorded now, not only when the rename applies: a
+			// rename of the new name from before this one, in a
+			// batch between, must find that the page there came
+			// later (the simulation's seed 97, -sim.pages).
+			if err := s.noteMoved(c); err != nil {
+				return nil, false, err
 			}
 			return &[2]string{c.DestLedger(), c.To}, false, nil
 		}
@@ -523,7 +594,7 @@ func (s *Syncer) applyNames(ctx context.Context, names []store.NameChange, graft
 	return nil
 }
 
-func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, st *Stats) error {
+func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, st *Stats) (err error) {
 	r, n := s.repo, s.namer()
 	switch c.Op {
 	case store.NameCreateLedger:
@@ -572,9 +643,27 @@ func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, 
 			// Its batches, if they come after, land where it went.
 			return s.noteMoved(c)
 		}
-		if later, err := s.cameAfter(c.Ledger, c.Page, c.Time); err != nil || later {
-			return err // a page of its own, made or moved under the name since
+		if later, err := s.cameAfter(c.Ledger, c.Page, c.Time); err != nil {
+			return err
+		} else if later {
+			// A page of its own, made or moved under the name since;
+			// batches of the page renamed follow the rename
+			// (landingPage).
+			return s.noteMoved(c)
 		}
+		// Commits here of a page begun under the name after the
+		// rename, landed in this page before the rename arrived,
+		// stay under the name after it, as on the devices that
+		// applied the rename first (the simulation's seed 58).
+		late, err := s.lateCommits(c.Ledger, c.Page, c.Time)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err == nil && len(late) > 0 {
+				err = s.keepLate(ctx, c, late, st)
+			}
+		}()
 		// A new name this device renamed away after c named, on the
 		// devices that knew of c, the page c made: that went with the
 		// rename, and so does this one (the simulation's seed 89).
@@ -800,6 +889,13 @@ func (s *Syncer) mergeInto(ctx context.Context, fromLedger, fromPage, ledger, pa
 	}); err != nil || len(fresh) == 0 {
 		return err
 	}
+	return s.copyCommits(ctx, src, dst, fresh, st)
+}
+
+// copyCommits lands commits fresh of page src, sorted parents first, in
+// page dst with their device rows and the pieces they reach, merged with
+// its head.
+func (s *Syncer) copyCommits(ctx context.Context, src, dst *store.Page, fresh []*store.Commit, st *Stats) error {
 	slices.SortFunc(fresh, func(a, b *store.Commit) int {
 		if a.Generation != b.Generation {
 			return cmp.Compare(a.Generation, b.Generation)
@@ -825,6 +921,109 @@ func (s *Syncer) mergeInto(ctx context.Context, fromLedger, fromPage, ledger, pa
 		return err
 	}
 	return s.arrive(dst, fresh, "", fetched, st)
+}
+
+// lateCommits returns the commits of page ledger/page whose whole history
+// began after time at: a page made under the name after another device
+// renamed the name's page away, landed in this one before the rename
+// arrived. A history pruned here does not tell, and counts as earlier.
+func (s *Syncer) lateCommits(ledger, page string, at time.Time) ([]*store.Commit, error) {
+	p, err := s.repo.Acquire(ledger, page)
+	if err != nil {
+		return nil, err
+	}
+	defer s.repo.Release(p)
+	var all []*store.Commit
+	if err := p.Commits(func(c *store.Commit) error {
+		all = append(all, c)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	// A parent's generation is below its children's.
+	slices.SortFunc(all, func(a, b *store.Commit) int { return cmp.Compare(a.Generation, b.Generation) })
+	early := make(map[store.CommitID]bool, len(all))
+	held := make(map[store.CommitID]bool, len(all))
+	var late []*store.Commit
+	for _, c := range all {
+		held[c.ID] = true
+		for _, id := range c.Parents {
+			switch {
+			case id == store.FirstCommitID:
+				early[c.ID] = early[c.ID] || !time.Unix(0, c.Timestamp).After(at)
+			case !held[id] || early[id]:
+				early[c.ID] = true
+			}
+		}
+		if !early[c.ID] {
+			late = append(late, c)
+		}
+	}
+	if len(late) == len(all) {
+		return nil, nil // the whole page came later: cameAfter keeps it
+	}
+	return late, nil
+}
+
+// keepLate makes page c.Page again after rename c took it away, holding
+// the commits late of a page begun under the name after the rename,
+// copied from the page the rename took them to: one landing per head of
+// theirs, as their batches land on devices that got the rename first.
+func (s *Syncer) keepLate(ctx context.Context, c store.NameChange, late []*store.Commit, st *Stats) error {
+	l, p, ok, err := s.renamedAway(c.Ledger, c.Page, c.Time)
+	if err != nil || !ok {
+		return err
+	}
+	if err := s.ensurePage(c.Ledger, c.Page); err != nil {
+		return err
+	}
+	src, err := s.repo.Acquire(l, p)
+	if err != nil {
+		return err
+	}
+	defer s.repo.Release(src)
+	dst, err := s.repo.Acquire(c.Ledger, c.Page)
+	if err != nil {
+		return err
+	}
+	defer s.repo.Release(dst)
+	byID := map[store.CommitID]*store.Commit{}
+	parent := map[store.CommitID]bool{}
+	for _, cm := range late {
+		byID[cm.ID] = cm
+		for _, id := range cm.Parents {
+			parent[id] = true
+		}
+	}
+	for _, head := range late {
+		if parent[head.ID] {
+			continue
+		}
+		// The head and its ancestors (all late: a late commit's
+		// parents are) that dst lacks.
+		var fresh []*store.Commit
+		seen := map[store.CommitID]bool{head.ID: true}
+		for stack := []*store.Commit{head}; len(stack) > 0; {
+			cm := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if ok, err := dst.HasCommit(cm.ID); err != nil {
+				return err
+			} else if ok {
+				continue
+			}
+			fresh = append(fresh, cm)
+			for _, id := range cm.Parents {
+				if pc := byID[id]; pc != nil && !seen[id] {
+					seen[id] = true
+					stack = append(stack, pc)
+				}
+			}
+		}
+		if err := s.copyCommits(ctx, src, dst, fresh, st); err != nil {
+			return fmt.Errorf("keep %s/%s begun after its rename: %w", c.Ledger, c.Page, err)
+		}
+	}
+	return nil
 }
 
 // awaitPage stops change c of a page not here that names commits it saw,
