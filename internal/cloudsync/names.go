@@ -284,7 +284,10 @@ func (s *Syncer) wentTo(ledger, page string, at time.Time, depth int) (l, p stri
 		if err != nil || ok {
 			return m.Ledger, m.Page, ok, err
 		}
-		tl, tp, ok, err := s.wentTo(m.Ledger, m.Page, at, depth+1)
+		// The page came under the new name at m.Time: a move of that
+		// name from before then was of another page (the
+		// simulation's seed 80, -sim.ledgers).
+		tl, tp, ok, err := s.wentTo(m.Ledger, m.Page, laterOf(at, m.Time), depth+1)
 		switch {
 		case err != nil || ok:
 			return tl, tp, ok, err
@@ -296,6 +299,14 @@ func (s *Syncer) wentTo(ledger, page string, at time.Time, depth int) (l, p stri
 		}
 	}
 	return l, p, false, nil
+}
+
+// laterOf returns the later of a and b.
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // landingPage is the page a batch of another device's commits of
