@@ -123,6 +123,11 @@ func sameChange(a, b store.NameChange) bool {
 // rather than bring the old one back.
 const stateMoved = "moved/"
 
+// stateArrived is the repository's sync state row (+ ledger/page) of the
+// latest time a page was renamed onto ledger/page, here or as another
+// device did (RFC 3339 with nanoseconds).
+const stateArrived = "arrived/"
+
 // moved is where a page or ledger went, and when.
 type moved struct {
 	Ledger string    `json:"ledger"`
@@ -168,7 +173,29 @@ func (s *Syncer) setMoved(ledger, page string, m moved) error {
 	if err != nil {
 		return err
 	}
-	return s.repo.SetSyncState(map[string][]byte{stateMoved + ledger + "/" + page: v})
+	rows := map[string][]byte{stateMoved + ledger + "/" + page: v}
+	if m.Page != "" {
+		// The row of the old name keeps one move: a later rename
+		// of another page away from it replaces it. When the new
+		// name got a page is kept apart, the latest (arrivedAfter).
+		key := stateArrived + m.Ledger + "/" + m.Page
+		old, ok, err := s.repo.SyncState(key)
+		if err != nil {
+			return err
+		}
+		var at time.Time
+		if ok {
+			if err := at.UnmarshalText(old); err != nil {
+				return fmt.Errorf("cloudsync: when %s/%s got a page: %w", m.Ledger, m.Page, err)
+			}
+		}
+		if !ok || m.Time.After(at) {
+			if rows[key], err = m.Time.MarshalText(); err != nil {
+				return err
+			}
+		}
+	}
+	return s.repo.SetSyncState(rows)
 }
 
 // movedFrom returns where ledger/page went, and when, if it was renamed
@@ -354,7 +381,39 @@ func (s *Syncer) landingPage(pb pageBatch, graft bool) (string, string, error) {
 	if err != nil || !ok {
 		return pb.Ledger, pb.Page, err
 	}
+	if len(builds) == 0 {
+		if arrived, err := s.ofArrived(pb.Ledger, pb.Page, at, first, l, p); err != nil || arrived {
+			return pb.Ledger, pb.Page, err
+		}
+	}
 	return s.landAt(l, p, builds, graft)
+}
+
+// ofArrived reports whether a batch of ledger/page that begins with
+// commit first, at time at, which would follow the name's rename away to
+// l/p, is of a page renamed onto the name after that rename instead (by
+// another device, whose page did not land here): the page at l/p is not
+// here or does not hold its first commit. Its device sent the page, renamed, whole (the
+// simulation's seed 65, -sim.ledgers).
+func (s *Syncer) ofArrived(ledger, page string, at time.Time, first *store.Commit, l, p string) (bool, error) {
+	ms, err := s.movesFrom(ledger, page)
+	if err != nil {
+		return false, err
+	}
+	for _, m := range ms {
+		if at.After(m.Time) {
+			continue
+		}
+		if arrived, err := s.arrivedAfter(ledger, page, m.Time); err != nil || !arrived {
+			return false, err
+		}
+		if ok, err := s.repo.HasPage(l, p); err != nil || !ok {
+			return err == nil, err
+		}
+		held, err := s.holdsAll(l, p, []store.CommitID{first.ID})
+		return !held, err
+	}
+	return false, nil
 }
 
 // supplanted reports whether page ledger/page here is not the page of a
@@ -467,6 +526,18 @@ func (s *Syncer) arrivedAfter(ledger, page string, at time.Time) (bool, error) {
 			return true, nil
 		}
 	}
+	if v, ok, err := s.repo.SyncState(stateArrived + ledger + "/" + page); err != nil {
+		return false, err
+	} else if ok {
+		var last time.Time
+		if err := last.UnmarshalText(v); err != nil {
+			return false, fmt.Errorf("cloudsync: when %s/%s got a page: %w", ledger, page, err)
+		}
+		if last.After(at) {
+			return true, nil
+		}
+	}
+	// Moves recorded before the arrived/ rows were.
 	errFound := errors.New("found")
 	err = s.repo.ScanSyncState(stateMoved, func(_ string, v []byte) error {
 		var m moved

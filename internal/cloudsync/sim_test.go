@@ -132,6 +132,8 @@ func TestSimulationRegressions(t *testing.T) {
 		{79, false, true, false, 0, "a batch of a page renamed away landed in a page begun under its name since, on the device where that page began"},
 		{97, false, true, false, 0, "a batch that followed its device's later rename to the new name found a page there renamed away by an earlier rename, and went with it"},
 		{88, false, true, true, 0, "the same as 58, with ledgers renamed too"},
+		{65, false, true, true, 0, "a page sent whole under a name another device renamed onto it followed this device's earlier rename of that name"},
+		{32, false, true, true, 0, "the same, where a later rename here had replaced the record of which page came under the name"},
 		{80, false, true, true, 0, "a batch of a page renamed twice here followed an earlier rename of its second name, made before the page came under it"},
 		{114, false, true, true, 15, "a ledger renamed on one device came back, empty, where another device's batches made before the rename created it"},
 		{161, false, true, true, 15, "a page of a ledger another device renamed kept this device's commits unpushed under the new name"},
