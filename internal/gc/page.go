@@ -58,7 +58,8 @@ type PageOptions struct {
 	// Gentle: see Options.
 	Gentle bool
 	// Reclaim gives space back even if this collection deleted nothing
-	// (an earlier one may have, and stopped before).
+	// (an earlier one may have, and stopped before), at once and for
+	// sure: with the db opened alone (store.Repository.ReclaimAlone).
 	Reclaim bool
 	// Wait: nobody's wanting the page ends the collection; they wait for
 	// it (an explicit request, .collect or ledgerfs gc).
@@ -210,6 +211,9 @@ func CollectPage(repo *store.Repository, ledger, page string, o PageOptions) (Re
 	default:
 		start := time.Now()
 		reclaim := func() error { return repo.Reclaim(ledger, page) }
+		if o.Reclaim {
+			reclaim = func() error { return repo.ReclaimAlone(ledger, page) }
+		}
 		if o.Wait {
 			// An explicit request gives the space back before it
 			// returns: users on their way out (a release after close,
