@@ -118,9 +118,12 @@ func sameChange(a, b store.NameChange) bool {
 
 // stateMoved is the repository's sync state row (+ ledger/page, or
 // ledger/ for a ledger) of a page or ledger renamed away here, by this
-// device or as another did (a moved, JSON). Another device's batches of
-// the page made before it knew land under the new name (landingPage)
-// rather than bring the old one back.
+// device or as another did: a JSON list of moved, oldest written first,
+// the last 8 (a row of one moved, as written before, is a list of one).
+// Another device's batches of the page made before it knew land under
+// the new name (landingPage) rather than bring the old one back. A name
+// renamed away by two devices keeps both: a batch of its page older than
+// the first follows the first, one between them the second.
 const stateMoved = "moved/"
 
 // stateArrived is the repository's sync state row (+ ledger/page) of the
@@ -169,15 +172,25 @@ func (s *Syncer) noteMoved(c store.NameChange) error {
 // setMoved records that page ledger/page (or, with page "", the ledger)
 // went to m.
 func (s *Syncer) setMoved(ledger, page string, m moved) error {
-	v, err := json.Marshal(m)
+	key := stateMoved + ledger + "/" + page
+	old, _, err := s.repo.SyncState(key)
 	if err != nil {
 		return err
 	}
-	rows := map[string][]byte{stateMoved + ledger + "/" + page: v}
+	ms, err := decodeMoved(old)
+	if err != nil {
+		return fmt.Errorf("cloudsync: where %s/%s went: %w", ledger, page, err)
+	}
+	ms = append(slices.DeleteFunc(ms, func(o moved) bool { return o == m }), m)
+	ms = ms[max(0, len(ms)-movesKept):]
+	v, err := json.Marshal(ms)
+	if err != nil {
+		return err
+	}
+	rows := map[string][]byte{key: v}
 	if m.Page != "" {
-		// The row of the old name keeps one move: a later rename
-		// of another page away from it replaces it. When the new
-		// name got a page is kept apart, the latest (arrivedAfter).
+		// When the new name last got a page is kept apart too
+		// (arrivedAfter): one Get, not a scan of every move.
 		key := stateArrived + m.Ledger + "/" + m.Page
 		old, ok, err := s.repo.SyncState(key)
 		if err != nil {
@@ -240,19 +253,41 @@ func (s *Syncer) movesFrom(ledger, page string) ([]moved, error) {
 		if !ok {
 			continue
 		}
-		var m moved
-		if err := json.Unmarshal(v, &m); err != nil {
+		recorded, err := decodeMoved(v)
+		if err != nil {
 			return nil, fmt.Errorf("cloudsync: where %s went: %w", k, err)
 		}
-		if m.Page == "" {
-			m.Page = page // the ledger was renamed
-		}
-		if len(out) == 0 || out[0] != m {
-			out = append(out, m)
+		// The latest recorded first: where the name's page went last.
+		for _, m := range slices.Backward(recorded) {
+			if m.Page == "" {
+				m.Page = page // the ledger was renamed
+			}
+			if !slices.Contains(out, m) {
+				out = append(out, m)
+			}
 		}
 		break
 	}
 	return out, nil
+}
+
+// movesKept is how many renames away from one name the sync state keeps.
+const movesKept = 8
+
+// decodeMoved decodes a stateMoved row: the renames away from its name,
+// oldest first (a row of one rename, as written before, is one).
+func decodeMoved(v []byte) ([]moved, error) {
+	if len(v) == 0 {
+		return nil, nil
+	}
+	var ms []moved
+	if v[0] == '[' {
+		err := json.Unmarshal(v, &ms)
+		return ms, err
+	}
+	var m moved
+	err := json.Unmarshal(v, &m)
+	return []moved{m}, err
 }
 
 // renamedAway returns the page ledger/page became here, if it is not here
@@ -290,6 +325,28 @@ func (s *Syncer) ledgerRenamedAway(ledger string, at time.Time) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// ledgerWentTo returns the ledger that ledger, not here, became by its
+// renames here at or after time at (followed through up to 8 renames): the
+// first here, else where they end.
+func (s *Syncer) ledgerWentTo(ledger string, at time.Time) (string, bool, error) {
+	to := ""
+	for range 8 {
+		if ok, err := s.repo.HasLedger(ledger); err != nil || ok {
+			return to, to != "", err
+		}
+		ms, err := s.movesFrom(ledger, "")
+		if err != nil {
+			return "", false, err
+		}
+		i := slices.IndexFunc(ms, func(m moved) bool { return m.Page == "" && !at.After(m.Time) })
+		if i < 0 {
+			break
+		}
+		ledger, at, to = ms[i].Ledger, laterOf(at, ms[i].Time), ms[i].Ledger
+	}
+	return to, to != "", nil
 }
 
 // wentTo follows the renames of ledger/page here after time at (see
@@ -540,9 +597,11 @@ func (s *Syncer) arrivedAfter(ledger, page string, at time.Time) (bool, error) {
 	// Moves recorded before the arrived/ rows were.
 	errFound := errors.New("found")
 	err = s.repo.ScanSyncState(stateMoved, func(_ string, v []byte) error {
-		var m moved
-		if json.Unmarshal(v, &m) == nil && m.Ledger == ledger && m.Page == page && m.Time.After(at) {
-			return errFound
+		ms, _ := decodeMoved(v)
+		for _, m := range ms {
+			if m.Ledger == ledger && m.Page == page && m.Time.After(at) {
+				return errFound
+			}
 		}
 		return nil
 	})
@@ -887,6 +946,14 @@ func (s *Syncer) renameLedger(ctx context.Context, c store.NameChange, st *Stats
 		}
 	}
 	later := len(before) < len(pages)
+	// A new name this device renamed away after c named, on the devices
+	// that knew of c, the ledger c made: that went with the rename, and
+	// so does this one (the simulation's seed 9, -sim.ledgers).
+	if to, ok, err := s.ledgerWentTo(c.To, c.Time); err != nil {
+		return err
+	} else if ok {
+		c.To = to
+	}
 	if taken, err := s.repo.HasLedger(c.To); err != nil {
 		return err
 	} else if taken || later {
