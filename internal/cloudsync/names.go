@@ -935,6 +935,14 @@ func (s *Syncer) crossedRename(ctx context.Context, c store.NameChange, st *Stat
 	if m.Carried && (c.Time.Before(m.Time) || c.Time.Equal(m.Time) && theirs[0]+"/"+theirs[1] < ours[0]+"/"+ours[1]) {
 		return true, s.setMoved(theirs[0], theirs[1], moved{Ledger: ours[0], Page: ours[1], Time: s.now(), Carried: true})
 	}
+	// Their name renamed away here after their rename (its page or its
+	// ledger): the page goes where that went, as on the devices that
+	// took their rename first (the simulation's seed 64, -sim.ledgers).
+	if l, p, ok, err := s.renamedAway(theirs[0], theirs[1], c.Time); err != nil {
+		return true, err
+	} else if ok {
+		theirs = [2]string{l, p}
+	}
 	if err := s.ensureLedger(theirs[0]); err != nil {
 		return true, err
 	}

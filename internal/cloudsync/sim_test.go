@@ -136,6 +136,7 @@ func TestSimulationRegressions(t *testing.T) {
 		{32, false, true, true, 0, "the same, where a later rename here had replaced the record of which page came under the name"},
 		{9, false, true, true, 0, "a ledger renamed onto a name this device renamed away since made that name again, where the other devices had it under the later name"},
 		{89, false, true, true, 0, "a page another device made, empty here until its commits landed, went with a rename of its ledger made before it"},
+		{64, false, true, true, 0, "a crossed rename that moved this device's page to the other's name made that name's ledger again, which this device had renamed since"},
 		{80, false, true, true, 0, "a batch of a page renamed twice here followed an earlier rename of its second name, made before the page came under it"},
 		{114, false, true, true, 15, "a ledger renamed on one device came back, empty, where another device's batches made before the rename created it"},
 		{161, false, true, true, 15, "a page of a ledger another device renamed kept this device's commits unpushed under the new name"},
