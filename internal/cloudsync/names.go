@@ -197,15 +197,9 @@ func (s *Syncer) setMoved(ledger, page string, m moved) error {
 		// When the new name last got a page is kept apart too
 		// (arrivedAfter): one Get, not a scan of every move.
 		key := stateArrived + m.Ledger + "/" + m.Page
-		old, ok, err := s.repo.SyncState(key)
+		at, ok, err := s.timeState(key)
 		if err != nil {
 			return err
-		}
-		var at time.Time
-		if ok {
-			if err := at.UnmarshalText(old); err != nil {
-				return fmt.Errorf("cloudsync: when %s/%s got a page: %w", m.Ledger, m.Page, err)
-			}
 		}
 		if !ok || m.Time.After(at) {
 			if rows[key], err = m.Time.MarshalText(); err != nil {
@@ -214,6 +208,20 @@ func (s *Syncer) setMoved(ledger, page string, m moved) error {
 		}
 	}
 	return s.repo.SetSyncState(rows)
+}
+
+// timeState reads a sync state row holding a time (stateArrived,
+// stateMade).
+func (s *Syncer) timeState(key string) (time.Time, bool, error) {
+	var t time.Time
+	v, ok, err := s.repo.SyncState(key)
+	if err != nil || !ok {
+		return t, false, err
+	}
+	if err := t.UnmarshalText(v); err != nil {
+		return t, false, fmt.Errorf("cloudsync: sync state %s: %w", key, err)
+	}
+	return t, true, nil
 }
 
 // movedFrom returns where ledger/page went, and when, if it was renamed
@@ -462,20 +470,28 @@ func (s *Syncer) ofArrived(ledger, page string, at time.Time, first *store.Commi
 	if err != nil {
 		return false, err
 	}
-	for _, m := range ms {
-		if at.After(m.Time) {
-			continue
-		}
-		if arrived, err := s.arrivedAfter(ledger, page, m.Time); err != nil || !arrived {
-			return false, err
-		}
-		if ok, err := s.repo.HasPage(l, p); err != nil || !ok {
-			return err == nil, err
-		}
-		held, err := s.holdsAll(l, p, []store.CommitID{first.ID})
-		return !held, err
+	m, ok := firstMoveFrom(ms, at)
+	if !ok {
+		return false, nil
 	}
-	return false, nil
+	if arrived, err := s.arrivedAfter(ledger, page, m.Time); err != nil || !arrived {
+		return false, err
+	}
+	if ok, err := s.repo.HasPage(l, p); err != nil || !ok {
+		return err == nil, err
+	}
+	held, err := s.holdsAll(l, p, []store.CommitID{first.ID})
+	return !held, err
+}
+
+// firstMoveFrom returns the first of moves ms (as movesFrom orders them)
+// made at or after time at.
+func firstMoveFrom(ms []moved, at time.Time) (moved, bool) {
+	i := slices.IndexFunc(ms, func(m moved) bool { return !at.After(m.Time) })
+	if i < 0 {
+		return moved{}, false
+	}
+	return ms[i], true
 }
 
 // supplanted reports whether page ledger/page here is not the page of a
@@ -501,16 +517,14 @@ func (s *Syncer) supplanted(ledger, page string, ms []moved, at time.Time, build
 	// A page renamed onto the name since is not taken for a later
 	// one: its own batches, sent after that rename, hold commits older
 	// than the rename away (the simulation's seed 13, -sim.ledgers).
-	for _, m := range ms {
-		if at.After(m.Time) {
-			continue
-		}
-		if arrived, err := s.arrivedAfter(ledger, page, m.Time); err != nil || arrived {
-			return false, err
-		}
-		return s.madeAfter(ledger, page, m.Time)
+	m, ok := firstMoveFrom(ms, at)
+	if !ok {
+		return false, nil
 	}
-	return false, nil
+	if arrived, err := s.arrivedAfter(ledger, page, m.Time); err != nil || arrived {
+		return false, err
+	}
+	return s.madeAfter(ledger, page, m.Time)
 }
 
 // landAt returns page l/p for a batch to land in, unless it does not hold
@@ -588,16 +602,8 @@ func (s *Syncer) arrivedAfter(ledger, page string, at time.Time) (bool, error) {
 			return true, nil
 		}
 	}
-	if v, ok, err := s.repo.SyncState(stateArrived + ledger + "/" + page); err != nil {
-		return false, err
-	} else if ok {
-		var last time.Time
-		if err := last.UnmarshalText(v); err != nil {
-			return false, fmt.Errorf("cloudsync: when %s/%s got a page: %w", ledger, page, err)
-		}
-		if last.After(at) {
-			return true, nil
-		}
+	if last, ok, err := s.timeState(stateArrived + ledger + "/" + page); err != nil || ok && last.After(at) {
+		return err == nil, err
 	}
 	// Moves recorded before the arrived/ rows were.
 	errFound := errors.New("found")
@@ -668,15 +674,8 @@ func (s *Syncer) madeAfter(ledger, page string, at time.Time) (bool, error) {
 // renamed: a create not pushed yet may be of a page deleted here since
 // (seed 42, -sim.pages, 15 steps).
 func (s *Syncer) emptyMadeAfter(ledger, page string, at time.Time) (bool, error) {
-	v, ok, err := s.repo.SyncState(stateMade + ledger + "/" + page)
-	if err != nil || !ok {
-		return false, err
-	}
-	var made time.Time
-	if err := made.UnmarshalText(v); err != nil {
-		return false, fmt.Errorf("cloudsync: when %s/%s was made: %w", ledger, page, err)
-	}
-	return made.After(at), nil
+	made, ok, err := s.timeState(stateMade + ledger + "/" + page)
+	return ok && made.After(at), err
 }
 
 // buildsOn returns a batch's first commit and the commits its commits
