@@ -13,7 +13,8 @@ import (
 // or its content or type replaced, in which case it lives on, unlinked,
 // for its descriptors, as a file a rename replaced does. Metadata alone
 // (chmod, utimes) changes the node in place, also while it is open for
-// writing, as chmod of an open file does.
+// writing, as chmod of an open file does. A node gone has its inode number
+// released; the caller drops it from the kernel's cache.
 func (f *fileNode) changedBehind(ch btree.Change, ts int64) (gone bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -23,7 +24,10 @@ func (f *fileNode) changedBehind(ch btree.Change, ts int64) (gone bool) {
 	after := ch.After
 	if ch.Before == nil || after == nil || after.Value != ch.Before.Value ||
 		after.Meta.FileMode()&syscall.S_IFMT != f.StableAttr().Mode&syscall.S_IFMT {
-		f.unlinked = true
+		// The number goes first: a lookup that sees the node replaced
+		// (newFile) then gets a new one, a new node.
+		f.pg.fs.inos.release(f.pg.id('f', ch.Key))
+		f.unlinked, f.behind = true, true
 		return true
 	}
 	f.takeMeta(after.Meta, ts)

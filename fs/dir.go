@@ -143,8 +143,16 @@ func (d *dirNode) newDir(ctx context.Context, prefix string) *gofs.Inode {
 }
 
 func (d *dirNode) newFile(ctx context.Context, key string, mode uint32) *gofs.Inode {
-	n := &fileNode{pg: d.pg}
-	return d.NewInode(ctx, n, gofs.StableAttr{Mode: mode & syscall.S_IFMT, Ino: d.pg.fs.inos.get(d.pg.id('f', key))})
+	for {
+		n := &fileNode{pg: d.pg}
+		ch := d.NewInode(ctx, n, gofs.StableAttr{Mode: mode & syscall.S_IFMT, Ino: d.pg.fs.inos.get(d.pg.id('f', key))})
+		// go-fuse hands back the node that has the number, if any: one
+		// replaced behind since the number was read had it released
+		// first (changedBehind), and the next read gives a new one.
+		if f, ok := ch.Operations().(*fileNode); !ok || f == n || !f.isBehind() {
+			return ch
+		}
+	}
 }
 
 // OnForget drops the node's inode number: the kernel no longer knows it.
@@ -287,8 +295,11 @@ func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno
 
 func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	comps, ok := d.comps()
-	if !ok || d.removed.Load() != nil {
+	switch {
+	case d.removed.Load() != nil:
 		return nil, syscall.ENOENT
+	case !ok:
+		return nil, syscall.ESTALE // dropped behind (see fileNode.entry)
 	}
 	if name == store.ReservedName && !d.below && d.pg.v.showsHistory() {
 		ch := d.NewInode(ctx, &historyRoot{roDir(d.pg)}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: d.pg.fs.inos.get(d.pg.metaID(""))})

@@ -55,7 +55,10 @@ type fileNode struct {
 	// fstat shows the attributes last shown, with no link. Its key may by
 	// then hold another file.
 	unlinked bool
-	cacheID  cas.Digest // value at the last open, for keep-cache
+	// behind: unlinked by a change the mount did not make (changedBehind),
+	// which a path walk under way may not have seen: see goneErrno.
+	behind  bool
+	cacheID cas.Digest // value at the last open, for keep-cache
 	// latest is the value this node last committed, with its size, so that
 	// descriptors opened before the commit read the new content.
 	latest     cas.ObjectIdentifier
@@ -149,9 +152,30 @@ func (f *fileNode) mode() uint32 {
 func (f *fileNode) entry() (btree.Entry, int64, error) {
 	key, ok := f.key()
 	if !ok {
-		return btree.Entry{}, 0, syscall.ENOENT
+		return btree.Entry{}, 0, syscall.ESTALE // its directory dropped behind (goneErrno)
 	}
 	return f.entryAt(key)
+}
+
+func (f *fileNode) isBehind() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.behind
+}
+
+// goneErrno is the error of an open of the unlinked file, f.mu held. One
+// a change the mount did not make replaced (a transaction's commit,
+// another device's commit landed by sync) was dropped from the kernel's
+// cache while a walk of its path could still hold it: ESTALE, not ENOENT,
+// and the kernel walks the path again (LOOKUP_REVAL) and opens the file
+// that replaced it; a reader never sees a file that was there all along as
+// missing. Deleted or renamed over here, the kernel dropped its name
+// itself: ENOENT.
+func (f *fileNode) goneErrno() syscall.Errno {
+	if f.behind {
+		return syscall.ESTALE
+	}
+	return syscall.ENOENT
 }
 
 func (f *fileNode) entryAt(key string) (btree.Entry, int64, error) {
@@ -214,7 +238,7 @@ func (f *fileNode) fillAttrAt(key string, a *fuse.Attr) syscall.Errno {
 	}
 	f.mu.Unlock()
 	if key == "" {
-		return syscall.ENOENT
+		return syscall.ESTALE // dropped behind, not deleted here
 	}
 	e, ts, err := f.entryAt(key)
 	f.mu.Lock()
@@ -302,6 +326,9 @@ func (f *fileNode) onlyEmptied() bool {
 func (f *fileNode) beginChange() syscall.Errno {
 	if f.c != nil {
 		return 0
+	}
+	if f.unlinked {
+		return f.goneErrno()
 	}
 	e, _, err := f.entry()
 	if err != nil {
@@ -531,6 +558,9 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		f.readers++
 		f.pg.reading(p, h.id)
 		return h, 0, 0
+	}
+	if f.unlinked {
+		return nil, 0, f.goneErrno()
 	}
 	// Held before the entry is read, so that no collection drops its
 	// value before the value is pinned (see pins.go).

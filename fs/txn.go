@@ -261,7 +261,6 @@ func (pg *pageRef) catchUp(p *store.Page, from, to *store.Commit, touched func(k
 				continue
 			}
 			if f.changedBehind(ch, ts) {
-				pg.fs.inos.release(pg.id('f', ch.Key))
 				dropChild(n, name, child)
 				continue
 			}
