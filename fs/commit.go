@@ -28,6 +28,10 @@ func (f *fileNode) changedBehind(ch btree.Change, ts int64) (gone bool) {
 		// (newFile) then gets a new one, a new node.
 		f.pg.fs.inos.release(f.pg.id('f', ch.Key))
 		f.unlinked, f.behind = true, true
+		if f.c == nil && ch.Before != nil && ch.Before.Meta.Link == "" && ch.Before.Meta.FileMode()&syscall.S_IFMT == syscall.S_IFREG {
+			was := *ch.Before
+			f.was = &was
+		}
 		return true
 	}
 	f.takeMeta(after.Meta, ts)

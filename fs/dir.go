@@ -293,7 +293,25 @@ func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno
 	return statfs(d.pg.fs, out)
 }
 
+// Lookup answers with the entry the page's head holds. A change the mount
+// did not make can land meanwhile, and its catch-up look for the node
+// before go-fuse makes it d's child: nothing then drops the answer, with
+// the attributes of the version before, from the kernel's cache. An
+// answer that a catch-up raced is not cached.
 func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	seen := d.pg.behind.Load()
+	ch, eno := d.lookup(ctx, name, out)
+	if eno != 0 || ch == nil {
+		return ch, eno
+	}
+	if d.pg.behind.Load() != seen {
+		out.SetEntryTimeout(0)
+		out.SetAttrTimeout(0)
+	}
+	return ch, 0
+}
+
+func (d *dirNode) lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	comps, ok := d.comps()
 	switch {
 	case d.removed.Load() != nil:

@@ -56,8 +56,10 @@ type fileNode struct {
 	// then hold another file.
 	unlinked bool
 	// behind: unlinked by a change the mount did not make (changedBehind),
-	// which a path walk under way may not have seen: see goneErrno.
+	// which a path walk under way may not have seen: see goneErrno. was:
+	// then the entry it had, which an open for reading still reads.
 	behind  bool
+	was     *btree.Entry
 	cacheID cas.Digest // value at the last open, for keep-cache
 	// latest is the value this node last committed, with its size, so that
 	// descriptors opened before the commit read the new content.
@@ -166,11 +168,13 @@ func (f *fileNode) isBehind() bool {
 // goneErrno is the error of an open of the unlinked file, f.mu held. One
 // a change the mount did not make replaced (a transaction's commit,
 // another device's commit landed by sync) was dropped from the kernel's
-// cache while a walk of its path could still hold it: ESTALE, not ENOENT,
-// and the kernel walks the path again (LOOKUP_REVAL) and opens the file
-// that replaced it; a reader never sees a file that was there all along as
-// missing. Deleted or renamed over here, the kernel dropped its name
-// itself: ENOENT.
+// cache while a walk of its path could still hold it. An open for reading
+// reads what it held (was), as on a local filesystem an open that found
+// the old file before a rename over it does; any other gets ESTALE, not
+// ENOENT, and the kernel walks the path again (LOOKUP_REVAL) and opens the
+// file that replaced it. A reader never sees a file that was there all
+// along as missing. Deleted or renamed over here, the kernel dropped its
+// name itself: ENOENT.
 func (f *fileNode) goneErrno() syscall.Errno {
 	if f.behind {
 		return syscall.ESTALE
@@ -559,7 +563,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		f.pg.reading(p, h.id)
 		return h, 0, 0
 	}
-	if f.unlinked {
+	if f.unlinked && f.was == nil {
 		return nil, 0, f.goneErrno()
 	}
 	// Held before the entry is read, so that no collection drops its
@@ -568,8 +572,13 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if err != nil {
 		return nil, 0, errno("open", err)
 	}
-	e, ts, err := f.entry()
-	if err != nil {
+	var e btree.Entry
+	var ts int64
+	if f.was != nil {
+		// Replaced behind a path walk that found it: the open reads
+		// what it held, as an open that came first would have.
+		e, ts = *f.was, f.metaTs
+	} else if e, ts, err = f.entry(); err != nil {
 		f.pg.release(p)
 		return nil, 0, errno("open", err)
 	}
@@ -577,12 +586,25 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		f.pg.release(p)
 		return nil, 0, syscall.ELOOP
 	}
+	// The kernel reads up to the size it was shown. A change behind it
+	// that landed since, not yet caught up with (catchUp drops the node
+	// next), changed the size: read with the old one, the new content
+	// would be cut short, so such an open reads around the kernel's
+	// cache, and the size shown stays (no open shows one).
+	shownSize := f.meta.Size
 	f.meta, f.metaTs = e.Meta, ts
+	direct := e.Meta.Size != shownSize
+	if direct {
+		f.meta.Size = shownSize
+	}
 	_, atimeDue := f.atimeDue(e.Meta, ts, nowNs())
 	var r *cas.Reader
 	if e.Meta.Size > 0 {
 		if r, err = p.OpenValue(e.Value); err != nil {
 			f.pg.release(p)
+			if f.was != nil {
+				return nil, 0, syscall.ESTALE // collected since: the file that replaced it, then
+			}
 			return nil, 0, errno("open", err)
 		}
 	}
@@ -591,7 +613,10 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	// cached at the last open, unless a read is due to move the access
 	// time: then the first read must reach the server.
 	var fl uint32
-	if f.cacheID == e.Value.Digest && !atimeDue {
+	switch {
+	case direct:
+		fl = fuse.FOPEN_DIRECT_IO
+	case f.cacheID == e.Value.Digest && !atimeDue:
 		fl = fuse.FOPEN_KEEP_CACHE
 	}
 	f.cacheID = e.Value.Digest

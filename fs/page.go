@@ -34,6 +34,9 @@ type pageRef struct {
 	// or after it at the new key. Taken before fileNode.mu.
 	keys  sync.RWMutex
 	moves movedNodes
+	// behind counts the catch-ups with changes the mount did not make
+	// (catchUp); a lookup that one raced answers uncached (dirNode.Lookup).
+	behind atomic.Uint64
 
 	mu   sync.Mutex
 	txns map[string]*pageRef // the live page's open transactions, by name

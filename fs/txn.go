@@ -203,6 +203,7 @@ func (pg *pageRef) endTxn(name string, commit bool) error {
 // device's changes). The caller holds no lock a FUSE operation of the page
 // could wait for.
 func (pg *pageRef) catchUp(p *store.Page, from, to *store.Commit, touched func(key string) bool, keepWriters bool) {
+	pg.behind.Add(1)
 	pg.dirsChanged()
 	root := pg.rootInode()
 	if root == nil {

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -12,7 +14,8 @@ import (
 // replaces (a transaction's commit here, another device's commit landed by
 // sync) is dropped from the kernel's cache while a reader's path walk may
 // already hold its old node; the reader's open, stat or read must then find
-// the file anew, never fail with ENOENT, as the file was there all along.
+// the old file or the new one, never fail with ENOENT or ESTALE, as a file
+// was there all along, and read a whole version.
 func TestOpenWhileReplacedBehind(t *testing.T) {
 	t.Parallel()
 	s := mountPlain(t, t.TempDir(), "--cache-timeout", "60")
@@ -21,8 +24,10 @@ func TestOpenWhileReplacedBehind(t *testing.T) {
 	must(t, os.WriteFile(f, []byte("version 0\n"), 0o644))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	version := regexp.MustCompile(`^version [0-9]+\n$`)
 	var failed error
 	var once sync.Once
+	var torn atomic.Int64
 	for range 2 {
 		wg.Go(func() {
 			for {
@@ -31,7 +36,11 @@ func TestOpenWhileReplacedBehind(t *testing.T) {
 					return
 				default:
 				}
-				if _, err := os.ReadFile(f); err != nil {
+				b, err := os.ReadFile(f)
+				if err == nil && !version.Match(b) {
+					torn.Add(1)
+				}
+				if err != nil {
 					once.Do(func() { failed = err })
 					return
 				}
@@ -51,6 +60,9 @@ func TestOpenWhileReplacedBehind(t *testing.T) {
 	wg.Wait()
 	if failed != nil {
 		t.Fatalf("a reader of a file that a transaction's commit replaced: %v", failed)
+	}
+	if n := torn.Load(); n > 0 {
+		t.Fatalf("%d reads returned no version written: cut or padded to another version's size", n)
 	}
 	if got := readFile(t, f); got != "version 200\n" {
 		t.Fatalf("the file holds %q after 200 commits", got)
