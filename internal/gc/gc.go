@@ -389,8 +389,14 @@ func (m *marker) resume(stop func() bool) {
 	}
 }
 
-// chunkHash is 8 bytes of a chunk's digest: already a uniform hash.
-func chunkHash(d cas.Digest) uint64 { return binary.LittleEndian.Uint64([]byte(d[1:9])) }
+// chunkHash is 8 bytes of a chunk's digest, already a uniform hash, with
+// its lowest bit set. z.Bloom probes h + i·l modulo its size (a power of
+// two), l the hash's low bits: an even l repeats positions, and l = 0 (1
+// digest in 2^15 at 1,024 entries) put all 20 probes on one bit, so such a
+// chunk passed for reached whenever that bit was set, on every collection
+// with the same chunks (a deleted page's 8 MiB pack kept in the store). An
+// odd l makes the probes distinct.
+func chunkHash(d cas.Digest) uint64 { return binary.LittleEndian.Uint64([]byte(d[1:9])) | 1 }
 
 // walked reports whether d is a piece the marker walks into: a tree node
 // or an index piece.
