@@ -591,12 +591,12 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	// next), changed the size: read with the old one, the new content
 	// would be cut short, so such an open reads around the kernel's
 	// cache, and the size shown stays (no open shows one).
-	shownSize := f.meta.Size
-	f.meta, f.metaTs = e.Meta, ts
-	direct := e.Meta.Size != shownSize
+	direct := e.Meta.Size != f.meta.Size
+	m := e.Meta
 	if direct {
-		f.meta.Size = shownSize
+		m.Size = f.meta.Size
 	}
+	f.meta, f.metaTs = m, ts
 	_, atimeDue := f.atimeDue(e.Meta, ts, nowNs())
 	var r *cas.Reader
 	if e.Meta.Size > 0 {
