@@ -136,6 +136,19 @@ const stateMade = "made/"
 // device did (RFC 3339 with nanoseconds).
 const stateArrived = "arrived/"
 
+// stateSame is the repository's sync state row (+ ledger/page) of a rename
+// onto ledger/page made here that another device made too, earlier
+// (crossedRename): the page here arrived there when theirs did, as far as
+// their later changes of the name go (arrivedAfter).
+const stateSame = "same/"
+
+// sameRename is a stateSame row: the time of the rename here, and of the
+// other device's same rename before it.
+type sameRename struct {
+	Ours   time.Time `json:"ours"`
+	Theirs time.Time `json:"theirs"`
+}
+
 // moved is where a page or ledger went, and when.
 type moved struct {
 	Ledger string    `json:"ledger"`
@@ -597,12 +610,16 @@ func (s *Syncer) arrivedAfter(ledger, page string, at time.Time) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	same, err := s.sameRename(ledger, page)
+	if err != nil {
+		return false, err
+	}
 	for _, c := range changes {
-		if c.Op == store.NameRenamePage && c.DestLedger() == ledger && c.To == page && c.Time.After(at) {
+		if c.Op == store.NameRenamePage && c.DestLedger() == ledger && c.To == page && same(c.Time).After(at) {
 			return true, nil
 		}
 	}
-	if last, ok, err := s.timeState(stateArrived + ledger + "/" + page); err != nil || ok && last.After(at) {
+	if last, ok, err := s.timeState(stateArrived + ledger + "/" + page); err != nil || ok && same(last).After(at) {
 		return err == nil, err
 	}
 	// Moves recorded before the arrived/ rows were.
@@ -620,6 +637,26 @@ func (s *Syncer) arrivedAfter(ledger, page string, at time.Time) (bool, error) {
 		return true, nil
 	}
 	return false, err
+}
+
+// sameRename returns, for a time a page was renamed onto ledger/page here,
+// the time it arrived there as far as other devices' changes go: that of
+// another device's same rename before it (stateSame), else itself.
+func (s *Syncer) sameRename(ledger, page string) (func(time.Time) time.Time, error) {
+	v, ok, err := s.repo.SyncState(stateSame + ledger + "/" + page)
+	if err != nil || !ok {
+		return func(t time.Time) time.Time { return t }, err
+	}
+	var r sameRename
+	if err := json.Unmarshal(v, &r); err != nil {
+		return nil, fmt.Errorf("cloudsync: sync state %s%s/%s: %w", stateSame, ledger, page, err)
+	}
+	return func(t time.Time) time.Time {
+		if t.Equal(r.Ours) {
+			return r.Theirs
+		}
+		return t
+	}, nil
 }
 
 // madeAfter reports whether page ledger/page here began after time at:
@@ -902,11 +939,15 @@ func (s *Syncer) letGo(c store.NameChange, graft bool) error {
 
 // crossedRename settles c, a rename of a page this device renamed too
 // while apart (or took another device's rename of), and reports whether it
-// was one (the page renamed here holds the commits c saw): of the two new names the later rename's wins, the greater name
-// if both came at once, so every device picks the same. If this device's
-// lost, its page moves to the winner's name (merging into a page of that
-// name here); either way the losing name is recorded as moved to the
-// winning one, so batches made under it land there.
+// was one (the page renamed here holds the commits c saw, or is the page c
+// renamed by landedRenamed): of the two new names, a rename that carried
+// commits wins over one that carried none, else the later rename's, the
+// greater name if both came at once, so every device picks the same. If
+// this device's lost, its page moves to the winner's name (merging into a
+// page of that name here); if it won, a page made here under the loser's
+// name by its batches merges into it; either way the losing name is
+// recorded as moved to the winning one, so batches made under it land
+// there.
 func (s *Syncer) crossedRename(ctx context.Context, c store.NameChange, st *Stats) (bool, error) {
 	m, ok, err := s.movedFrom(c.Ledger, c.Page)
 	if err != nil || !ok {
@@ -914,24 +955,53 @@ func (s *Syncer) crossedRename(ctx context.Context, c store.NameChange, st *Stat
 	}
 	ours, theirs := [2]string{m.Ledger, m.Page}, [2]string{c.DestLedger(), c.To}
 	if ours == theirs {
-		return true, nil // the same rename
+		// The same rename. If theirs came first, the page came to the
+		// name when it did on their devices: a change they made of
+		// the name after that is of this page (the simulation's seed
+		// 18, -sim.pages).
+		if !c.Time.Before(m.Time) {
+			return true, nil
+		}
+		v, err := json.Marshal(sameRename{Ours: m.Time, Theirs: c.Time})
+		if err != nil {
+			return true, err
+		}
+		return true, s.repo.SetSyncState(map[string][]byte{stateSame + ours[0] + "/" + ours[1]: v})
 	}
 	if has, err := s.repo.HasPage(ours[0], ours[1]); err != nil || !has {
 		return false, err // renamed on or deleted since
 	}
 	// The same page: it holds the commits the other device's page had
-	// synced when renamed (a page made under the old name since is not).
+	// synced when renamed (a page made under the old name since is not),
+	// or they landed here under its new name first (landedRenamed). A
+	// rename of a page that had synced nothing says no commits: the page
+	// here is it if it was under the old name then.
 	seen := seenCommits(c)
-	if len(seen) == 0 {
+	if len(seen) == 0 && !m.Carried {
 		return false, nil
 	}
-	if same, err := s.holdsAll(ours[0], ours[1], seen); err != nil || !same {
-		return false, err
+	same := len(seen) > 0
+	if same {
+		if same, err = s.holdsAll(ours[0], ours[1], seen); err != nil {
+			return false, err
+		}
 	}
-	// A rename here of a page that held nothing yet loses to one that
-	// carried commits: the devices that renamed it first apply it as a
-	// rename of another page, or of none, and keep their name.
-	if m.Carried && (c.Time.Before(m.Time) || c.Time.Equal(m.Time) && theirs[0]+"/"+theirs[1] < ours[0]+"/"+ours[1]) {
+	landed := false // their page's commits are here under its new name
+	if !same {
+		if same, landed, err = s.landedRenamed(c, ours, theirs, seen); err != nil || !same {
+			return false, err
+		}
+	}
+	// A rename that carried commits wins over one of a page that held
+	// nothing yet: the devices that renamed it first apply it as a
+	// rename of another page, or of none, and keep their name. Of two
+	// that carried, the later.
+	if m.Carried && (len(seen) == 0 || c.Time.Before(m.Time) || c.Time.Equal(m.Time) && theirs[0]+"/"+theirs[1] < ours[0]+"/"+ours[1]) {
+		if landed {
+			if err := s.moveOrMerge(ctx, theirs, ours, st); err != nil {
+				return true, err
+			}
+		}
 		return true, s.setMoved(theirs[0], theirs[1], moved{Ledger: ours[0], Page: ours[1], Time: s.now(), Carried: true})
 	}
 	// Their name renamed away here after their rename (its page or its
@@ -952,6 +1022,31 @@ func (s *Syncer) crossedRename(ctx context.Context, c store.NameChange, st *Stat
 		return true, err
 	}
 	return true, s.noteMoved(c)
+}
+
+// landedRenamed reports whether the page change c renamed to theirs is
+// the page this device renamed from the same name to ours, when ours does
+// not hold the commits c saw: they landed here under the new name (its
+// batches came before c, which waited for a parent commit), or c saw none.
+// Then the two are one page if ours was under the old name when c renamed
+// it, neither made nor renamed onto it after (the simulation's seed 18,
+// -sim.pages). landed: a page is here under theirs.
+func (s *Syncer) landedRenamed(c store.NameChange, ours, theirs [2]string, seen []store.CommitID) (same, landed bool, err error) {
+	if landed, err = s.repo.HasPage(theirs[0], theirs[1]); err != nil {
+		return false, false, err
+	}
+	if len(seen) > 0 {
+		if ok, err := s.holdsAll(theirs[0], theirs[1], seen); err != nil || !ok {
+			return false, false, err
+		}
+	} else if !landed {
+		return false, false, nil
+	}
+	if later, err := s.arrivedAfter(c.Ledger, c.Page, c.Time); err != nil || later {
+		return false, false, err
+	}
+	later, err := s.madeAfter(ours[0], ours[1], c.Time)
+	return !later, landed, err
 }
 
 // mergeAway merges page c.Page, renamed by another device onto a name

@@ -133,6 +133,7 @@ func TestSimulationRegressions(t *testing.T) {
 		{58, false, true, false, 0, "a page begun under a name after another device renamed that name's page away went with the rename where its batch landed before the rename arrived"},
 		{79, false, true, false, 0, "a batch of a page renamed away landed in a page begun under its name since, on the device where that page began"},
 		{97, false, true, false, 0, "a batch that followed its device's later rename to the new name found a page there renamed away by an earlier rename, and went with it"},
+		{18, false, true, false, 0, "a page renamed on two devices, one rename carrying no commits, whose batches landed under its name before the rename: two pages on one device"},
 		{88, false, true, true, 0, "the same as 58, with ledgers renamed too"},
 		{65, false, true, true, 0, "a page sent whole under a name another device renamed onto it followed this device's earlier rename of that name"},
 		{32, false, true, true, 0, "the same, where a later rename here had replaced the record of which page came under the name"},
