@@ -172,6 +172,48 @@ func TestOpen(t *testing.T) {
 	}
 }
 
+// TestRaise: raising a store's layout rewrites only its version, keeps
+// fields this code does not know, never lowers it, and the store opens at
+// the new layout with everything else as it was.
+func TestRaise(t *testing.T) {
+	ctx := context.Background()
+	be, err := remote.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := remote.Open(ctx, be, plain("3da3358b4dc173"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := be.Get(ctx, remote.ConfigName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A field of a later build.
+	body = bytes.Replace(body, []byte(`"format"`), []byte(`"later": {"x": 1}, "format"`), 1)
+	if err := be.Put(ctx, remote.ConfigName, body); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := remote.Raise(ctx, be, remote.VersionOwnPolynomials); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raised, err := remote.Open(ctx, be, plain("2f0d3f6b33a6e5"))
+	if err != nil || raised.Version != remote.VersionOwnPolynomials || raised.Polynomial != cfg.Polynomial || !raised.Created.Equal(cfg.Created) {
+		t.Fatalf("open after the raise: %+v, %v; want %+v at layout %d", raised, err, cfg, remote.VersionOwnPolynomials)
+	}
+	if body, err = be.Get(ctx, remote.ConfigName); err != nil || !bytes.Contains(body, []byte(`"later"`)) {
+		t.Fatalf("the raised configuration lost a field it does not know: %s (%v)", body, err)
+	}
+	if err := remote.Raise(ctx, be, 1); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := remote.Open(ctx, be, plain("2f0d3f6b33a6e5")); err != nil || again.Version != remote.VersionOwnPolynomials {
+		t.Fatalf("a raise to an older layout lowered it: %+v, %v", again, err)
+	}
+}
+
 // plain makes the configuration of a plain store chunked with pol.
 func plain(pol string) func() (remote.Config, error) {
 	return func() (remote.Config, error) { return remote.Config{Polynomial: pol}, nil }

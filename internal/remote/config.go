@@ -17,8 +17,16 @@ const ConfigName = "config"
 const Format = "ledgerfs"
 
 // Version is the newest layout of the store this code reads and writes:
-// 1, plain; 2, encrypted (Config.Encryption).
-const Version = 2
+// 1, plain; 2, encrypted (Config.Encryption); 3, either, whose batches may
+// name a page's own chunker polynomial (a repository that wrote before it
+// joined keeps its pages' chunking), which a device of layout 2 would not
+// follow. A store is made with 1 or 2 and raised to 3 (Raise) before the
+// first such batch.
+const Version = 3
+
+// VersionOwnPolynomials is the layout whose batches may name a page's own
+// polynomial.
+const VersionOwnPolynomials = 3
 
 // KeysDir holds an encrypted store's key objects, which a device that makes
 // the store writes before its configuration.
@@ -102,11 +110,44 @@ func Open(ctx context.Context, be Backend, create func() (Config, error)) (Confi
 
 var errStop = errors.New("stop")
 
+// Raise makes the layout of the store in be at least version, rewriting
+// its configuration with nothing else changed: devices that read an older
+// layout refuse it from then on. Every device that raises a store writes
+// the same bytes, so two at once agree.
+func Raise(ctx context.Context, be Backend, version int) error {
+	body, err := be.Get(ctx, ConfigName)
+	if err != nil {
+		return err
+	}
+	cfg, err := parseConfig(be, body)
+	if err != nil || cfg.Version >= version {
+		return err
+	}
+	// Rewritten from the object's own fields, so that a field this code
+	// does not know stays.
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return err
+	}
+	if fields["version"], err = json.Marshal(version); err != nil {
+		return err
+	}
+	out, err := json.MarshalIndent(fields, "", "  ")
+	if err != nil {
+		return err
+	}
+	return be.Put(ctx, ConfigName, append(out, '\n'))
+}
+
 func readConfig(ctx context.Context, be Backend) (Config, error) {
 	body, err := be.Get(ctx, ConfigName)
 	if err != nil {
 		return Config{}, err
 	}
+	return parseConfig(be, body)
+}
+
+func parseConfig(be Backend, body []byte) (Config, error) {
 	var cfg Config
 	if err := json.Unmarshal(body, &cfg); err != nil || cfg.Format != Format {
 		return Config{}, fmt.Errorf("remote: %s holds something else: its %s object is not ledgerfs's", be.Location(), ConfigName)
@@ -117,7 +158,9 @@ func readConfig(ctx context.Context, be Backend) (Config, error) {
 	switch {
 	case cfg.Version < 1,
 		cfg.Version == 1 && (cfg.Polynomial == "" || cfg.Encrypted()),
-		cfg.Version == 2 && (cfg.Encryption != Encryption || len(cfg.Sealed) == 0):
+		cfg.Version == 2 && !cfg.Encrypted(),
+		cfg.Encrypted() && (cfg.Encryption != Encryption || len(cfg.Sealed) == 0),
+		!cfg.Encrypted() && cfg.Polynomial == "":
 		return Config{}, fmt.Errorf("remote: %s: its %s object is damaged (version %d, polynomial %q, encryption %q)", be.Location(), ConfigName, cfg.Version, cfg.Polynomial, cfg.Encryption)
 	}
 	return cfg, nil
