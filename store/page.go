@@ -32,7 +32,7 @@ type Page struct {
 	ID     PageID
 
 	db     *badger.DB
-	pol    chunker.Pol
+	pol    atomic.Uint64 // the chunker.Pol of its values (Polynomial)
 	nodes  *btree.Store
 	closed atomic.Bool
 	// broken is the error of a panic Badger raised in the page's db: the
@@ -92,8 +92,9 @@ const VersionsFileName = "ledgerfs-versions.idx"
 // VersionsPath is the path of the page's version index (VersionsFileName).
 func (p *Page) VersionsPath() string { return filepath.Join(p.Dir(), VersionsFileName) }
 
-// Polynomial is the repository's chunker polynomial.
-func (p *Page) Polynomial() chunker.Pol { return p.pol }
+// Polynomial is the chunker polynomial the page's values and tree nodes are
+// cut with: the repository's, or the page's own (see AdoptPolynomial).
+func (p *Page) Polynomial() chunker.Pol { return chunker.Pol(p.pol.Load()) }
 
 // Nodes returns the page's tree node store.
 func (p *Page) Nodes() *btree.Store { return p.nodes }

@@ -128,7 +128,7 @@ type Repository struct {
 	dir     string
 	opts    Options
 	db      *badger.DB
-	pol     chunker.Pol
+	pol     atomic.Uint64 // the chunker.Pol new pages are chunked with
 	// compress stores new pieces zstd-compressed (keyCompression).
 	compress atomic.Bool
 	// nodes caches decoded tree nodes for every page, indexes the index
@@ -228,10 +228,12 @@ func Open(dir string, opts Options) (*Repository, error) {
 		}
 		r.space = badgerdb.NewSpace(dir, opts.Reserve)
 	}
-	if r.pol, err = r.polynomial(); err != nil {
+	pol, err := r.polynomial()
+	if err != nil {
 		db.Close()
 		return nil, err
 	}
+	r.pol.Store(uint64(pol))
 	if err = r.checkFormat(); err != nil {
 		db.Close()
 		return nil, err
@@ -284,18 +286,7 @@ func lockError(err error) error {
 // storing one the first time: chunk boundaries, and so deduplication,
 // depend on it.
 func (r *Repository) polynomial() (chunker.Pol, error) {
-	var pol chunker.Pol
-	err := r.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get([]byte(keyPolynomial))
-		if err != nil {
-			return err
-		}
-		return it.Value(func(v []byte) error {
-			u, err := DecodeUint64(v)
-			pol = chunker.Pol(u)
-			return err
-		})
-	})
+	pol, err := r.storedPolynomial([]byte(keyPolynomial))
 	if err == nil {
 		if !pol.Irreducible() {
 			return 0, fmt.Errorf("repository %s: stored chunker polynomial %v is not irreducible", r.dir, pol)
@@ -369,7 +360,7 @@ func (r *Repository) checkFormat() error {
 }
 
 // Polynomial is the repository's chunker polynomial.
-func (r *Repository) Polynomial() chunker.Pol { return r.pol }
+func (r *Repository) Polynomial() chunker.Pol { return chunker.Pol(r.pol.Load()) }
 
 // Created reports whether Open made a new repository: its directory was
 // missing or empty.
@@ -1176,8 +1167,14 @@ func (r *Repository) newPage(ledger, page string, id PageID, readOnly bool) (*Pa
 	if err != nil {
 		return nil, err
 	}
-	p := &Page{Ledger: ledger, Name: page, ID: id, db: db, pol: r.pol, repo: r}
-	p.nodes = btree.NewStore(p, r.pol, r.nodes)
+	pol, err := r.pagePolynomial(ledger, id)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	p := &Page{Ledger: ledger, Name: page, ID: id, db: db, repo: r}
+	p.pol.Store(uint64(pol))
+	p.nodes = btree.NewStore(p, pol, r.nodes)
 	if err := p.dur.open(p); err != nil {
 		db.Close()
 		return nil, err

@@ -185,7 +185,7 @@ func movePageRows(txn *badger.Txn, ledger, page, toLedger, toPage string) error 
 	if err := moveLocalRows(txn, ledger, page, toLedger, toPage); err != nil {
 		return err
 	}
-	from := [][]byte{retentionKey(ledger, page), collectedKey(ledger, PageIDFor(page)), compressedKey(ledger, PageIDFor(page)), evictedKey(ledger, PageIDFor(page)), scrubbedKey(ledger, PageIDFor(page))}
+	from := [][]byte{retentionKey(ledger, page), collectedKey(ledger, PageIDFor(page)), compressedKey(ledger, PageIDFor(page)), evictedKey(ledger, PageIDFor(page)), scrubbedKey(ledger, PageIDFor(page)), polynomialKey(ledger, PageIDFor(page))}
 	if toPage == "" {
 		for _, k := range from {
 			if err := txn.Delete(k); err != nil {
@@ -194,7 +194,7 @@ func movePageRows(txn *badger.Txn, ledger, page, toLedger, toPage string) error 
 		}
 		return nil
 	}
-	to := [][]byte{retentionKey(toLedger, toPage), collectedKey(toLedger, PageIDFor(toPage)), compressedKey(toLedger, PageIDFor(toPage)), evictedKey(toLedger, PageIDFor(toPage)), scrubbedKey(toLedger, PageIDFor(toPage))}
+	to := [][]byte{retentionKey(toLedger, toPage), collectedKey(toLedger, PageIDFor(toPage)), compressedKey(toLedger, PageIDFor(toPage)), evictedKey(toLedger, PageIDFor(toPage)), scrubbedKey(toLedger, PageIDFor(toPage)), polynomialKey(toLedger, PageIDFor(toPage))}
 	for i := range from {
 		if err := moveRow(txn, from[i], to[i]); err != nil {
 			return err

@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/restic/chunker"
 
 	"github.com/ledgerfs/ledgerfs/cas"
 )
@@ -277,29 +276,6 @@ func (p *Page) HasCommit(id CommitID) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
-}
-
-// AdoptPolynomial makes pol the repository's chunker polynomial, as a
-// device joining a remote must chunk as the remote's devices do. Only a
-// repository with no ledger yet, which has chunked nothing, may change it.
-func (r *Repository) AdoptPolynomial(pol chunker.Pol) error {
-	if !pol.Irreducible() {
-		return fmt.Errorf("store: chunker polynomial %v is not irreducible", pol)
-	}
-	ledgers, err := r.Ledgers()
-	if err != nil {
-		return err
-	}
-	if len(ledgers) > 0 {
-		return fmt.Errorf("store: the repository has ledgers already, chunked with polynomial %v: %w", r.pol, ErrExists)
-	}
-	if err := r.db.Update(func(txn *badger.Txn) error {
-		return txn.Set([]byte(keyPolynomial), EncodeUint64(uint64(pol)))
-	}); err != nil {
-		return fmt.Errorf("store: set chunker polynomial: %w", err)
-	}
-	r.pol = pol
-	return nil
 }
 
 // The repository's remote settings (ledgerfs config): the remote store's

@@ -21,7 +21,7 @@ type ValueWriter struct {
 func (p *Page) NewValueWriter() *ValueWriter {
 	pw := p.NewPieceWriter()
 	pw.bulk = true
-	return &ValueWriter{pw: pw, w: p.repo.cutters.NewWriter(pw, p.pol, cas.KindBlob)}
+	return &ValueWriter{pw: pw, w: p.repo.cutters.NewWriter(pw, p.Polynomial(), cas.KindBlob)}
 }
 
 // EditValue stores the value base becomes when its content is content,
@@ -35,7 +35,7 @@ func (p *Page) EditValue(base cas.ObjectIdentifier, content io.ReaderAt, size ui
 	}
 	pw := p.NewPieceWriter()
 	pw.bulk = true
-	id, st, err := cas.Edit(p, p.repo.indexes, pw, p.pol, base, content, size, changed)
+	id, st, err := cas.Edit(p, p.repo.indexes, pw, p.Polynomial(), base, content, size, changed)
 	c := &p.repo.counters
 	c.editChunked.Add(st.Chunked)
 	c.editProbed.Add(st.Probed)

@@ -91,14 +91,20 @@ func (nc *NodeCache) Close() { nc.c.Close() }
 // Store reads and writes the nodes of one page's trees.
 type Store struct {
 	pieces Pieces
-	pol    chunker.Pol
+	pol    atomic.Uint64 // the chunker.Pol a node too large to be one piece is cut with
 	cache  *NodeCache
 }
 
 // NewStore returns a node store over a page's pieces. cache may be nil.
 func NewStore(p Pieces, pol chunker.Pol, cache *NodeCache) *Store {
-	return &Store{pieces: p, pol: pol, cache: cache}
+	s := &Store{pieces: p, cache: cache}
+	s.pol.Store(uint64(pol))
+	return s
 }
+
+// SetPolynomial makes pol the polynomial the store cuts large nodes with,
+// for a page whose polynomial is set before its first commit lands.
+func (s *Store) SetPolynomial(pol chunker.Pol) { s.pol.Store(uint64(pol)) }
 
 // EmptyRoot is the id of the empty tree: a level-0 node with no entries,
 // small enough to be inline.

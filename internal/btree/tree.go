@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/restic/chunker"
+
 	"github.com/ledgerfs/ledgerfs/cas"
 )
 
@@ -326,7 +328,7 @@ func (t *Tree) write(r ref, sink cas.Sink, written *int) (ref, error) {
 		// Keep only the id: a cached node must not pin its subtree.
 		n.children[i] = ref{id: w.id}
 	}
-	id, err := cas.WriteObject(sink, t.s.pol, cas.KindTreeNode, encodeNode(n))
+	id, err := cas.WriteObject(sink, chunker.Pol(t.s.pol.Load()), cas.KindTreeNode, encodeNode(n))
 	if err != nil {
 		return ref{}, fmt.Errorf("btree: write node: %w", err)
 	}

@@ -36,6 +36,11 @@ type Syncer struct {
 	be     remote.Backend
 	key    *repokey.Key // seals what goes to an encrypted store; nil: plain
 	device string
+	// pol is the store's chunker polynomial: a batch of a page chunked
+	// with another names it (pageBatch.Polynomial).
+	pol chunker.Pol
+	// raised: the store's layout takes such batches (remote.Raise).
+	raised bool
 	// lazy leaves values to be fetched when read (Fetch): a pull fetches
 	// commits and tree nodes only.
 	lazy         bool
@@ -139,29 +144,29 @@ type Stats struct {
 // New connects repo to the store in be, and makes the syncer fetch the
 // pieces repo's pages lack (see Fetch): it writes the store's
 // configuration if the store is empty (encrypted, unless opt says plain),
-// unlocks an encrypted store's key, refuses a store whose chunker
-// polynomial differs from the repository's (the same content would make
-// different pieces), and registers the repository's device.
+// unlocks an encrypted store's key, makes the store's chunker polynomial
+// the repository's for new pages (the pages made before keep theirs, so
+// the same content makes the same pieces on every device that writes a
+// page), and registers the repository's device.
 func New(ctx context.Context, repo *store.Repository, be remote.Backend, opt Options) (*Syncer, error) {
 	remotePol, key, err := openStore(ctx, repo, be, opt, true)
 	if err != nil {
 		return nil, err
 	}
-	pol := repo.Polynomial().String()
-	if remotePol != pol {
-		// A repository that has chunked nothing takes the remote's.
-		if u, perr := strconv.ParseUint(remotePol, 0, 64); perr == nil {
-			if err := repo.AdoptPolynomial(chunker.Pol(u)); err == nil {
-				pol = remotePol
-			}
-		}
+	storePol, err := strconv.ParseUint(remotePol, 0, 64)
+	if err != nil || !chunker.Pol(storePol).Irreducible() {
+		return nil, fmt.Errorf("cloudsync: %s chunks with polynomial %q, which is not one", be.Location(), remotePol)
 	}
-	if remotePol != pol {
-		what := "polynomial " + remotePol
-		if key != nil {
-			what = "another polynomial (a secret of the store)"
+	if repo.Polynomial() != chunker.Pol(storePol) {
+		// New pages chunk as the store's devices do; pages made here
+		// before keep their own chunking, and their batches say so.
+		kept, err := repo.AdoptPolynomial(chunker.Pol(storePol))
+		if err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("cloudsync: %s chunks with %s and this repository with %s: devices that share a remote must chunk alike (a new, empty repository takes the remote's)", be.Location(), what, pol)
+		if kept > 0 {
+			slog.Info("joined a store that chunks with another polynomial: the pages made here before keep their own", "remote", be.Location(), "pages", kept)
+		}
 	}
 	device, err := repo.DeviceID()
 	if err != nil {
@@ -176,7 +181,7 @@ func New(ctx context.Context, repo *store.Repository, be remote.Backend, opt Opt
 	if err != nil {
 		return nil, err
 	}
-	s := &Syncer{repo: repo, be: be, key: key, device: device, packSize: DefaultPackSize, now: time.Now,
+	s := &Syncer{repo: repo, be: be, key: key, device: device, pol: chunker.Pol(storePol), packSize: DefaultPackSize, now: time.Now,
 		lazy: !opt.FetchAll, fetchTimeout: cmp.Or(opt.FetchTimeout, DefaultFetchTimeout), packs: packs, cache: opt.Cache}
 	body, err := json.Marshal(struct {
 		Created time.Time `json:"created"`
@@ -315,14 +320,17 @@ func note(repo *store.Repository, key string, err error) {
 }
 
 // pages lists every page of the repository as ledger/page pairs.
-func (s *Syncer) pages() ([][2]string, error) {
-	ledgers, err := s.repo.Ledgers()
+func (s *Syncer) pages() ([][2]string, error) { return repoPages(s.repo) }
+
+// repoPages lists the pages of repo, ledger by ledger.
+func repoPages(repo *store.Repository) ([][2]string, error) {
+	ledgers, err := repo.Ledgers()
 	if err != nil {
 		return nil, err
 	}
 	var out [][2]string
 	for _, l := range ledgers {
-		ps, err := s.repo.Pages(l)
+		ps, err := repo.Pages(l)
 		if err != nil {
 			return nil, err
 		}

@@ -30,7 +30,8 @@ func openDevice(t testing.TB, name string, be remote.Backend, opt Options, pol u
 	t.Cleanup(func() { repo.Close() })
 	d := &device{t: t, name: name, repo: repo, eng: eng}
 	if pol != 0 {
-		must(t, repo.AdoptPolynomial(chunker.Pol(pol)))
+		_, err := repo.AdoptPolynomial(chunker.Pol(pol))
+		must(t, err)
 	}
 	d.s, err = New(context.Background(), repo, be, opt)
 	if err == nil {

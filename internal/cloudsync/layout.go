@@ -117,6 +117,12 @@ type pageBatch struct {
 	// batch (retention.Policy's text): the devices that collect the
 	// store keep what any device's policy keeps.
 	Keep string `json:"keep,omitempty"`
+	// Polynomial, if set, is the chunker polynomial (hex) of a page
+	// chunked with its own, not the store's: one made before its
+	// repository joined (store.Repository.AdoptPolynomial). A device
+	// where the page holds no commit yet takes it, so that every device
+	// chunks the page alike. Only in a store of layout 3 or later.
+	Polynomial string `json:"polynomial,omitempty"`
 }
 
 // A pieceRef says where a piece is: Len bytes at Off of a pack.

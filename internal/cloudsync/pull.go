@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/restic/chunker"
+
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
@@ -415,6 +417,9 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq u
 	if err := s.ensurePage(pb.Ledger, pb.Page); err != nil {
 		return err
 	}
+	if err := s.chunkAs(pb); err != nil {
+		return err
+	}
 	p, err := s.repo.Acquire(pb.Ledger, pb.Page)
 	if err != nil {
 		return err
@@ -558,6 +563,43 @@ func (s *Syncer) ensurePage(ledger, page string) error {
 		return err
 	}
 	return nil
+}
+
+// chunkAs makes the page of pb chunk as the other devices do. A page is
+// chunked with its own polynomial, which its batches name, while only the
+// device that made it before joining the store has written it; once a
+// device writes it with the store's (a batch naming none), it is the
+// store's on every device. So a page that holds no commit yet takes what
+// pb names, and any page takes the store's from a batch naming none: every
+// device ends on the same, whatever order the batches come in. A page in
+// use here holds the batch back (store.ErrBusy). Values written before
+// keep their pieces (see store.Repository.SetPagePolynomial).
+func (s *Syncer) chunkAs(pb pageBatch) error {
+	want := s.pol
+	if pb.Polynomial != "" {
+		u, err := strconv.ParseUint(pb.Polynomial, 0, 64)
+		if err != nil {
+			return fmt.Errorf("chunker polynomial %q: %w", pb.Polynomial, err)
+		}
+		want = chunker.Pol(u)
+	}
+	p, err := s.repo.Acquire(pb.Ledger, pb.Page)
+	if err != nil {
+		return err
+	}
+	pol := p.Polynomial()
+	head, err := p.Head()
+	s.repo.Release(p)
+	if err != nil {
+		return err
+	}
+	// Of two own polynomials (two devices made the page before joining)
+	// the greater wins, so that those devices agree too.
+	better := want == s.pol || pol != s.pol && want > pol
+	if pol == want || head.ID != store.FirstCommitID && !better {
+		return nil
+	}
+	return s.repo.SetPagePolynomial(pb.Ledger, pb.Page, want)
 }
 
 // ensureLedger creates ledger if this device does not have it.

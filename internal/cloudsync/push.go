@@ -99,6 +99,21 @@ func (s *Syncer) passed(seq uint64, state map[string][]byte) error {
 	return s.repo.SetSyncState(state)
 }
 
+// raise makes the store's layout one whose batches may name a page's own
+// polynomial, before the first such batch goes up: a device that reads an
+// older layout would chunk the page with the store's, and its merges of
+// the page would never agree with the others'.
+func (s *Syncer) raise(ctx context.Context) error {
+	if s.raised {
+		return nil
+	}
+	if err := remote.Raise(ctx, s.be, remote.VersionOwnPolynomials); err != nil {
+		return fmt.Errorf("cloudsync: raise the layout of %s: %w", s.be.Location(), err)
+	}
+	s.raised = true
+	return nil
+}
+
 func (s *Syncer) nextSeq() (uint64, error) {
 	v, ok, err := s.repo.SyncState(stateNextSeq)
 	if err != nil || !ok {
@@ -183,6 +198,12 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 			return err
 		}
 		pb := pageBatch{Ledger: ledger, Page: page, Pieces: refs, Keep: keep.String()}
+		if pol := p.Polynomial(); pol != s.pol {
+			if err := s.raise(ctx); err != nil {
+				return err
+			}
+			pb.Polynomial = pol.String()
+		}
 		for _, c := range commits {
 			pb.Commits = append(pb.Commits, c.Bytes)
 		}
