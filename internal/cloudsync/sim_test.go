@@ -47,7 +47,10 @@ var (
 	simPages = flag.Bool("sim.pages", false, "the simulation renames, moves and deletes pages too")
 	// Its own flag, so that -sim.pages seeds keep their runs.
 	simLedgerRenames = flag.Bool("sim.ledgers", false, "with -sim.pages, the simulation renames ledgers too")
-	simLog           = flag.Bool("sim.log", false, "print each run's steps, failed or not")
+	// Its own flag too, drawn from its own stream: seeds without it keep
+	// their runs.
+	simLate = flag.Bool("sim.late", false, "a device of half the runs writes with a repository of its own before it first reaches the store, and joins it then")
+	simLog  = flag.Bool("sim.log", false, "print each run's steps, failed or not")
 	// Conflict files are exact where pages keep their names: one per
 	// losing concurrent version, of a version no later write of its
 	// writer superseded, named after its writer (bugs D and E); a seed
@@ -85,7 +88,7 @@ func TestSimulation(t *testing.T) {
 					failed.Add(1)
 				}
 			})
-			if runSim(t, seed, *simSteps, false, *simPages, *simPages && *simLedgerRenames) {
+			if runSim(t, seed, *simSteps, false, *simPages, *simPages && *simLedgerRenames, *simLate) {
 				loose.Add(1)
 			}
 		})
@@ -112,39 +115,40 @@ func TestSimulationRegressions(t *testing.T) {
 		pages, ledgers bool
 		steps          int // 0: 60
 		found          string
+		late           bool // found with -sim.late
 	}{
-		{399, true, false, false, 0, "a deleted file came back: a merge of heads with several common ancestors took one as its base"},
-		{986, true, false, false, 0, "the same, in a transaction's file"},
-		{923, true, false, false, 0, "a conflict file named after the wrong device, through the same wrong base"},
-		{785, true, false, false, 0, "a conflict file of its file's own content: two devices wrote it, one's lost to a third's first"},
-		{89, false, false, false, 0, "another device's version lost: it landed while a file was open, whose close replaced it (bug B)"},
-		{285, false, true, false, 15, "a page renamed onto a name a device had a page under kept the old page there beside it, with changes the renaming device never saw"},
-		{251, false, true, false, 15, "a rename that arrived before its page left the page, when it came, under its old name"},
-		{138, false, true, false, 15, "the same with a delete: the page came back on the device the delete reached first"},
-		{230, false, true, false, 15, "a batch of a page renamed here that builds on another device's batch not landed yet made the old name again"},
-		{81, false, true, false, 0, "a delete naming commits no batch brings stopped that device's batches for good"},
-		{39, false, true, false, 0, "a page renamed on two devices while apart, to two names, ended as two pages on one device"},
-		{118, false, true, false, 15, "a page made under a name after another device renamed its page of that name away took in that page's batches, then went with the rename"},
-		{24, false, true, false, 0, "a batch of a page renamed and then deleted here made the old name again, where the devices that kept the page had it under the new"},
-		{57, false, true, false, 0, "the same, with more devices"},
-		{89, false, true, false, 0, "a page renamed onto a name another device had renamed away since stayed under it there, apart from the page it joined elsewhere"},
-		{64, false, true, false, 0, "a batch of a page renamed and deleted here, renamed by another device too, made its old name again"},
-		{32, false, true, false, 0, "a page renamed onto a name after another device renamed its page of that name away was taken for that page, and renamed with it"},
-		{58, false, true, false, 0, "a page begun under a name after another device renamed that name's page away went with the rename where its batch landed before the rename arrived"},
-		{79, false, true, false, 0, "a batch of a page renamed away landed in a page begun under its name since, on the device where that page began"},
-		{97, false, true, false, 0, "a batch that followed its device's later rename to the new name found a page there renamed away by an earlier rename, and went with it"},
-		{18, false, true, false, 0, "a page renamed on two devices, one rename carrying no commits, whose batches landed under its name before the rename: two pages on one device"},
-		{88, false, true, true, 0, "the same as 58, with ledgers renamed too"},
-		{65, false, true, true, 0, "a page sent whole under a name another device renamed onto it followed this device's earlier rename of that name"},
-		{32, false, true, true, 0, "the same, where a later rename here had replaced the record of which page came under the name"},
-		{9, false, true, true, 0, "a ledger renamed onto a name this device renamed away since made that name again, where the other devices had it under the later name"},
-		{89, false, true, true, 0, "a page another device made, empty here until its commits landed, went with a rename of its ledger made before it"},
-		{64, false, true, true, 0, "a crossed rename that moved this device's page to the other's name made that name's ledger again, which this device had renamed since"},
-		{80, false, true, true, 0, "a batch of a page renamed twice here followed an earlier rename of its second name, made before the page came under it"},
-		{114, false, true, true, 15, "a ledger renamed on one device came back, empty, where another device's batches made before the rename created it"},
-		{161, false, true, true, 15, "a page of a ledger another device renamed kept this device's commits unpushed under the new name"},
-		{257, false, true, true, 15, "a page made in a ledger after another device renamed the ledger went with the rename on one device and stayed on the other"},
-		{251, false, true, true, 15, "a ledger renamed before its pages arrived here had them made under its old name"},
+		{399, true, false, false, 0, "a deleted file came back: a merge of heads with several common ancestors took one as its base", false},
+		{986, true, false, false, 0, "the same, in a transaction's file", false},
+		{923, true, false, false, 0, "a conflict file named after the wrong device, through the same wrong base", false},
+		{785, true, false, false, 0, "a conflict file of its file's own content: two devices wrote it, one's lost to a third's first", false},
+		{89, false, false, false, 0, "another device's version lost: it landed while a file was open, whose close replaced it (bug B)", false},
+		{285, false, true, false, 15, "a page renamed onto a name a device had a page under kept the old page there beside it, with changes the renaming device never saw", false},
+		{251, false, true, false, 15, "a rename that arrived before its page left the page, when it came, under its old name", false},
+		{138, false, true, false, 15, "the same with a delete: the page came back on the device the delete reached first", false},
+		{230, false, true, false, 15, "a batch of a page renamed here that builds on another device's batch not landed yet made the old name again", false},
+		{81, false, true, false, 0, "a delete naming commits no batch brings stopped that device's batches for good", false},
+		{39, false, true, false, 0, "a page renamed on two devices while apart, to two names, ended as two pages on one device", false},
+		{118, false, true, false, 15, "a page made under a name after another device renamed its page of that name away took in that page's batches, then went with the rename", false},
+		{24, false, true, false, 0, "a batch of a page renamed and then deleted here made the old name again, where the devices that kept the page had it under the new", false},
+		{57, false, true, false, 0, "the same, with more devices", false},
+		{89, false, true, false, 0, "a page renamed onto a name another device had renamed away since stayed under it there, apart from the page it joined elsewhere", false},
+		{64, false, true, false, 0, "a batch of a page renamed and deleted here, renamed by another device too, made its old name again", false},
+		{32, false, true, false, 0, "a page renamed onto a name after another device renamed its page of that name away was taken for that page, and renamed with it", false},
+		{58, false, true, false, 0, "a page begun under a name after another device renamed that name's page away went with the rename where its batch landed before the rename arrived", false},
+		{79, false, true, false, 0, "a batch of a page renamed away landed in a page begun under its name since, on the device where that page began", false},
+		{97, false, true, false, 0, "a batch that followed its device's later rename to the new name found a page there renamed away by an earlier rename, and went with it", false},
+		{18, false, true, false, 0, "a page renamed on two devices, one rename carrying no commits, whose batches landed under its name before the rename: two pages on one device", false},
+		{88, false, true, true, 0, "the same as 58, with ledgers renamed too", false},
+		{65, false, true, true, 0, "a page sent whole under a name another device renamed onto it followed this device's earlier rename of that name", false},
+		{32, false, true, true, 0, "the same, where a later rename here had replaced the record of which page came under the name", false},
+		{9, false, true, true, 0, "a ledger renamed onto a name this device renamed away since made that name again, where the other devices had it under the later name", false},
+		{89, false, true, true, 0, "a page another device made, empty here until its commits landed, went with a rename of its ledger made before it", false},
+		{64, false, true, true, 0, "a crossed rename that moved this device's page to the other's name made that name's ledger again, which this device had renamed since", false},
+		{80, false, true, true, 0, "a batch of a page renamed twice here followed an earlier rename of its second name, made before the page came under it", false},
+		{114, false, true, true, 15, "a ledger renamed on one device came back, empty, where another device's batches made before the rename created it", false},
+		{161, false, true, true, 15, "a page of a ledger another device renamed kept this device's commits unpushed under the new name", false},
+		{257, false, true, true, 15, "a page made in a ledger after another device renamed the ledger went with the rename on one device and stayed on the other", false},
+		{251, false, true, true, 15, "a ledger renamed before its pages arrived here had them made under its old name", false},
 	} {
 		t.Run(fmt.Sprint("seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
@@ -153,7 +157,7 @@ func TestSimulationRegressions(t *testing.T) {
 			if steps == 0 {
 				steps = 60
 			}
-			runSim(t, c.seed, steps, c.closed, c.pages, c.ledgers)
+			runSim(t, c.seed, steps, c.closed, c.pages, c.ledgers, c.late)
 		})
 	}
 }
@@ -326,6 +330,10 @@ type simDevice struct {
 	*device
 	dir    string
 	online bool
+	// late: the device's repository has not reached the store yet (its
+	// syncer nil); it chunks with a polynomial of its own, and joins the
+	// store at its first sync round (-sim.late).
+	late bool
 }
 
 // A simVersion is one content a device wrote. Every content is unique, so
@@ -384,7 +392,7 @@ type openWrite struct {
 // Writes stay open across steps unless closedWrites is set: the seeds
 // found before they could replay as they were found. Pages are renamed,
 // moved and deleted too if pages is set.
-func runSim(t *testing.T, seed uint64, steps int, closedWrites, pages, ledgers bool) bool {
+func runSim(t *testing.T, seed uint64, steps int, closedWrites, pages, ledgers, late bool) bool {
 	s := &sim{t: t, seed: seed, pages: pages, ledgers: ledgers, rng: rand.New(rand.NewPCG(seed, 0x5eed)), versions: map[string]*simVersion{}, common: map[string]bool{},
 		clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()}
 	if !closedWrites {
@@ -392,15 +400,25 @@ func runSim(t *testing.T, seed uint64, steps int, closedWrites, pages, ledgers b
 	}
 	s.st = newSimStore(seed)
 	ndev := 2 + s.rng.IntN(4)
+	lateDev := -1 // no device
+	if late {
+		// Its own stream: the main one draws as without -sim.late.
+		lr := rand.New(rand.NewPCG(seed, 0x1a7e1))
+		if lr.IntN(2) == 0 {
+			lateDev = 1 + lr.IntN(ndev-1) // not a, which makes the store
+		}
+	}
 	for i := range ndev {
-		d := &simDevice{dir: t.TempDir(), online: true}
+		d := &simDevice{dir: t.TempDir(), online: true, late: i == lateDev}
 		d.device = &device{t: t, name: string(rune('a' + i))}
 		s.open(d)
 		s.devs = append(s.devs, d)
 	}
 	defer func() {
 		for _, d := range s.devs {
-			d.s.Close()
+			if d.s != nil {
+				d.s.Close()
+			}
 			if err := d.repo.Close(); err != nil {
 				t.Errorf("%s: close: %v", d.name, err)
 			}
@@ -448,6 +466,18 @@ func (s *sim) open(d *simDevice) {
 	id := sha256.Sum256(fmt.Appendf(nil, "%d %s", s.seed, d.name))
 	must(s.t, repo.SetDeviceID(hex.EncodeToString(id[:16])))
 	d.repo, d.eng = repo, eng
+	if d.late {
+		d.s = nil
+		return
+	}
+	s.join(d)
+}
+
+// join makes a device's syncer, which connects its repository to the
+// store.
+func (s *sim) join(d *simDevice) {
+	repo, eng := d.repo, d.eng
+	var err error
 	// A syncer is made against a store that answers (it reads the
 	// store's config): a device starts when it can reach it.
 	st := s.st
@@ -536,9 +566,22 @@ func (s *sim) restart(d *simDevice) {
 		}
 		return w.d == d
 	})
-	d.s.Close()
+	if d.s != nil {
+		d.s.Close()
+	}
 	must(s.t, d.repo.Close())
 	s.open(d)
+}
+
+// sync runs a sync round of d, joining the store first if d is late.
+func (s *sim) sync(d *simDevice) error {
+	if d.late {
+		d.late = false
+		s.join(d)
+		s.logf("%s: joined the store", d.name)
+	}
+	_, err := d.s.Sync(context.Background())
+	return err
 }
 
 func (s *sim) content(d *simDevice) string {
@@ -567,7 +610,7 @@ func (s *sim) renameLedger(d *simDevice) {
 
 // pagesOf lists a device's pages.
 func (s *sim) pagesOf(d *simDevice) [][2]string {
-	ps, err := d.s.pages()
+	ps, err := repoPages(d.repo)
 	must(s.t, err)
 	return ps
 }
@@ -620,7 +663,9 @@ func (s *sim) apply(d *simDevice, l, p string, ops []journal.Op) {
 	pg := d.page(l, p)
 	defer d.repo.Release(pg)
 	must(s.t, d.eng.CommitterFor(pg).Apply(false, ops...))
-	d.s.Changed(l, p)
+	if d.s != nil {
+		d.s.Changed(l, p)
+	}
 }
 
 // put is the op of a write of content at key, modified now.
@@ -772,7 +817,7 @@ func (s *sim) step() {
 		if !d.online {
 			return
 		}
-		_, err := d.s.Sync(context.Background())
+		err := s.sync(d)
 		s.logf("%s: sync: %v", d.name, err)
 	}
 }
@@ -848,7 +893,7 @@ func (s *sim) settle() {
 	last := ""
 	for round := 0; ; round++ {
 		for _, d := range s.devs {
-			if _, err := d.s.Sync(context.Background()); err != nil {
+			if err := s.sync(d); err != nil {
 				s.t.Fatalf("seed %d: settling: %s: sync: %v", s.seed, d.name, err)
 			}
 		}
@@ -890,6 +935,11 @@ func (s *sim) check() {
 	for _, lp := range s.pagesOf(a) {
 		for _, d := range s.devs {
 			d.settled(lp[0], lp[1])
+			// Every device chunks a page alike (-sim.late makes pages
+			// chunked with a polynomial of their own).
+			if pa, pd := a.polynomial(lp[0], lp[1]), d.polynomial(lp[0], lp[1]); pa != pd {
+				t.Errorf("seed %d: page %s/%s chunks with %v on a, %v on %s", s.seed, lp[0], lp[1], pa, pd, d.name)
+			}
 		}
 		es := a.files(lp[0], lp[1])
 		for key, c := range es {
@@ -999,13 +1049,10 @@ func TestACopyPushingAsTheSameDeviceStops(t *testing.T) {
 	a := newDevice(t, "a", st)
 	a.write("l", "p", "f", []byte("a's"))
 	a.sync()
-	eng := journal.NewEngine()
-	repo, err := store.Open(t.TempDir(), eng.Hooks(store.Options{}))
-	must(t, err)
-	t.Cleanup(func() { repo.Close() })
-	must(t, repo.SetDeviceID(a.s.Device()))
-	c := &device{t: t, name: "c", repo: repo, eng: eng}
-	c.s, err = New(context.Background(), repo, st, Options{Secret: testSecret})
+	c := unconnected(t, "c")
+	must(t, c.repo.SetDeviceID(a.s.Device()))
+	var err error
+	c.s, err = New(context.Background(), c.repo, st, Options{Secret: testSecret})
 	must(t, err)
 	t.Cleanup(c.s.Close)
 	c.write("l", "p", "f", []byte("the copy's"))
