@@ -593,3 +593,44 @@ func TestMountsFollowALedgerRename(t *testing.T) {
 		})
 	}
 }
+
+// TestMountWrittenBeforeItsRemoteJoins: a repository used for a while
+// without a remote, and so chunked with a polynomial of its own, is
+// mounted with a store another machine made: it joins, its pages reach
+// the other machine and the other's reach it, and a file the other
+// machine writes into one of its pages reads back on it (before, the
+// mount refused the store: "devices that share a remote must chunk
+// alike").
+func TestMountWrittenBeforeItsRemoteJoins(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	w := srv.Watch(t)
+	repoA := t.TempDir()
+	a := mountPlain(t, repoA)
+	big := content(3, 2<<20)
+	must(t, os.WriteFile(filepath.Join(a.page("home", "notes"), "a.txt"), []byte("written before a remote\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(a.mnt, "home", "notes", "big.bin"), big, 0o644))
+	a.stop()
+
+	b := mountSyncedAt(t, w.Endpoint, t.TempDir())
+	must(t, os.WriteFile(filepath.Join(b.page("home", "desk"), "b.txt"), []byte("b's\n"), 0o644))
+	a = mountSyncedAt(t, w.Endpoint, repoA)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("mount a's log:\n%s\nmount b's log:\n%s", a.log, b.log)
+		}
+	})
+	await := func(what string, cond func() bool) {
+		t.Helper()
+		w.Until(t, what, time.Minute, cond)
+	}
+	await("a's page on b", fileIs(filepath.Join(b.mnt, "home", "notes", "a.txt"), "written before a remote\n"))
+	await("a's large file on b", func() bool {
+		got, err := os.ReadFile(filepath.Join(b.mnt, "home", "notes", "big.bin"))
+		return err == nil && bytes.Equal(got, big)
+	})
+	await("b's page on a", fileIs(filepath.Join(a.mnt, "home", "desk", "b.txt"), "b's\n"))
+	must(t, os.WriteFile(filepath.Join(b.mnt, "home", "notes", "from-b.txt"), []byte("b's, in a's page\n"), 0o644))
+	await("b's file in a's page on a", fileIs(filepath.Join(a.mnt, "home", "notes", "from-b.txt"), "b's, in a's page\n"))
+	a.log.await(t, "keep their own")
+}
