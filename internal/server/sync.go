@@ -209,10 +209,11 @@ func (y *syncer) changed(ledger, page string) {
 const joinTimeout = 15 * time.Second
 
 // joinFirst connects before the mount serves when the repository has no
-// ledger yet: it then takes the remote's chunker polynomial, which it can
-// no longer once something is written (a folder made at once would have
-// kept a new device from ever syncing). A remote that does not answer in
-// joinTimeout is logged, and the loop retries.
+// ledger yet: it then takes the remote's chunker polynomial before anything
+// is written. A page made before it joins keeps the repository's own
+// (store.Repository.AdoptPolynomial): it syncs, but shares no pieces with
+// the other devices' pages. A remote that does not answer in joinTimeout
+// is logged, and the loop retries.
 func (y *syncer) joinFirst() error {
 	ledgers, err := y.s.repo.Ledgers()
 	if err != nil || len(ledgers) > 0 {
@@ -223,7 +224,7 @@ func (y *syncer) joinFirst() error {
 	if err := y.connect(ctx); locked(err) {
 		return err // a mount that could never sync is not served
 	} else if err != nil {
-		slog.Warn("the remote did not answer before the mount serves; a new repository must take its chunking before anything is written, or it cannot sync", "err", err)
+		slog.Warn("the remote did not answer before the mount serves; pages made before it answers keep this repository's own chunking, and share no pieces with other machines' pages", "err", err)
 		cloudsync.NoteError(y.s.repo, err)
 		y.failingSince = time.Now()
 	}
