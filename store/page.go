@@ -44,8 +44,14 @@ type Page struct {
 
 	// heads caches the head commits: reading heads/ rows would walk the
 	// deleted rows of every earlier head until compaction drops them.
+	// hver counts the writers' changes of it (setHeads): a reader caches
+	// what it read from the db only if none came meanwhile.
 	hmu   sync.RWMutex
 	heads []*Commit
+	hver  uint64
+	// headsRead, if set, runs in Heads between its read of the db and its
+	// caching of what it read (tests).
+	headsRead func()
 
 	repo *Repository
 	refs int // guarded by repo.mu
@@ -526,7 +532,7 @@ func (p *Page) Heads() ([]*Commit, error) {
 		return nil, err
 	}
 	p.hmu.RLock()
-	cached := p.heads
+	cached, ver := p.heads, p.hver
 	p.hmu.RUnlock()
 	if cached != nil {
 		return slices.Clone(cached), nil
@@ -540,8 +546,19 @@ func (p *Page) Heads() ([]*Commit, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.setHeads(heads)
-	return slices.Clone(heads), nil
+	if p.headsRead != nil {
+		p.headsRead()
+	}
+	// A commit or a pull that moved the heads since the read above cached
+	// its own: what was read is older, and caching it would hide the move
+	// from every later reader of this page (a mount's lookups saw a page
+	// pulled in as empty until it was closed).
+	p.hmu.Lock()
+	if p.hver == ver {
+		p.heads = slices.Clone(heads)
+	}
+	p.hmu.Unlock()
+	return heads, nil
 }
 
 // ensureHead gives a page db with no heads/ row the first commit's: Ledger's
@@ -560,10 +577,12 @@ func ensureHead(db *badger.DB) error {
 	})
 }
 
-// setHeads records the heads the db holds: read, or left by Land.
+// setHeads records the heads a change of them left in the db (Land,
+// Adopt), after its transaction.
 func (p *Page) setHeads(heads []*Commit) {
 	p.hmu.Lock()
 	p.heads = slices.Clone(heads)
+	p.hver++
 	p.hmu.Unlock()
 }
 

@@ -697,3 +697,33 @@ func TestLocalAtimes(t *testing.T) {
 		}
 	}
 }
+
+// A read of a page's heads that a pull's move of them overtakes (Adopt
+// between the read of the db and its caching) does not cache what it read
+// over what the move left: the next read shows the new head. Before, a
+// mount that looked up a page as it was being pulled showed it empty until
+// the page was closed.
+func TestHeadsReadOvertakenByAMove(t *testing.T) {
+	p := testPage(t)
+	c, err := NewCommit(1, btree.EmptyRoot, FirstCommit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.hmu.Lock()
+	p.heads = nil // as a page just opened holds
+	p.hmu.Unlock()
+	p.headsRead = func() {
+		p.headsRead = nil
+		p.Lock()
+		defer p.Unlock()
+		if err := p.Adopt([]*Commit{c}, nil, c); err != nil {
+			t.Error(err)
+		}
+	}
+	if h, err := p.Head(); err != nil || h.ID != FirstCommitID {
+		t.Fatalf("head read before the move: %v, %v", h, err)
+	}
+	if h, err := p.Head(); err != nil || h.ID != c.ID {
+		t.Fatalf("head after a move that overtook a read: %v, %v; want %v", h, err, c.ID)
+	}
+}
