@@ -50,9 +50,13 @@ type Syncer struct {
 	bg           sync.WaitGroup // their goroutines (Close waits)
 	// packs caches the pieces of packs read lately (packIndex): a stream
 	// looks its pack up at every piece it lacks.
-	packs    *lru.Cache[string, []pieceRef]
-	cache    *piececache.Cache // Options.Cache
-	fetched  atomic.Int64      // bytes Fetch read from the remote
+	packs   *lru.Cache[string, []pieceRef]
+	cache   *piececache.Cache // Options.Cache
+	fetched atomic.Int64      // bytes Fetch read from the remote
+	// missed counts the Fetch calls that found no fetch under way to wait
+	// for, and started one: a read in order that its fetches ahead did
+	// not keep ahead of.
+	missed   atomic.Int64
 	packSize int
 	// inFlight bounds the packs uploading at once; 0 means packsInFlight.
 	// The simulation uploads one at a time: which of several requests

@@ -236,9 +236,9 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 		cs.DeletedBytes += size[p]
 	}
 	s.progress("collect: delete", len(del), len(del))
-	forget := make([]string, len(del))
-	for i, p := range del {
-		forget[i] = statePack + p
+	forget := make([]string, 0, 2*len(del))
+	for _, p := range del {
+		forget = append(forget, statePack+p, stateNextPack+p)
 		s.packs.Remove(p)
 	}
 	if err := s.repo.DeleteSyncState(forget); err != nil {
@@ -484,6 +484,7 @@ func (s *Syncer) unsync(ctx context.Context, gone map[string]bool, missed bool) 
 	digests := map[cas.Digest]bool{}
 	var forget []string
 	for p := range gone {
+		forget = append(forget, stateNextPack+p)
 		refs, err := s.packIndex(p)
 		if err != nil {
 			return err

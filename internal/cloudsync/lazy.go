@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -61,23 +62,25 @@ func (s *Syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error)
 		s.flightMu.Lock()
 		f := s.covering(page, r)
 		if f == nil {
-			f = s.fly(page, r, idx, stream)
+			s.missed.Add(1)
+			f = s.fly(page, r, idx, stream, false)
+		} else {
+			f.reached()
 		}
 		if stream {
-			// streamAhead ranges ahead of the reader.
+			// streamAhead ranges ahead of the reader, on into the
+			// pack pushed next when this one ends.
+			cur := idx
 			for next, k := f, 0; k < streamAhead; k++ {
-				i, found := refAt(idx, next.end)
-				if !found {
+				var i int
+				if cur, i = s.wanted(p, cur, next.pack, next.end); cur == nil {
 					break
 				}
-				if g := s.covering(page, idx[i]); g != nil {
+				if g := s.covering(page, cur[i]); g != nil {
 					next = g
 					continue
 				}
-				if held, err := p.Has(cas.Digest(idx[i].Digest)); err != nil || held || s.cache != nil && s.cache.Has(cas.Digest(idx[i].Digest)) {
-					break
-				}
-				next = s.fly(page, idx[i], idx, true)
+				next = s.fly(page, cur[i], cur, true, true)
 			}
 		}
 		s.flightMu.Unlock()
@@ -93,6 +96,48 @@ func (s *Syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error)
 	}
 }
 
+// wanted finds where a read in order goes on from offset end of pack,
+// whose pieces are idx: the first piece from there that p does not hold,
+// in that pack or, past its end, in the packs pushed after it (held pieces
+// are skipped: index pieces come with the tree, among a value's chunks).
+// It returns that piece's pack's pieces and its place, or nil if none is
+// found within a few packs.
+func (s *Syncer) wanted(p *store.Page, idx []pieceRef, pack string, end int64) ([]pieceRef, int) {
+	const packsAhead = 4
+	i, found := refAt(idx, end)
+	for range packsAhead {
+		for ; found && i < len(idx); i++ {
+			d := cas.Digest(idx[i].Digest)
+			held, err := p.Has(d)
+			if err != nil {
+				return nil, 0
+			}
+			if !held && (s.cache == nil || !s.cache.Has(d)) {
+				return idx, i
+			}
+		}
+		if idx = s.nextPack(pack); len(idx) == 0 {
+			return nil, 0
+		}
+		pack, i, found = idx[0].Pack, 0, true
+	}
+	return nil, 0
+}
+
+// nextPack returns the pieces of the pack pushed after pack (see
+// stateNextPack), or none: a stream reads on into it.
+func (s *Syncer) nextPack(pack string) []pieceRef {
+	v, ok, err := s.repo.SyncState(stateNextPack + pack)
+	if err != nil || !ok {
+		return nil
+	}
+	idx, err := s.packIndex(string(v))
+	if err != nil {
+		return nil
+	}
+	return idx
+}
+
 // A fetchFlight is a ranged read of a pack under way for a page: got
 // holds, once done is closed, the pieces it brought, by digest. It stays
 // among the flights until they are stored.
@@ -103,12 +148,33 @@ type fetchFlight struct {
 	done       chan struct{}
 	got        map[string][]byte
 	err        error
+	// ahead: started ahead of the reader, it keeps what it brought
+	// unstored until the reader reaches it (or aheadKept passes), so that
+	// the reader's Fetch finds it here and starts the fetches after it;
+	// stored at once, the reader read it locally without a Fetch, and the
+	// fetches ahead stopped (a lazy read waited for every third pack).
+	ahead   bool
+	reach   chan struct{}
+	reachMu sync.Once
+}
+
+// aheadKept bounds how long a fetch ahead of the reader keeps its pieces
+// in memory, waiting for the reader, before it stores them.
+const aheadKept = 3 * time.Second
+
+// reached tells a fetch ahead that the reader reached it.
+func (f *fetchFlight) reached() {
+	if f.ahead {
+		f.reachMu.Do(func() { close(f.reach) })
+	}
 }
 
 // fly starts fetching r, and the pieces after it in idx for a stream, in
-// the background. Called with flightMu held.
-func (s *Syncer) fly(page string, r pieceRef, idx []pieceRef, stream bool) *fetchFlight {
-	f := &fetchFlight{page: page, pack: r.Pack, start: r.Off, stream: stream, done: make(chan struct{}), got: map[string][]byte{}}
+// the background; ahead, for a stream, ahead of its reader. Called with
+// flightMu held.
+func (s *Syncer) fly(page string, r pieceRef, idx []pieceRef, stream, ahead bool) *fetchFlight {
+	f := &fetchFlight{page: page, pack: r.Pack, start: r.Off, stream: stream, done: make(chan struct{}), got: map[string][]byte{},
+		ahead: ahead, reach: make(chan struct{})}
 	refs := []pieceRef{r}
 	if stream {
 		refs = s.ahead(idx, r, s.nextFlight(page, r))
@@ -125,6 +191,14 @@ func (s *Syncer) fly(page string, r pieceRef, idx []pieceRef, stream bool) *fetc
 			f.got[string(d)] = datas[i]
 		}
 		close(f.done)
+		if f.ahead && len(ds) > 0 {
+			t := time.NewTimer(aheadKept)
+			select {
+			case <-f.reach:
+			case <-t.C:
+			}
+			t.Stop()
+		}
 		switch {
 		case s.cache != nil:
 			for i, d := range ds {
@@ -165,8 +239,16 @@ func (s *Syncer) Close() {
 }
 
 // Settle waits until the pieces fetched so far are stored: a page is in
-// use until they are. Not while reads go on (they start fetches).
-func (s *Syncer) Settle() { s.bg.Wait() }
+// use until they are. Fetches ahead of a reader store theirs at once. Not
+// while reads go on (they start fetches).
+func (s *Syncer) Settle() {
+	s.flightMu.Lock()
+	for _, f := range s.flights {
+		f.reached()
+	}
+	s.flightMu.Unlock()
+	s.bg.Wait()
+}
 
 // covering returns the fetch under way that brings r to page, or brought
 // it and has not stored it yet. Called with flightMu held.

@@ -262,3 +262,34 @@ func TestCacheOfFetchedPieces(t *testing.T) {
 		t.Fatal("a file kept local is not in the page db")
 	}
 }
+
+// TestStreamReadsOnIntoTheNextPack: a value pushed in many packs, read in
+// order on a device that pulled it lazily, is fetched ahead across the
+// packs' ends: most packs are on their way before the read reaches them,
+// where before each pack's first piece waited for a fetch it started.
+func TestStreamReadsOnIntoTheNextPack(t *testing.T) {
+	dir, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a := newDevice(t, "a", dir)
+	big := random(12, 12<<20)
+	a.write("l", "p", "big.bin", big)
+	a.sync()
+	packs := 0
+	for _, o := range objects(t, dir) {
+		if o.Name[:len(packsDir)] == packsDir {
+			packs++
+		}
+	}
+	b := newDevice(t, "b", dir)
+	b.sync()
+	got, err := b.read("l", "p", "big.bin")
+	must(t, err)
+	if !bytes.Equal(got, big) {
+		t.Fatal("b reads other bytes than a wrote")
+	}
+	missed := b.s.missed.Load()
+	t.Logf("a read in order of %d packs: %d fetches started by the read itself", packs, missed)
+	if packs < 20 || missed > int64(packs/2) {
+		t.Fatalf("a read in order of %d packs started %d fetches itself: the fetches ahead stopped at the packs' ends", packs, missed)
+	}
+}

@@ -25,6 +25,9 @@ import (
 const (
 	statePos  = "pos/"  // + device: the number of its last batch applied
 	statePack = "pack/" // + pack name: the pieces the batches read put in it (packIndex)
+	// + pack name: the pack the first batch that put pieces in it put its
+	// next pieces in (nextPack): a read in order goes on there.
+	stateNextPack = "nextpack/"
 )
 
 // errMissingParent stops a batch whose commits build on commits of another
@@ -50,6 +53,7 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 	queues := map[string][]*batch{}
 	last := map[string]uint64{} // per device, the number of its last batch read
 	index := map[cas.Digest]pieceRef{}
+	var read [][]pieceRef // the pieces of each batch read, in its order
 	for _, dev := range devices {
 		ahead, err := s.appliedAhead(dev)
 		if err != nil {
@@ -73,10 +77,11 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 				for _, r := range pb.Pieces {
 					index[cas.Digest(r.Digest)] = r
 				}
+				read = append(read, pb.Pieces)
 			}
 		}
 	}
-	if err := s.keepIndex(slices.Collect(maps.Values(index))); err != nil {
+	if err := s.keepIndex(read...); err != nil {
 		return err
 	}
 	f := &fetcher{s: s, index: index, st: st}
@@ -306,17 +311,39 @@ func (s *Syncer) position(dev string) (uint64, bool, error) {
 }
 
 // keepIndex records where the pieces of the batches read (or written) are,
-// for commits of later pulls that reach them.
-func (s *Syncer) keepIndex(refs []pieceRef) error {
-	kv := make(map[string][]byte, len(refs))
+// for commits of later pulls that reach them: each batch's pieces, in its
+// order, the batches in theirs (a piece in two batches is where the later
+// says).
+func (s *Syncer) keepIndex(batches ...[]pieceRef) error {
+	kv := map[string][]byte{}
 	packs := map[string][]pieceRef{}
-	for _, r := range refs {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
+	for _, refs := range batches {
+		for _, r := range refs {
+			b, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			kv[store.SyncPieceKey(cas.Digest(r.Digest))] = b
+			packs[r.Pack] = append(packs[r.Pack], r)
 		}
-		kv[store.SyncPieceKey(cas.Digest(r.Digest))] = b
-		packs[r.Pack] = append(packs[r.Pack], r)
+		// A batch's pieces are in the order a pull walks them, a
+		// value's in its order: the pack after a pack holds what a
+		// read in order wants next.
+		for i := 1; i < len(refs); i++ {
+			from, to := refs[i-1].Pack, refs[i].Pack
+			if from == to {
+				continue
+			}
+			key := stateNextPack + from
+			if _, ok := kv[key]; ok {
+				continue
+			}
+			if _, ok, err := s.repo.SyncState(key); err != nil {
+				return err
+			} else if !ok {
+				kv[key] = []byte(to)
+			}
+		}
 	}
 	for name, rs := range packs {
 		old, err := s.packIndex(name)
