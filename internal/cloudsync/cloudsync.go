@@ -40,7 +40,7 @@ type Syncer struct {
 	// with another names it (pageBatch.Polynomial).
 	pol chunker.Pol
 	// raised: the store's layout takes such batches (remote.Raise).
-	raised bool
+	raised atomic.Bool
 	// lazy leaves values to be fetched when read (Fetch): a pull fetches
 	// commits and tree nodes only.
 	lazy         bool

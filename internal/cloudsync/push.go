@@ -104,13 +104,13 @@ func (s *Syncer) passed(seq uint64, state map[string][]byte) error {
 // older layout would chunk the page with the store's, and its merges of
 // the page would never agree with the others'.
 func (s *Syncer) raise(ctx context.Context) error {
-	if s.raised {
+	if s.raised.Load() {
 		return nil
 	}
 	if err := remote.Raise(ctx, s.be, remote.VersionOwnPolynomials); err != nil {
 		return fmt.Errorf("cloudsync: raise the layout of %s: %w", s.be.Location(), err)
 	}
-	s.raised = true
+	s.raised.Store(true)
 	return nil
 }
 
