@@ -15,12 +15,7 @@ import (
 func TestAdoptPolynomialKeepsPagesChunking(t *testing.T) {
 	dir := t.TempDir()
 	r := openRepo(t, dir, Options{})
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	must := fatalOn(t)
 	pol := func(r *Repository, l, p string) chunker.Pol {
 		t.Helper()
 		pg, err := r.Acquire(l, p)

@@ -20,6 +20,16 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/testutil"
 )
 
+// fatalOn returns a check that fails t on a non-nil error.
+func fatalOn(t testing.TB) func(error) {
+	return func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func openRepo(t testing.TB, dir string, opts Options) *Repository {
 	t.Helper()
 	r, err := Open(dir, opts)
@@ -32,12 +42,7 @@ func openRepo(t testing.TB, dir string, opts Options) *Repository {
 func TestLedgersAndPages(t *testing.T) {
 	dir := t.TempDir()
 	r := openRepo(t, dir, Options{})
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	must := fatalOn(t)
 	must(r.CreateLedger("notes"))
 	must(r.CreateLedger("mail"))
 	if err := r.CreateLedger("notes"); !errors.Is(err, ErrExists) {
@@ -602,12 +607,7 @@ func TestAdoptManyCommits(t *testing.T) {
 func TestMovePageAndItsInterruptions(t *testing.T) {
 	dir := t.TempDir()
 	r := openRepo(t, dir, Options{})
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	must := fatalOn(t)
 	for _, l := range []string{"l1", "l2"} {
 		must(r.CreateLedger(l))
 	}
