@@ -50,7 +50,10 @@ type Syncer struct {
 	bg           sync.WaitGroup // their goroutines (Close waits)
 	// packs caches the pieces of packs read lately (packIndex): a stream
 	// looks its pack up at every piece it lacks.
-	packs   *lru.Cache[string, []pieceRef]
+	packs *lru.Cache[string, []pieceRef]
+	// nexts caches the pack after a pack (nextPack), "" for none: a
+	// stream looks it up at every Fetch that reaches a pack's end.
+	nexts   *lru.Cache[string, string]
 	cache   *piececache.Cache // Options.Cache
 	fetched atomic.Int64      // bytes Fetch read from the remote
 	// missed counts the Fetch calls that found no fetch under way to wait
@@ -185,8 +188,12 @@ func New(ctx context.Context, repo *store.Repository, be remote.Backend, opt Opt
 	if err != nil {
 		return nil, err
 	}
+	nexts, err := lru.New[string, string](packsCached)
+	if err != nil {
+		return nil, err
+	}
 	s := &Syncer{repo: repo, be: be, key: key, device: device, pol: chunker.Pol(storePol), packSize: DefaultPackSize, now: time.Now,
-		lazy: !opt.FetchAll, fetchTimeout: cmp.Or(opt.FetchTimeout, DefaultFetchTimeout), packs: packs, cache: opt.Cache}
+		lazy: !opt.FetchAll, fetchTimeout: cmp.Or(opt.FetchTimeout, DefaultFetchTimeout), packs: packs, nexts: nexts, cache: opt.Cache}
 	body, err := json.Marshal(struct {
 		Created time.Time `json:"created"`
 	}{time.Now().UTC()})

@@ -240,6 +240,7 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 	for _, p := range del {
 		forget = append(forget, statePack+p, stateNextPack+p)
 		s.packs.Remove(p)
+		s.nexts.Remove(p)
 	}
 	if err := s.repo.DeleteSyncState(forget); err != nil {
 		return cs, err

@@ -127,11 +127,19 @@ func (s *Syncer) wanted(p *store.Page, idx []pieceRef, pack string, end int64) (
 // nextPack returns the pieces of the pack pushed after pack (see
 // stateNextPack), or none: a stream reads on into it.
 func (s *Syncer) nextPack(pack string) []pieceRef {
-	v, ok, err := s.repo.SyncState(stateNextPack + pack)
-	if err != nil || !ok {
+	next, cached := s.nexts.Get(pack)
+	if !cached {
+		v, _, err := s.repo.SyncState(stateNextPack + pack)
+		if err != nil {
+			return nil
+		}
+		next = string(v)
+		s.nexts.Add(pack, next)
+	}
+	if next == "" {
 		return nil
 	}
-	idx, err := s.packIndex(string(v))
+	idx, err := s.packIndex(next)
 	if err != nil {
 		return nil
 	}

@@ -317,6 +317,7 @@ func (s *Syncer) position(dev string) (uint64, bool, error) {
 func (s *Syncer) keepIndex(batches ...[]pieceRef) error {
 	kv := map[string][]byte{}
 	packs := map[string][]pieceRef{}
+	var linked []string // packs given a next pack
 	for _, refs := range batches {
 		for _, r := range refs {
 			b, err := json.Marshal(r)
@@ -342,6 +343,7 @@ func (s *Syncer) keepIndex(batches ...[]pieceRef) error {
 				return err
 			} else if !ok {
 				kv[key] = []byte(to)
+				linked = append(linked, from)
 			}
 		}
 	}
@@ -361,7 +363,13 @@ func (s *Syncer) keepIndex(batches ...[]pieceRef) error {
 		kv[statePack+name] = b
 		s.packs.Remove(name)
 	}
-	return s.repo.SetSyncState(kv)
+	if err := s.repo.SetSyncState(kv); err != nil {
+		return err
+	}
+	for _, p := range linked {
+		s.nexts.Remove(p) // a stream read "none" for it before
+	}
+	return nil
 }
 
 // packIndex returns the pieces the batches read say pack name holds, in
@@ -444,12 +452,22 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq u
 	if err := s.ensurePage(pb.Ledger, pb.Page); err != nil {
 		return err
 	}
-	if err := s.chunkAs(pb); err != nil {
-		return err
-	}
 	p, err := s.repo.Acquire(pb.Ledger, pb.Page)
 	if err != nil {
 		return err
+	}
+	if want, change, err := s.chunkAs(p, pb); err != nil || change {
+		s.repo.Release(p)
+		if err != nil {
+			return err
+		}
+		// Set with the page held alone; rare: a page's first batch.
+		if err := s.repo.SetPagePolynomial(pb.Ledger, pb.Page, want); err != nil {
+			return err
+		}
+		if p, err = s.repo.Acquire(pb.Ledger, pb.Page); err != nil {
+			return err
+		}
 	}
 	defer s.repo.Release(p)
 	var fresh []*store.Commit // not held here, parents first
@@ -592,41 +610,36 @@ func (s *Syncer) ensurePage(ledger, page string) error {
 	return nil
 }
 
-// chunkAs makes the page of pb chunk as the other devices do. A page is
-// chunked with its own polynomial, which its batches name, while only the
-// device that made it before joining the store has written it; once a
-// device writes it with the store's (a batch naming none), it is the
-// store's on every device. So a page that holds no commit yet takes what
-// pb names, and any page takes the store's from a batch naming none: every
-// device ends on the same, whatever order the batches come in. A page in
-// use here holds the batch back (store.ErrBusy). Values written before
-// keep their pieces (see store.Repository.SetPagePolynomial).
-func (s *Syncer) chunkAs(pb pageBatch) error {
-	want := s.pol
+// chunkAs reports whether page p, of pb, must change its chunker
+// polynomial to want to chunk as the other devices do. A page is chunked
+// with its own polynomial, which its batches name, while only the device
+// that made it before joining the store has written it; once a device
+// writes it with the store's (a batch naming none), it is the store's on
+// every device. So a page that holds no commit yet takes what pb names,
+// and any page takes the store's from a batch naming none: every device
+// ends on the same, whatever order the batches come in. Values written
+// before keep their pieces (see store.Repository.SetPagePolynomial).
+func (s *Syncer) chunkAs(p *store.Page, pb pageBatch) (want chunker.Pol, change bool, err error) {
+	want = s.pol
 	if pb.Polynomial != "" {
 		u, err := strconv.ParseUint(pb.Polynomial, 0, 64)
 		if err != nil {
-			return fmt.Errorf("chunker polynomial %q: %w", pb.Polynomial, err)
+			return 0, false, fmt.Errorf("chunker polynomial %q: %w", pb.Polynomial, err)
 		}
 		want = chunker.Pol(u)
 	}
-	p, err := s.repo.Acquire(pb.Ledger, pb.Page)
-	if err != nil {
-		return err
-	}
 	pol := p.Polynomial()
+	if pol == want {
+		return want, false, nil // the common case: no head read
+	}
 	head, err := p.Head()
-	s.repo.Release(p)
 	if err != nil {
-		return err
+		return 0, false, err
 	}
 	// Of two own polynomials (two devices made the page before joining)
 	// the greater wins, so that those devices agree too.
 	better := want == s.pol || pol != s.pol && want > pol
-	if pol == want || head.ID != store.FirstCommitID && !better {
-		return nil
-	}
-	return s.repo.SetPagePolynomial(pb.Ledger, pb.Page, want)
+	return want, head.ID == store.FirstCommitID || better, nil
 }
 
 // ensureLedger creates ledger if this device does not have it.
