@@ -149,6 +149,18 @@ func TestLazyValues(t *testing.T) {
 	}
 }
 
+// pushedFile has a device write data as l/p/key into a new directory
+// store, and push it; it returns the store and data.
+func pushedFile(t *testing.T, key string, data []byte) (remote.Backend, []byte) {
+	t.Helper()
+	dir, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a := newDevice(t, "a", dir)
+	a.write("l", "p", key, data)
+	a.sync()
+	return dir, data
+}
+
 // packsIn counts the packs in be, and their bytes.
 func packsIn(t *testing.T, be remote.Backend) (n int, bytes int64) {
 	t.Helper()
@@ -181,12 +193,7 @@ func (u unreachable) GetRange(ctx context.Context, name string, off, n int64) ([
 // store.ErrRemoteOnly, not an errno of the network; once the remote
 // answers, the read gives the bytes.
 func TestLazyReadUnreachable(t *testing.T) {
-	dir, err := remote.NewDir(t.TempDir())
-	must(t, err)
-	a := newDevice(t, "a", dir)
-	want := random(12, 300<<10)
-	a.write("l", "p", "f", want)
-	a.sync()
+	dir, want := pushedFile(t, "f", random(12, 300<<10))
 	var down atomic.Bool
 	b, err := openDevice(t, "b", unreachable{dir, &down}, Options{Secret: testSecret, FetchTimeout: 300 * time.Millisecond}, 0)
 	must(t, err)
@@ -280,12 +287,7 @@ func TestCacheOfFetchedPieces(t *testing.T) {
 // packs' ends: most packs are on their way before the read reaches them,
 // where before each pack's first piece waited for a fetch it started.
 func TestStreamReadsOnIntoTheNextPack(t *testing.T) {
-	dir, err := remote.NewDir(t.TempDir())
-	must(t, err)
-	a := newDevice(t, "a", dir)
-	big := random(12, 12<<20)
-	a.write("l", "p", "big.bin", big)
-	a.sync()
+	dir, big := pushedFile(t, "big.bin", random(12, 12<<20))
 	packs, _ := packsIn(t, dir)
 	b := newDevice(t, "b", dir)
 	b.sync()
