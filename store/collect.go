@@ -438,25 +438,13 @@ func tablesSize(dir string) int64 {
 // compactAlone closes the page's db and compacts it, opened alone, into
 // one level (see Reclaim).
 func (r *Repository) compactAlone(ledger, page string) error {
-	if err := r.evict(ledger, page); err != nil {
+	release, err := r.seize(ledger, page)
+	if err != nil {
 		return err
 	}
+	defer release()
 	key := ledger + "/" + page
-	r.mu.Lock()
-	if _, open := r.open[key]; open || r.closing[key] != nil {
-		r.mu.Unlock()
-		return fmt.Errorf("page %s/%s: %w", ledger, page, ErrBusy)
-	}
-	done := make(chan struct{})
-	r.closing[key] = done
-	r.mu.Unlock()
 	compacting(key, true)
-	defer func() {
-		r.mu.Lock()
-		delete(r.closing, key)
-		close(done)
-		r.mu.Unlock()
-	}()
 	dir := r.pageDir(ledger, PageIDFor(page))
 	if err := badgerdb.Check(dir, true); err != nil {
 		// Opened for changes, Badger would cut a damaged log.

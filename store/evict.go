@@ -52,38 +52,11 @@ func (r *Repository) Evict(ledger, page string) (int64, error) {
 	if ev, err := r.Evicted(ledger, page); err != nil || ev {
 		return 0, err
 	}
-	if err := r.evict(ledger, page); err != nil { // closes its db if idle
+	release, err := r.seize(ledger, page)
+	if err != nil {
 		return 0, err
 	}
-	// Hold the page's slot, as a close does, so that nobody opens it
-	// meanwhile.
-	r.mu.Lock()
-	for {
-		if r.closed {
-			r.mu.Unlock()
-			return 0, errors.New("store: repository is closed")
-		}
-		if _, open := r.open[key]; open {
-			r.mu.Unlock()
-			return 0, fmt.Errorf("page %s/%s: %w", ledger, page, ErrBusy)
-		}
-		ch, busy := r.closing[key]
-		if !busy {
-			break
-		}
-		r.mu.Unlock()
-		<-ch
-		r.mu.Lock()
-	}
-	evicting := make(chan struct{})
-	r.closing[key] = evicting
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		delete(r.closing, key)
-		close(evicting)
-		r.mu.Unlock()
-	}()
+	defer release()
 
 	p, err := r.newPage(ledger, page, id, false)
 	if err != nil {

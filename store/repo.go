@@ -658,9 +658,11 @@ func (r *Repository) deletePage(ledger, page string, rec bool) error {
 	if err != nil {
 		return err
 	}
-	if err := r.evict(ledger, page); err != nil {
+	release, err := r.seize(ledger, page)
+	if err != nil {
 		return err
 	}
+	defer release()
 	trash, err := r.toTrash(r.pageDir(ledger, PageIDFor(page)))
 	if err != nil {
 		return err
@@ -755,9 +757,11 @@ func (r *Repository) movePage(ledger, from, toLedger, to string, rec bool) error
 	if err != nil {
 		return err
 	}
-	if err := r.evict(ledger, from); err != nil {
+	release, err := r.seize(ledger, from)
+	if err != nil {
 		return err
 	}
+	defer release()
 	m := pageMove{Ledger: ledger, Page: from, ToLedger: toLedger, To: to, Change: nc}
 	b, err := json.Marshal(m)
 	if err != nil {
@@ -883,11 +887,11 @@ func (r *Repository) renameLedger(from, to string, rec bool) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range pages {
-		if err := r.evict(from, p); err != nil {
-			return err
-		}
+	release, err := r.seizeAll(from, pages)
+	if err != nil {
+		return err
 	}
+	defer release()
 	base := filepath.Join(r.dir, SerializationVersion, "ledgers")
 	if err := os.Rename(filepath.Join(base, ledgerFolder(from)), filepath.Join(base, ledgerFolder(to))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("rename ledger: %w", err)
@@ -1258,6 +1262,73 @@ func (r *Repository) evict(ledger, page string) error {
 	}
 	r.unlock()
 	return nil
+}
+
+// seize closes a page's db and keeps anyone from opening it until release
+// is called: a rename, move, delete or eviction changes the db directory
+// and the page's rows in two steps, and a page opened between them (a
+// lookup's getattr) would have Badger write into a directory being moved
+// away. Acquire waits meanwhile, and then finds the page where the change
+// left it. A page in use gives ErrBusy.
+func (r *Repository) seize(ledger, page string) (release func(), err error) {
+	key := ledger + "/" + page
+	r.mu.Lock()
+	for {
+		if r.closed {
+			r.mu.Unlock()
+			return nil, errors.New("store: repository is closed")
+		}
+		if p, ok := r.open[key]; ok {
+			if p.exclusive {
+				r.waitExclusive(p)
+				continue
+			}
+			if p.refs > 0 {
+				r.mu.Unlock()
+				return nil, fmt.Errorf("page %s/%s: %w", ledger, page, ErrBusy)
+			}
+			r.idle.Remove(key)
+			r.queueClose(key, p)
+			r.unlock()
+			r.mu.Lock()
+			continue
+		}
+		ch, busy := r.closing[key]
+		if !busy {
+			break
+		}
+		r.mu.Unlock()
+		<-ch
+		r.mu.Lock()
+	}
+	held := make(chan struct{})
+	r.closing[key] = held
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		delete(r.closing, key)
+		close(held)
+		r.mu.Unlock()
+	}, nil
+}
+
+// seizeAll seizes pages of a ledger, all or none.
+func (r *Repository) seizeAll(ledger string, pages []string) (release func(), err error) {
+	var held []func()
+	release = func() {
+		for _, h := range held {
+			h()
+		}
+	}
+	for _, p := range pages {
+		h, err := r.seize(ledger, p)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		held = append(held, h)
+	}
+	return release, nil
 }
 
 // PageUsage is a page's row in page_usage_db.

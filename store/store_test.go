@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -725,5 +726,88 @@ func TestHeadsReadOvertakenByAMove(t *testing.T) {
 	}
 	if h, err := p.Head(); err != nil || h.ID != c.ID {
 		t.Fatalf("head after a move that overtook a read: %v, %v; want %v", h, err, c.ID)
+	}
+}
+
+// A page looked up while it is renamed, moved or deleted is found where the
+// change left it, or not found: never opened half-moved, which had Badger
+// write into a directory on its way to the new name or the trash, and
+// left a stray db behind.
+func TestPageLookedUpWhileItMoves(t *testing.T) {
+	dir := t.TempDir()
+	r := openRepo(t, dir, Options{})
+	defer r.Close()
+	must := fatalOn(t)
+	must(r.CreateLedger("l"))
+	must(r.CreateLedger("m"))
+	must(r.CreatePage("l", "a"))
+	stop := make(chan struct{})
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	for _, name := range [][2]string{{"l", "a"}, {"l", "b"}, {"m", "a"}, {"k", "a"}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p, err := r.Acquire(name[0], name[1])
+				if err == nil {
+					r.Release(p)
+				} else if !errors.Is(err, ErrNotFound) {
+					select {
+					case errs <- fmt.Errorf("acquire %s/%s: %w", name[0], name[1], err):
+					default:
+					}
+				}
+			}
+		}()
+	}
+	// Each change is tried until no lookup holds the page, and undone
+	// the same way; a try that found the page in use changes nothing.
+	retry := func(change func() error) {
+		t.Helper()
+		for {
+			err := change()
+			if !errors.Is(err, ErrBusy) {
+				must(err)
+				return
+			}
+		}
+	}
+	for i := 0; i < 20; i++ {
+		retry(func() error { return r.RenamePage("l", "a", "b") })
+		retry(func() error { return r.RenamePage("l", "b", "a") })
+		retry(func() error { return r.MovePage("l", "a", "m", "a") })
+		retry(func() error { return r.MovePage("m", "a", "l", "a") })
+		retry(func() error { return r.RenameLedger("l", "k") })
+		retry(func() error { return r.RenameLedger("k", "l") })
+		retry(func() error { return r.DeletePage("l", "a") })
+		must(r.CreatePage("l", "a"))
+	}
+	close(stop)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	// Every db directory belongs to a page.
+	for _, l := range []string{"l", "m", "k"} {
+		ids := map[string]bool{}
+		ps, err := r.Pages(l)
+		must(err)
+		for _, p := range ps {
+			ids[PageIDFor(p).String()] = true
+		}
+		ents, _ := os.ReadDir(filepath.Join(dir, SerializationVersion, "ledgers", ledgerFolder(l)))
+		for _, e := range ents {
+			if !ids[e.Name()] {
+				t.Errorf("ledger %s holds a db directory %s of no page (pages: %v)", l, e.Name(), ps)
+			}
+		}
 	}
 }
