@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/store"
 )
@@ -790,16 +791,16 @@ func (s *Syncer) resendRenamed(c store.NameChange) error {
 // there. A rename whose new name is taken here (a page made here while
 // apart, or the renamed page, arrived first) merges the page into the one
 // there (mergeAway); a ledger's, its pages into that ledger (mergeLedger).
-func (s *Syncer) applyNames(ctx context.Context, names []store.NameChange, graft bool, st *Stats) error {
+func (s *Syncer) applyNames(ctx context.Context, device string, names []store.NameChange, graft bool, st *Stats) error {
 	for _, c := range names {
-		if err := s.applyName(ctx, c, graft, st); err != nil {
+		if err := s.applyName(ctx, device, c, graft, st); err != nil {
 			return fmt.Errorf("%s %s/%s: %w", c.Op, c.Ledger, c.Page, err)
 		}
 	}
 	return nil
 }
 
-func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, st *Stats) (err error) {
+func (s *Syncer) applyName(ctx context.Context, device string, c store.NameChange, graft bool, st *Stats) (err error) {
 	r, n := s.repo, s.namer()
 	switch c.Op {
 	case store.NameCreateLedger:
@@ -844,7 +845,7 @@ func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, 
 		// Its pages' batches, if they come after, land where it went.
 		return s.noteMoved(c)
 	case store.NameDeletePage:
-		return s.letGo(c, graft)
+		return s.letGo(ctx, device, c, graft, st)
 	case store.NameRenamePage:
 		// A page moved to another ledger is renamed into it, with its
 		// history, as within one.
@@ -918,10 +919,15 @@ func (s *Syncer) applyName(ctx context.Context, c store.NameChange, graft bool, 
 	return fmt.Errorf("a change of names of unknown kind %q", c.Op)
 }
 
-// letGo deletes page c.Page, deleted or renamed away on another device,
-// unless this device has commits that device had not seen: then the page
-// stays and goes up whole.
-func (s *Syncer) letGo(c store.NameChange, graft bool) error {
+// letGo deletes page c.Page, deleted on device, unless this device has
+// commits that device had not seen. Then the delete lands as a change of
+// that device's, made on what it had seen, merged with this device's
+// (deleteOver): what was changed here meanwhile stays, the rest goes, as a
+// folder deleted on one device while files in it change on another. The
+// page stays, and goes up whole, even if nothing is left in it: the
+// batches this device pushed before hold its changes, and they make the
+// page again wherever they land after the delete.
+func (s *Syncer) letGo(ctx context.Context, device string, c store.NameChange, graft bool, st *Stats) error {
 	if ok, err := s.repo.HasPage(c.Ledger, c.Page); err != nil {
 		return err
 	} else if !ok {
@@ -931,10 +937,56 @@ func (s *Syncer) letGo(c store.NameChange, graft bool) error {
 	if err != nil {
 		return err
 	}
-	if !seen {
-		return s.resend(c.Ledger, c.Page)
+	if seen {
+		return s.namer().DeletePage(c.Ledger, c.Page)
 	}
-	return s.namer().DeletePage(c.Ledger, c.Page)
+	if err := s.deleteOver(ctx, device, c, st); err != nil {
+		return err
+	}
+	return s.resend(c.Ledger, c.Page)
+}
+
+// deleteOver lands in page c.Page the delete c of device: a commit of an
+// empty tree on the commits c saw (made alike on every device that lands
+// it), merged with the page's head. A delete that saw more than a commit's
+// two parents, or commits not here (a graft's), lands nothing: the page
+// stays whole.
+func (s *Syncer) deleteOver(ctx context.Context, device string, c store.NameChange, st *Stats) error {
+	p, err := s.repo.Acquire(c.Ledger, c.Page)
+	if err != nil {
+		return err
+	}
+	defer s.repo.Release(p)
+	g := &graph{p: p}
+	parents := []*store.Commit{store.FirstCommit()}
+	if ids := seenCommits(c); len(ids) > 0 {
+		parents = parents[:0]
+		for _, id := range ids {
+			cm, err := g.commit(id)
+			if err != nil || cm == nil {
+				return err
+			}
+			parents = append(parents, cm)
+		}
+	}
+	if len(parents) > 2 {
+		return nil
+	}
+	del, err := store.NewCommit(c.Time.UnixNano(), btree.EmptyRoot, parents...)
+	if err != nil {
+		return err
+	}
+	// Landed before, if a restart came between it and the resend.
+	if ok, err := p.HasCommit(del.ID); err != nil || ok {
+		return err
+	}
+	if err := p.MarkSynced(nil, nil, map[string][]byte{deviceKey(del.ID): []byte(device)}); err != nil {
+		return err
+	}
+	if err := s.arrive(p, []*store.Commit{del}, "", nil, st); err != nil {
+		return fmt.Errorf("land the delete: %w", err)
+	}
+	return nil
 }
 
 // crossedRename settles c, a rename of a page this device renamed too

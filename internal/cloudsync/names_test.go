@@ -95,28 +95,50 @@ func TestNamesSync(t *testing.T) {
 }
 
 // TestChangeBeatsPageDelete: a page deleted on one device while another
-// changes it stays, with the change, and comes back on the first; a page
+// changes files in it stays with what the other changed or made, and comes
+// back so on the first; what the other left as the deleting device had
+// seen it goes, as with a folder deleted while files in it change (a file
+// deleted on the first before the page went stays deleted). A page
 // deleted while the other only had what the first had seen goes on both.
 func TestChangeBeatsPageDelete(t *testing.T) {
 	be, err := remote.NewDir(t.TempDir())
 	must(t, err)
 	a, b := newDevice(t, "a", be), newDevice(t, "b", be)
 	a.write("l", "kept", "f", []byte("v1"))
+	a.write("l", "kept", "untouched", []byte("v1"))
+	a.write("l", "kept", "deleted first", []byte("v1"))
 	a.write("l", "gone", "f", []byte("v1"))
 	round(a, b)
 	b.write("l", "kept", "f", []byte("b's edit"))
+	b.write("l", "kept", "new", []byte("b's new file"))
+	a.write("l", "kept", "deleted first", nil)
 	a.write("l", "gone", "f", []byte("a's last edit, never pushed"))
 	must(t, a.repo.DeletePage("l", "kept"))
 	must(t, a.repo.DeletePage("l", "gone"))
 	a.sync()
-	b.sync() // b lets "gone" go, keeps "kept" and sends it whole
+	b.sync() // b lets "gone" go, keeps what it changed of "kept" and sends it whole
 	a.sync() // a gets "kept" back
 	same(t, a, b)
 	if want := []string{"l/", "l/kept"}; !slices.Equal(a.names(), want) {
 		t.Fatalf("a has %v, want %v", a.names(), want)
 	}
-	if got := a.files("l", "kept")["f"]; got != "b's edit" {
-		t.Fatalf("the kept page on a holds %q, want b's edit", got)
+	if got, want := a.files("l", "kept"), map[string]string{"f": "b's edit", "new": "b's new file"}; !maps.Equal(got, want) {
+		t.Fatalf("the kept page on a holds %v, want %v", got, want)
+	}
+
+	// Changes that leave nothing (a delete of the one file the deleting
+	// device had seen) leave the page, empty, on both: the batch that
+	// holds them makes it again wherever it lands after the delete.
+	a.write("l", "again", "f", []byte("v1"))
+	round(a, b)
+	b.write("l", "again", "f", nil)
+	must(t, a.repo.DeletePage("l", "again"))
+	a.sync()
+	b.sync()
+	a.sync()
+	same(t, a, b)
+	if got := a.files("l", "again"); len(got) != 0 {
+		t.Fatalf("the page whose files both devices deleted holds %v", got)
 	}
 }
 

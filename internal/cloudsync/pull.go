@@ -422,7 +422,7 @@ func (s *Syncer) pieceAt(d cas.Digest) (pieceRef, bool, error) {
 func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, later []*batch, graft bool, st *Stats) error {
 	// The commits a name change saw that a collection removed from the
 	// store never come: as with a graft, it goes on without them.
-	if err := s.applyNames(ctx, b.Names, graft || s.kept.covers(b.Device, b.Seq), st); err != nil {
+	if err := s.applyNames(ctx, b.Device, b.Names, graft || s.kept.covers(b.Device, b.Seq), st); err != nil {
 		if errors.Is(err, errMissingParent) || errors.Is(err, store.ErrBusy) {
 			return err
 		}

@@ -149,6 +149,8 @@ func TestSimulationRegressions(t *testing.T) {
 		{161, false, true, true, 15, "a page of a ledger another device renamed kept this device's commits unpushed under the new name", false},
 		{257, false, true, true, 15, "a page made in a ledger after another device renamed the ledger went with the rename on one device and stayed on the other", false},
 		{251, false, true, true, 15, "a ledger renamed before its pages arrived here had them made under its old name", false},
+		{180, false, true, false, 0, "a file deleted before its page was deleted came back: the page, kept where another device changed it meanwhile, came back whole", false},
+		{190, false, true, false, 0, "the same, on another device's page", false},
 	} {
 		t.Run(fmt.Sprint("seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
