@@ -58,12 +58,19 @@ func later(ea *btree.Entry, a side, eb *btree.Entry, b side) bool {
 //     them (two devices' versions that lose in different merges keep
 //     different names).
 //
+// A virtual base (virtualBase) holds, of an entry its common ancestors
+// (real) held apart, one version, and a conflict file of the other: a
+// side still at one ancestor's version, which the other side replaced,
+// would look changed from it. An entry both sides changed from base is
+// the other side's change, then, if one side holds a version of one of
+// real and the other holds none of theirs: that side's writer saw it.
+//
 // The rules are symmetric and the tree is history-independent, so devices
 // that merge the same two heads, either one local, make the same tree and,
 // with sorted parents and the later parent's time, the same commit. It
 // returns the commit, the pieces it wrote (transient) and the number of
 // conflict files.
-func merge(p *store.Page, g *graph, base *store.Commit, a, b side, madeBy func(*store.Commit) (string, error)) (*store.Commit, []cas.Digest, int, error) {
+func merge(p *store.Page, g *graph, base *store.Commit, real []*store.Commit, a, b side, madeBy func(*store.Commit) (string, error)) (*store.Commit, []cas.Digest, int, error) {
 	// replaced holds, per side, the base's versions of the files the side
 	// changed or deleted: versions its writer saw.
 	replaced := map[*store.Commit]map[string]*btree.Entry{}
@@ -97,12 +104,38 @@ func merge(p *store.Page, g *graph, base *store.Commit, a, b side, madeBy func(*
 		ne.Key = key
 		return tree.Put(ne)
 	}
+	// atAncestor reports whether e is key's entry in one of real.
+	atAncestor := func(key string, e *btree.Entry) (bool, error) {
+		for _, r := range real {
+			re, ok, err := p.Tree(r).Get(key)
+			if err != nil {
+				return false, err
+			}
+			if ok && sameEntry(&re, e) || !ok && e == nil {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
 	conflicts := 0
 	for key, bAfter := range cb {
 		aAfter, both := ca[key]
+		var aOld, bOld bool
+		if both && len(real) > 1 && !sameEntry(aAfter, bAfter) {
+			if aOld, err = atAncestor(key, aAfter); err == nil {
+				bOld, err = atAncestor(key, bAfter)
+			}
+			if err != nil {
+				return nil, nil, 0, fmt.Errorf("cloudsync: merge %q: %w", key, err)
+			}
+		}
 		switch {
 		case !both:
 			err = put(key, bAfter)
+		case aOld && !bOld:
+			err = put(key, bAfter) // b replaced what a still holds
+		case bOld && !aOld:
+			// a replaced what b still holds: a's stays
 		case sameEntry(aAfter, bAfter):
 		case aAfter == nil:
 			err = put(key, bAfter) // b changed what a deleted

@@ -212,6 +212,39 @@ func TestThreeWayConflictKeepsEveryLoser(t *testing.T) {
 	}
 }
 
+// TestMergeOnAVirtualBaseKeepsNoReplacedVersion: a merge of heads with two
+// common ancestors, one holding b's first version of a file and one c's,
+// where c's head holds b's first version still (c deleted the file, and
+// b's edit beat the delete) and b's head holds b's second: b's second
+// wins, with no conflict file of b's first, which b replaced itself, nor
+// of c's, which c deleted (the simulation's seed 1539).
+func TestMergeOnAVirtualBaseKeepsNoReplacedVersion(t *testing.T) {
+	be, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a, b, c := newDevice(t, "a", be), newDevice(t, "b", be), newDevice(t, "c", be)
+	second := time.Now().Truncate(time.Second)
+	a.writeAt("l", "p", "f", []byte("a's"), second)
+	round(a, b, c)
+	b.writeAt("l", "p", "f", []byte("b's first"), second.Add(1*time.Millisecond))
+	must(t, b.s.Push(context.Background(), &Stats{}))
+	c.writeAt("l", "p", "f", []byte("c's"), second.Add(2*time.Millisecond))
+	must(t, c.s.Push(context.Background(), &Stats{}))
+	// b merges c's version alone: b's second wins, c's is kept.
+	b.writeAt("l", "p", "f", []byte("b's second"), second.Add(3*time.Millisecond))
+	b.sync()
+	// c deletes the file, then lands b's first (its edit beats the
+	// delete) and b's merge: their common ancestors are b's first and
+	// c's, apart.
+	c.write("l", "p", "f", nil)
+	c.sync()
+	round(a, b, c)
+	same(t, a, b, c)
+	want := map[string]string{"f": "b's second"}
+	if got := c.files("l", "p"); !maps.Equal(got, want) {
+		t.Fatalf("after the merges the page holds %v, want %v", got, want)
+	}
+}
+
 // commits counts the commits of page l/p's history, from its head.
 func (d *device) commits(l, p string) int {
 	d.t.Helper()

@@ -49,39 +49,55 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 	}
 	// In the devices' order: a read that fails ends the pull, and which
 	// batches were read before it must not be up to a map's order.
-	devices := slices.Sorted(maps.Keys(names))
+	var devices []string
 	queues := map[string][]*batch{}
 	last := map[string]uint64{} // per device, the number of its last batch read
 	index := map[cas.Digest]pieceRef{}
-	var read [][]pieceRef // the pieces of each batch read, in its order
-	for _, dev := range devices {
-		ahead, err := s.appliedAhead(dev)
-		if err != nil {
-			return err
-		}
-		for _, name := range names[dev] {
-			if _, seq, ok := parseBatchName(name); ok && ahead[seq] {
-				last[dev] = seq
-				continue // applied past one held back (see heldBack)
+	// readAll reads the batches names lists past those read, and reports
+	// whether it read any.
+	readAll := func(names map[string][]string) (bool, error) {
+		var read [][]pieceRef // the pieces of each batch read, in its order
+		for _, dev := range slices.Sorted(maps.Keys(names)) {
+			if !slices.Contains(devices, dev) {
+				devices = append(devices, dev)
 			}
-			b, err := s.readBatch(ctx, name)
-			if errors.Is(err, remote.ErrNotFound) {
-				break // announced, not listable yet: the next pull reads it
-			}
+			ahead, err := s.appliedAhead(dev)
 			if err != nil {
-				return err
+				return false, err
 			}
-			queues[dev] = append(queues[dev], b)
-			last[dev] = b.Seq
-			for _, pb := range b.Pages {
-				for _, r := range pb.Pieces {
-					index[cas.Digest(r.Digest)] = r
+			for _, name := range names[dev] {
+				_, seq, ok := parseBatchName(name)
+				if _, was := last[dev]; ok && was && seq <= last[dev] {
+					continue
 				}
-				read = append(read, pb.Pieces)
+				if ok && ahead[seq] {
+					last[dev] = seq
+					continue // applied past one held back (see heldBack)
+				}
+				b, err := s.readBatch(ctx, name)
+				if errors.Is(err, remote.ErrNotFound) {
+					break // announced, not listable yet: the next pull reads it
+				}
+				if err != nil {
+					return false, err
+				}
+				queues[dev] = append(queues[dev], b)
+				last[dev] = b.Seq
+				for _, pb := range b.Pages {
+					for _, r := range pb.Pieces {
+						index[cas.Digest(r.Digest)] = r
+					}
+					read = append(read, pb.Pieces)
+				}
 			}
 		}
+		// In the devices' order: a read that fails ends the pull, and
+		// which batches were read before it must not be up to a map's
+		// order.
+		slices.Sort(devices)
+		return len(read) > 0, s.keepIndex(read...)
 	}
-	if err := s.keepIndex(read...); err != nil {
+	if _, err := readAll(names); err != nil {
 		return err
 	}
 	f := &fetcher{s: s, index: index, st: st}
@@ -136,7 +152,21 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 		case progress:
 			graft = false
 		case !graft:
-			graft = true
+			// The commits waited for may be in batches written but
+			// not announced (their device lost the feed's answer, or
+			// went offline before it announced them): a full scan of
+			// the logs finds them, and they apply before anything
+			// grafts (the simulation's seed 1953).
+			s.scannedAt = time.Time{}
+			names, err := s.newBatches(ctx)
+			if err != nil {
+				return err
+			}
+			found, err := readAll(names)
+			if err != nil {
+				return err
+			}
+			graft = !found
 		default:
 			return fmt.Errorf("cloudsync: %d devices' batches build on commits no log holds", waiting)
 		}
@@ -693,7 +723,7 @@ func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit
 		}
 		return s.madeBy(p, c)
 	}
-	base, virtual, err := virtualBase(p, g, local, remote, madeBy, 0)
+	base, real, virtual, err := virtualBase(p, g, local, remote, madeBy, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -705,7 +735,7 @@ func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit
 	if err != nil {
 		return nil, err
 	}
-	m, written, conflicts, err := merge(p, g, base, side{local, localDevice}, side{remote, remoteDevice}, madeBy)
+	m, written, conflicts, err := merge(p, g, base, real, side{local, localDevice}, side{remote, remoteDevice}, madeBy)
 	if err != nil {
 		return nil, err
 	}
@@ -727,37 +757,40 @@ const maxVirtualDepth = 8
 // never landed, with the pieces it wrote. Taking one of several bases
 // made the versions of the others look new: a file only one device ever
 // wrote got an empty conflict file, and a deleted file came back.
-func virtualBase(p *store.Page, g *graph, a, b *store.Commit, madeBy func(*store.Commit) (string, error), depth int) (*store.Commit, []cas.Digest, error) {
+//
+// With a virtual base it also returns the common ancestors it merged: a
+// merge on it checks its sides against them (merge).
+func virtualBase(p *store.Page, g *graph, a, b *store.Commit, madeBy func(*store.Commit) (string, error), depth int) (*store.Commit, []*store.Commit, []cas.Digest, error) {
 	bases, err := g.mergeBases(a, b)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	switch {
 	case len(bases) == 1:
-		return bases[0], nil, nil // the common ancestor of highest generation
+		return bases[0], nil, nil, nil // the common ancestor of highest generation
 	case depth >= maxVirtualDepth:
 		c, err := g.mergeBase(a, b)
-		return c, nil, err
+		return c, nil, nil, err
 	}
 	var written []cas.Digest
 	v := bases[0]
 	for _, l := range bases[1:] {
-		vb, w, err := virtualBase(p, g, v, l, madeBy, depth+1)
+		vb, real, w, err := virtualBase(p, g, v, l, madeBy, depth+1)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		written = append(written, w...)
 		dv, err := madeBy(v)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		dl, err := madeBy(l)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		m, w, _, err := merge(p, g, vb, side{v, dv}, side{l, dl}, madeBy)
+		m, w, _, err := merge(p, g, vb, real, side{v, dv}, side{l, dl}, madeBy)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		written = append(written, w...)
 		if g.extra == nil {
@@ -766,7 +799,7 @@ func virtualBase(p *store.Page, g *graph, a, b *store.Commit, madeBy func(*store
 		g.extra[m.ID] = m // the walks of later merges reach it
 		v = m
 	}
-	return v, written, nil
+	return v, bases, written, nil
 }
 
 // madeBy is the device that made commit c: the one whose log it came

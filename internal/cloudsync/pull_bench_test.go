@@ -38,3 +38,49 @@ func BenchmarkPullBatches(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*batches), "µs/batch")
 }
+
+// BenchmarkFirstSync is a new device's first sync of a store of 100 pages,
+// each holding 20 files of 2 KiB, whose history is 1 or 100 pushes per
+// page (each a batch of its own, as a device that syncs after every close
+// makes them): what a join costs against the content, and against the
+// history. ns/op is per first sync; the ratio of the two is what
+// checkpoints (a join that reads the current state) would remove.
+func BenchmarkFirstSync(b *testing.B) {
+	const pages, files = 100, 20
+	for _, history := range []int{1, 100} {
+		b.Run(fmt.Sprint("history=", history), func(b *testing.B) {
+			dir, err := remote.NewDir(b.TempDir())
+			must(b, err)
+			a := newDevice(b, "a", dir)
+			for round := range history {
+				for p := range pages {
+					page := fmt.Sprint("p", p)
+					if round == 0 {
+						for f := range files {
+							a.write("l", page, fmt.Sprint("f", f), random(uint64(p*files+f), 2<<10))
+						}
+					} else {
+						a.write("l", page, fmt.Sprint("f", round%files), random(uint64(round*pages+p), 2<<10))
+					}
+					if _, err := a.s.Sync(context.Background()); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				d := newDevice(b, "b", dir)
+				b.StartTimer()
+				st, err := d.s.Sync(context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if st.CommitsDown < pages*history {
+					b.Fatalf("pulled %d commits, want %d", st.CommitsDown, pages*history)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/join")
+		})
+	}
+}
