@@ -158,6 +158,7 @@ func (f *FS) Close() {
 	pages := slices.Collect(maps.Values(f.pages))
 	f.mu.Unlock()
 	for _, p := range pages {
+		p.commitUnflushed()
 		p.stopIntents()
 		p.rollbackAll()
 		if err := p.flushAtimes(); err != nil {

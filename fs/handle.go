@@ -161,6 +161,7 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 		f.placed = k
 	}
 	if !sameProcess(h.opener, callerPid(ctx)) {
+		f.pg.noteUnflushed(f)
 		return 0
 	}
 	if f.onlyEmptied() {
@@ -170,6 +171,7 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 		// would make an empty version first, which a crash could leave
 		// as the file. The emptied file commits at the next flush with
 		// bytes in it, or at its release (": > f" empties a file).
+		f.pg.noteUnflushed(f)
 		return 0
 	}
 	return f.commitLocked(commitQueue)
@@ -214,6 +216,9 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 			node := f.EmbeddedInode()
 			f.pg.fs.background.Go(func() { node.NotifyContent(0, 0) })
 		}
+	}
+	if f.writers == 0 {
+		f.pg.forgetUnflushed(f)
 	}
 	if f.unlinked || f.writers == 0 {
 		// A file never committed leaves no name behind once its last

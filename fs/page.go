@@ -1,6 +1,9 @@
 package fs
 
 import (
+	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +57,11 @@ type pageRef struct {
 	// commit, which intentTimer runs (see intent.go).
 	intents     map[*fileNode]struct{}
 	intentTimer *time.Timer
+	// unflushed are the files whose last flush committed nothing (a
+	// close by another process than the opener, or an emptying whose
+	// writes come after it): their release commits them, and Close does
+	// when the kernel dropped the release at the unmount.
+	unflushed map[*fileNode]struct{}
 	// cond, on mu, is broadcast when q.ending reaches 0 and when a file is
 	// closed or leaves q.files (see idleWithin).
 	endCond *sync.Cond
@@ -199,4 +207,40 @@ func (pg *pageRef) empty() (bool, error) {
 		return it.Err()
 	})
 	return empty, err
+}
+
+// noteUnflushed records f as left uncommitted by a flush. Called with f.mu
+// held.
+func (pg *pageRef) noteUnflushed(f *fileNode) {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	if pg.unflushed == nil {
+		pg.unflushed = map[*fileNode]struct{}{}
+	}
+	pg.unflushed[f] = struct{}{}
+}
+
+// forgetUnflushed drops f, released by its last writer. Called with f.mu
+// held.
+func (pg *pageRef) forgetUnflushed(f *fileNode) {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	delete(pg.unflushed, f)
+}
+
+// commitUnflushed commits the files a flush left uncommitted whose release
+// never came: at an unmount the kernel drops the releases it has not sent,
+// and ": > f" just before it would be lost. Every descriptor is closed by
+// then, so what they hold is the files' content.
+func (pg *pageRef) commitUnflushed() {
+	pg.mu.Lock()
+	files := slices.Collect(maps.Keys(pg.unflushed))
+	pg.unflushed = nil
+	pg.mu.Unlock()
+	for _, f := range files {
+		if eno := f.commit(commitQueue); eno != 0 {
+			l, n := pg.names()
+			slog.Error("a change closed before the unmount was not committed", "page", l+"/"+n, "errno", eno)
+		}
+	}
 }

@@ -490,3 +490,25 @@ func TestRewriteIsOneVersion(t *testing.T) {
 		t.Fatalf("after : > f and a remount: %v %v, want an empty file", st, err)
 	}
 }
+
+// TestEmptiedRightBeforeUnmount: ": > f" commits at the release the
+// kernel sends after close returns, asynchronously; an unmount right after
+// can drop it. The unmount commits what such a release would have: the
+// file is empty after a remount, every time.
+func TestEmptiedRightBeforeUnmount(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mountPlain(t, repo)
+	for i := range 30 {
+		f := filepath.Join(s.page("l", "p"), "f")
+		must(t, os.WriteFile(f, []byte("content to empty"), 0o644))
+		run(t, filepath.Dir(f), "sh", "-c", ": > f")
+		s.stop()
+		s = mountWith(t, plainBinary, repo, s.mnt)
+		st, err := os.Stat(f)
+		must(t, err)
+		if st.Size() != 0 {
+			t.Fatalf("round %d: after ': > f' and an unmount, f holds %d bytes, want 0", i, st.Size())
+		}
+	}
+}
