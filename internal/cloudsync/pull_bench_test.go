@@ -40,9 +40,9 @@ func BenchmarkPullBatches(b *testing.B) {
 }
 
 // BenchmarkFirstSync is a new device's first sync of a store of 100 pages,
-// each holding 20 files of 2 KiB, whose history is 1 or 100 pushes per
-// page (each a batch of its own, as a device that syncs after every close
-// makes them): what a join costs against the content, and against the
+// each holding 20 files of 2 KiB, whose history is 1 or 100 commits per
+// page, pushed in as many syncs (a batch each, of every page's commit of
+// that round): what a join costs against the content, and against the
 // history. ns/op is per first sync; the ratio of the two is what
 // checkpoints (a join that reads the current state) would remove.
 func BenchmarkFirstSync(b *testing.B) {
@@ -62,9 +62,9 @@ func BenchmarkFirstSync(b *testing.B) {
 					} else {
 						a.write("l", page, fmt.Sprint("f", round%files), random(uint64(round*pages+p), 2<<10))
 					}
-					if _, err := a.s.Sync(context.Background()); err != nil {
-						b.Fatal(err)
-					}
+				}
+				if _, err := a.s.Sync(context.Background()); err != nil {
+					b.Fatal(err)
 				}
 			}
 			b.ResetTimer()
