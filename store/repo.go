@@ -1243,24 +1243,14 @@ func (r *Repository) closeDB(p *Page) error {
 // eviction waits for.
 func (r *Repository) Closes() uint64 { return r.closes.Load() }
 
-// evict closes a page that must not stay open (before a rename or delete).
+// evict closes a page's db, if idle, and lets it be opened again at once
+// (Reclaim reopens it for a compaction beside its users).
 func (r *Repository) evict(ledger, page string) error {
-	key := ledger + "/" + page
-	r.mu.Lock()
-	p, ok := r.open[key]
-	for ok && p.exclusive {
-		r.waitExclusive(p)
-		p, ok = r.open[key]
+	release, err := r.seize(ledger, page)
+	if err != nil {
+		return err
 	}
-	if ok && p.refs > 0 {
-		r.mu.Unlock()
-		return fmt.Errorf("page %s/%s: %w", ledger, page, ErrBusy)
-	}
-	if ok {
-		r.idle.Remove(key)
-		r.queueClose(key, p)
-	}
-	r.unlock()
+	release()
 	return nil
 }
 

@@ -43,12 +43,10 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 	if err := s.absorb(ctx, false); err != nil {
 		return err
 	}
-	names, err := s.newBatches(ctx)
+	names, err := s.newBatches(ctx, false)
 	if err != nil {
 		return err
 	}
-	// In the devices' order: a read that fails ends the pull, and which
-	// batches were read before it must not be up to a map's order.
 	var devices []string
 	queues := map[string][]*batch{}
 	last := map[string]uint64{} // per device, the number of its last batch read
@@ -157,8 +155,7 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 			// went offline before it announced them): a full scan of
 			// the logs finds them, and they apply before anything
 			// grafts (the simulation's seed 1953).
-			s.scannedAt = time.Time{}
-			names, err := s.newBatches(ctx)
+			names, err := s.newBatches(ctx, true)
 			if err != nil {
 				return err
 			}
@@ -272,11 +269,12 @@ const (
 )
 
 // newBatches names, per other device, the batches after the last one
-// applied, in order.
-func (s *Syncer) newBatches(ctx context.Context) (map[string][]string, error) {
+// applied, in order; full lists every device's log, as a scan every
+// fullScanEvery does.
+func (s *Syncer) newBatches(ctx context.Context, full bool) (map[string][]string, error) {
 	now := s.now()
 	out := map[string][]string{}
-	if s.scannedAt.IsZero() || now.Sub(s.scannedAt) >= fullScanEvery {
+	if full || s.scannedAt.IsZero() || now.Sub(s.scannedAt) >= fullScanEvery {
 		var devices []string
 		if err := s.be.List(ctx, devicesDir, "", func(o remote.Object) error {
 			if d := strings.TrimPrefix(o.Name, devicesDir); d != s.device {

@@ -23,19 +23,7 @@ func BenchmarkPullBatches(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ResetTimer()
-	for range b.N {
-		b.StopTimer()
-		d := newDevice(b, "b", dir)
-		b.StartTimer()
-		st, err := d.s.Sync(context.Background())
-		if err != nil {
-			b.Fatal(err)
-		}
-		if st.CommitsDown < batches {
-			b.Fatalf("pulled %d commits, want %d", st.CommitsDown, batches)
-		}
-	}
+	firstSyncs(b, dir, batches)
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*batches), "µs/batch")
 }
 
@@ -67,20 +55,27 @@ func BenchmarkFirstSync(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ResetTimer()
-			for range b.N {
-				b.StopTimer()
-				d := newDevice(b, "b", dir)
-				b.StartTimer()
-				st, err := d.s.Sync(context.Background())
-				if err != nil {
-					b.Fatal(err)
-				}
-				if st.CommitsDown < pages*history {
-					b.Fatalf("pulled %d commits, want %d", st.CommitsDown, pages*history)
-				}
-			}
+			firstSyncs(b, dir, pages*history)
 			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/join")
 		})
+	}
+}
+
+// firstSyncs times b.N first syncs of new devices of the store in dir,
+// each of which must pull at least commits commits.
+func firstSyncs(b *testing.B, dir remote.Backend, commits int) {
+	b.Helper()
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		d := newDevice(b, "b", dir)
+		b.StartTimer()
+		st, err := d.s.Sync(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if st.CommitsDown < commits {
+			b.Fatalf("pulled %d commits, want %d", st.CommitsDown, commits)
+		}
 	}
 }
