@@ -41,8 +41,13 @@ type NameChange struct {
 	// head is one of them or older has nothing the deleting device did
 	// not see, and may let the page go; one with newer commits keeps
 	// them, as a change beats a delete.
-	Seen []string  `json:"seen,omitempty"`
-	Time time.Time `json:"time"`
+	Seen []string `json:"seen,omitempty"`
+	// Incarnations are, for a page created, renamed or deleted, the
+	// incarnations of the page (Incarnation's String): the page it names
+	// wherever it is named on the device applying it. None in a change
+	// recorded before layout 4.
+	Incarnations []string  `json:"inc,omitempty"`
+	Time         time.Time `json:"time"`
 }
 
 // DestLedger is the ledger a renamed page is in after the change.
@@ -112,6 +117,11 @@ func (r *Repository) nameChange(rec bool, c NameChange) (*NameChange, error) {
 		return nil, err
 	}
 	if c.Op == NameDeletePage || c.Op == NameRenamePage {
+		n, err := r.EnsurePageNaming(c.Ledger, c.Page)
+		if err != nil {
+			return nil, err
+		}
+		c.Incarnations = IncarnationStrings(n.IDs)
 		p, err := r.Acquire(c.Ledger, c.Page)
 		if err != nil {
 			return nil, err

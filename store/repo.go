@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"maps"
@@ -120,6 +121,10 @@ type Options struct {
 	// The sync simulation runs its devices on one simulated clock, as
 	// their commits (journal.Engine.StampWith).
 	Now func() time.Time
+	// Rand is where new page incarnations come from; nil means
+	// crypto/rand. The sync simulation draws them from its seed, so that
+	// a run replays.
+	Rand io.Reader
 }
 
 // Repository is an open repository directory.
@@ -170,6 +175,7 @@ type Repository struct {
 	// namesMu orders the keys of recorded name changes (namesLast: the
 	// last one's nanoseconds).
 	namesMu   sync.Mutex
+	randMu    sync.Mutex // guards opts.Rand
 	namesLast int64
 }
 
@@ -620,7 +626,13 @@ func (r *Repository) createPage(ledger, page string, rec bool) error {
 	} else if ok {
 		return fmt.Errorf("page %q: %w", page, ErrExists)
 	}
-	nc, err := r.nameChange(rec, NameChange{Op: NameCreatePage, Ledger: ledger, Page: page})
+	// A page made here is a new incarnation; one a sync makes takes
+	// the other device's (cloudsync sets it).
+	inc, err := r.newIncarnation()
+	if err != nil {
+		return err
+	}
+	nc, err := r.nameChange(rec, NameChange{Op: NameCreatePage, Ledger: ledger, Page: page, Incarnations: []string{inc.String()}})
 	if err != nil {
 		return err
 	}
@@ -639,6 +651,15 @@ func (r *Repository) createPage(ledger, page string, rec bool) error {
 		}
 		if err := txn.Set(pageKey(ledger, page), id[:]); err != nil {
 			return err
+		}
+		if rec {
+			at := time.Unix(0, nowNs())
+			if nc != nil {
+				at = nc.Time
+			}
+			if err := setNaming(txn, ledger, page, &Naming{IDs: []Incarnation{inc}, At: NamedAt{Time: at.UTC()}}); err != nil {
+				return err
+			}
 		}
 		return txn.Set(openedKey(ledger, id), EncodeUint64(uint64(nowNs())))
 	})
@@ -696,6 +717,26 @@ func (r *Repository) dropPageRows(ledger, page string, nc *NameChange) error {
 		}
 		if err := movePageRows(txn, ledger, page, "", ""); err != nil {
 			return err
+		}
+		n, _, err := getNaming(txn, ledger, page)
+		if err != nil {
+			return err
+		}
+		if err := moveNaming(txn, ledger, page, "", "", NamedAt{}); err != nil {
+			return err
+		}
+		if nc != nil {
+			seen := make([]CommitID, 0, len(nc.Seen))
+			for _, h := range nc.Seen {
+				var id CommitID
+				if _, err := hex.Decode(id[:], []byte(h)); err != nil {
+					return fmt.Errorf("seen commit %q: %w", h, err)
+				}
+				seen = append(seen, id)
+			}
+			if err := markDeleted(txn, n.IDs, seen); err != nil {
+				return err
+			}
 		}
 		return txn.Delete(openedKey(ledger, PageIDFor(page)))
 	})
@@ -810,6 +851,15 @@ func (r *Repository) moveRows(m pageMove) error {
 		if err := movePageRows(txn, m.Ledger, m.Page, m.ToLedger, m.To); err != nil {
 			return err
 		}
+		// A rename made here names the page since it was made; one a
+		// sync applies, since the other device's (cloudsync sets it).
+		var at NamedAt
+		if m.Change != nil {
+			at = NamedAt{Time: m.Change.Time.UTC(), Renamed: true}
+		}
+		if err := moveNaming(txn, m.Ledger, m.Page, m.ToLedger, m.To, at); err != nil {
+			return err
+		}
 		if err := txn.Set(pageKey(m.ToLedger, m.To), nid[:]); err != nil {
 			return err
 		}
@@ -917,6 +967,9 @@ func (r *Repository) renameLedger(from, to string, rec bool) error {
 				}
 			}
 			if err := movePageRows(txn, from, p, to, p); err != nil {
+				return err
+			}
+			if err := moveNaming(txn, from, p, to, p, NamedAt{}); err != nil {
 				return err
 			}
 			if err := txn.Set(pageKey(to, p), id[:]); err != nil {
