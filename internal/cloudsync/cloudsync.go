@@ -39,7 +39,9 @@ type Syncer struct {
 	// pol is the store's chunker polynomial: a batch of a page chunked
 	// with another names it (pageBatch.Polynomial).
 	pol chunker.Pol
-	// raised: the store's layout takes such batches (remote.Raise).
+	// raised: the store's layout is one this device's batches need
+	// (remote.Raise): they carry pages' incarnations, and may name a
+	// page's own polynomial.
 	raised atomic.Bool
 	// lazy leaves values to be fetched when read (Fetch): a pull fetches
 	// commits and tree nodes only.
@@ -156,7 +158,7 @@ type Stats struct {
 // the same content makes the same pieces on every device that writes a
 // page), and registers the repository's device.
 func New(ctx context.Context, repo *store.Repository, be remote.Backend, opt Options) (*Syncer, error) {
-	remotePol, key, err := openStore(ctx, repo, be, opt, true)
+	remotePol, version, key, err := openStore(ctx, repo, be, opt, true)
 	if err != nil {
 		return nil, err
 	}
@@ -194,6 +196,7 @@ func New(ctx context.Context, repo *store.Repository, be remote.Backend, opt Opt
 	}
 	s := &Syncer{repo: repo, be: be, key: key, device: device, pol: chunker.Pol(storePol), packSize: DefaultPackSize, now: time.Now,
 		lazy: !opt.FetchAll, fetchTimeout: cmp.Or(opt.FetchTimeout, DefaultFetchTimeout), packs: packs, nexts: nexts, cache: opt.Cache}
+	s.raised.Store(version >= remote.VersionIncarnations)
 	body, err := json.Marshal(struct {
 		Created time.Time `json:"created"`
 	}{time.Now().UTC()})

@@ -40,10 +40,10 @@ var configAD = []byte(remote.ConfigName)
 // and key (nil for a plain store). Without a repository (repo nil: the key
 // commands given only a remote) it neither makes a store nor finds a key
 // kept; only the secret unlocks.
-func openStore(ctx context.Context, repo *store.Repository, be remote.Backend, opt Options, create bool) (string, *repokey.Key, error) {
-	var pol string
+func openStore(ctx context.Context, repo *store.Repository, be remote.Backend, opt Options, create bool) (pol string, version int, key *repokey.Key, err error) {
+	var own string
 	if repo != nil {
-		pol = repo.Polynomial().String()
+		own = repo.Polynomial().String()
 	}
 	create = create && repo != nil
 	var made *repokey.Key
@@ -52,7 +52,7 @@ func openStore(ctx context.Context, repo *store.Repository, be remote.Backend, o
 		case !create:
 			return remote.Config{}, fmt.Errorf("%s holds no repository", be.Location())
 		case opt.Plain:
-			return remote.Config{Polynomial: pol}, nil
+			return remote.Config{Polynomial: own}, nil
 		case opt.Secret.IsZero():
 			return remote.Config{}, fmt.Errorf("%s is empty, and a new store is encrypted: give a passphrase or a key file to keep its key under (or make it unencrypted): %w", be.Location(), ErrNoSecret)
 		}
@@ -69,7 +69,7 @@ func openStore(ctx context.Context, repo *store.Repository, be remote.Backend, o
 		if err := be.Create(ctx, remote.KeysDir+hex.EncodeToString(id[:]), wrapped); err != nil {
 			return remote.Config{}, err
 		}
-		plain, err := json.Marshal(secretConfig{Polynomial: pol})
+		plain, err := json.Marshal(secretConfig{Polynomial: own})
 		if err != nil {
 			return remote.Config{}, err
 		}
@@ -77,10 +77,10 @@ func openStore(ctx context.Context, repo *store.Repository, be remote.Backend, o
 		return remote.Config{Encryption: remote.Encryption, Sealed: k.Seal(nil, configAD, plain)}, nil
 	})
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	if !cfg.Encrypted() {
-		return cfg.Polynomial, nil, nil
+		return cfg.Polynomial, cfg.Version, nil, nil
 	}
 	// The key made here, unless another device made the store meanwhile;
 	// then the one the repository keeps; then the secret's.
@@ -92,30 +92,31 @@ func openStore(ctx context.Context, repo *store.Repository, be remote.Backend, o
 		b, err := k.Open(nil, configAD, cfg.Sealed)
 		return err == nil && json.Unmarshal(b, &sc) == nil && sc.Polynomial != ""
 	}
-	key, kept := made, false
+	kept := false
+	key = made
 	if !opens(key) && repo != nil {
 		key = nil
 		if m, ok, err := repo.SyncState(stateKey); err != nil {
-			return "", nil, err
+			return "", 0, nil, err
 		} else if ok {
 			if k, err := repokey.FromMaster(m); err == nil && opens(k) {
 				key, kept = k, true
 			} else if opt.Secret.IsZero() {
-				return "", nil, fmt.Errorf("the key this repository keeps for %s does not open it (was the store made anew?): give its passphrase or key file: %w", be.Location(), ErrNoSecret)
+				return "", 0, nil, fmt.Errorf("the key this repository keeps for %s does not open it (was the store made anew?): give its passphrase or key file: %w", be.Location(), ErrNoSecret)
 			}
 		}
 	}
 	if key == nil {
 		if key, err = unlock(ctx, be, opt.Secret, opens); err != nil {
-			return "", nil, err
+			return "", 0, nil, err
 		}
 	}
 	if !kept && repo != nil {
 		if err := repo.SetSyncState(map[string][]byte{stateKey: key.Master()}); err != nil {
-			return "", nil, err
+			return "", 0, nil, err
 		}
 	}
-	return sc.Polynomial, key, nil
+	return sc.Polynomial, cfg.Version, key, nil
 }
 
 // unlock finds the store's key object that s opens and whose master key

@@ -58,7 +58,7 @@ func TestLateJoinerKeepsItsChunking(t *testing.T) {
 			}
 
 			c.sync()
-			if v := layout(t, be); v != remote.VersionOwnPolynomials {
+			if v := layout(t, be); v < remote.VersionOwnPolynomials {
 				t.Fatalf("the store's layout after a batch naming a page's own polynomial: %d", v)
 			}
 			a.sync()
@@ -123,4 +123,21 @@ func layout(t *testing.T, be remote.Backend) int {
 	var cfg remote.Config
 	must(t, json.Unmarshal(body, &cfg))
 	return cfg.Version
+}
+
+// TestFirstBatchRaisesTheLayout: a store is made at the first layout of
+// its kind and raised to the one whose batches carry pages' incarnations
+// before a device's first batch, so that a device of an older layout
+// refuses it rather than land those batches by name alone.
+func TestFirstBatchRaisesTheLayout(t *testing.T) {
+	st := newSimStore(1)
+	a := newDevice(t, "a", st)
+	if v := layout(t, st); v >= remote.VersionIncarnations {
+		t.Fatalf("a new store at layout %d before any batch", v)
+	}
+	a.write("l", "p", "f", []byte("x"))
+	a.sync()
+	if v := layout(t, st); v != remote.VersionIncarnations {
+		t.Fatalf("the store's layout after the first batch: %d, want %d", v, remote.VersionIncarnations)
+	}
 }

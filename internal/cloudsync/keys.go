@@ -174,7 +174,7 @@ func ChangeKey(ctx context.Context, be remote.Backend, opt Options, secret repok
 // storeKey unlocks the encrypted store be with the key repo keeps (repo
 // may be nil) or opt.Secret: ErrPlain for a store that is not encrypted.
 func storeKey(ctx context.Context, repo *store.Repository, be remote.Backend, opt Options) (*repokey.Key, error) {
-	_, key, err := openStore(ctx, repo, be, opt, false)
+	_, _, key, err := openStore(ctx, repo, be, opt, false)
 	if err != nil {
 		return nil, err
 	}

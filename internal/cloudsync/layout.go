@@ -123,6 +123,10 @@ type pageBatch struct {
 	// where the page holds no commit yet takes it, so that every device
 	// chunks the page alike. Only in a store of layout 3 or later.
 	Polynomial string `json:"polynomial,omitempty"`
+	// Incarnations are the page's (store.Incarnation's String): a batch
+	// lands in the page holding one of them, wherever it is named on the
+	// device that pulls it. Only in a store of layout 4 or later.
+	Incarnations []string `json:"inc,omitempty"`
 }
 
 // A pieceRef says where a piece is: Len bytes at Off of a pack.
@@ -154,6 +158,9 @@ func writtenKey(seq uint64, body []byte) string {
 // writeBatch writes b to its device's log: remote.ErrExists if a batch of
 // its number is there already.
 func (s *Syncer) writeBatch(ctx context.Context, b *batch) (name string, err error) {
+	if err := s.raise(ctx); err != nil {
+		return "", err
+	}
 	body, err := json.Marshal(b)
 	if err != nil {
 		return "", err

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"time"
 
@@ -598,6 +599,13 @@ func (s *Syncer) goneBefore(pb pageBatch, later []*batch) (to *[2]string, gone b
 // renamed away from it sent a page that had crossed another's renames
 // after it (the simulation's seed 32, -sim.pages).
 func (s *Syncer) cameAfter(ledger, page string, at time.Time) (bool, error) {
+	// A page's naming says when it came under its name, if a change of
+	// names made here or applied here did (not a batch alone).
+	if n, ok, err := s.repo.PageNaming(ledger, page); err != nil {
+		return false, err
+	} else if ok && !n.At.Time.IsZero() {
+		return n.At.Time.After(at), nil
+	}
 	if ok, err := s.arrivedAfter(ledger, page, at); err != nil || ok {
 		return ok, err
 	}
@@ -791,16 +799,16 @@ func (s *Syncer) resendRenamed(c store.NameChange) error {
 // there. A rename whose new name is taken here (a page made here while
 // apart, or the renamed page, arrived first) merges the page into the one
 // there (mergeAway); a ledger's, its pages into that ledger (mergeLedger).
-func (s *Syncer) applyNames(ctx context.Context, device string, names []store.NameChange, graft bool, st *Stats) error {
-	for _, c := range names {
-		if err := s.applyName(ctx, device, c, graft, st); err != nil {
+func (s *Syncer) applyNames(ctx context.Context, device string, names []store.NameChange, later []*batch, graft bool, st *Stats) error {
+	for i, c := range names {
+		if err := s.applyName(ctx, device, c, namesAfter(names[i+1:], later), graft, st); err != nil {
 			return fmt.Errorf("%s %s/%s: %w", c.Op, c.Ledger, c.Page, err)
 		}
 	}
 	return nil
 }
 
-func (s *Syncer) applyName(ctx context.Context, device string, c store.NameChange, graft bool, st *Stats) (err error) {
+func (s *Syncer) applyName(ctx context.Context, device string, c store.NameChange, after iter.Seq[store.NameChange], graft bool, st *Stats) (err error) {
 	r, n := s.repo, s.namer()
 	switch c.Op {
 	case store.NameCreateLedger:
@@ -809,6 +817,12 @@ func (s *Syncer) applyName(ctx context.Context, device string, c store.NameChang
 		}
 		return s.ensureLedger(c.Ledger)
 	case store.NameCreatePage:
+		if ids, err := incarnationsOf(c.Incarnations); err != nil || len(ids) > 0 {
+			if err != nil {
+				return err
+			}
+			return s.nameByID(ctx, c, ids, after, st)
+		}
 		if _, _, ok, err := s.renamedAway(c.Ledger, c.Page, c.Time); err != nil || ok {
 			return err // made before it was renamed here: it is that page
 		}
@@ -845,8 +859,20 @@ func (s *Syncer) applyName(ctx context.Context, device string, c store.NameChang
 		// Its pages' batches, if they come after, land where it went.
 		return s.noteMoved(c)
 	case store.NameDeletePage:
+		if ids, err := incarnationsOf(c.Incarnations); err != nil || len(ids) > 0 {
+			if err != nil {
+				return err
+			}
+			return s.deleteByID(ctx, device, c, ids, graft, st)
+		}
 		return s.letGo(ctx, device, c, graft, st)
 	case store.NameRenamePage:
+		if ids, err := incarnationsOf(c.Incarnations); err != nil || len(ids) > 0 {
+			if err != nil {
+				return err
+			}
+			return s.nameByID(ctx, c, ids, after, st)
+		}
 		// A page moved to another ledger is renamed into it, with its
 		// history, as within one.
 		dest := c.DestLedger()
@@ -938,7 +964,7 @@ func (s *Syncer) letGo(ctx context.Context, device string, c store.NameChange, g
 		return err
 	}
 	if seen {
-		return s.namer().DeletePage(c.Ledger, c.Page)
+		return s.deleteSeen(c)
 	}
 	if err := s.deleteOver(ctx, device, c, st); err != nil {
 		return err

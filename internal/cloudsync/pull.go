@@ -450,7 +450,7 @@ func (s *Syncer) pieceAt(d cas.Digest) (pieceRef, bool, error) {
 func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, later []*batch, graft bool, st *Stats) error {
 	// The commits a name change saw that a collection removed from the
 	// store never come: as with a graft, it goes on without them.
-	if err := s.applyNames(ctx, b.Device, b.Names, graft || s.kept.covers(b.Device, b.Seq), st); err != nil {
+	if err := s.applyNames(ctx, b.Device, b.Names, later, graft || s.kept.covers(b.Device, b.Seq), st); err != nil {
 		if errors.Is(err, errMissingParent) || errors.Is(err, store.ErrBusy) {
 			return err
 		}
@@ -468,18 +468,30 @@ func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, later []*
 }
 
 func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq uint64, pb pageBatch, later []*batch, graft bool, st *Stats) error {
-	if to, gone, err := s.goneBefore(pb, later); err != nil || gone {
-		return err
-	} else if to != nil {
-		pb.Ledger, pb.Page = to[0], to[1]
-	}
-	var err error
-	if pb.Ledger, pb.Page, err = s.landingPage(pb, graft); err != nil {
+	ids, err := incarnationsOf(pb.Incarnations)
+	if err != nil {
 		return err
 	}
-	if err := s.ensurePage(pb.Ledger, pb.Page); err != nil {
+	// What deletes here of its page saw, read before the batch's page
+	// holds its incarnations.
+	deletes, err := s.deletedHere(ids)
+	if err != nil {
 		return err
 	}
+	pl, err := s.placeBatch(ctx, pb, ids, later, graft, st)
+	if err != nil || pl.skip {
+		return err
+	}
+	pb.Ledger, pb.Page = pl.at[0], pl.at[1]
+	if err := s.landBatch(ctx, f, device, seq, pb, graft, st); err != nil || len(deletes) == 0 {
+		return err
+	}
+	_, err = s.goneAgain(pb.Ledger, pb.Page, ids, deletes)
+	return err
+}
+
+// landBatch lands batch pb, of a page here, in it.
+func (s *Syncer) landBatch(ctx context.Context, f *fetcher, device string, seq uint64, pb pageBatch, graft bool, st *Stats) error {
 	p, err := s.repo.Acquire(pb.Ledger, pb.Page)
 	if err != nil {
 		return err

@@ -99,15 +99,15 @@ func (s *Syncer) passed(seq uint64, state map[string][]byte) error {
 	return s.repo.SetSyncState(state)
 }
 
-// raise makes the store's layout one whose batches may name a page's own
-// polynomial, before the first such batch goes up: a device that reads an
-// older layout would chunk the page with the store's, and its merges of
-// the page would never agree with the others'.
+// raise makes the store's layout one whose batches carry pages'
+// incarnations (and may name a page's own polynomial), before this
+// device's first batch goes up: a device that reads an older layout would
+// land them by name alone, and its pages would part from the others'.
 func (s *Syncer) raise(ctx context.Context) error {
 	if s.raised.Load() {
 		return nil
 	}
-	if err := remote.Raise(ctx, s.be, remote.VersionOwnPolynomials); err != nil {
+	if err := remote.Raise(ctx, s.be, remote.VersionIncarnations); err != nil {
 		return fmt.Errorf("cloudsync: raise the layout of %s: %w", s.be.Location(), err)
 	}
 	s.raised.Store(true)
@@ -197,11 +197,13 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 		if err != nil {
 			return err
 		}
-		pb := pageBatch{Ledger: ledger, Page: page, Pieces: refs, Keep: keep.String()}
+		naming, err := s.repo.EnsurePageNaming(ledger, page)
+		if err != nil {
+			return err
+		}
+		pb := pageBatch{Ledger: ledger, Page: page, Pieces: refs, Keep: keep.String(),
+			Incarnations: store.IncarnationStrings(naming.IDs)}
 		if pol := p.Polynomial(); pol != s.pol {
-			if err := s.raise(ctx); err != nil {
-				return err
-			}
 			pb.Polynomial = pol.String()
 		}
 		for _, c := range commits {

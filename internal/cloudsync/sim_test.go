@@ -99,6 +99,36 @@ func TestSimulation(t *testing.T) {
 	})
 }
 
+// TestSimulationPages runs the simulation with pages renamed, moved and
+// deleted (-sim.pages) at full length, and with ledgers renamed too at 15
+// steps: 60 seeds of each, 30 under the race detector, 600 with -long
+// (-sim.seeds and -sim.seed are TestSimulation's).
+func TestSimulationPages(t *testing.T) {
+	seeds := 60
+	switch {
+	case *long:
+		seeds = 600
+	case testing.Short():
+		seeds = 10
+	case testutil.Race():
+		seeds = 30
+	}
+	for _, mode := range []struct {
+		name    string
+		steps   int
+		ledgers bool
+	}{{"pages", 60, false}, {"ledgers", 15, true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			for seed := uint64(1); seed <= uint64(seeds); seed++ {
+				t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+					t.Parallel()
+					runSim(t, seed, mode.steps, false, true, mode.ledgers, false)
+				})
+			}
+		})
+	}
+}
+
 // The seeds that found bugs, each failing before its fix: a seed replays
 // the same run while the simulation's operations stay as they are (a
 // change of them changes what every seed does; then find new ones). The
@@ -152,6 +182,14 @@ func TestSimulationRegressions(t *testing.T) {
 		{257, false, true, true, 15, "a page made in a ledger after another device renamed the ledger went with the rename on one device and stayed on the other", false},
 		{251, false, true, true, 15, "a ledger renamed before its pages arrived here had them made under its old name", false},
 		{190, false, true, false, 0, "a file deleted before its page was deleted came back: the page, kept where another device changed it meanwhile, came back whole", false},
+		// Pages told apart by name and times alone (before incarnations).
+		{104, false, true, false, 0, "a page renamed and then deleted, its name reused for a new page, while other devices wrote into the old page: the devices ended with different pages under the name", false},
+		{180, false, true, false, 0, "a name reused for a new page after its page was renamed away took in the old page's batches on one device", false},
+		{166, false, true, false, 0, "a page renamed twice on one device and once on another, a page of its own made under its first name on a third: the devices ended with different names", false},
+		{4, false, true, false, 0, "a version lost: pages made under one name on three devices became one, and a create of its old name after another device renamed it took it back there, merging away a version", false},
+		{122, false, true, true, 0, "a page deleted on two devices came back on one: the other had landed its changes as new and sent them back", false},
+		{130, false, true, true, 0, "a file deleted on one device came back: a create of a page renamed and deleted later in its device's log joined the page made under the old name since", false},
+		{230, false, true, true, 15, "a page renamed on one device while another renamed its ledger ended under two names", false},
 	} {
 		t.Run(fmt.Sprint("seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
@@ -337,6 +375,9 @@ type simDevice struct {
 	// syncer nil); it chunks with a polynomial of its own, and joins the
 	// store at its first sync round (-sim.late).
 	late bool
+	// opens counts the opens of its repository: each draws its page
+	// incarnations from a stream of its own.
+	opens int
 }
 
 // A simVersion is one content a device wrote. Every content is unique, so
@@ -462,7 +503,12 @@ func (s *sim) logf(format string, args ...any) {
 func (s *sim) open(d *simDevice) {
 	eng := journal.NewEngine()
 	eng.StampWith(s.now)
-	repo, err := store.Open(d.dir, eng.Hooks(store.Options{Now: s.now}))
+	// New page incarnations from the seed too, a new stream each open
+	// (drawn apart from the run's random choices, which stay as they
+	// were before pages had incarnations).
+	d.opens++
+	ids := rand.NewChaCha8(sha256.Sum256(fmt.Appendf(nil, "incarnations %d %s %d", s.seed, d.name, d.opens)))
+	repo, err := store.Open(d.dir, eng.Hooks(store.Options{Now: s.now, Rand: ids}))
 	must(s.t, err)
 	// Named from the seed: every object a device writes is named after
 	// it, and listings put devices in the order of their ids.

@@ -17,7 +17,7 @@ import (
 // not the packs' bytes. An encrypted store's key is the one the repository
 // keeps, else opt's secret's.
 func Verify(ctx context.Context, repo *store.Repository, be remote.Backend, opt Options) ([]string, error) {
-	_, key, err := openStore(ctx, repo, be, opt, false)
+	_, _, key, err := openStore(ctx, repo, be, opt, false)
 	if err != nil {
 		return nil, err
 	}

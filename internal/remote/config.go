@@ -20,13 +20,19 @@ const Format = "ledgerfs"
 // 1, plain; 2, encrypted (Config.Encryption); 3, either, whose batches may
 // name a page's own chunker polynomial (a repository that wrote before it
 // joined keeps its pages' chunking), which a device of layout 2 would not
-// follow. A store is made with 1 or 2 and raised to 3 (Raise) before the
-// first such batch.
-const Version = 3
+// follow; 4, whose batches and changes of names carry pages' incarnations,
+// by which a device of layout 4 lands them wherever the page is named,
+// where one of layout 3 would go by name alone and part from it. A store is
+// made with 1 or 2 and raised (Raise) before a device's first batch.
+const Version = 4
 
 // VersionOwnPolynomials is the layout whose batches may name a page's own
 // polynomial.
 const VersionOwnPolynomials = 3
+
+// VersionIncarnations is the layout whose batches carry pages'
+// incarnations.
+const VersionIncarnations = 4
 
 // KeysDir holds an encrypted store's key objects, which a device that makes
 // the store writes before its configuration.

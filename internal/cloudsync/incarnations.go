@@ -1,0 +1,517 @@
+package cloudsync
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"iter"
+	"slices"
+	"time"
+
+	"github.com/ledgerfs/ledgerfs/store"
+)
+
+// A page's incarnations (store.Incarnation) say which page a batch or a
+// change of names is of, wherever that page is named here: the batches and
+// changes that carry them are landed and applied by them, and the rules of
+// names.go, which guess a page from its name and the times of renames,
+// serve only those of a store written before (layout 3 and earlier) and
+// the batches of a page not here yet.
+
+// incarnationsOf parses the incarnations a batch or change carries.
+func incarnationsOf(ss []string) ([]store.Incarnation, error) {
+	if len(ss) == 0 {
+		return nil, nil
+	}
+	return store.ParseIncarnations(ss)
+}
+
+// holderOf returns the page here that holds one of ids. Pages here that
+// hold several of them are made one first (joined): the device that sent
+// them together had made them one.
+func (s *Syncer) holderOf(ctx context.Context, ids []store.Incarnation, st *Stats) (l, p string, ok bool, err error) {
+	var holders [][2]string
+	for _, id := range ids {
+		hl, hp, found, err := s.repo.FindIncarnation(id)
+		if err != nil {
+			return "", "", false, err
+		}
+		if found && !slices.Contains(holders, [2]string{hl, hp}) {
+			holders = append(holders, [2]string{hl, hp})
+		}
+	}
+	switch len(holders) {
+	case 0:
+		return "", "", false, nil
+	case 1:
+		return holders[0][0], holders[0][1], true, nil
+	}
+	into, err := s.joinPages(ctx, holders, st)
+	if err != nil {
+		return "", "", false, err
+	}
+	return into[0], into[1], true, nil
+}
+
+// joinPages makes pages, incarnations of one page, one: the page named
+// latest (the greater name if two were named at once) takes the others'
+// commits and incarnations, and they go. Every device that joins them
+// picks the same name: the one the latest rename of any of them gave.
+func (s *Syncer) joinPages(ctx context.Context, pages [][2]string, st *Stats) ([2]string, error) {
+	var into [2]string
+	var union store.Naming
+	namings := make([]store.Naming, len(pages))
+	for i, pg := range pages {
+		n, _, err := s.repo.PageNaming(pg[0], pg[1])
+		if err != nil {
+			return into, err
+		}
+		namings[i] = n
+		if i == 0 || laterNaming(n.At, pg, union.At, into) {
+			into = pg
+		}
+		union = union.Union(n)
+	}
+	for _, pg := range pages {
+		if pg == into {
+			continue
+		}
+		if err := s.mergeInto(ctx, pg[0], pg[1], into[0], into[1], st); err != nil {
+			return into, fmt.Errorf("join %s into %s: %w", pageName(pg), pageName(into), err)
+		}
+		if err := s.namer().DeletePage(pg[0], pg[1]); err != nil {
+			return into, err
+		}
+	}
+	if err := s.repo.SetPageNaming(into[0], into[1], union); err != nil {
+		return into, err
+	}
+	s.Changed(into[0], into[1])
+	return into, nil
+}
+
+func pageName(pg [2]string) string { return pg[0] + "/" + pg[1] }
+
+// adoptNaming gives page l/p here the incarnations ids, named since at if
+// that is later than the page's own naming (a page made here for another
+// device's takes its identity, and one two devices made under one name
+// holds both), then moves it where the latest naming of any of them puts
+// it: a change of names noted before the page came, or the name it had
+// when it was deleted here. It returns where the page is.
+func (s *Syncer) adoptNaming(ctx context.Context, l, p string, ids []store.Incarnation, at store.NamedAt, st *Stats) (string, string, error) {
+	n, ok, err := s.repo.PageNaming(l, p)
+	if err != nil {
+		return l, p, err
+	}
+	u := n.Union(store.Naming{IDs: ids, At: at})
+	best, bestAt := [2]string{l, p}, u.At
+	for _, id := range u.IDs {
+		named, known, err := s.repo.IncarnationNamed(id)
+		if err != nil {
+			return l, p, err
+		}
+		to := [2]string{named.Ledger, named.Page}
+		if known && !named.Live && laterNaming(named.At, to, bestAt, best) {
+			best, bestAt = to, named.At
+		}
+	}
+	u.At = bestAt
+	if best == [2]string{l, p} {
+		if ok && len(u.IDs) == len(n.IDs) && u.At == n.At {
+			return l, p, nil
+		}
+		return l, p, s.repo.SetPageNaming(l, p, u)
+	}
+	to, err := s.moveNamed(ctx, [2]string{l, p}, best, u, st)
+	return to[0], to[1], err
+}
+
+// laterNaming reports whether a naming of to at at wins over one of than
+// at thanAt (store.NamedAt.After), the greater name if neither does.
+func laterNaming(at store.NamedAt, to [2]string, thanAt store.NamedAt, than [2]string) bool {
+	return at.After(thanAt) || at == thanAt && pageName(to) > pageName(than)
+}
+
+// namedBy is when change c, of a page, named it.
+func namedBy(c store.NameChange) store.NamedAt {
+	return store.NamedAt{Time: c.Time.UTC(), Renamed: c.Op == store.NameRenamePage}
+}
+
+// moveNamed moves page from here to the name to (into the ledger that
+// went elsewhere here since, if it did), joining a page there, and gives
+// it naming u and the incarnations of that page. It returns where the page
+// is.
+func (s *Syncer) moveNamed(ctx context.Context, from, to [2]string, u store.Naming, st *Stats) ([2]string, error) {
+	var err error
+	if to[0], err = s.ledgerAfter(to[0], u.At.Time); err != nil {
+		return from, err
+	}
+	if to == from {
+		return to, s.repo.SetPageNaming(to[0], to[1], u)
+	}
+	if err := s.ensureLedger(to[0]); err != nil {
+		return from, err
+	}
+	taken, _, err := s.repo.PageNaming(to[0], to[1])
+	if err != nil {
+		return from, err
+	}
+	if err := s.moveOrMerge(ctx, from, to, st); err != nil {
+		return from, err
+	}
+	// Joined, the page was named when the later of the two was.
+	return to, s.repo.SetPageNaming(to[0], to[1], u.Union(taken))
+}
+
+// nameHeld applies c, a change that names a page to (its create, or a
+// rename), to the page here at l/p that holds one of its incarnations,
+// unless that page was named later here: of the changes that named the
+// incarnations a page holds, the latest wins (the greater name if two came
+// at once), on every device, whatever order they arrive in. A name taken
+// here by another page joins the two.
+func (s *Syncer) nameHeld(ctx context.Context, c store.NameChange, to [2]string, ids []store.Incarnation, l, p string, st *Stats) error {
+	n, _, err := s.repo.PageNaming(l, p)
+	if err != nil {
+		return err
+	}
+	if to != [2]string{l, p} && !laterNaming(namedBy(c), to, n.At, [2]string{l, p}) {
+		_, _, err := s.adoptNaming(ctx, l, p, ids, store.NamedAt{}, st)
+		return err
+	}
+	u := n.Union(store.Naming{IDs: ids, At: namedBy(c)})
+	if _, err := s.moveNamed(ctx, [2]string{l, p}, to, u, st); err != nil {
+		return err
+	}
+	if c.Op != store.NameRenamePage {
+		return nil
+	}
+	return s.noteMoved(c)
+}
+
+// nameByID applies c, a page's create or rename that carries its
+// incarnations, to the page here that holds one of them, or, if none
+// does, notes it for when it comes: a rename of a page deleted here, or not
+// here yet, makes nothing; a create makes the page, or joins the page made
+// under its name here, unless the page was deleted here since.
+func (s *Syncer) nameByID(ctx context.Context, c store.NameChange, ids []store.Incarnation, after iter.Seq[store.NameChange], st *Stats) error {
+	to := [2]string{c.Ledger, c.Page}
+	if c.Op == store.NameRenamePage {
+		to = [2]string{c.DestLedger(), c.To}
+	}
+	if l, p, ok, err := s.holderOf(ctx, ids, st); err != nil {
+		return err
+	} else if ok {
+		return s.nameHeld(ctx, c, to, ids, l, p, st)
+	}
+	if c.Op == store.NameCreatePage {
+		// Its device's later changes of the page, read with this one:
+		// a page it renamed away or deleted is not made under the old
+		// name, where it would join a page made there since (the
+		// simulation's seed 118, -sim.pages).
+		gone := false
+		for lc := range after {
+			if shares(lc.Incarnations, c.Incarnations) {
+				switch lc.Op {
+				case store.NameDeletePage:
+					gone = true
+				case store.NameRenamePage:
+					for _, id := range ids {
+						if err := s.repo.NoteIncarnationNamed(id, lc.DestLedger(), lc.To, namedBy(lc)); err != nil {
+							return err
+						}
+					}
+				}
+			}
+		}
+		if gone {
+			return nil
+		}
+	}
+	// A rename noted before the page's create came wins over it.
+	deleted, at := false, namedBy(c)
+	for _, id := range ids {
+		named, known, err := s.repo.IncarnationNamed(id)
+		if err != nil {
+			return err
+		}
+		deleted = deleted || known && named.Deleted
+		if known && laterNaming(named.At, [2]string{named.Ledger, named.Page}, at, to) {
+			to, at = [2]string{named.Ledger, named.Page}, named.At
+		}
+		if err := s.repo.NoteIncarnationNamed(id, to[0], to[1], at); err != nil {
+			return err
+		}
+	}
+	if c.Op == store.NameRenamePage {
+		return s.noteMoved(c)
+	}
+	if deleted {
+		return nil
+	}
+	var err error
+	if to[0], err = s.ledgerAfter(to[0], at.Time); err != nil {
+		return err
+	}
+	if ok, err := s.repo.HasPage(to[0], to[1]); err != nil {
+		return err
+	} else if ok {
+		// Made under one name on two devices: one page.
+		_, _, err := s.adoptNaming(ctx, to[0], to[1], ids, at, st)
+		return err
+	}
+	if err := s.ensurePage(to[0], to[1]); err != nil {
+		return err
+	}
+	// Until its commits land, when the page was made says whether a
+	// rename of its ledger made before then took it (madeAfter).
+	t, err := c.Time.MarshalText()
+	if err != nil {
+		return err
+	}
+	if err := s.repo.SetSyncState(map[string][]byte{stateMade + to[0] + "/" + to[1]: t}); err != nil {
+		return err
+	}
+	_, _, err = s.adoptNaming(ctx, to[0], to[1], ids, at, st)
+	return err
+}
+
+// deleteByID applies c, a page's delete that carries its incarnations, to
+// the page here that holds one of them, whatever its name here (letGo). If
+// none does, a page under its name is another: the delete waits for the
+// page's batches if it saw commits (awaitPage), unless the page was deleted
+// here too, and is then noted, so that the page's batches that come after
+// it make it only with changes it did not see (goneAgain).
+func (s *Syncer) deleteByID(ctx context.Context, device string, c store.NameChange, ids []store.Incarnation, graft bool, st *Stats) error {
+	if l, p, ok, err := s.holderOf(ctx, ids, st); err != nil {
+		return err
+	} else if ok {
+		c.Ledger, c.Page = l, p
+		return s.letGo(ctx, device, c, graft, st)
+	}
+	deleted := false
+	for _, id := range ids {
+		named, known, err := s.repo.IncarnationNamed(id)
+		if err != nil {
+			return err
+		}
+		deleted = deleted || known && named.Deleted
+	}
+	if !deleted {
+		if err := awaitPage(c, graft); err != nil {
+			return err
+		}
+	}
+	seen, err := commitIDs(c.Seen)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := s.repo.NoteIncarnationNamed(id, c.Ledger, c.Page, store.NamedAt{}); err != nil {
+			return err
+		}
+	}
+	return s.repo.NoteIncarnationsDeleted(ids, seen)
+}
+
+// ledgerAfter returns the ledger that a page named into ledger at time at
+// is in now: where the renames of that ledger made at or after at took it,
+// whether or not a ledger of the old name was made here again since (a
+// page named into it before the rename went with the rename).
+func (s *Syncer) ledgerAfter(ledger string, at time.Time) (string, error) {
+	for range 8 {
+		ms, err := s.movesFrom(ledger, "")
+		if err != nil {
+			return "", err
+		}
+		var first *moved
+		for i, m := range ms {
+			if m.Page == "" && !at.After(m.Time) && (first == nil || m.Time.Before(first.Time)) {
+				first = &ms[i]
+			}
+		}
+		if first == nil {
+			break
+		}
+		ledger, at = first.Ledger, laterOf(at, first.Time)
+	}
+	return ledger, nil
+}
+
+// deletedLater reports whether later, the batches of a device's log after
+// one of a page of incarnations ids, delete that page.
+func deletedLater(ids []store.Incarnation, later []*batch) bool {
+	if len(ids) == 0 {
+		return false
+	}
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id.String()] = true
+	}
+	for _, b := range later {
+		for _, c := range b.Names {
+			if c.Op != store.NameDeletePage {
+				continue
+			}
+			for _, id := range c.Incarnations {
+				if want[id] {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// deletedHere returns what the deletes here of incarnations ids saw, of
+// those deleted having seen something.
+func (s *Syncer) deletedHere(ids []store.Incarnation) ([][]store.CommitID, error) {
+	var out [][]store.CommitID
+	for _, id := range ids {
+		named, ok, err := s.repo.IncarnationNamed(id)
+		if err != nil {
+			return nil, err
+		}
+		if ok && len(named.Seen) > 0 {
+			out = append(out, named.Seen)
+		}
+	}
+	return out, nil
+}
+
+// goneAgain deletes page l/p, where a batch of incarnations ids just
+// landed, if a delete here of one of them saw everything it holds
+// (deletes: what each saw, from deletedHere): a device that took another's
+// changes for new, before that device's own delete reached it, sent them
+// back (the simulation's seed 122, -sim.ledgers). It reports whether it
+// did.
+func (s *Syncer) goneAgain(l, p string, ids []store.Incarnation, deletes [][]store.CommitID) (bool, error) {
+	for _, seen := range deletes {
+		c := store.NameChange{Op: store.NameDeletePage, Ledger: l, Page: p}
+		for _, h := range seen {
+			c.Seen = append(c.Seen, hex.EncodeToString(h[:]))
+		}
+		if ok, err := s.seenThere(c, true); err != nil || !ok {
+			if err != nil {
+				return false, err
+			}
+			continue
+		}
+		if err := s.namer().DeletePage(l, p); err != nil {
+			return false, err
+		}
+		return true, s.repo.NoteIncarnationsDeleted(ids, seen)
+	}
+	return false, nil
+}
+
+// deleteSeen deletes page c.Page as change c, which saw everything it
+// holds, did, and records what c saw for the page's incarnations
+// (goneAgain).
+func (s *Syncer) deleteSeen(c store.NameChange) error {
+	n, _, err := s.repo.PageNaming(c.Ledger, c.Page)
+	if err != nil {
+		return err
+	}
+	if err := s.namer().DeletePage(c.Ledger, c.Page); err != nil {
+		return err
+	}
+	seen, err := commitIDs(c.Seen)
+	if err != nil {
+		return err
+	}
+	return s.repo.NoteIncarnationsDeleted(n.IDs, seen)
+}
+
+// commitIDs parses commit ids in hex.
+func commitIDs(hs []string) ([]store.CommitID, error) {
+	out := make([]store.CommitID, 0, len(hs))
+	for _, h := range hs {
+		var id store.CommitID
+		if b, err := hex.DecodeString(h); err != nil || len(b) != len(id) {
+			return nil, fmt.Errorf("commit id %q", h)
+		} else {
+			copy(id[:], b)
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
+// namesAfter iterates over names, then the changes of names in later.
+func namesAfter(names []store.NameChange, later []*batch) iter.Seq[store.NameChange] {
+	return func(yield func(store.NameChange) bool) {
+		for _, c := range names {
+			if !yield(c) {
+				return
+			}
+		}
+		for _, b := range later {
+			for _, c := range b.Names {
+				if !yield(c) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// shares reports whether incarnation lists a and b share one.
+func shares(a, b []string) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// A placement is where a batch of a page lands (at), or that it lands
+// nowhere (skip).
+type placement struct {
+	at   [2]string
+	skip bool
+}
+
+// placeBatch returns where batch pb, of a page of incarnations ids, lands
+// here: in the page that holds one of them, wherever it is named; if none
+// does, as the rules of names.go place a batch by its name (later: the
+// batches of its device's log after it), then where the latest naming of
+// its incarnations known here puts it.
+func (s *Syncer) placeBatch(ctx context.Context, pb pageBatch, ids []store.Incarnation, later []*batch, graft bool, st *Stats) (placement, error) {
+	var pl placement
+	if len(ids) > 0 {
+		l, p, held, err := s.holderOf(ctx, ids, st)
+		if err != nil {
+			return pl, err
+		}
+		if held {
+			l, p, err = s.adoptNaming(ctx, l, p, ids, store.NamedAt{}, st)
+			pl.at = [2]string{l, p}
+			return pl, err
+		}
+		if deletedLater(ids, later) {
+			// Its device deleted the page after it sent this, having
+			// seen it: no page here holds it, and none comes of it.
+			pl.skip = true
+			return pl, nil
+		}
+	}
+	if to, gone, err := s.goneBefore(pb, later); err != nil || gone {
+		pl.skip = gone
+		return pl, err
+	} else if to != nil {
+		pb.Ledger, pb.Page = to[0], to[1]
+	}
+	l, p, err := s.landingPage(pb, graft)
+	if err != nil {
+		return pl, err
+	}
+	if err := s.ensurePage(l, p); err != nil {
+		return pl, err
+	}
+	// Named by the changes of names, not by a batch: its name is the
+	// sender's, which a rename this device has not applied yet may give.
+	l, p, err = s.adoptNaming(ctx, l, p, ids, store.NamedAt{}, st)
+	pl.at = [2]string{l, p}
+	return pl, err
+}
