@@ -148,7 +148,11 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 			}
 			return nil
 		case progress:
-			graft = false
+			graft, f.coming = false, nil
+		case graft && f.coming != nil:
+			// Nothing grafted without what waiting batches bring: the
+			// rest graft without it.
+			f.coming = nil
 		case !graft:
 			// The commits waited for may be in batches written but
 			// not announced (their device lost the feed's answer, or
@@ -163,7 +167,14 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 			if err != nil {
 				return err
 			}
-			graft = !found
+			if graft = !found; graft {
+				// A batch whose parents another waiting batch brings
+				// grafts last: grafted, it would land them later as a
+				// branch of its own, and a change they undo would
+				// come back (the simulation's seed 115,
+				// -sim.ledgers).
+				f.coming = comingCommits(queues)
+			}
 		default:
 			return fmt.Errorf("cloudsync: %d devices' batches build on commits no log holds", waiting)
 		}
@@ -533,7 +544,7 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, device string, seq u
 			}
 			if ok, err := p.HasCommit(parent); err != nil {
 				return err
-			} else if !ok && !graft {
+			} else if !ok && (!graft || f.coming[parent]) {
 				return errMissingParent
 			}
 		}
@@ -840,6 +851,10 @@ type fetcher struct {
 	walked map[cas.Digest]bool
 	// nodes are the tree nodes node fetched, for values.
 	nodes []cas.ObjectIdentifier
+	// coming, while a pull first grafts, holds the commits of the
+	// batches read and waiting: a batch that builds on one of them waits
+	// for it still, and grafts only if no batch can apply otherwise.
+	coming map[store.CommitID]bool
 }
 
 // maxPacks bounds the packs (or ranges) a fetcher keeps, the least
@@ -1066,4 +1081,19 @@ func (f *fetcher) values(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// comingCommits returns the commits of the batches in queues.
+func comingCommits(queues map[string][]*batch) map[store.CommitID]bool {
+	out := map[store.CommitID]bool{}
+	for _, q := range queues {
+		for _, b := range q {
+			for _, pb := range b.Pages {
+				for _, cb := range pb.Commits {
+					out[store.CommitID(cas.Hash(cb))] = true
+				}
+			}
+		}
+	}
+	return out
 }

@@ -100,24 +100,24 @@ func TestSimulation(t *testing.T) {
 }
 
 // TestSimulationPages runs the simulation with pages renamed, moved and
-// deleted (-sim.pages) at full length, and with ledgers renamed too at 15
-// steps: 60 seeds of each, 30 under the race detector, 600 with -long
-// (-sim.seeds and -sim.seed are TestSimulation's).
+// deleted (-sim.pages), and with ledgers renamed too: 40 seeds of each, 20
+// under the race detector, 600 with -long (-sim.seeds and -sim.seed are
+// TestSimulation's).
 func TestSimulationPages(t *testing.T) {
-	seeds := 60
+	seeds := 40
 	switch {
 	case *long:
 		seeds = 600
 	case testing.Short():
 		seeds = 10
 	case testutil.Race():
-		seeds = 30
+		seeds = 20
 	}
 	for _, mode := range []struct {
 		name    string
 		steps   int
 		ledgers bool
-	}{{"pages", 60, false}, {"ledgers", 15, true}} {
+	}{{"pages", 60, false}, {"ledgers", 60, true}} {
 		t.Run(mode.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= uint64(seeds); seed++ {
 				t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
@@ -190,6 +190,7 @@ func TestSimulationRegressions(t *testing.T) {
 		{122, false, true, true, 0, "a page deleted on two devices came back on one: the other had landed its changes as new and sent them back", false},
 		{130, false, true, true, 0, "a file deleted on one device came back: a create of a page renamed and deleted later in its device's log joined the page made under the old name since", false},
 		{230, false, true, true, 15, "a page renamed on one device while another renamed its ledger ended under two names", false},
+		{115, false, true, true, 0, "a file deleted came back: a batch grafted without its parents, which a waiting batch brought later, landed them as a branch of its own", false},
 	} {
 		t.Run(fmt.Sprint("seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
