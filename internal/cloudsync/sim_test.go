@@ -191,6 +191,8 @@ func TestSimulationRegressions(t *testing.T) {
 		{130, false, true, true, 0, "a file deleted on one device came back: a create of a page renamed and deleted later in its device's log joined the page made under the old name since", false},
 		{230, false, true, true, 15, "a page renamed on one device while another renamed its ledger ended under two names", false},
 		{115, false, true, true, 0, "a file deleted came back: a batch grafted without its parents, which a waiting batch brought later, landed them as a branch of its own", false},
+		{561, false, true, false, 0, "a delete of a page not here, by incarnation, fell back to its name and deleted the page made under it since", false},
+		{284, false, true, false, 0, "a page deleted here came back: a batch that made it waited for a parent, and on its retry the page was there, so no check of what the delete saw ran", false},
 	} {
 		t.Run(fmt.Sprint("seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
