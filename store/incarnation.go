@@ -241,38 +241,30 @@ func decodeNamed(b []byte) (Named, error) {
 }
 
 func getNamed(txn *badger.Txn, id Incarnation) (Named, bool, error) {
-	it, err := txn.Get(incarnationKey(id))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return Named{}, false, nil
-	}
-	if err != nil {
-		return Named{}, false, err
-	}
-	var n Named
-	err = it.Value(func(v []byte) error {
-		var err error
-		n, err = decodeNamed(v)
-		return err
-	})
-	return n, err == nil, err
+	return getDecoded(txn, incarnationKey(id), decodeNamed)
 }
 
 // getNaming reads ledger/page's naming row in txn.
 func getNaming(txn *badger.Txn, ledger, page string) (Naming, bool, error) {
-	it, err := txn.Get(namingKey(ledger, page))
+	return getDecoded(txn, namingKey(ledger, page), decodeNaming)
+}
+
+// getDecoded reads the row at key in txn, decoded.
+func getDecoded[T any](txn *badger.Txn, key []byte, decode func([]byte) (T, error)) (T, bool, error) {
+	var v T
+	it, err := txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return Naming{}, false, nil
+		return v, false, nil
 	}
 	if err != nil {
-		return Naming{}, false, err
+		return v, false, err
 	}
-	var n Naming
-	err = it.Value(func(v []byte) error {
+	err = it.Value(func(b []byte) error {
 		var err error
-		n, err = decodeNaming(v)
+		v, err = decode(b)
 		return err
 	})
-	return n, err == nil, err
+	return v, err == nil, err
 }
 
 // setNaming replaces ledger/page's naming (none: the page goes) and the
@@ -413,19 +405,20 @@ func (r *Repository) NoteIncarnationNamed(id Incarnation, ledger, page string, a
 
 // NoteIncarnationsDeleted records that the page of incarnations ids, no
 // longer here, was deleted having seen commits seen (added to what earlier
-// deletes of it saw).
-func (r *Repository) NoteIncarnationsDeleted(ids []Incarnation, seen []CommitID) error {
-	return r.db.Update(func(txn *badger.Txn) error { return markDeleted(txn, ids, seen) })
+// deletes of it saw); an incarnation never named here is recorded as last
+// named ledger/page.
+func (r *Repository) NoteIncarnationsDeleted(ids []Incarnation, ledger, page string, seen []CommitID) error {
+	return r.db.Update(func(txn *badger.Txn) error { return markDeleted(txn, ids, ledger, page, seen) })
 }
 
-func markDeleted(txn *badger.Txn, ids []Incarnation, seen []CommitID) error {
+func markDeleted(txn *badger.Txn, ids []Incarnation, ledger, page string, seen []CommitID) error {
 	for _, id := range ids {
 		n, ok, err := getNamed(txn, id)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			continue
+			n = Named{Ledger: ledger, Page: page}
 		}
 		// What every delete here saw: a page that comes back holding
 		// nothing newer than one of them goes again.

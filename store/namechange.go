@@ -50,6 +50,21 @@ type NameChange struct {
 	Time         time.Time `json:"time"`
 }
 
+// SeenCommits parses c.Seen.
+func (c NameChange) SeenCommits() ([]CommitID, error) {
+	out := make([]CommitID, 0, len(c.Seen))
+	for _, h := range c.Seen {
+		var id CommitID
+		if b, err := hex.DecodeString(h); err != nil || len(b) != len(id) {
+			return nil, fmt.Errorf("name change %s of %s/%s: seen commit %q", c.Op, c.Ledger, c.Page, h)
+		} else {
+			copy(id[:], b)
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
 // DestLedger is the ledger a renamed page is in after the change.
 func (c NameChange) DestLedger() string {
 	if c.ToLedger != "" {

@@ -726,15 +726,11 @@ func (r *Repository) dropPageRows(ledger, page string, nc *NameChange) error {
 			return err
 		}
 		if nc != nil {
-			seen := make([]CommitID, 0, len(nc.Seen))
-			for _, h := range nc.Seen {
-				var id CommitID
-				if _, err := hex.Decode(id[:], []byte(h)); err != nil {
-					return fmt.Errorf("seen commit %q: %w", h, err)
-				}
-				seen = append(seen, id)
+			seen, err := nc.SeenCommits()
+			if err != nil {
+				return err
 			}
-			if err := markDeleted(txn, n.IDs, seen); err != nil {
+			if err := markDeleted(txn, n.IDs, ledger, page, seen); err != nil {
 				return err
 			}
 		}

@@ -2,7 +2,6 @@ package cloudsync
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"iter"
 	"slices"
@@ -60,13 +59,11 @@ func (s *Syncer) holderOf(ctx context.Context, ids []store.Incarnation, st *Stat
 func (s *Syncer) joinPages(ctx context.Context, pages [][2]string, st *Stats) ([2]string, error) {
 	var into [2]string
 	var union store.Naming
-	namings := make([]store.Naming, len(pages))
 	for i, pg := range pages {
 		n, _, err := s.repo.PageNaming(pg[0], pg[1])
 		if err != nil {
 			return into, err
 		}
-		namings[i] = n
 		if i == 0 || laterNaming(n.At, pg, union.At, into) {
 			into = pg
 		}
@@ -301,16 +298,11 @@ func (s *Syncer) deleteByID(ctx context.Context, device string, c store.NameChan
 			return err
 		}
 	}
-	seen, err := commitIDs(c.Seen)
+	seen, err := c.SeenCommits()
 	if err != nil {
 		return err
 	}
-	for _, id := range ids {
-		if err := s.repo.NoteIncarnationNamed(id, c.Ledger, c.Page, store.NamedAt{}); err != nil {
-			return err
-		}
-	}
-	return s.repo.NoteIncarnationsDeleted(ids, seen)
+	return s.repo.NoteIncarnationsDeleted(ids, c.Ledger, c.Page, seen)
 }
 
 // ledgerAfter returns the ledger that a page named into ledger at time at
@@ -386,11 +378,7 @@ func (s *Syncer) deletedHere(ids []store.Incarnation) ([][]store.CommitID, error
 // did.
 func (s *Syncer) goneAgain(l, p string, ids []store.Incarnation, deletes [][]store.CommitID) (bool, error) {
 	for _, seen := range deletes {
-		c := store.NameChange{Op: store.NameDeletePage, Ledger: l, Page: p}
-		for _, h := range seen {
-			c.Seen = append(c.Seen, hex.EncodeToString(h[:]))
-		}
-		if ok, err := s.seenThere(c, true); err != nil || !ok {
+		if ok, err := s.headsSeen(l, p, seen, true); err != nil || !ok {
 			if err != nil {
 				return false, err
 			}
@@ -399,7 +387,7 @@ func (s *Syncer) goneAgain(l, p string, ids []store.Incarnation, deletes [][]sto
 		if err := s.namer().DeletePage(l, p); err != nil {
 			return false, err
 		}
-		return true, s.repo.NoteIncarnationsDeleted(ids, seen)
+		return true, s.repo.NoteIncarnationsDeleted(ids, l, p, seen)
 	}
 	return false, nil
 }
@@ -415,26 +403,11 @@ func (s *Syncer) deleteSeen(c store.NameChange) error {
 	if err := s.namer().DeletePage(c.Ledger, c.Page); err != nil {
 		return err
 	}
-	seen, err := commitIDs(c.Seen)
+	seen, err := c.SeenCommits()
 	if err != nil {
 		return err
 	}
-	return s.repo.NoteIncarnationsDeleted(n.IDs, seen)
-}
-
-// commitIDs parses commit ids in hex.
-func commitIDs(hs []string) ([]store.CommitID, error) {
-	out := make([]store.CommitID, 0, len(hs))
-	for _, h := range hs {
-		var id store.CommitID
-		if b, err := hex.DecodeString(h); err != nil || len(b) != len(id) {
-			return nil, fmt.Errorf("commit id %q", h)
-		} else {
-			copy(id[:], b)
-		}
-		out = append(out, id)
-	}
-	return out, nil
+	return s.repo.NoteIncarnationsDeleted(n.IDs, c.Ledger, c.Page, seen)
 }
 
 // namesAfter iterates over names, then the changes of names in later.

@@ -1413,7 +1413,17 @@ func awaitPage(c store.NameChange, graft bool) error {
 // change waits for it, unless graft (no batch read brings it), when it is
 // taken as unseen.
 func (s *Syncer) seenThere(c store.NameChange, graft bool) (bool, error) {
-	p, err := s.repo.Acquire(c.Ledger, c.Page)
+	seen, err := c.SeenCommits()
+	if err != nil {
+		return false, err
+	}
+	return s.headsSeen(c.Ledger, c.Page, seen, graft)
+}
+
+// headsSeen reports whether every head of page ledger/page is one of
+// commits seen or older (seenThere).
+func (s *Syncer) headsSeen(ledger, page string, seen []store.CommitID, graft bool) (bool, error) {
+	p, err := s.repo.Acquire(ledger, page)
 	if err != nil {
 		return false, err
 	}
@@ -1424,12 +1434,8 @@ func (s *Syncer) seenThere(c store.NameChange, graft bool) (bool, error) {
 	}
 	g := &graph{p: p}
 	var there []*store.Commit
-	for _, h := range c.Seen {
-		b, err := hex.DecodeString(h)
-		if err != nil || len(b) != len(store.CommitID{}) {
-			return false, fmt.Errorf("commit id %q", h)
-		}
-		cm, err := g.commit(store.CommitID(b))
+	for _, id := range seen {
+		cm, err := g.commit(id)
 		if err != nil {
 			return false, err
 		}
