@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
@@ -42,6 +43,15 @@ type Commit struct {
 // FirstCommit returns the first commit of every page.
 func FirstCommit() *Commit {
 	return &Commit{ID: FirstCommitID, Root: btree.EmptyRoot}
+}
+
+// ParentsFirst orders commits by generation, then id: every commit after
+// its parents, the same on every device.
+func ParentsFirst(a, b *Commit) int {
+	if a.Generation != b.Generation {
+		return cmp.Compare(a.Generation, b.Generation)
+	}
+	return bytes.Compare(a.ID[:], b.ID[:])
 }
 
 // NewCommit builds a commit on parents: generation max+1, sorted parents. A
