@@ -464,7 +464,7 @@ func (r *Repository) recover() error {
 					continue // its db is in the remote
 				}
 				slog.Warn("dropping page whose db is gone", "ledger", l, "page", p)
-				if err := r.dropPageRows(l, p, nil); err != nil {
+				if err := r.dropPageRows(l, p, nil, nil); err != nil {
 					return err
 				}
 			}
@@ -679,6 +679,10 @@ func (r *Repository) deletePage(ledger, page string, rec bool) error {
 	if err != nil {
 		return err
 	}
+	history, err := r.keepHistory(ledger, page)
+	if err != nil {
+		return err
+	}
 	release, err := r.seize(ledger, page)
 	if err != nil {
 		return err
@@ -688,7 +692,7 @@ func (r *Repository) deletePage(ledger, page string, rec bool) error {
 	if err != nil {
 		return err
 	}
-	if err := r.dropPageRows(ledger, page, nc); err != nil {
+	if err := r.dropPageRows(ledger, page, nc, history); err != nil {
 		return err
 	}
 	return os.RemoveAll(trash)
@@ -707,7 +711,9 @@ func (r *Repository) toTrash(dir string) (string, error) {
 	return trash, nil
 }
 
-func (r *Repository) dropPageRows(ledger, page string, nc *NameChange) error {
+// dropPageRows removes the rows of ledger/page from the repository db,
+// recording nc, and keeps history (keepHistory) under its incarnations.
+func (r *Repository) dropPageRows(ledger, page string, nc *NameChange, history []byte) error {
 	return r.db.Update(func(txn *badger.Txn) error {
 		if err := r.recordName(txn, nc); err != nil {
 			return err
@@ -723,6 +729,9 @@ func (r *Repository) dropPageRows(ledger, page string, nc *NameChange) error {
 			return err
 		}
 		if err := moveNaming(txn, ledger, page, "", "", NamedAt{}); err != nil {
+			return err
+		}
+		if err := setHistory(txn, n.IDs, history); err != nil {
 			return err
 		}
 		if nc != nil {

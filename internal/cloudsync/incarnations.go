@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
@@ -487,4 +488,98 @@ func (s *Syncer) placeBatch(ctx context.Context, pb pageBatch, ids []store.Incar
 	l, p, err = s.adoptNaming(ctx, l, p, ids, store.NamedAt{}, st)
 	pl.at = [2]string{l, p}
 	return pl, err
+}
+
+// A keptHistory is the history kept of a page deleted here
+// (store.DeletedHistory) that a batch of it builds on, and the part of it
+// the batch's landing takes.
+type keptHistory struct {
+	all   map[store.CommitID]store.Made
+	taken map[store.CommitID]bool
+}
+
+// deletedHistory returns the history kept of pb's page, if it was deleted
+// here.
+func (s *Syncer) deletedHistory(pb pageBatch) (*keptHistory, error) {
+	ids, err := store.ParseIncarnations(pb.Incarnations)
+	if err != nil || len(ids) == 0 {
+		return &keptHistory{}, err
+	}
+	all, err := s.repo.DeletedHistory(ids)
+	return &keptHistory{all: all, taken: map[store.CommitID]bool{}}, err
+}
+
+// reach reports whether the history holds id, taking it and its
+// ancestors that p lacks.
+func (k *keptHistory) reach(p *store.Page, id store.CommitID) bool {
+	if _, ok := k.all[id]; !ok {
+		return false
+	}
+	for stack := []store.CommitID{id}; len(stack) > 0; {
+		id := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		m, ok := k.all[id]
+		if !ok || k.taken[id] {
+			continue
+		}
+		if held, err := p.HasCommit(id); err != nil || held {
+			continue // an error here comes back when the batch lands
+		}
+		k.taken[id] = true
+		stack = append(stack, m.Commit.Parents...)
+	}
+	return true
+}
+
+// commits returns the commits taken, oldest first, and who made them.
+func (k *keptHistory) commits() ([]*store.Commit, map[store.CommitID]string) {
+	if k == nil || len(k.taken) == 0 {
+		return nil, nil
+	}
+	out := make([]*store.Commit, 0, len(k.taken))
+	makers := make(map[store.CommitID]string, len(k.taken))
+	for id := range k.taken {
+		m := k.all[id]
+		out = append(out, m.Commit)
+		makers[id] = m.By
+	}
+	slices.SortFunc(out, store.ParentsFirst)
+	return out, makers
+}
+
+// keepSkipped adds the commits of batch pb, made by device, which lands
+// nowhere here (its page was deleted), to the history kept of its page: a
+// change made elsewhere that brings the page back may build on them.
+func (s *Syncer) keepSkipped(device string, pb pageBatch, ids []store.Incarnation) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	makers, err := s.batchMakers(pb, nil)
+	if err != nil {
+		return err
+	}
+	var ms []store.Made
+	for _, cb := range pb.Commits {
+		id := store.CommitID(cas.Hash(cb))
+		c, err := store.DecodeCommit(id, cb)
+		if err != nil {
+			return err
+		}
+		by, ok := makers[id]
+		if !ok {
+			by = device
+		}
+		ms = append(ms, store.Made{Commit: c, By: by})
+	}
+	return s.repo.AddDeletedHistory(ids, ms)
+}
+
+// dropHistory removes the history kept of pb's page: landed, or gone from
+// the store.
+func (s *Syncer) dropHistory(pb pageBatch) error {
+	ids, err := store.ParseIncarnations(pb.Incarnations)
+	if err != nil {
+		return err
+	}
+	return s.repo.DropDeletedHistory(ids)
 }

@@ -127,6 +127,12 @@ type pageBatch struct {
 	// lands in the page holding one of them, wherever it is named on the
 	// device that pulls it. Only in a store of layout 4 or later.
 	Incarnations []string `json:"inc,omitempty"`
+	// Makers names the device that made each commit of the batch (by
+	// hex id) that the device writing it did not make: one it took from
+	// another page (mergeAway), or a page's head sent whole. A device
+	// landing the batch names conflict files after them. Older builds
+	// ignore it, and take every commit for the writer's.
+	Makers map[string]string `json:"made,omitempty"`
 }
 
 // A pieceRef says where a piece is: Len bytes at Off of a pack.

@@ -1,8 +1,6 @@
 package cloudsync
 
 import (
-	"bytes"
-	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -1009,7 +1007,7 @@ func (s *Syncer) deleteOver(ctx context.Context, device string, c store.NameChan
 	if err := p.MarkSynced(nil, nil, map[string][]byte{deviceKey(del.ID): []byte(device)}); err != nil {
 		return err
 	}
-	if err := s.arrive(p, []*store.Commit{del}, "", nil, st); err != nil {
+	if err := s.arrive(p, []*store.Commit{del}, "", nil, nil, st); err != nil {
 		return fmt.Errorf("land the delete: %w", err)
 	}
 	return nil
@@ -1266,12 +1264,7 @@ func (s *Syncer) mergeInto(ctx context.Context, fromLedger, fromPage, ledger, pa
 // page dst with their device rows and the pieces they reach, merged with
 // its head.
 func (s *Syncer) copyCommits(ctx context.Context, src, dst *store.Page, fresh []*store.Commit, st *Stats) error {
-	slices.SortFunc(fresh, func(a, b *store.Commit) int {
-		if a.Generation != b.Generation {
-			return cmp.Compare(a.Generation, b.Generation)
-		}
-		return bytes.Compare(a.ID[:], b.ID[:])
-	})
+	slices.SortFunc(fresh, store.ParentsFirst)
 	made := map[string][]byte{}
 	for _, c := range fresh {
 		v, ok, err := src.SyncMetadata(deviceKey(c.ID))
@@ -1290,7 +1283,7 @@ func (s *Syncer) copyCommits(ctx context.Context, src, dst *store.Page, fresh []
 	if err != nil {
 		return err
 	}
-	return s.arrive(dst, fresh, "", fetched, st)
+	return s.arrive(dst, fresh, "", nil, fetched, st)
 }
 
 // lateCommits returns the commits of page ledger/page whose whole history
@@ -1311,7 +1304,7 @@ func (s *Syncer) lateCommits(ledger, page string, at time.Time) ([]*store.Commit
 		return nil, err
 	}
 	// A parent's generation is below its children's.
-	slices.SortFunc(all, func(a, b *store.Commit) int { return cmp.Compare(a.Generation, b.Generation) })
+	slices.SortFunc(all, store.ParentsFirst)
 	early := make(map[store.CommitID]bool, len(all))
 	held := make(map[store.CommitID]bool, len(all))
 	var late []*store.Commit

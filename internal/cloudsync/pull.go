@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -490,8 +491,11 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq u
 		return err
 	}
 	pl, err := s.placeBatch(ctx, pb, ids, later, graft, st)
-	if err != nil || pl.skip {
+	if err != nil {
 		return err
+	}
+	if pl.skip {
+		return s.keepSkipped(device, pb, ids)
 	}
 	pb.Ledger, pb.Page = pl.at[0], pl.at[1]
 	if err := s.landBatch(ctx, f, device, seq, pb, graft, st); err != nil || len(deletes) == 0 {
@@ -523,6 +527,10 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, device string, seq u
 	defer s.repo.Release(p)
 	var fresh []*store.Commit // not held here, parents first
 	inBatch := map[store.CommitID]bool{}
+	// The history kept of the page, if it was deleted here: what the
+	// batch builds on that the page lacks lands from it, oldest first,
+	// before the batch's commits.
+	var kept *keptHistory
 	for _, cb := range pb.Commits {
 		id := store.CommitID(cas.Hash(cb))
 		c, err := store.DecodeCommit(id, cb)
@@ -542,9 +550,19 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, device string, seq u
 			if inBatch[parent] {
 				continue
 			}
-			if ok, err := p.HasCommit(parent); err != nil {
+			ok, err := p.HasCommit(parent)
+			if err != nil {
 				return err
-			} else if !ok && (!graft || f.coming[parent]) {
+			}
+			if !ok && kept == nil {
+				if kept, err = s.deletedHistory(pb); err != nil {
+					return err
+				}
+			}
+			if !ok && kept.reach(p, parent) {
+				continue
+			}
+			if !ok && (!graft || f.coming[parent]) {
 				return errMissingParent
 			}
 		}
@@ -553,13 +571,32 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, device string, seq u
 	if len(fresh) == 0 {
 		return nil
 	}
-	fetched, err := f.fetch(ctx, p, fresh)
+	old, makers := kept.commits()
+	if makers, err = s.batchMakers(pb, makers); err != nil {
+		return err
+	}
+	fetched, err := f.fetch(ctx, p, slices.Concat(old, fresh))
+	if len(old) > 0 && (errors.Is(err, errPieceUnknown) || errors.Is(err, remote.ErrNotFound)) {
+		// The kept history's pieces are gone from the store (collected):
+		// the batch lands as it would without it.
+		slog.Warn("cloudsync: the history kept of a deleted page cannot be fetched; landing without it",
+			"ledger", pb.Ledger, "page", pb.Page, "err", err)
+		if err := s.dropHistory(pb); err != nil {
+			return err
+		}
+		return s.landBatch(ctx, f, device, seq, pb, graft, st)
+	}
 	if err != nil {
 		return err
 	}
 	st.CommitsDown += len(fresh)
-	if err := s.arrive(p, fresh, device, fetched, st); err != nil {
+	if err := s.arrive(p, slices.Concat(old, fresh), device, makers, fetched, st); err != nil {
 		return err
+	}
+	if len(old) > 0 {
+		if err := s.dropHistory(pb); err != nil {
+			return err
+		}
 	}
 	meta := map[string][]byte{"pulled_at": []byte(time.Now().UTC().Format(time.RFC3339))}
 	if pb.Keep != "" {
@@ -573,17 +610,24 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, device string, seq u
 
 // arrive lands fresh, commits the page lacks (parents first) whose pieces
 // it holds (fetched, new, transient until then), on its head: a pull's,
-// made by device, or, with device "", commits of a page merged into it
+// made by device (or, for those in makers, the device it names: "", this
+// one), or, with device "", commits of a page merged into it
 // (mergeAway), whose device rows it holds and which go up from here as
 // its own. A head the landing merged goes up.
-func (s *Syncer) arrive(p *store.Page, fresh []*store.Commit, device string, fetched []cas.Digest, st *Stats) error {
+func (s *Syncer) arrive(p *store.Page, fresh []*store.Commit, device string, makers map[store.CommitID]string, fetched []cas.Digest, st *Stats) error {
 	own := device == ""
 	if !own {
 		// Who made each commit is known before the commits land: a
 		// local write committing right after them asks (Unseen).
 		made := map[string][]byte{}
 		for _, c := range fresh {
-			made[deviceKey(c.ID)] = []byte(device)
+			by, ok := makers[c.ID]
+			if !ok {
+				by = device
+			}
+			if by != "" { // "": this device
+				made[deviceKey(c.ID)] = []byte(by)
+			}
 		}
 		if err := p.MarkSynced(nil, nil, made); err != nil {
 			return err
@@ -642,9 +686,12 @@ func (s *Syncer) keepLocal(p *store.Page) error {
 	return nil
 }
 
+// errPieceUnknown reports a piece no batch read says where to find.
+var errPieceUnknown = errors.New("in no batch read")
+
 // deviceKey is the page's sync_metadata row that says which device made
 // a commit fetched from the store.
-func deviceKey(id store.CommitID) string { return "device/" + hex.EncodeToString(id[:]) }
+func deviceKey(id store.CommitID) string { return store.MadeByKey(id) }
 
 // ensurePage creates the ledger and page of a batch if this device does
 // not have them: pages of one name on two devices are one page.
@@ -736,14 +783,8 @@ func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit
 	} else if ok {
 		return nil, adopt(fresh, nil, remote)
 	}
-	// A batch holds the commits of the device whose log it is in; the
-	// commits of a page merged into this one have their rows.
-	madeBy := func(c *store.Commit) (string, error) {
-		if _, ok := byID[c.ID]; ok && device != "" {
-			return device, nil
-		}
-		return s.madeBy(p, c)
-	}
+	// Who made each commit, fresh ones too: arrive wrote their rows.
+	madeBy := func(c *store.Commit) (string, error) { return s.madeBy(p, c) }
 	base, real, virtual, err := virtualBase(p, g, local, remote, madeBy, 0)
 	if err != nil {
 		return nil, err
@@ -823,6 +864,27 @@ func virtualBase(p *store.Page, g *graph, a, b *store.Commit, madeBy func(*store
 	return v, bases, written, nil
 }
 
+// batchMakers adds to makers (of arrive) the makers pb names; the commits
+// it says this device made get no row.
+func (s *Syncer) batchMakers(pb pageBatch, makers map[store.CommitID]string) (map[store.CommitID]string, error) {
+	for h, by := range pb.Makers {
+		var id store.CommitID
+		if b, err := hex.DecodeString(h); err != nil || len(b) != len(id) {
+			return nil, fmt.Errorf("batch of %s/%s: maker of commit %q: not a commit id", pb.Ledger, pb.Page, h)
+		} else {
+			copy(id[:], b)
+		}
+		if by == s.device {
+			by = ""
+		}
+		if makers == nil {
+			makers = map[store.CommitID]string{}
+		}
+		makers[id] = by
+	}
+	return makers, nil
+}
+
 // madeBy is the device that made commit c: the one whose log it came
 // from, or this one.
 func (s *Syncer) madeBy(p *store.Page, c *store.Commit) (string, error) {
@@ -882,7 +944,7 @@ func (f *fetcher) piece(ctx context.Context, d cas.Digest) (bool, error) {
 			return false, err
 		}
 		if !ok {
-			return false, fmt.Errorf("piece %s is in no batch read", d)
+			return false, fmt.Errorf("piece %s: %w", d, errPieceUnknown)
 		}
 	}
 	sealed, err := f.bytesOf(ctx, d, r)

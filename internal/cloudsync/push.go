@@ -1,7 +1,6 @@
 package cloudsync
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/hex"
@@ -163,12 +162,7 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 				return err
 			}
 		}
-		slices.SortFunc(commits, func(a, b *store.Commit) int {
-			if a.Generation != b.Generation {
-				return int(a.Generation) - int(b.Generation)
-			}
-			return bytes.Compare(a.ID[:], b.ID[:])
-		})
+		slices.SortFunc(commits, store.ParentsFirst)
 		pieces, err = walkOrder(p, commits, pieces)
 		if err != nil {
 			return err
@@ -208,6 +202,14 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 		}
 		for _, c := range commits {
 			pb.Commits = append(pb.Commits, c.Bytes)
+			if by, ok, err := p.SyncMetadata(deviceKey(c.ID)); err != nil {
+				return err
+			} else if ok && string(by) != s.device {
+				if pb.Makers == nil {
+					pb.Makers = map[string]string{}
+				}
+				pb.Makers[hex.EncodeToString(c.ID[:])] = string(by)
+			}
 		}
 		name, err := s.writeBatch(ctx, &batch{Device: s.device, Seq: seq, Pages: []pageBatch{pb}})
 		if errors.Is(err, remote.ErrExists) {
