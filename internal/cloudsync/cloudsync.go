@@ -39,10 +39,10 @@ type Syncer struct {
 	// pol is the store's chunker polynomial: a batch of a page chunked
 	// with another names it (pageBatch.Polynomial).
 	pol chunker.Pol
-	// raised: the store's layout is one this device's batches need
-	// (remote.Raise): they carry pages' incarnations, and may name a
-	// page's own polynomial.
-	raised atomic.Bool
+	// raised is the store's layout as far as this device knows, once at
+	// least what its batches need (remote.Raise): they carry pages'
+	// incarnations, and may name a page's own polynomial; 0 before.
+	raised atomic.Int64
 	// lazy leaves values to be fetched when read (Fetch): a pull fetches
 	// commits and tree nodes only.
 	lazy         bool
@@ -196,7 +196,9 @@ func New(ctx context.Context, repo *store.Repository, be remote.Backend, opt Opt
 	}
 	s := &Syncer{repo: repo, be: be, key: key, device: device, pol: chunker.Pol(storePol), packSize: DefaultPackSize, now: time.Now,
 		lazy: !opt.FetchAll, fetchTimeout: cmp.Or(opt.FetchTimeout, DefaultFetchTimeout), packs: packs, nexts: nexts, cache: opt.Cache}
-	s.raised.Store(version >= remote.VersionIncarnations)
+	if version >= remote.VersionIncarnations {
+		s.raised.Store(int64(version))
+	}
 	body, err := json.Marshal(struct {
 		Created time.Time `json:"created"`
 	}{time.Now().UTC()})

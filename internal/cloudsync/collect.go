@@ -61,6 +61,10 @@ type collectRecord struct {
 	// Packs no kept commit reaches: deleted by a collection at least the
 	// grace after Time, unless reached again by then.
 	Packs []string `json:"packs"`
+	// Moved, if set, is the batch of the collection's repack: the packs
+	// it emptied are among Packs, and a device indexes it before it looks
+	// in them for pieces to send again (layout 5).
+	Moved string `json:"moved,omitempty"`
 }
 
 func recordName(t time.Time, device string) string {
@@ -82,8 +86,13 @@ type CollectStats struct {
 	Recorded             int   // unreached packs, recorded
 	Deleted              int   // packs deleted
 	DeletedBytes         int64
-	Waiting              bool // batches wait to apply: nothing deleted
-	Kept                 int  // commits kept
+	// Repacked are packs whose reached pieces, RepackedBytes of them, took
+	// less than repackBelow of their bytes: moved to new packs (see
+	// repackBelow), and the packs recorded as unreached.
+	Repacked      int
+	RepackedBytes int64
+	Waiting       bool // batches wait to apply: nothing deleted
+	Kept          int  // commits kept
 }
 
 // Collect collects the store: see collectedDir. The repository should be
@@ -126,8 +135,10 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 		return cs, err
 	}
 
-	// The packs, and which of them no kept commit reaches.
+	// The packs, which of them no kept commit reaches, and which hold
+	// reached pieces in less than repackBelow of their bytes.
 	var unreached []string
+	var sparse []sparsePack
 	size := map[string]int64{}
 	err = s.be.List(ctx, packsDir, "", func(o remote.Object) error {
 		cs.Packs++
@@ -137,30 +148,58 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 		if err != nil {
 			return err
 		}
-		switch {
-		case len(refs) == 0:
+		if len(refs) == 0 {
 			// In no batch read: one being pushed, its batch not yet
 			// written.
 			cs.Unknown++
 			cs.LiveBytes += o.Size
-		case slices.ContainsFunc(refs, func(r pieceRef) bool { return reach.Has(cas.Digest(r.Digest)) }):
+			return nil
+		}
+		live, err := s.reachedIn(o.Name, refs, reach)
+		if err != nil {
+			return err
+		}
+		var liveBytes int64
+		for _, r := range live {
+			liveBytes += r.Len
+		}
+		switch {
+		case len(live) == 0:
+			unreached = append(unreached, o.Name)
+		case float64(liveBytes) < repackBelow*float64(o.Size):
+			sparse = append(sparse, sparsePack{name: o.Name, live: live})
+			cs.Repacked++
+			cs.RepackedBytes += liveBytes
+			cs.Live++
+			cs.LiveBytes += liveBytes
+		default:
 			cs.Live++
 			cs.LiveBytes += o.Size
-		default:
-			unreached = append(unreached, o.Name)
 		}
 		return nil
 	})
 	if err != nil {
 		return cs, err
 	}
-	cs.Recorded = len(unreached)
 	if cs.Waiting {
 		// Commits of batches not applied here may reach what looks
 		// unreached, and a record's positions must not go back: no
-		// record, nothing deleted.
+		// record, nothing deleted or moved.
+		cs.Recorded, cs.Repacked, cs.RepackedBytes = len(unreached), 0, 0
 		return cs, nil
 	}
+	var moved string
+	if !o.DryRun {
+		// What a repack moved is reached elsewhere now: the packs it
+		// left go as unreached ones do.
+		if moved, err = s.repack(ctx, l, sparse); err != nil {
+			return cs, err
+		}
+		for _, sp := range sparse {
+			unreached = append(unreached, sp.name)
+		}
+	}
+	cs.Recorded = len(unreached)
 
 	records, err := s.records(ctx, "")
 	if err != nil {
@@ -183,6 +222,11 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 		}
 	}
 	if o.DryRun {
+		for _, sp := range sparse {
+			if o.Grace == 0 || due[sp.name] {
+				del = append(del, sp.name)
+			}
+		}
 		cs.Deleted = len(del)
 		for _, p := range del {
 			cs.DeletedBytes += size[p]
@@ -194,7 +238,7 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 	if len(records) > 0 {
 		prev = records[len(records)-1].name
 	}
-	rec := collectRecord{Device: s.device, Time: s.now().UTC(), Prev: prev, Positions: positions, Packs: unreached}
+	rec := collectRecord{Device: s.device, Time: s.now().UTC(), Prev: prev, Positions: positions, Packs: unreached, Moved: moved}
 	for id := range kept {
 		rec.Kept = append(rec.Kept, id[:])
 	}
@@ -259,6 +303,31 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 		}
 	}
 	return cs, nil
+}
+
+// reachedIn returns the pieces of refs, pack's, that reach marks: those
+// a repack moved are reached in their new packs instead.
+func (s *Syncer) reachedIn(pack string, refs []pieceRef, reach *gc.Reach) ([]pieceRef, error) {
+	moved, err := s.isRepacked(pack)
+	if err != nil {
+		return nil, err
+	}
+	var live []pieceRef
+	for _, r := range refs {
+		d := cas.Digest(r.Digest)
+		if !reach.Has(d) {
+			continue
+		}
+		if moved {
+			if at, ok, err := s.pieceAt(d); err != nil {
+				return nil, err
+			} else if ok && at.Pack != pack {
+				continue
+			}
+		}
+		live = append(live, r)
+	}
+	return live, nil
 }
 
 func setOf(names []string) map[string]bool {
@@ -422,6 +491,11 @@ func (s *Syncer) absorb(ctx context.Context, force bool) error {
 	}
 	gone := map[string]bool{}
 	for _, r := range recs {
+		if r.rec.Moved != "" {
+			if err := s.absorbRepack(ctx, r.rec.Moved); err != nil {
+				return err
+			}
+		}
 		for _, p := range r.rec.Packs {
 			gone[p] = true
 		}

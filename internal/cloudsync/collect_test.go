@@ -3,6 +3,7 @@ package cloudsync
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"maps"
 	"os"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/gc"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/store"
@@ -259,4 +263,174 @@ func TestCollectLock(t *testing.T) {
 	if other := (lockInfo{Host: host + "-other", PID: cmd.Process.Pid, Refreshed: time.Now()}); other.stale(time.Now(), host) {
 		t.Fatal("a fresh lock of another host is stale")
 	}
+}
+
+// TestCollectRepack: after 90 % of a page's files are deleted, every pack
+// still holds a file that stays, so none is unreached; the collection moves
+// those files' pieces to new packs and the store ends within 10 % of the
+// pieces reached. A device that read through the old packs, and one that
+// joins after they are gone (whose first pull reads the batches naming
+// them), read every file from the new packs; a device that holds the
+// moved pieces sends none again. With a grace the old packs stay until a
+// collection the grace later.
+func TestCollectRepack(t *testing.T) {
+	for kind, be := range stores(t) {
+		t.Run(kind, func(t *testing.T) {
+			a, b := newDevice(t, "a", be), newDevice(t, "b", be)
+			clock := time.Now()
+			for _, d := range []*device{a, b} {
+				d.s.now = func() time.Time { return clock }
+				must(t, d.repo.SetRetention("", "", "keep-last=1"))
+			}
+			const files = 40
+			content := func(i int) []byte { return random(uint64(100+i), 24<<10) }
+			for i := range files {
+				a.write("l", "p", fmt.Sprint("f", i), content(i))
+			}
+			a.sync()
+			b.sync()
+			if got, err := b.read("l", "p", "f0"); err != nil || string(got) != string(content(0)) {
+				t.Fatalf("b reads f0 before the collection: %v", err)
+			}
+			want := map[string]string{}
+			for i := range files {
+				key := fmt.Sprint("f", i)
+				if i%10 == 0 {
+					want[key] = string(content(i))
+					continue
+				}
+				a.write("l", "p", key, nil)
+			}
+			a.sync()
+			b.sync()
+			b.collectHere() // b holds what is reached, no more
+			before := packBytes(t, be)
+
+			cs := a.collectStore(time.Hour)
+			if cs.Repacked == 0 || cs.Deleted != 0 {
+				t.Fatalf("a collection with a grace after 90 %% of the files went: %+v; want packs repacked, none deleted", cs)
+			}
+			if got := packBytes(t, be); got <= before {
+				t.Fatalf("the packs a repack left went before their grace: %d bytes of packs, %d before", got, before)
+			}
+			// b reads the record before the repack's batch comes in its
+			// pull (records are read every absorbEvery): what was moved
+			// does not go up again from b.
+			clock = clock.Add(absorbEvery + time.Minute)
+			if st := b.sync(); st.PiecesUp != 0 {
+				t.Fatalf("b sent %d pieces again after the repack; the repack moved every piece it holds", st.PiecesUp)
+			}
+			clock = clock.Add(2 * time.Hour)
+			cs = a.collectStore(time.Hour)
+			if cs.Deleted == 0 {
+				t.Fatalf("a collection past the grace: %+v; want the repacked packs deleted", cs)
+			}
+
+			// The store holds what is reached, and little more.
+			pa := a.page("l", "p")
+			var live int64
+			must(t, pa.Pieces(store.Synced, func(d cas.Digest) error {
+				r, ok, err := a.s.pieceAt(d)
+				if !ok && err == nil {
+					err = fmt.Errorf("piece %s: no place in the store", d)
+				}
+				live += r.Len
+				return err
+			}))
+			a.repo.Release(pa)
+			after := packBytes(t, be)
+			t.Logf("packs: %d bytes before, %d after; %d bytes of pieces reached (%.1f %%)", before, after, live, 100*float64(after)/float64(live))
+			if after > live+live/10 {
+				t.Fatalf("after the collection the packs hold %d bytes, over 110 %% of the %d reached", after, live)
+			}
+
+			// b read f0 from an old pack and reads the rest from the new.
+			b.sync()
+			if got := b.files("l", "p"); !maps.Equal(got, want) {
+				t.Fatalf("b after the repack: %d files, want %d", len(got), len(want))
+			}
+			c := newDevice(t, "c", be)
+			c.sync()
+			if got := c.files("l", "p"); !maps.Equal(got, want) {
+				t.Fatalf("a device that joined after the repack: %d files, want %d", len(got), len(want))
+			}
+			if problems, err := Verify(context.Background(), c.repo, be, Options{}); err != nil || len(problems) > 0 {
+				t.Fatalf("the joined device against the store: %v %v", problems, err)
+			}
+		})
+	}
+}
+
+// TestRepackProperty: whatever files two devices write and delete, a
+// collection with no grace leaves every pack of the store holding at
+// least repackBelow of its bytes in reached pieces (so the packs take at
+// most 1/repackBelow of what is reached), and both devices, and one that
+// joins after, read every file.
+//
+// Each check makes three repositories: 15 checks unless -long or
+// -rapid.checks says otherwise.
+func TestRepackProperty(t *testing.T) {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
+	if !set && !*long {
+		must(t, flag.Set("rapid.checks", "15"))
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		be, err := remote.NewDir(t.TempDir())
+		must(t, err)
+		devs := []*device{newDevice(t, "a", be), newDevice(t, "b", be)}
+		for _, d := range devs {
+			must(t, d.repo.SetRetention("", "", "keep-last=1"))
+		}
+		want := map[string]string{}
+		rounds := rapid.IntRange(1, 4).Draw(rt, "rounds")
+		for r := range rounds {
+			for i, d := range devs {
+				for range rapid.IntRange(0, 12).Draw(rt, "writes") {
+					key := fmt.Sprint("f", rapid.IntRange(0, 30).Draw(rt, "file"))
+					if rapid.IntRange(0, 2).Draw(rt, "delete") == 0 {
+						if _, ok := d.files("l", "p")[key]; ok {
+							d.write("l", "p", key, nil)
+						}
+						continue
+					}
+					d.write("l", "p", key, random(uint64(r*1000+i*100+len(want)), rapid.IntRange(1, 40<<10).Draw(rt, "size")))
+				}
+				d.sync()
+			}
+		}
+		for range 2 {
+			for _, d := range devs {
+				d.sync()
+			}
+		}
+		want = devs[0].files("l", "p")
+		devs[1].collectHere()
+		devs[0].collectStore(0)
+		var live int64
+		pa := devs[0].page("l", "p")
+		must(t, pa.Pieces(store.Synced, func(d cas.Digest) error {
+			r, ok, err := devs[0].s.pieceAt(d)
+			if !ok && err == nil {
+				err = fmt.Errorf("piece %s: no place in the store", d)
+			}
+			live += r.Len
+			return err
+		}))
+		devs[0].repo.Release(pa)
+		if got := packBytes(t, be); float64(got) > float64(live)/repackBelow+1 {
+			rt.Fatalf("after a collection the packs hold %d bytes, over 1/%.2f of the %d reached", got, repackBelow, live)
+		}
+		devs = append(devs, newDevice(t, "c", be))
+		for _, d := range devs {
+			d.sync()
+			if got := d.files("l", "p"); !maps.Equal(got, want) {
+				rt.Fatalf("%s after the collection: %d files, want %d", d.name, len(got), len(want))
+			}
+		}
+		for _, d := range devs {
+			d.s.Close()
+			must(t, d.repo.Close())
+		}
+	})
 }

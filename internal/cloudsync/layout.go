@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/internal/remote"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
@@ -104,6 +105,19 @@ type batch struct {
 	// Names are the device's changes of ledger and page names, in order;
 	// a batch holds names or pages.
 	Names []store.NameChange `json:"names,omitempty"`
+	// Moved, in a batch a collection wrote (layout 5), are pieces it
+	// copied out of packs mostly unreached: where they are now.
+	Moved *movedPieces `json:"moved,omitempty"`
+}
+
+// movedPieces are pieces a collection's repack copied, as stored, from
+// packs whose reached pieces took less than repackBelow of them (From) to
+// new packs (Pieces: where each is now). A device that reads them reads
+// those pieces from the new packs from then on, whatever batch named the
+// old ones; the old packs go as unreached packs do (see collectedDir).
+type movedPieces struct {
+	From   []string   `json:"from"`
+	Pieces []pieceRef `json:"pieces"`
 }
 
 // A pageBatch is what one batch holds of one page.
@@ -164,7 +178,7 @@ func writtenKey(seq uint64, body []byte) string {
 // writeBatch writes b to its device's log: remote.ErrExists if a batch of
 // its number is there already.
 func (s *Syncer) writeBatch(ctx context.Context, b *batch) (name string, err error) {
-	if err := s.raise(ctx); err != nil {
+	if err := s.raise(ctx, remote.VersionIncarnations); err != nil {
 		return "", err
 	}
 	body, err := json.Marshal(b)

@@ -56,6 +56,7 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 	// whether it read any.
 	readAll := func(names map[string][]string) (bool, error) {
 		var read [][]pieceRef // the pieces of each batch read, in its order
+		var moved []*movedPieces
 		for _, dev := range slices.Sorted(maps.Keys(names)) {
 			if !slices.Contains(devices, dev) {
 				devices = append(devices, dev)
@@ -88,7 +89,21 @@ func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
 					}
 					read = append(read, pb.Pieces)
 				}
+				if b.Moved != nil {
+					moved = append(moved, b.Moved)
+				}
 			}
+		}
+		// Pieces a repack moved are where it put them, whatever batch
+		// read before or after named their old packs.
+		if err := s.noteRepacked(moved); err != nil {
+			return false, err
+		}
+		for _, m := range moved {
+			for _, r := range m.Pieces {
+				index[cas.Digest(r.Digest)] = r
+			}
+			read = append(read, m.Pieces)
 		}
 		// In the devices' order: a read that fails ends the pull, and
 		// which batches were read before it must not be up to a map's
@@ -358,8 +373,20 @@ func (s *Syncer) keepIndex(batches ...[]pieceRef) error {
 	kv := map[string][]byte{}
 	packs := map[string][]pieceRef{}
 	var linked []string // packs given a next pack
+	repacked := map[string]bool{}
 	for _, refs := range batches {
 		for _, r := range refs {
+			gone, ok := repacked[r.Pack]
+			if !ok {
+				var err error
+				if gone, err = s.isRepacked(r.Pack); err != nil {
+					return err
+				}
+				repacked[r.Pack] = gone
+			}
+			if gone {
+				continue // its reached pieces are in the packs a repack made
+			}
 			b, err := json.Marshal(r)
 			if err != nil {
 				return err

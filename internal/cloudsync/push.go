@@ -98,18 +98,19 @@ func (s *Syncer) passed(seq uint64, state map[string][]byte) error {
 	return s.repo.SetSyncState(state)
 }
 
-// raise makes the store's layout one whose batches carry pages'
-// incarnations (and may name a page's own polynomial), before this
-// device's first batch goes up: a device that reads an older layout would
-// land them by name alone, and its pages would part from the others'.
-func (s *Syncer) raise(ctx context.Context) error {
-	if s.raised.Load() {
+// raise makes the store's layout at least version before this device
+// writes what needs it: its first batch (remote.VersionIncarnations), or a
+// repack (remote.VersionRepack). A device that reads an older layout would
+// land batches by name alone, and its pages would part from the others';
+// or read pieces from packs a repack deleted.
+func (s *Syncer) raise(ctx context.Context, version int) error {
+	if s.raised.Load() >= int64(version) {
 		return nil
 	}
-	if err := remote.Raise(ctx, s.be, remote.VersionIncarnations); err != nil {
+	if err := remote.Raise(ctx, s.be, version); err != nil {
 		return fmt.Errorf("cloudsync: raise the layout of %s: %w", s.be.Location(), err)
 	}
-	s.raised.Store(true)
+	s.raised.Store(int64(version))
 	return nil
 }
 
@@ -321,6 +322,15 @@ func (s *Syncer) adoptBatch(ctx context.Context, name string) error {
 			return err
 		}
 	}
+	if b.Moved != nil {
+		// A repack's batch, whose response was lost.
+		if !ours {
+			return errCopied(name)
+		}
+		if err := s.indexRepack(b.Moved); err != nil {
+			return err
+		}
+	}
 	for _, pb := range b.Pages {
 		if err := s.seenLost(pb); err != nil {
 			return err
@@ -408,60 +418,94 @@ func errCopied(name string) error {
 // each piece is. Up to packsInFlight packs upload at once while the next
 // is filled: reading the pieces and sending them overlap.
 func (s *Syncer) uploadPieces(ctx context.Context, p *store.Page, pieces []cas.Digest, st *Stats) ([]pieceRef, error) {
-	var refs []pieceRef
-	var buf []byte
-	start := 0 // refs[start:] are in buf
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(cmp.Or(s.inFlight, packsInFlight))
-	var mu sync.Mutex // guards st
-	flush := func() {
-		if len(buf) == 0 {
-			return
-		}
-		body, mine := buf, refs[start:]
-		name := s.packName(mine)
-		for i := range mine {
-			mine[i].Pack = name
-		}
-		g.Go(func() error {
-			if err := s.be.Put(gctx, name, body); err != nil {
-				return err
-			}
-			mu.Lock()
-			st.PacksUp++
-			st.BytesUp += int64(len(body))
-			mu.Unlock()
-			return nil
-		})
-		buf, start = make([]byte, 0, s.packSize+s.packSize/8), len(refs)
-	}
+	w := s.newPackWriter(ctx, st)
 	phase := "push " + p.Ledger + "/" + p.Name
 	for i, d := range pieces {
 		if i%256 == 0 {
 			s.progress(phase, i, len(pieces))
 		}
-		if gctx.Err() != nil {
-			break // an upload failed: Wait says why
+		if w.failed() {
+			break // an upload failed: close says why
 		}
 		data, err := p.Get(d, nil)
 		if err != nil {
-			g.Wait()
+			w.g.Wait() // the packs filled so far: the next push sends them again
 			return nil, fmt.Errorf("piece %s: %w", d, err)
 		}
-		off := len(buf)
-		buf = s.sealPiece(buf, d, data)
-		refs = append(refs, pieceRef{Digest: []byte(d), Off: int64(off), Len: int64(len(buf) - off)})
-		st.PiecesUp++
-		if len(buf) >= s.packSize {
-			flush()
-		}
+		w.add(d, func(buf []byte) []byte { return s.sealPiece(buf, d, data) })
 	}
-	flush()
-	if err := g.Wait(); err != nil {
+	refs, err := w.close()
+	if err != nil {
 		return nil, err
 	}
 	s.progress(phase, len(pieces), len(pieces))
 	return refs, nil
+}
+
+// A packWriter fills packs of about the syncer's pack size with pieces and
+// uploads each once full, up to packsInFlight at once.
+type packWriter struct {
+	s     *Syncer
+	g     *errgroup.Group
+	gctx  context.Context
+	mu    sync.Mutex // guards st
+	st    *Stats
+	buf   []byte
+	refs  []pieceRef
+	start int // refs[start:] are in buf
+}
+
+func (s *Syncer) newPackWriter(ctx context.Context, st *Stats) *packWriter {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(cmp.Or(s.inFlight, packsInFlight))
+	return &packWriter{s: s, g: g, gctx: gctx, st: st}
+}
+
+// add puts piece d in the pack being filled: seal appends its bytes as
+// stored (sealed, for an encrypted store) to what it is given.
+func (w *packWriter) add(d cas.Digest, seal func([]byte) []byte) {
+	off := len(w.buf)
+	w.buf = seal(w.buf)
+	w.refs = append(w.refs, pieceRef{Digest: []byte(d), Off: int64(off), Len: int64(len(w.buf) - off)})
+	w.st.PiecesUp++
+	if len(w.buf) >= w.s.packSize {
+		w.flush()
+	}
+}
+
+// failed reports whether an upload failed: close returns why.
+func (w *packWriter) failed() bool { return w.gctx.Err() != nil }
+
+func (w *packWriter) flush() {
+	if len(w.buf) == 0 {
+		return
+	}
+	body, mine := w.buf, w.refs[w.start:]
+	name := w.s.packName(mine)
+	for i := range mine {
+		mine[i].Pack = name
+	}
+	w.g.Go(func() error {
+		if err := w.s.be.Put(w.gctx, name, body); err != nil {
+			return err
+		}
+		w.mu.Lock()
+		w.st.PacksUp++
+		w.st.BytesUp += int64(len(body))
+		w.mu.Unlock()
+		return nil
+	})
+	w.buf, w.start = make([]byte, 0, w.s.packSize+w.s.packSize/8), len(w.refs)
+}
+
+// close uploads the last pack and waits for every upload: where each
+// piece added is.
+func (w *packWriter) close() ([]pieceRef, error) {
+	w.flush()
+	if err := w.g.Wait(); err != nil {
+		return nil, err
+	}
+	return w.refs, nil
 }
 
 // packsInFlight bounds the packs uploading at once (memory: that many

@@ -3,6 +3,7 @@ package cloudsync
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -63,7 +64,11 @@ func Verify(ctx context.Context, repo *store.Repository, be remote.Backend, opt 
 			problems = append(problems, err.Error())
 			continue
 		}
-		for _, pb := range b.Pages {
+		var moved []pieceRef // where a repack put pieces
+		if b.Moved != nil {
+			moved = b.Moved.Pieces
+		}
+		for _, pb := range slices.Concat(b.Pages, []pageBatch{{Pieces: moved}}) {
 			for _, c := range pb.Commits {
 				commits[store.CommitID(cas.Hash(c))] = true
 			}

@@ -22,9 +22,12 @@ const Format = "ledgerfs"
 // joined keeps its pages' chunking), which a device of layout 2 would not
 // follow; 4, whose batches and changes of names carry pages' incarnations,
 // by which a device of layout 4 lands them wherever the page is named,
-// where one of layout 3 would go by name alone and part from it. A store is
-// made with 1 or 2 and raised (Raise) before a device's first batch.
-const Version = 4
+// where one of layout 3 would go by name alone and part from it; 5, whose
+// collections repack: a batch may say that pieces moved to new packs, and
+// the packs they left are deleted, which a device of layout 4 would still
+// read them from. A store is made with 1 or 2 and raised (Raise) before a
+// device's first batch, and to 5 before the first repack.
+const Version = 5
 
 // VersionOwnPolynomials is the layout whose batches may name a page's own
 // polynomial.
@@ -33,6 +36,10 @@ const VersionOwnPolynomials = 3
 // VersionIncarnations is the layout whose batches carry pages'
 // incarnations.
 const VersionIncarnations = 4
+
+// VersionRepack is the layout whose batches may move pieces to new packs
+// (a collection's repack).
+const VersionRepack = 5
 
 // KeysDir holds an encrypted store's key objects, which a device that makes
 // the store writes before its configuration.

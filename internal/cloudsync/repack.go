@@ -1,0 +1,189 @@
+package cloudsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/internal/remote"
+)
+
+// Repacking. A collection frees a pack only when nothing reached is in it;
+// a pack of which a few pieces stay reached would stay whole for ever. So
+// a collection also copies the reached pieces of packs in which they take
+// less than repackBelow of the bytes into new packs, as stored (a piece is
+// sealed under its digest, not its pack), and writes a batch of its log
+// saying where they went (batch.Moved). Every device that reads it reads
+// them from the new packs from then on (its index skips what any batch
+// says of the old packs), and the old packs, unreached where the
+// collection looks for reached pieces now, go as unreached packs go:
+// recorded, and deleted a grace later.
+const (
+	// repackBelow is the share of a pack's bytes under which its reached
+	// pieces are moved.
+	repackBelow = 0.25
+	// repackGap is the largest run of unreached bytes a repack reads
+	// through rather than asking for the next reached piece apart.
+	repackGap = 64 << 10
+	// repackRun bounds what one read of a repack asks for.
+	repackRun = 8 << 20
+	// stateRepacked (+ pack name) marks a pack whose reached pieces a
+	// repack moved: batches' pieces in it are not indexed.
+	stateRepacked = "repacked/"
+)
+
+// A sparsePack is a pack whose reached pieces (live, in pack order) take
+// less than repackBelow of its bytes.
+type sparsePack struct {
+	name string
+	live []pieceRef
+}
+
+// isRepacked reports whether a repack moved the reached pieces of pack.
+func (s *Syncer) isRepacked(pack string) (bool, error) {
+	_, ok, err := s.repo.SyncState(stateRepacked + pack)
+	return ok, err
+}
+
+// noteRepacked marks the packs that moved emptied.
+func (s *Syncer) noteRepacked(moved []*movedPieces) error {
+	kv := map[string][]byte{}
+	for _, m := range moved {
+		for _, p := range m.From {
+			kv[stateRepacked+p] = []byte{1}
+		}
+	}
+	if len(kv) == 0 {
+		return nil
+	}
+	return s.repo.SetSyncState(kv)
+}
+
+// indexRepack records where a repack moved its pieces, as a pull that reads
+// its batch does.
+func (s *Syncer) indexRepack(m *movedPieces) error {
+	if err := s.noteRepacked([]*movedPieces{m}); err != nil {
+		return err
+	}
+	return s.keepIndex(m.Pieces)
+}
+
+// repack copies the reached pieces of sparse into new packs and writes
+// the batch that says where they are, under the store's lock l. It returns
+// the batch's name ("" if nothing was moved).
+func (s *Syncer) repack(ctx context.Context, l *lock, sparse []sparsePack) (string, error) {
+	if len(sparse) == 0 {
+		return "", nil
+	}
+	if err := s.raise(ctx, remote.VersionRepack); err != nil {
+		return "", err
+	}
+	var st Stats
+	w := s.newPackWriter(ctx, &st)
+	var bytes int64
+	from := make([]string, 0, len(sparse))
+	for i, sp := range sparse {
+		s.progress("collect: repack", i, len(sparse))
+		if err := l.refresh(ctx); err != nil {
+			w.g.Wait()
+			return "", err
+		}
+		if err := s.copyLive(ctx, w, sp); err != nil {
+			w.g.Wait()
+			return "", err
+		}
+		if w.failed() {
+			break // close says why
+		}
+		from = append(from, sp.name)
+		for _, r := range sp.live {
+			bytes += r.Len
+		}
+	}
+	refs, err := w.close()
+	if err != nil {
+		return "", fmt.Errorf("cloudsync: repack: %w", err)
+	}
+	s.progress("collect: repack", len(sparse), len(sparse))
+	m := &movedPieces{From: from, Pieces: refs}
+	if err := l.check(ctx); err != nil {
+		return "", err
+	}
+	for {
+		seq, err := s.nextSeq()
+		if err != nil {
+			return "", err
+		}
+		name, err := s.writeBatch(ctx, &batch{Device: s.device, Seq: seq, Moved: m})
+		if errors.Is(err, remote.ErrExists) {
+			// Written by a push cut short before it recorded it.
+			if err := s.adoptBatch(ctx, name); err != nil {
+				return "", err
+			}
+			if err := s.passed(seq, nil); err != nil {
+				return "", err
+			}
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if err := s.passed(seq, nil); err != nil {
+			return "", err
+		}
+		slog.Info("cloudsync: repacked", "packs", len(from), "pieces", len(refs), "bytes", bytes)
+		return name, s.indexRepack(m)
+	}
+}
+
+// absorbRepack indexes the repack of batch name, which a collection's
+// record names, before the record's packs are looked for pieces held here
+// that must go up again: what it moved is found at its new place, and
+// only what it did not move (a piece this device reuses that no kept
+// commit reached) goes up.
+func (s *Syncer) absorbRepack(ctx context.Context, name string) error {
+	b, err := s.readBatch(ctx, name)
+	if err != nil {
+		return fmt.Errorf("cloudsync: the repack a collection's record names: %w", err)
+	}
+	if b.Moved == nil {
+		return fmt.Errorf("cloudsync: batch %s, which a collection's record names, moved nothing", name)
+	}
+	return s.indexRepack(b.Moved)
+}
+
+// copyLive adds the reached pieces of sp, as stored and checked, to w:
+// read in runs of pieces near each other.
+func (s *Syncer) copyLive(ctx context.Context, w *packWriter, sp sparsePack) error {
+	live := sp.live
+	for len(live) > 0 {
+		n := 1
+		end := live[0].Off + live[0].Len
+		for n < len(live) && live[n].Off-end <= repackGap && live[n].Off+live[n].Len-live[0].Off <= repackRun {
+			end = live[n].Off + live[n].Len
+			n++
+		}
+		run, err := s.be.GetRange(ctx, sp.name, live[0].Off, end-live[0].Off)
+		if err != nil {
+			return fmt.Errorf("cloudsync: repack %s: %w", sp.name, err)
+		}
+		for _, r := range live[:n] {
+			if r.Off+r.Len-live[0].Off > int64(len(run)) {
+				return fmt.Errorf("cloudsync: repack %s: piece %s past the %d bytes read", sp.name, cas.Digest(r.Digest), len(run))
+			}
+			sealed := run[r.Off-live[0].Off : r.Off-live[0].Off+r.Len]
+			d := cas.Digest(r.Digest)
+			// Checked before it is copied: a damaged piece is not
+			// spread to a new pack, and the old stays.
+			if _, err := s.openPiece(d, sp.name, slices.Clone(sealed), true); err != nil {
+				return fmt.Errorf("cloudsync: repack: %w", err)
+			}
+			w.add(d, func(b []byte) []byte { return append(b, sealed...) })
+		}
+		live = live[n:]
+	}
+	return nil
+}
