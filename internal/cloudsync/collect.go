@@ -81,14 +81,14 @@ type CollectOptions struct {
 
 // CollectStats say what a collection of the store found and did.
 type CollectStats struct {
-	Packs, Live, Unknown int   // packs listed; reached; not in any batch read
+	Packs, Live, Unknown int   // packs listed; reached (and not repacked); not in any batch read
 	Bytes, LiveBytes     int64 // the packs' bytes; the reached ones'
 	Recorded             int   // unreached packs, recorded
 	Deleted              int   // packs deleted
 	DeletedBytes         int64
-	// Repacked are packs whose reached pieces, RepackedBytes of them, took
-	// less than repackBelow of their bytes: moved to new packs (see
-	// repackBelow), and the packs recorded as unreached.
+	// Repacked are the packs whose reached pieces, RepackedBytes of them,
+	// took less than repackBelow of their bytes: moved to new packs (see
+	// repackBelow), and the packs recorded with the unreached ones.
 	Repacked      int
 	RepackedBytes int64
 	Waiting       bool // batches wait to apply: nothing deleted
@@ -170,7 +170,6 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 			sparse = append(sparse, sparsePack{name: o.Name, live: live})
 			cs.Repacked++
 			cs.RepackedBytes += liveBytes
-			cs.Live++
 			cs.LiveBytes += liveBytes
 		default:
 			cs.Live++
@@ -185,9 +184,10 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 		// Commits of batches not applied here may reach what looks
 		// unreached, and a record's positions must not go back: no
 		// record, nothing deleted or moved.
-		cs.Recorded, cs.Repacked, cs.RepackedBytes = len(unreached), 0, 0
+		cs.Recorded, cs.Live, cs.Repacked, cs.RepackedBytes = len(unreached), cs.Live+cs.Repacked, 0, 0
 		return cs, nil
 	}
+	cs.Recorded = len(unreached)
 	var moved string
 	if !o.DryRun {
 		// What a repack moved is reached elsewhere now: the packs it
@@ -199,7 +199,6 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 			unreached = append(unreached, sp.name)
 		}
 	}
-	cs.Recorded = len(unreached)
 
 	records, err := s.records(ctx, "")
 	if err != nil {
