@@ -61,7 +61,7 @@ left=$(du -cb "$mnt"/home/work/f* | tail -1 | cut -f1)
 unmountrepo
 "$work/ledgerfs" sync "$work/repo" >/dev/null
 s=$(date +%s.%N)
-"$work/ledgerfs" gc --remote --keep-last 1 --grace 0 "$work/repo" | tail -1
+"$work/ledgerfs" gc --remote --keep-last 1 --grace 0 "$work/repo"
 e=$(date +%s.%N)
 after=$(packs)
 printf 'files: %d of %d KiB, %d left (%d bytes)\n' "$FILES" "$FILE_KIB" "$((FILES / 10))" "$left"
