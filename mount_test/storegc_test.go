@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,6 +94,7 @@ func TestCollectStoreKilled(t *testing.T) {
 	}
 	repoC := t.TempDir()
 	syncRepo(t, srv, repoB)
+	run(t, "", binary, "gc", repoB)
 	syncRepo(t, srv, repoC)
 	for _, repo := range []string{repoA, repoB, repoC} {
 		cmd := exec.Command(binary, "fsck", "--remote", repo)
@@ -139,4 +141,116 @@ func TestMountCollectsStore(t *testing.T) {
 		t.Fatalf("the store holds %d bytes after the collection, %d before: the deleted page's 9 MiB did not go", after, before)
 	}
 	b.log.await(t, "collected the remote store")
+}
+
+// TestRepackKilled: after 9 of every 10 files of a page are deleted, every
+// pack still holds one, so the store's collection repacks; it is killed
+// with -9 once it has uploaded a new pack (before the batch that names
+// it), or once it has written that batch (before its record). Run again, it finishes: the packs hold little beyond the
+// files left, and the collecting device, one that synced before (and
+// read through the old packs), and one that joins after read every file
+// left and agree with the store (fsck --remote).
+func TestRepackKilled(t *testing.T) {
+	t.Parallel()
+	for _, at := range []struct {
+		what string
+		req  func(s3test.Request) bool
+	}{
+		{"a pack uploaded by the repack", s3test.PackPut},
+		{"the repack's batch written", func(r s3test.Request) bool {
+			return r.Method == http.MethodPut && strings.Contains(r.Path, "/logs/") && r.Status == http.StatusOK
+		}},
+	} {
+		t.Run(at.what, func(t *testing.T) {
+			t.Parallel()
+			repackKilled(t, at.what, at.req)
+		})
+	}
+}
+
+func repackKilled(t *testing.T, what string, killAt func(s3test.Request) bool) {
+	srv := s3test.Start(t)
+	w := srv.Watch(t)
+	repoA, repoB := t.TempDir(), t.TempDir()
+	run(t, "", binary, "retention", repoA, "--keep-last", "1")
+
+	a := mountPlain(t, repoA)
+	pg := a.page("home", "work")
+	const files = 80
+	left := map[string][]byte{}
+	for i := range files {
+		name := fmt.Sprintf("f%02d", i)
+		must(t, os.WriteFile(filepath.Join(pg, name), content(200+i, 256<<10), 0o644))
+		if i%10 == 0 {
+			left[name] = content(200+i, 256<<10)
+		}
+	}
+	a.stop()
+	syncRepo(t, srv, repoA)
+	syncRepo(t, srv, repoB)
+	a = mountPlain(t, repoA)
+	for i := range files {
+		if i%10 != 0 {
+			must(t, os.Remove(filepath.Join(a.page("home", "work"), fmt.Sprintf("f%02d", i))))
+		}
+	}
+	a.stop()
+	syncRepo(t, srv, repoA)
+	syncRepo(t, srv, repoB)
+	peak := storeBytes(t, srv)
+
+	cmd := gcStoreCmd(w.Endpoint, repoA)
+	var out output
+	cmd.Stdout, cmd.Stderr = &out, &out
+	before := w.Count(killAt)
+	must(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	w.Await(t, what, before+1, killAt, exited)
+	must(t, cmd.Process.Kill())
+	<-exited
+
+	b, err := gcStoreCmd(srv.Endpoint, repoA).CombinedOutput()
+	if err != nil || !strings.Contains(string(b), "deleted") {
+		t.Fatalf("the collection after one killed: %v\n%s\n(the killed one said:\n%s)", err, b, out.String())
+	}
+	var want int64
+	for _, c := range left {
+		want += int64(len(c))
+	}
+	after := storeBytes(t, srv)
+	t.Logf("the killed collection said:\n%s\nthe next:\n%s", out.String(), b)
+	t.Logf("store: %d bytes before, %d after; the files left take %d", peak, after, want)
+	// A pack the killed run uploaded and named in no batch stays (as a
+	// push's cut short does): at most one repack's worth.
+	if after > 2*want+want/5 {
+		t.Fatalf("after the collections the store holds %d bytes for %d of files left", after, want)
+	}
+	repoC := t.TempDir()
+	syncRepo(t, srv, repoB)
+	syncRepo(t, srv, repoC)
+	for _, repo := range []string{repoA, repoB, repoC} {
+		// b keeps the history it pulled before the collection, whose
+		// older versions a's policy let go from the store (b, which
+		// never wrote, sent none): b reads the files left, not those.
+		if repo != repoB {
+			cmd := exec.Command(binary, "fsck", "--remote", repo)
+			cmd.Env = append(os.Environ(), s3Env...)
+			if b, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("fsck --remote %s after the collection: %v\n%s", repo, err, b)
+			}
+		}
+		m := mountSyncedAt(t, srv.Endpoint, repo) // reads what is in the store only
+		for name, c := range left {
+			got, err := os.ReadFile(filepath.Join(m.mnt, "home", "work", name))
+			if err != nil || !bytes.Equal(got, c) {
+				t.Fatalf("%s of %s after the collections: %v (%d bytes)", name, repo, err, len(got))
+			}
+		}
+		m.stop()
+	}
 }
