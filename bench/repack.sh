@@ -15,26 +15,13 @@ work=${1:-$(mktemp -d /tmp/ledgerfs-repack.XXXXXX)}
 FILES=${FILES:-1000} FILE_KIB=${FILE_KIB:-64}
 mkdir -p "$work"
 go build -o "$work/ledgerfs" ./cmd/ledgerfs
-vgw=${LEDGERFS_TEST_VERSITYGW:-$(command -v versitygw || true)}
-if [ -z "$vgw" ]; then
-  vgw="${XDG_CACHE_HOME:-$HOME/.cache}/ledgerfs-test/versitygw-v1.8.0/versitygw"
-  [ -x "$vgw" ] || GOBIN=$(dirname "$vgw") GOFLAGS=-buildvcs=false go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
-fi
-export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1
-export LEDGERFS_PASSWORD=bench-passphrase
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-endpoint=http://127.0.0.1:$port
-mkdir -p "$work/s3"
+. bench/s3.sh
+s3_start repack
+spid=$s3pid
+# MinIO keeps an object as a directory with an xl.meta (and its parts).
 if [ -n "${MINIO:-}" ]; then
-  MINIO_ROOT_USER=bench MINIO_ROOT_PASSWORD=bench-secret "$MINIO" server --quiet --address "127.0.0.1:$port" "$work/s3" >"$work/s3.log" 2>&1 &
-  spid=$!
-  for _ in $(seq 300); do curl -s -o /dev/null "$endpoint/minio/health/live" && break; sleep 0.1; done
-  curl -s -f --aws-sigv4 "aws:amz:us-east-1:s3" --user bench:bench-secret -X PUT "$endpoint/repack" >/dev/null
   packs() { find "$work/s3/repack/r/packs" -name part.1 -o -name xl.meta -size +1k 2>/dev/null | xargs -r du -cb | tail -1 | cut -f1; }
 else
-  mkdir -p "$work/s3/repack"
-  "$vgw" --access bench --secret bench-secret --port "127.0.0.1:$port" posix "$work/s3" >"$work/s3.log" 2>&1 &
-  spid=$!
   packs() { find "$work/s3/repack/r/packs" -type f -print0 | du -cb --files0-from=- | tail -1 | cut -f1; }
 fi
 mnt=$work/mnt lpid=
@@ -45,7 +32,6 @@ cleanup() {
   rm -rf "$work/s3" "$work/repo"
 }
 trap cleanup EXIT
-for _ in $(seq 100); do curl -s -o /dev/null "$endpoint" && break; sleep 0.1; done
 mountrepo() { mkdir -p "$mnt"; "$work/ledgerfs" mount "$work/repo" "$mnt" >>"$work/mount.log" 2>&1 & lpid=$!; for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done; }
 unmountrepo() { umount "$mnt"; wait "$lpid"; lpid=; }
 

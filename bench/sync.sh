@@ -25,25 +25,11 @@ work=${1:-$(mktemp -d /tmp/ledgerfs-syncbench.XXXXXX)}
 SIZE_MIB=${SIZE_MIB:-1024} FILES=${FILES:-10000} RUNS=${RUNS:-3} CACHE_MIB=${CACHE_MIB:-256}
 mkdir -p "$work"
 go build -o "$work/ledgerfs" ./cmd/ledgerfs
-vgw=${LEDGERFS_TEST_VERSITYGW:-$(command -v versitygw || true)}
-if [ -z "$vgw" ]; then
-  vgw="${XDG_CACHE_HOME:-$HOME/.cache}/ledgerfs-test/versitygw-v1.8.0/versitygw"
-  [ -x "$vgw" ] || GOBIN=$(dirname "$vgw") GOFLAGS=-buildvcs=false go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
-fi
-export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1
-export LEDGERFS_PASSWORD=bench-passphrase
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-endpoint=http://127.0.0.1:$port
-mkdir -p "$work/s3"
-if [ -n "${MINIO:-}" ]; then
-  MINIO_ROOT_USER=bench MINIO_ROOT_PASSWORD=bench-secret "$MINIO" server --quiet --address "127.0.0.1:$port" "$work/s3" >"$work/versitygw.log" 2>&1 &
-  vpid=$!
-  for _ in $(seq 300); do curl -s -o /dev/null "$endpoint/minio/health/live" && break; sleep 0.1; done
-  for b in $(seq "$RUNS"); do curl -s -f --aws-sigv4 "aws:amz:us-east-1:s3" --user bench:bench-secret -X PUT "$endpoint/bench$b" >/dev/null; done
-else
-  "$vgw" --access bench --secret bench-secret --port "127.0.0.1:$port" posix "$work/s3" >"$work/versitygw.log" 2>&1 &
-  vpid=$!
-fi
+. bench/s3.sh
+buckets=()
+for b in $(seq "$RUNS"); do buckets+=("bench$b"); done
+s3_start "${buckets[@]}"
+vpid=$s3pid
 mnt=$work/mnt lpid= mnt2=$work/mnt2 lpid2=
 cleanup() {
   if mountpoint -q "$mnt"; then umount "$mnt" || true; fi
@@ -54,7 +40,6 @@ cleanup() {
   rm -rf "$work/s3" "$work"/repo-* "$work/big.bin"
 }
 trap cleanup EXIT
-for _ in $(seq 100); do curl -s -o /dev/null "$endpoint" && break; sleep 0.1; done
 
 now() { date +%s.%N; }
 mountrepo() { mkdir -p "$mnt"; "$work/ledgerfs" mount "${@:2}" "$1" "$mnt" >"$work/mount.log" 2>&1 & lpid=$!; for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done; }

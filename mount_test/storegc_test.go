@@ -38,6 +38,28 @@ func gcStoreCmd(endpoint, repo string) *exec.Cmd {
 	return cmd
 }
 
+// gcKilledAt runs `ledgerfs gc --remote --grace 0` of repo through w and
+// kills it with -9 once the store has taken one more request that match
+// matches (what, for messages); it returns what the run said.
+func gcKilledAt(t *testing.T, w *s3test.Watcher, repo, what string, match func(s3test.Request) bool) string {
+	t.Helper()
+	cmd := gcStoreCmd(w.Endpoint, repo)
+	var out output
+	cmd.Stdout, cmd.Stderr = &out, &out
+	before := w.Count(match)
+	must(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	w.Await(t, what, before+1, match, exited)
+	must(t, cmd.Process.Kill())
+	<-exited
+	return out.String()
+}
+
 // TestCollectStoreKilled: two devices share a real S3 server; everything
 // is deleted on both; `ledgerfs gc --remote` is killed with -9 once it has
 // deleted a pack. Run again, it takes over the lock its dead process left,
@@ -66,25 +88,13 @@ func TestCollectStoreKilled(t *testing.T) {
 	syncRepo(t, srv, repoA)
 	syncRepo(t, srv, repoB)
 
-	cmd := gcStoreCmd(w.Endpoint, repoA)
-	var out output
-	cmd.Stdout, cmd.Stderr = &out, &out
 	deleted := w.Count(s3test.PackDelete)
-	must(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() { cmd.Process.Kill() })
-	w.Await(t, "a pack deleted by the collection", deleted+1, s3test.PackDelete, exited)
-	must(t, cmd.Process.Kill())
-	<-exited
+	out := gcKilledAt(t, w, repoA, "a pack deleted by the collection", s3test.PackDelete)
 	killedAt := w.Count(s3test.PackDelete) - deleted
 
 	b, err := gcStoreCmd(srv.Endpoint, repoA).CombinedOutput()
 	if err != nil || !strings.Contains(string(b), "deleted") {
-		t.Fatalf("the collection after one killed: %v\n%s\n(the killed one said:\n%s)", err, b, out.String())
+		t.Fatalf("the collection after one killed: %v\n%s\n(the killed one said:\n%s)", err, b, out)
 	}
 	after := storeBytes(t, srv)
 	t.Logf("the killed collection had deleted %d packs", killedAt)
@@ -199,31 +209,18 @@ func repackKilled(t *testing.T, what string, killAt func(s3test.Request) bool) {
 	syncRepo(t, srv, repoB)
 	peak := storeBytes(t, srv)
 
-	cmd := gcStoreCmd(w.Endpoint, repoA)
-	var out output
-	cmd.Stdout, cmd.Stderr = &out, &out
-	before := w.Count(killAt)
-	must(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() { cmd.Process.Kill() })
-	w.Await(t, what, before+1, killAt, exited)
-	must(t, cmd.Process.Kill())
-	<-exited
+	out := gcKilledAt(t, w, repoA, what, killAt)
 
 	b, err := gcStoreCmd(srv.Endpoint, repoA).CombinedOutput()
 	if err != nil || !strings.Contains(string(b), "deleted") {
-		t.Fatalf("the collection after one killed: %v\n%s\n(the killed one said:\n%s)", err, b, out.String())
+		t.Fatalf("the collection after one killed: %v\n%s\n(the killed one said:\n%s)", err, b, out)
 	}
 	var want int64
 	for _, c := range left {
 		want += int64(len(c))
 	}
 	after := storeBytes(t, srv)
-	t.Logf("the killed collection said:\n%s\nthe next:\n%s", out.String(), b)
+	t.Logf("the killed collection said:\n%s\nthe next:\n%s", out, b)
 	t.Logf("store: %d bytes before, %d after; the files left take %d", peak, after, want)
 	// A pack the killed run uploaded and named in no batch stays (as a
 	// push's cut short does): at most one repack's worth.
