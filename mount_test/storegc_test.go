@@ -38,6 +38,16 @@ func gcStoreCmd(endpoint, repo string) *exec.Cmd {
 	return cmd
 }
 
+// twoRepos starts an S3 server, watched, for two repositories: a, which
+// keeps only its heads (--keep-last 1) and collects, and b.
+func twoRepos(t *testing.T) (srv *s3test.Server, w *s3test.Watcher, repoA, repoB string) {
+	srv = s3test.Start(t)
+	w = srv.Watch(t)
+	repoA, repoB = t.TempDir(), t.TempDir()
+	run(t, "", binary, "retention", repoA, "--keep-last", "1")
+	return srv, w, repoA, repoB
+}
+
 // gcKilledAt runs `ledgerfs gc --remote --grace 0` of repo through w and
 // kills it with -9 once the store has taken one more request that match
 // matches (what, for messages); it returns what the run said.
@@ -67,10 +77,7 @@ func gcKilledAt(t *testing.T, w *s3test.Watcher, repo, what string, match func(s
 // and one that joins after agree with the store (fsck --remote).
 func TestCollectStoreKilled(t *testing.T) {
 	t.Parallel()
-	srv := s3test.Start(t)
-	w := srv.Watch(t)
-	repoA, repoB := t.TempDir(), t.TempDir()
-	run(t, "", binary, "retention", repoA, "--keep-last", "1")
+	srv, w, repoA, repoB := twoRepos(t)
 
 	a := mountPlain(t, repoA)
 	pg := a.page("home", "work")
@@ -179,10 +186,7 @@ func TestRepackKilled(t *testing.T) {
 }
 
 func repackKilled(t *testing.T, what string, killAt func(s3test.Request) bool) {
-	srv := s3test.Start(t)
-	w := srv.Watch(t)
-	repoA, repoB := t.TempDir(), t.TempDir()
-	run(t, "", binary, "retention", repoA, "--keep-last", "1")
+	srv, w, repoA, repoB := twoRepos(t)
 
 	a := mountPlain(t, repoA)
 	pg := a.page("home", "work")

@@ -24,6 +24,17 @@ var FirstCommitID CommitID
 
 func (id CommitID) String() string { return hex.EncodeToString(id[:]) }
 
+// ParseCommitID parses a CommitID's String.
+func ParseCommitID(h string) (CommitID, error) {
+	var id CommitID
+	if b, err := hex.DecodeString(h); err != nil || len(b) != len(id) {
+		return id, fmt.Errorf("commit id %q: want %d hex digits", h, 2*len(id))
+	} else {
+		copy(id[:], b)
+	}
+	return id, nil
+}
+
 // Commit is one version of a page.
 type Commit struct {
 	ID CommitID

@@ -54,11 +54,9 @@ type NameChange struct {
 func (c NameChange) SeenCommits() ([]CommitID, error) {
 	out := make([]CommitID, 0, len(c.Seen))
 	for _, h := range c.Seen {
-		var id CommitID
-		if b, err := hex.DecodeString(h); err != nil || len(b) != len(id) {
-			return nil, fmt.Errorf("name change %s of %s/%s: seen commit %q", c.Op, c.Ledger, c.Page, h)
-		} else {
-			copy(id[:], b)
+		id, err := ParseCommitID(h)
+		if err != nil {
+			return nil, fmt.Errorf("name change %s of %s/%s: seen %w", c.Op, c.Ledger, c.Page, err)
 		}
 		out = append(out, id)
 	}

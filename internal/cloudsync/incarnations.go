@@ -498,12 +498,11 @@ type keptHistory struct {
 	taken map[store.CommitID]bool
 }
 
-// deletedHistory returns the history kept of pb's page, if it was deleted
-// here.
-func (s *Syncer) deletedHistory(pb pageBatch) (*keptHistory, error) {
-	ids, err := store.ParseIncarnations(pb.Incarnations)
-	if err != nil || len(ids) == 0 {
-		return &keptHistory{}, err
+// deletedHistory returns the history kept of the page of incarnations ids,
+// if it was deleted here.
+func (s *Syncer) deletedHistory(ids []store.Incarnation) (*keptHistory, error) {
+	if len(ids) == 0 {
+		return &keptHistory{}, nil
 	}
 	all, err := s.repo.DeletedHistory(ids)
 	return &keptHistory{all: all, taken: map[store.CommitID]bool{}}, err
@@ -565,21 +564,16 @@ func (s *Syncer) keepSkipped(device string, pb pageBatch, ids []store.Incarnatio
 		if err != nil {
 			return err
 		}
-		by, ok := makers[id]
-		if !ok {
-			by = device
-		}
-		ms = append(ms, store.Made{Commit: c, By: by})
+		ms = append(ms, store.Made{Commit: c, By: makerOf(makers, id, device)})
 	}
 	return s.repo.AddDeletedHistory(ids, ms)
 }
 
-// dropHistory removes the history kept of pb's page: landed, or gone from
-// the store.
-func (s *Syncer) dropHistory(pb pageBatch) error {
-	ids, err := store.ParseIncarnations(pb.Incarnations)
-	if err != nil {
-		return err
+// makerOf is the device that made commit id of a batch from device:
+// the one makers names (batchMakers; "": this one), else device.
+func makerOf(makers map[store.CommitID]string, id store.CommitID, device string) string {
+	if by, ok := makers[id]; ok {
+		return by
 	}
-	return s.repo.DropDeletedHistory(ids)
+	return device
 }

@@ -2,7 +2,6 @@ package cloudsync
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -172,8 +171,8 @@ func carries(c store.NameChange) bool {
 func seenCommits(c store.NameChange) []store.CommitID {
 	var seen []store.CommitID
 	for _, h := range c.Seen {
-		if b, err := hex.DecodeString(h); err == nil && len(b) == len(store.CommitID{}) && store.CommitID(b) != store.FirstCommitID {
-			seen = append(seen, store.CommitID(b))
+		if id, err := store.ParseCommitID(h); err == nil && id != store.FirstCommitID {
+			seen = append(seen, id)
 		}
 	}
 	return seen

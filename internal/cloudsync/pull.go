@@ -2,7 +2,6 @@ package cloudsync
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -525,7 +524,7 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq u
 		return s.keepSkipped(device, pb, ids)
 	}
 	pb.Ledger, pb.Page = pl.at[0], pl.at[1]
-	if err := s.landBatch(ctx, f, device, seq, pb, graft, st); err != nil || len(deletes) == 0 {
+	if err := s.landBatch(ctx, f, device, seq, pb, ids, graft, st); err != nil || len(deletes) == 0 {
 		return err
 	}
 	_, err = s.goneAgain(pb.Ledger, pb.Page, ids, deletes)
@@ -533,7 +532,7 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq u
 }
 
 // landBatch lands batch pb, of a page here, in it.
-func (s *Syncer) landBatch(ctx context.Context, f *fetcher, device string, seq uint64, pb pageBatch, graft bool, st *Stats) error {
+func (s *Syncer) landBatch(ctx context.Context, f *fetcher, device string, seq uint64, pb pageBatch, ids []store.Incarnation, graft bool, st *Stats) error {
 	p, err := s.repo.Acquire(pb.Ledger, pb.Page)
 	if err != nil {
 		return err
@@ -582,7 +581,7 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, device string, seq u
 				return err
 			}
 			if !ok && kept == nil {
-				if kept, err = s.deletedHistory(pb); err != nil {
+				if kept, err = s.deletedHistory(ids); err != nil {
 					return err
 				}
 			}
@@ -608,10 +607,10 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, device string, seq u
 		// the batch lands as it would without it.
 		slog.Warn("cloudsync: the history kept of a deleted page cannot be fetched; landing without it",
 			"ledger", pb.Ledger, "page", pb.Page, "err", err)
-		if err := s.dropHistory(pb); err != nil {
+		if err := s.repo.DropDeletedHistory(ids); err != nil {
 			return err
 		}
-		return s.landBatch(ctx, f, device, seq, pb, graft, st)
+		return s.landBatch(ctx, f, device, seq, pb, ids, graft, st)
 	}
 	if err != nil {
 		return err
@@ -621,7 +620,7 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, device string, seq u
 		return err
 	}
 	if len(old) > 0 {
-		if err := s.dropHistory(pb); err != nil {
+		if err := s.repo.DropDeletedHistory(ids); err != nil {
 			return err
 		}
 	}
@@ -648,11 +647,7 @@ func (s *Syncer) arrive(p *store.Page, fresh []*store.Commit, device string, mak
 		// local write committing right after them asks (Unseen).
 		made := map[string][]byte{}
 		for _, c := range fresh {
-			by, ok := makers[c.ID]
-			if !ok {
-				by = device
-			}
-			if by != "" { // "": this device
+			if by := makerOf(makers, c.ID, device); by != "" { // "": this device
 				made[deviceKey(c.ID)] = []byte(by)
 			}
 		}
@@ -895,11 +890,9 @@ func virtualBase(p *store.Page, g *graph, a, b *store.Commit, madeBy func(*store
 // it says this device made get no row.
 func (s *Syncer) batchMakers(pb pageBatch, makers map[store.CommitID]string) (map[store.CommitID]string, error) {
 	for h, by := range pb.Makers {
-		var id store.CommitID
-		if b, err := hex.DecodeString(h); err != nil || len(b) != len(id) {
-			return nil, fmt.Errorf("batch of %s/%s: maker of commit %q: not a commit id", pb.Ledger, pb.Page, h)
-		} else {
-			copy(id[:], b)
+		id, err := store.ParseCommitID(h)
+		if err != nil {
+			return nil, fmt.Errorf("batch of %s/%s: maker of %w", pb.Ledger, pb.Page, err)
 		}
 		if by == s.device {
 			by = ""

@@ -209,7 +209,7 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 				if pb.Makers == nil {
 					pb.Makers = map[string]string{}
 				}
-				pb.Makers[hex.EncodeToString(c.ID[:])] = string(by)
+				pb.Makers[c.ID.String()] = string(by)
 			}
 		}
 		name, err := s.writeBatch(ctx, &batch{Device: s.device, Seq: seq, Pages: []pageBatch{pb}})
