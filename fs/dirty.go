@@ -3,7 +3,6 @@ package fs
 import (
 	"fmt"
 	"io"
-	"os"
 	"syscall"
 
 	"github.com/google/btree"
@@ -14,15 +13,16 @@ import (
 
 // content is the content of an open file while it is written: the last
 // committed value (base) with the changes since. Writes that start at
-// offset 0 of an empty file and go on in order stream straight into the
-// chunker. Any other write goes to a spool file on local disk at its offset,
-// with the written ranges kept as extents; on commit the base and the spool
-// are merged into a new value. A file rewritten in order from offset 0
-// (fio and databases lay a file out before they write it) streams too,
-// once the spool holds streamAfter bytes from offset 0 and nothing else:
-// the rest of the base follows the stream when it ends. Memory stays
-// bounded whatever the file size: the data is in the chunker's pipeline,
-// the base's pieces or the spool.
+// offset 0 of an empty file and go on in order stream into the chunker once
+// they pass memSpool bytes. Any other write goes to a spool (memory, then a
+// file on local disk) at its offset, with the written ranges kept as
+// extents; on commit the base and the spool are merged into a new value. A
+// file rewritten in order from offset 0 (fio and databases lay a file out
+// before they write it) streams too, once the spool holds streamAfter bytes
+// from offset 0 and nothing else: the rest of the base follows the stream
+// when it ends. Memory stays bounded whatever the file size: the data is in
+// the chunker's pipeline, the base's pieces or the spool (memSpool bytes in
+// memory at most).
 type content struct {
 	p      *store.Page
 	tmpDir string
@@ -51,7 +51,7 @@ type content struct {
 	// failed is why, in state baseFailed, every use fails.
 	failed error
 
-	spool *os.File
+	spool *spool
 	ext   *btree.BTreeG[extent]
 
 	// intent is what changed since the last intent of these changes
@@ -266,19 +266,21 @@ func (c *content) write(data []byte, off int64) error {
 			return err
 		}
 	}
-	if off == 0 && c.size == 0 && c.ext == nil {
+	if off == 0 && c.size == 0 && c.ext == nil && end > memSpool {
 		c.base, c.baseSize, c.baseFull = nil, 0, false
 		c.stream, c.streamPos = c.p.NewValueWriter(), 0
 		return c.write(data, off)
 	}
-	if off >= c.streamAfter && c.spoolIsPrefix(off) {
+	// A new (or emptied) file written in order streams once it outgrows
+	// the spool's memory; a rewrite of a base, past streamAfter.
+	if c.spoolIsPrefix(off) && (off >= c.streamAfter || c.baseSize == 0 && end > memSpool) {
 		if err := c.streamSpool(off); err != nil {
 			return err
 		}
 		return c.write(data, off)
 	}
-	if err := c.ensureSpool(); err != nil {
-		return err
+	if c.spool == nil {
+		c.spool, c.ext = &spool{dir: c.tmpDir}, newExtents()
 	}
 	// The spool is on the repository's filesystem: it must leave the
 	// reserve to Badger as the db's own writes do.
@@ -488,20 +490,6 @@ func (r prefixReader) ReadAt(p []byte, off int64) (int, error) {
 	}
 	m, err := r.rest.ReadAt(p[done:], off+int64(done))
 	return done + m, err
-}
-
-func (c *content) ensureSpool() error {
-	if c.spool != nil {
-		return nil
-	}
-	f, err := os.CreateTemp(c.tmpDir, "spool-")
-	if err != nil {
-		return fmt.Errorf("spool: %w", err)
-	}
-	os.Remove(f.Name()) // lives as long as the descriptor
-	c.spool = f
-	c.ext = newExtents()
-	return nil
 }
 
 // addExtent records [s, e) in t, merging with touching extents.

@@ -16,6 +16,13 @@ import (
 
 func testPage(t *testing.T) *store.Page {
 	t.Helper()
+	_, p := testRepoPage(t)
+	return p
+}
+
+// testRepoPage is testPage with the page's repository.
+func testRepoPage(t *testing.T) (*store.Repository, *store.Page) {
+	t.Helper()
 	repo, err := store.Open(t.TempDir(), store.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +39,69 @@ func testPage(t *testing.T) *store.Page {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { repo.Release(p) })
-	return p
+	return repo, p
+}
+
+// A small new file written, rewritten at its start and fsynced (a rollback
+// journal) stays in the spool's memory: nothing is stored before its
+// commit, and the record of that commit is copied from memory, not read
+// back from the page. Past memSpool bytes written in order, it streams.
+func TestSmallFileStaysInMemory(t *testing.T) {
+	repo, p := testRepoPage(t)
+	c := newContent(p, t.TempDir(), emptyValue, 0)
+	defer c.close()
+	model := make([]byte, 9<<10)
+	rand.NewChaCha8([32]byte{7}).Read(model)
+	if err := c.write(model, 0); err != nil {
+		t.Fatal(err)
+	}
+	copy(model, "header")
+	if err := c.write([]byte("header"), 0); err != nil {
+		t.Fatal(err)
+	}
+	before := repo.Stats().PiecesStored
+	f := &fileNode{c: c}
+	src, err := f.logSource(p.Durability(), "journal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src == nil || src.Base != "" || len(src.Extents) != 1 || !bytes.Equal(src.Extents[0].Data, model) {
+		t.Fatalf("log source of a small new file: %+v, want the whole content", src)
+	}
+	got := make([]byte, len(model)+1)
+	if n, err := c.readAt(got, 0); err != io.EOF && err != nil || !bytes.Equal(got[:n], model) {
+		t.Fatalf("reads %d bytes (%v), want the %d written", n, err, len(model))
+	}
+	if c.stream != nil || c.spool == nil || c.spool.f != nil {
+		t.Fatalf("a %d-byte file: stream %v, spool %+v; want it in memory", len(model), c.stream, c.spool)
+	}
+	if after := repo.Stats().PiecesStored; after != before {
+		t.Errorf("%d pieces stored before the commit", after-before)
+	}
+	more := make([]byte, memSpool)
+	rand.NewChaCha8([32]byte{8}).Read(more)
+	if err := c.write(more, int64(len(model))); err != nil {
+		t.Fatal(err)
+	}
+	model = append(model, more...)
+	if c.stream == nil {
+		t.Error("a file written in order past memSpool does not stream")
+	}
+	id, n, w, err := c.value()
+	if err == nil && w != nil {
+		err = c.stored(w.Commit())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := p.OpenValue(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = make([]byte, n)
+	if _, err := v.ReadAt(got, 0); err != nil && err != io.EOF || !bytes.Equal(got, model) {
+		t.Fatalf("committed value: %v, not the %d bytes written", err, len(model))
+	}
 }
 
 // storedValue stores n random bytes drawn from seed in p as a file's

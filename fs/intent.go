@@ -54,15 +54,18 @@ func (f *fileNode) logIntent(key string) (bool, error) {
 			return false, err
 		}
 		if src.Base == "" {
-			// No durable base: the record holds the whole content.
+			// No durable base: the record holds the whole content,
+			// which logSource copied if it was in memory.
 			if c.size > maxIntent {
 				return false, nil
 			}
-			b := make([]byte, c.size)
-			if _, err := c.readAt(b, 0); err != nil && err != io.EOF {
-				return false, err
+			if src.Extents == nil {
+				b := make([]byte, c.size)
+				if _, err := c.readAt(b, 0); err != nil && err != io.EOF {
+					return false, err
+				}
+				src.Extents = []store.Extent{{Data: b}}
 			}
-			src.Extents = []store.Extent{{Data: b}}
 		}
 	}
 	m := f.meta

@@ -1,6 +1,8 @@
 package fs
 
 import (
+	"io"
+
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
@@ -12,8 +14,9 @@ const maxLoggedChange = 1 << 20
 // logSource returns what the sync log's record of the change being
 // committed holds, or nil if the change is too large to log: the extents
 // written since the committed base, copied now, when the base is durable
-// or logged (store.Durability.CanLog); else the whole content, which the
-// record reads back from the value once its rows are written. Called with
+// or logged (store.Durability.CanLog); else the whole content, copied now
+// if it is all in the spool's memory, or read back from the value by the
+// record once its rows are written. Called with
 // f.mu held, before c.value(), which may move the base and close the
 // spool the extents are read from.
 func (f *fileNode) logSource(d *store.Durability, key string) (*store.LogSource, error) {
@@ -26,6 +29,15 @@ func (f *fileNode) logSource(d *store.Durability, key string) (*store.LogSource,
 	}
 	if c.size > maxLoggedChange {
 		return nil, nil
+	}
+	if c.stream == nil && c.baseSize == 0 && c.size <= memSpool {
+		// Every byte is in the spool's memory (or a hole): copied now
+		// rather than read back from the value the commit stores.
+		b := make([]byte, c.size)
+		if _, err := c.readAt(b, 0); err != nil && err != io.EOF {
+			return nil, err
+		}
+		return &store.LogSource{Extents: []store.Extent{{Data: b}}}, nil
 	}
 	return &store.LogSource{}, nil
 }

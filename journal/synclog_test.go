@@ -28,9 +28,9 @@ func randomBytes(seed uint64, n int) []byte { return testutil.Random(seed, 0, n)
 
 // loggedPut is a put of key to content, recorded in the sync log as the
 // extents of content that differ from base's (the whole content when base
-// is nil).
+// is nil: read back from the value, or copied by the caller as extents).
 func (e *env) loggedPut(key string, base *Op, baseContent, content []byte, extents []store.Extent) Op {
-	op := Op{Key: key, Entry: e.value(string(content)), Log: &store.LogSource{}}
+	op := Op{Key: key, Entry: e.value(string(content)), Log: &store.LogSource{Extents: extents}}
 	if base != nil {
 		op.Log = &store.LogSource{Base: base.Entry.Value.Digest, Keep: uint64(len(baseContent)), Extents: extents}
 	}
@@ -63,8 +63,10 @@ func TestSyncLogReplaysWhatTheDbLost(t *testing.T) {
 	f2 := f1[:300<<10] // truncated
 	op2 := e.loggedPut("f", &op1, f2, f2, nil)
 	newOp := e.loggedPut("new", nil, nil, []byte("written and fsynced"), nil)
+	copied := []byte("a small file, copied from memory")
+	copiedOp := e.loggedPut("copied", nil, nil, copied, []store.Extent{{Data: copied}})
 	oldOp := e.loggedPut("old", nil, nil, []byte("new content"), nil)
-	for _, op := range []Op{op1, op2, newOp, oldOp} {
+	for _, op := range []Op{op1, op2, newOp, copiedOp, oldOp} {
 		if err := c.Queue(nil, op); err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +87,7 @@ func TestSyncLogReplaysWhatTheDbLost(t *testing.T) {
 	rel, _ := filepath.Rel(e.dir, pageDir)
 	copyTree(t, filepath.Join(pageDir, synclog.FileName), filepath.Join(snap, rel, synclog.FileName))
 
-	want := map[string]string{"f": string(f2), "kept": "unchanged", "new": "written and fsynced"}
+	want := map[string]string{"f": string(f2), "kept": "unchanged", "new": "written and fsynced", "copied": string(copied)}
 	if err := c.Wait(); err != nil {
 		t.Fatal(err)
 	}

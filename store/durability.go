@@ -44,7 +44,8 @@ func (k OpKind) IsDelete() bool { return k == OpDelete || k == OpRenameDelete }
 
 // A LogSource is what the sync log's record of a put holds, as plain data
 // taken when the change is made: Extents over the first Keep bytes of the
-// value Base, or, with no Base, the whole value, read back from the page
+// value Base, or, with no Base, the whole value: one extent at offset 0
+// holding all of it, or none, and the record reads it back from the page
 // once the change's rows are written.
 type LogSource struct {
 	Base    cas.Digest
@@ -481,6 +482,11 @@ func (d *Durability) record(c *Logged) (*synclog.Record, error) {
 		return r, nil
 	}
 	if c.Size == 0 {
+		return r, nil
+	}
+	if len(s.Extents) > 0 {
+		// The whole value, copied by the caller.
+		r.Extents = []synclog.Extent{{Data: s.Extents[0].Data}}
 		return r, nil
 	}
 	v, err := d.p.OpenValue(c.Value)
