@@ -243,13 +243,7 @@ func (d *dirNode) countSubdirs(prefix string) (uint32, error) {
 		note(k)
 	}
 	err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
-		it := t.Prefix(prefix)
-		for it.Next() {
-			if skip := note(it.Entry().Key); skip != "" {
-				it = t.SeekPrefix(skip, prefix)
-			}
-		}
-		return it.Err()
+		return walkDir(t, prefix, func(e btree.Entry) string { return note(e.Key) })
 	})
 	return uint32(len(seen)), err
 }

@@ -108,14 +108,9 @@ func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error
 	pending := pg.pendingUnder(prefix)
 	markers := pg.queuedMarkersUnder(prefix)
 	err := pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
-		it := t.Prefix(prefix)
-		for it.Next() {
-			e := it.Entry()
-			if skip := addKey(e.Key, e.Meta.FileMode()&syscall.S_IFMT, isMarker(e), e.Meta.Link); skip != "" {
-				it = t.SeekPrefix(skip, prefix)
-			}
-		}
-		return it.Err()
+		return walkDir(t, prefix, func(e btree.Entry) string {
+			return addKey(e.Key, e.Meta.FileMode()&syscall.S_IFMT, isMarker(e), e.Meta.Link)
+		})
 	})
 	if err != nil {
 		return nil, err
@@ -142,3 +137,33 @@ func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error
 	}
 	return es, nil
 }
+
+// walkDir calls fn with the entries of t under prefix, in key order; fn
+// returns a key to go on from (past a subdirectory's keys), or "". Up to
+// seekAfter entries are stepped over before a seek: a subdirectory often
+// holds its marker alone, and a seek from the root past each one made
+// listing a directory of 8,000 empty subdirectories cost more than
+// everything else about it.
+func walkDir(t *btree.Tree, prefix string, fn func(btree.Entry) (skipTo string)) error {
+	it := t.Prefix(prefix)
+	skipTo, stepped := "", 0
+	for it.Next() {
+		e := it.Entry()
+		if skipTo != "" {
+			if e.Key < skipTo {
+				if stepped++; stepped == seekAfter {
+					it, skipTo = t.SeekPrefix(skipTo, prefix), ""
+				}
+				continue
+			}
+			skipTo = ""
+		}
+		if skip := fn(e); skip != "" {
+			skipTo, stepped = skip, 0
+		}
+	}
+	return it.Err()
+}
+
+// seekAfter is how many entries walkDir steps over before it seeks.
+const seekAfter = 8
