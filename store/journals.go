@@ -268,15 +268,21 @@ func (p *Page) hasAny(prefixes ...string) (bool, error) {
 // DeleteTransient deletes every piece still marked transient, with its
 // status row, and returns how many it deleted. Recovery calls it once the
 // reachable transient pieces are local: the rest are garbage.
+//
+// Each batch goes on from the key after the last one deleted: a rewind
+// walked every row deleted before it again, tombstones until a compaction
+// drops them, and closing a page after 27,000 SQLite transactions took
+// 38 s.
 func (p *Page) DeleteTransient() (int, error) {
 	prefix := []byte(StatusPrefix(Transient))
+	from := prefix
 	total := 0
 	for {
 		var ds []cas.Digest
 		err := p.view(func(txn *badger.Txn) error {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 			defer it.Close()
-			for it.Rewind(); it.Valid() && len(ds) < 2000; it.Next() {
+			for it.Seek(from); it.Valid() && len(ds) < 2000; it.Next() {
 				ds = append(ds, cas.Digest(it.Item().Key()[len(prefix):]))
 			}
 			return nil
@@ -294,6 +300,7 @@ func (p *Page) DeleteTransient() (int, error) {
 			return total, fmt.Errorf("store: delete transient pieces: %w", err)
 		}
 		total += len(ds)
+		from = append(statusKey(Transient, ds[len(ds)-1]), 0)
 	}
 }
 

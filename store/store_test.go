@@ -811,3 +811,44 @@ func TestPageLookedUpWhileItMoves(t *testing.T) {
 		}
 	}
 }
+
+// DeleteTransient deletes every piece marked transient, in batches, and
+// only those: pieces marked local since, and deleted rows among the
+// transient ones, stay as they were.
+func TestDeleteTransient(t *testing.T) {
+	p := testPage(t)
+	must := fatalOn(t)
+	var transient, local []cas.Digest
+	pw := p.NewPieceWriter()
+	for i := range 5000 {
+		data := []byte(fmt.Sprintf("piece %d, longer than an inline piece's bound of bytes", i))
+		d := cas.ComputeDigest(cas.KindBlob, false, data)
+		must(pw.Put(d, data))
+		if i%3 == 0 {
+			local = append(local, d)
+		} else {
+			transient = append(transient, d)
+		}
+	}
+	must(pw.Flush())
+	must(p.SetStatus(Transient, slices.Concat(transient, local)))
+	must(p.SetStatus(Local, local)) // tombstones among the transient rows
+	n, err := p.DeleteTransient()
+	must(err)
+	if n != len(transient) {
+		t.Errorf("deleted %d pieces, want the %d transient ones", n, len(transient))
+	}
+	for _, d := range transient {
+		if ok, err := p.Has(d); err != nil || ok {
+			t.Fatalf("transient piece %x left (%v)", d, err)
+		}
+	}
+	for _, d := range local {
+		if ok, err := p.Has(d); err != nil || !ok {
+			t.Fatalf("local piece %x deleted (%v)", d, err)
+		}
+	}
+	if n, err := p.DeleteTransient(); err != nil || n != 0 {
+		t.Errorf("a second pass deleted %d (%v), want none", n, err)
+	}
+}
