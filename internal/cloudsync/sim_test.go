@@ -50,8 +50,10 @@ var (
 	// Its own flag too, drawn from its own stream: seeds without it keep
 	// their runs.
 	simLate = flag.Bool("sim.late", false, "a device of half the runs writes with a repository of its own before it first reaches the store, and joins it then")
-	simLog  = flag.Bool("sim.log", false, "print each run's steps, failed or not")
-	long    = flag.Bool("long", false, "run the long variants")
+	// Its own stream as well.
+	simCollect = flag.String("sim.collect", "", "devices keep history by this retention policy (keep-last=2, say) and collect the store now and then, the clock jumping past its grace")
+	simLog     = flag.Bool("sim.log", false, "print each run's steps, failed or not")
+	long       = flag.Bool("long", false, "run the long variants")
 )
 
 func TestSimulation(t *testing.T) {
@@ -80,7 +82,7 @@ func TestSimulation(t *testing.T) {
 					failed.Add(1)
 				}
 			})
-			runSim(t, seed, *simSteps, false, *simPages, *simPages && *simLedgerRenames, *simLate)
+			runSim(t, seed, *simSteps, false, *simPages, *simPages && *simLedgerRenames, *simLate, *simCollect)
 		})
 	}
 	t.Cleanup(func() {
@@ -112,7 +114,7 @@ func TestSimulationPages(t *testing.T) {
 			for seed := uint64(1); seed <= uint64(seeds); seed++ {
 				t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 					t.Parallel()
-					runSim(t, seed, mode.steps, false, true, mode.ledgers, false)
+					runSim(t, seed, mode.steps, false, true, mode.ledgers, false, "")
 				})
 			}
 		})
@@ -197,7 +199,7 @@ func TestSimulationRegressions(t *testing.T) {
 			if steps == 0 {
 				steps = 60
 			}
-			runSim(t, c.seed, steps, c.closed, c.pages, c.ledgers, c.late)
+			runSim(t, c.seed, steps, c.closed, c.pages, c.ledgers, c.late, "")
 		})
 	}
 }
@@ -414,6 +416,11 @@ type sim struct {
 	writing []*openWrite
 	pages   bool // pages are renamed, moved and deleted too
 	ledgers bool // and ledgers renamed
+	// collects, when not nil, decides when a device collects the store
+	// (-sim.collect); a stream of its own too. keep is the retention
+	// policy every device keeps history by then.
+	collects *rand.Rand
+	keep     string
 }
 
 // openWrite is a write whose file stays open for some steps before its
@@ -433,11 +440,14 @@ type openWrite struct {
 // Writes stay open across steps unless closedWrites is set: the seeds
 // found before they could replay as they were found. Pages are renamed,
 // moved and deleted too if pages is set.
-func runSim(t *testing.T, seed uint64, steps int, closedWrites, pages, ledgers, late bool) {
+func runSim(t *testing.T, seed uint64, steps int, closedWrites, pages, ledgers, late bool, keep string) {
 	s := &sim{t: t, seed: seed, pages: pages, ledgers: ledgers, rng: rand.New(rand.NewPCG(seed, 0x5eed)), versions: map[string]*simVersion{}, common: map[string]bool{},
 		clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()}
 	if !closedWrites {
 		s.later = rand.New(rand.NewPCG(seed, 0x1a7e))
+	}
+	if keep != "" {
+		s.keep, s.collects = keep, rand.New(rand.NewPCG(seed, 0xc011))
 	}
 	s.st = newSimStore(seed)
 	ndev := 2 + s.rng.IntN(4)
@@ -499,6 +509,9 @@ func (s *sim) open(d *simDevice) {
 	// it, and listings put devices in the order of their ids.
 	id := sha256.Sum256(fmt.Appendf(nil, "%d %s", s.seed, d.name))
 	must(s.t, repo.SetDeviceID(hex.EncodeToString(id[:16])))
+	if s.keep != "" {
+		must(s.t, repo.SetRetention("", "", s.keep))
+	}
 	d.repo, d.eng = repo, eng
 	if d.late {
 		d.s = nil
@@ -718,6 +731,9 @@ func (s *sim) put(d *simDevice, l, p, key, content string) journal.Op {
 
 func (s *sim) step() {
 	s.clock += int64(1+s.rng.IntN(2000)) * int64(time.Millisecond)
+	if s.collects != nil && s.collects.IntN(8) == 0 {
+		s.collect(s.devs[s.collects.IntN(len(s.devs))])
+	}
 	d := s.devs[s.rng.IntN(len(s.devs))]
 	switch r := s.rng.IntN(100); {
 	case r < 30: // write or rewrite a file
@@ -854,6 +870,21 @@ func (s *sim) step() {
 		err := s.sync(d)
 		s.logf("%s: sync: %v", d.name, err)
 	}
+}
+
+// collect has d collect its pages, by the run's retention policy, and
+// then the store, with the shortest grace a store may have: the clock
+// jumps up to twice the grace first, so that records come due while other
+// devices are offline, mid-change or behind. Packs a record named go once
+// due and still unreached; a pack mostly unreached is repacked.
+func (s *sim) collect(d *simDevice) {
+	if d.s == nil || !d.online {
+		return
+	}
+	s.clock += s.collects.Int64N(int64(2 * MinGrace))
+	d.collectHere()
+	cs, err := d.s.Collect(context.Background(), CollectOptions{Grace: MinGrace})
+	s.logf("%s: collect the store: %d packs, %d recorded, %d repacked, %d deleted: %v", d.name, cs.Packs, cs.Recorded, cs.Repacked, cs.Deleted, err)
 }
 
 // openWrite opens key of page l/p on d for a write of content c, which
