@@ -87,6 +87,18 @@ func TestSmallFileStaysInMemory(t *testing.T) {
 	if c.stream == nil {
 		t.Error("a file written in order past memSpool does not stream")
 	}
+	if got := committedValue(t, p, c); !bytes.Equal(got, model) {
+		t.Fatalf("committed value: %d bytes, not the %d written", len(got), len(model))
+	}
+}
+
+// committedValue commits c's content as a close does and reads the value
+// back.
+func committedValue(t interface {
+	Helper()
+	Fatal(...any)
+}, p *store.Page, c *content) []byte {
+	t.Helper()
 	id, n, w, err := c.value()
 	if err == nil && w != nil {
 		err = c.stored(w.Commit())
@@ -98,10 +110,12 @@ func TestSmallFileStaysInMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got = make([]byte, n)
-	if _, err := v.ReadAt(got, 0); err != nil && err != io.EOF || !bytes.Equal(got, model) {
-		t.Fatalf("committed value: %v, not the %d bytes written", err, len(model))
+	b := make([]byte, n+1)
+	m, err := v.ReadAt(b, 0)
+	if err != nil && err != io.EOF {
+		t.Fatal(err)
 	}
+	return b[:m]
 }
 
 // storedValue stores n random bytes drawn from seed in p as a file's
@@ -415,18 +429,7 @@ func TestRewriteFromZeroStreams(t *testing.T) {
 		if got := read(t, contentReader{c: c}, 0, len(model)+1); !bytes.Equal(got, model) {
 			t.Fatalf("the content reads %d bytes, not the %d of the model", len(got), len(model))
 		}
-		id, n, w, err := c.value()
-		if err == nil && w != nil {
-			err = c.stored(w.Commit())
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := p.OpenValue(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := read(t, v, 0, int(n)+1); !bytes.Equal(got, model) {
+		if got := committedValue(t, p, c); !bytes.Equal(got, model) {
 			t.Fatalf("committed: %d bytes, not the %d of the model", len(got), len(model))
 		}
 	})
