@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"io"
 	"log/slog"
 	"syscall"
 	"time"
@@ -60,11 +59,9 @@ func (f *fileNode) logIntent(key string) (bool, error) {
 				return false, nil
 			}
 			if src.Extents == nil {
-				b := make([]byte, c.size)
-				if _, err := c.readAt(b, 0); err != nil && err != io.EOF {
+				if src, err = c.wholeSource(); err != nil {
 					return false, err
 				}
-				src.Extents = []store.Extent{{Data: b}}
 			}
 		}
 	}

@@ -33,13 +33,18 @@ func (f *fileNode) logSource(d *store.Durability, key string) (*store.LogSource,
 	if c.stream == nil && c.baseSize == 0 && c.size <= memSpool {
 		// Every byte is in the spool's memory (or a hole): copied now
 		// rather than read back from the value the commit stores.
-		b := make([]byte, c.size)
-		if _, err := c.readAt(b, 0); err != nil && err != io.EOF {
-			return nil, err
-		}
-		return &store.LogSource{Extents: []store.Extent{{Data: b}}}, nil
+		return c.wholeSource()
 	}
 	return &store.LogSource{}, nil
+}
+
+// wholeSource copies the whole content, as a LogSource with no base.
+func (c *content) wholeSource() (*store.LogSource, error) {
+	b := make([]byte, c.size)
+	if _, err := c.readAt(b, 0); err != nil && err != io.EOF {
+		return nil, err
+	}
+	return &store.LogSource{Extents: []store.Extent{{Data: b}}}, nil
 }
 
 // sinceBase copies the changes since the base, as a LogSource over it.

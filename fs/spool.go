@@ -13,8 +13,9 @@ import (
 // transaction — then never stores pieces it replaces a moment later, and
 // an fsync's intent reads it from memory rather than back from the page
 // (SQLite's DELETE mode: three fsyncs, a close and an unlink a
-// transaction). 64 KiB is the most one intent holds (maxIntent).
-const memSpool = 64 << 10
+// transaction). It is the most one intent holds: logSource copies a small
+// file whole only when an intent may take it.
+const memSpool = maxIntent
 
 // A spool holds the bytes written to an open file away from its stream,
 // at their offsets: in memory while they end within memSpool bytes, then

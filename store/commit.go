@@ -27,11 +27,11 @@ func (id CommitID) String() string { return hex.EncodeToString(id[:]) }
 // ParseCommitID parses a CommitID's String.
 func ParseCommitID(h string) (CommitID, error) {
 	var id CommitID
-	if b, err := hex.DecodeString(h); err != nil || len(b) != len(id) {
+	b, err := hex.DecodeString(h)
+	if err != nil || len(b) != len(id) {
 		return id, fmt.Errorf("commit id %q: want %d hex digits", h, 2*len(id))
-	} else {
-		copy(id[:], b)
 	}
+	copy(id[:], b)
 	return id, nil
 }
 

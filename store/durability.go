@@ -59,6 +59,15 @@ type Extent struct {
 	Data []byte
 }
 
+// recordExtents returns xs as a log record holds them.
+func recordExtents(xs []Extent) []synclog.Extent {
+	var out []synclog.Extent
+	for _, x := range xs {
+		out = append(out, synclog.Extent{Off: x.Off, Data: x.Data})
+	}
+	return out
+}
+
 // A Logged is one change as the page's durability sees it.
 type Logged struct {
 	Key  string
@@ -472,22 +481,14 @@ func (d *Durability) markLoggedLocked(key string) {
 
 // record builds the record of c, a put with a Source.
 func (d *Durability) record(c *Logged) (*synclog.Record, error) {
-	r := &synclog.Record{Key: c.Key, Op: c.Row, Size: c.Size, Result: []byte(c.Value.Digest)}
 	s := c.Source
+	r := &synclog.Record{Key: c.Key, Op: c.Row, Size: c.Size, Result: []byte(c.Value.Digest), Extents: recordExtents(s.Extents)}
 	if s.Base != "" {
 		r.Base, r.Keep = []byte(s.Base), s.Keep
-		for _, x := range s.Extents {
-			r.Extents = append(r.Extents, synclog.Extent{Off: x.Off, Data: x.Data})
-		}
 		return r, nil
 	}
-	if c.Size == 0 {
-		return r, nil
-	}
-	if len(s.Extents) > 0 {
-		// The whole value, copied by the caller.
-		r.Extents = []synclog.Extent{{Data: s.Extents[0].Data}}
-		return r, nil
+	if c.Size == 0 || len(r.Extents) > 0 {
+		return r, nil // empty, or the whole value copied by the caller
 	}
 	v, err := d.p.OpenValue(c.Value)
 	if err != nil {
@@ -580,12 +581,9 @@ const maxIntents = synclog.DefaultSize / 4
 // instead. full reports that the intents held fill half of what
 // they may: their files should be committed soon.
 func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSource, follows bool) (mark Intent, full bool, err error) {
-	r := &synclog.Record{Key: key, Op: row, Size: size, Intent: true, Follows: follows, Keep: src.Keep}
+	r := &synclog.Record{Key: key, Op: row, Size: size, Intent: true, Follows: follows, Keep: src.Keep, Extents: recordExtents(src.Extents)}
 	if !follows {
 		r.Base = []byte(src.Base)
-	}
-	for _, x := range src.Extents {
-		r.Extents = append(r.Extents, synclog.Extent{Off: x.Off, Data: x.Data})
 	}
 	if r.Len() <= maxLogged && !d.room(r.Len()) {
 		// The epoch is full, mostly of intents their commits superseded:

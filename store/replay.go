@@ -189,10 +189,9 @@ func (p *Page) EditExtents(base cas.ObjectIdentifier, keep, size uint64, extents
 	if err != nil {
 		return nil, cas.ObjectIdentifier{}, fmt.Errorf("store: open the edit's base %s: %w", base, err)
 	}
-	r := &synclog.Record{Keep: keep, Size: size}
+	r := &synclog.Record{Keep: keep, Size: size, Extents: recordExtents(extents)}
 	changed := make([]cas.Range, 0, len(extents)+1)
 	for _, x := range extents {
-		r.Extents = append(r.Extents, synclog.Extent{Off: x.Off, Data: x.Data})
 		changed = append(changed, cas.Range{Start: x.Off, End: x.Off + uint64(len(x.Data))})
 	}
 	return p.editOver(base, &recordContent{r: r, prev: br}, keep, size, changed)
