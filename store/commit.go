@@ -35,6 +35,16 @@ func ParseCommitID(h string) (CommitID, error) {
 	return id, nil
 }
 
+// MarshalText writes the id as String does, for JSON.
+func (id CommitID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }
+
+// UnmarshalText reads an id MarshalText wrote.
+func (id *CommitID) UnmarshalText(b []byte) error {
+	v, err := ParseCommitID(string(b))
+	*id = v
+	return err
+}
+
 // Commit is one version of a page.
 type Commit struct {
 	ID CommitID

@@ -3,8 +3,10 @@ package store
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -347,4 +349,48 @@ func (p *Page) PiecesSize(s PieceStatus) (n int, bytes int64, err error) {
 		return nil
 	})
 	return n, bytes, err
+}
+
+// A BatchHead is the head of one device's last batch of a page: the last
+// that landed here, or, for this device, that it pushed. A device's head
+// of a page only moves forward, so it is an ancestor of the heads of that
+// device's later batches, and of those of every device that had applied
+// the batch: the base of a merge with them even when a collection pruned
+// the commits between (cloudsync's knownEdges). A page that syncs keeps
+// these commits whatever its retention policy (gc).
+type BatchHead struct {
+	Seq  uint64   `json:"seq"`
+	Head CommitID `json:"head"`
+	// Inc are the page's incarnations in the batch: the head serves a
+	// later batch only if that holds one of them, a batch of the same
+	// page.
+	Inc []string `json:"inc,omitempty"`
+	// Applied is the batch's: per other device, the last batch of its
+	// log its writer had applied, so whose heads are ancestors of Head.
+	Applied map[string]uint64 `json:"applied,omitempty"`
+}
+
+// batchHeadPrefix (+ device) is a page's sync_metadata row holding that
+// device's BatchHead (JSON).
+const batchHeadPrefix = "headof/"
+
+// BatchHeadRow returns the sync_metadata row (for MarkSynced) that makes h
+// device's BatchHead of the page.
+func BatchHeadRow(device string, h BatchHead) (map[string][]byte, error) {
+	v, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{batchHeadPrefix + device: v}, nil
+}
+
+// BatchHeads calls fn with each device's BatchHead of the page.
+func (p *Page) BatchHeads(fn func(device string, h BatchHead) error) error {
+	return p.ScanSyncMetadata(batchHeadPrefix, func(key string, v []byte) error {
+		var h BatchHead
+		if err := json.Unmarshal(v, &h); err != nil {
+			return fmt.Errorf("page %s/%s: row %s: %w", p.Ledger, p.Name, key, err)
+		}
+		return fn(strings.TrimPrefix(key, batchHeadPrefix), h)
+	})
 }

@@ -247,7 +247,8 @@ func (c *collection) run(p *store.Page) error {
 }
 
 // decide chooses the commits to prune: those the policy does not keep,
-// but heads and, with KeepUnsynced, unsynced ones. The others are to mark.
+// but heads and, with KeepUnsynced, unsynced ones and each device's last
+// batch's head (store.BatchHead). The others are to mark.
 func (c *collection) decide(p *store.Page) error {
 	var all []*store.Commit
 	err := p.CommitIDs(nil, func(id store.CommitID) error {
@@ -269,6 +270,10 @@ func (c *collection) decide(p *store.Page) error {
 	}
 	if c.o.KeepUnsynced {
 		if err := p.UnsyncedCommits(func(id store.CommitID) error { must[id] = true; return nil }); err != nil {
+			return err
+		}
+		// The bases of the next merges with the other devices.
+		if err := p.BatchHeads(func(_ string, h store.BatchHead) error { must[h.Head] = true; return nil }); err != nil {
 			return err
 		}
 	}
