@@ -1,6 +1,8 @@
 package cloudsync
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -8,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -139,13 +142,37 @@ func TestCollectStore(t *testing.T) {
 			if got := c.files("l", "p3"); !maps.Equal(got, wantP3) {
 				t.Fatal("a device that joined after the collection reads other files of the page evicted on the collecting device")
 			}
-			// a keeps the last commit, b the last two: the store keeps two.
-			pc := c.page("l", "p1")
-			n := 0
-			must(t, pc.CommitIDs(nil, func(store.CommitID) error { n++; return nil }))
-			c.repo.Release(pc)
-			if n != 2 {
-				t.Fatalf("the joined device holds %d commits of l/p1; want the 2 b's policy keeps", n)
+			// a keeps the last commit, b the last two, and a the head of
+			// each device's last batch of the page (the base of its next
+			// merge with it): the store keeps those.
+			commits := func(d *device) (ids []store.CommitID, heads []store.CommitID) {
+				pg := d.page("l", "p1")
+				defer d.repo.Release(pg)
+				must(t, pg.CommitIDs(nil, func(id store.CommitID) error { ids = append(ids, id); return nil }))
+				must(t, pg.BatchHeads(func(_ string, h store.BatchHead) error { heads = append(heads, h.Head); return nil }))
+				return ids, heads
+			}
+			kept, heads := commits(a)
+			pa := a.page("l", "p1")
+			byTime := make([]*store.Commit, len(kept))
+			for i, id := range kept {
+				byTime[i], err = pa.Commit(id)
+				must(t, err)
+			}
+			a.repo.Release(pa)
+			slices.SortFunc(byTime, func(x, y *store.Commit) int { return cmp.Compare(y.Timestamp, x.Timestamp) })
+			wantIDs := heads
+			for _, c := range byTime[:2] {
+				wantIDs = append(wantIDs, c.ID)
+			}
+			byID := func(x, y store.CommitID) int { return bytes.Compare(x[:], y[:]) }
+			slices.SortFunc(wantIDs, byID)
+			wantIDs = slices.Compact(wantIDs)
+			got, _ := commits(c)
+			slices.SortFunc(got, byID)
+			slices.SortFunc(kept, byID)
+			if !slices.Equal(got, wantIDs) || !slices.Equal(kept, wantIDs) {
+				t.Fatalf("the joined device holds %d commits of l/p1, the collecting one %d; want the %d b's policy and the devices' batch heads keep", len(got), len(kept), len(wantIDs))
 			}
 			if ok, _ := c.repo.HasPage("l", "p2"); ok {
 				t.Fatal("the deleted page came back on a device that joined after the collection")
@@ -425,12 +452,149 @@ func TestRepackProperty(t *testing.T) {
 		for _, d := range devs {
 			d.sync()
 			if got := d.files("l", "p"); !maps.Equal(got, want) {
-				rt.Fatalf("%s after the collection: %d files, want %d", d.name, len(got), len(want))
+				rt.Fatalf("%s after the collection: %d files, want %d: %v vs %v", d.name, len(got), len(want), slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
 			}
 		}
 		for _, d := range devs {
 			d.s.Close()
 			must(t, d.repo.Close())
+		}
+	})
+}
+
+// TestMergeAcrossPrunedHistory: a merge whose common ancestor a collection
+// pruned (from the store, or from the device merging) still merges on it,
+// through the heads of the batches each device last landed or pushed:
+// both sides' changes stand and no conflict file appears.
+func TestMergeAcrossPrunedHistory(t *testing.T) {
+	for _, grace := range []time.Duration{time.Hour} {
+		t.Run(fmt.Sprintf("store, grace %v", grace), func(t *testing.T) {
+			// b was away while a collected the store: the commits
+			// between what b last landed and a's head are gone from
+			// it. With a grace, b reads the record when due; with
+			// none, the packs are gone at once, and b, which read the
+			// records a moment before, learns of it from the packs
+			// missing.
+			be, err := remote.NewDir(t.TempDir())
+			must(t, err)
+			a, b := newDevice(t, "a", be), newDevice(t, "b", be)
+			clock := time.Now()
+			b.s.now = func() time.Time { return clock }
+			for _, d := range []*device{a, b} {
+				must(t, d.repo.SetRetention("", "", "keep-last=1"))
+			}
+			a.write("l", "p", "f", []byte("v1"))
+			a.write("l", "p", "g", []byte("w1"))
+			a.sync()
+			b.sync()
+			b.write("l", "p", "g", []byte("w2"))
+			for i := 2; i <= 4; i++ {
+				a.write("l", "p", "f", fmt.Appendf(nil, "v%d", i))
+				a.sync()
+			}
+			a.collectStore(grace)
+			if grace != 0 {
+				clock = clock.Add(absorbEvery)
+			}
+			st := b.sync()
+			want := map[string]string{"f": "v4", "g": "w2"}
+			if got := b.files("l", "p"); !maps.Equal(got, want) || st.Conflicts != 0 {
+				t.Fatalf("b after the merge: %v, %d conflicts; want %v and none", got, st.Conflicts, want)
+			}
+			a.sync()
+			if got := a.files("l", "p"); !maps.Equal(got, want) {
+				t.Fatalf("a after b's merge: %v; want %v", got, want)
+			}
+		})
+	}
+	t.Run("own push", func(t *testing.T) {
+		// a's batches say they applied b's: the base is b's head of
+		// that push, not a's older one, and b's undoing of its own
+		// change since stands.
+		be, err := remote.NewDir(t.TempDir())
+		must(t, err)
+		a, b := newDevice(t, "a", be), newDevice(t, "b", be)
+		clock := time.Now()
+		b.s.now = func() time.Time { return clock }
+		for _, d := range []*device{a, b} {
+			must(t, d.repo.SetRetention("", "", "keep-last=1"))
+		}
+		a.write("l", "p", "f", []byte("v1"))
+		a.write("l", "p", "g", []byte("w1"))
+		a.sync()
+		b.sync()
+		b.write("l", "p", "g", []byte("w2"))
+		b.sync()
+		a.sync()
+		b.write("l", "p", "g", []byte("w1"))
+		for i := 2; i <= 4; i++ {
+			a.write("l", "p", "f", fmt.Appendf(nil, "v%d", i))
+			a.sync()
+		}
+		a.collectStore(time.Hour)
+		clock = clock.Add(absorbEvery)
+		st := b.sync()
+		want := map[string]string{"f": "v4", "g": "w1"}
+		if got := b.files("l", "p"); !maps.Equal(got, want) || st.Conflicts != 0 {
+			t.Fatalf("b after the merge: %v, %d conflicts; want %v and none", got, st.Conflicts, want)
+		}
+	})
+	t.Run("joined", func(t *testing.T) {
+		// c joins after x collected: y's head, which y built on x's
+		// and whose parents are gone, lands before x's kept head (y's
+		// log is read first), which is its ancestor: that lands
+		// without a merge, which, with no base, made a conflict file of
+		// the version y replaced.
+		be, err := remote.NewDir(t.TempDir())
+		must(t, err)
+		withID := func(name, id string) *device {
+			d, err := openDeviceWith(t, name, be, Options{Secret: testSecret}, func(r *store.Repository) { must(t, r.SetDeviceID(id)) })
+			must(t, err)
+			return d
+		}
+		x, y := withID("x", strings.Repeat("f", 32)), withID("y", strings.Repeat("0", 32))
+		for _, d := range []*device{x, y} {
+			must(t, d.repo.SetRetention("", "", "keep-last=1"))
+		}
+		x.write("l", "p", "f", []byte("v1"))
+		x.sync()
+		x.write("l", "p", "f", []byte("v2"))
+		x.sync()
+		y.sync()
+		y.write("l", "p", "f", []byte("v3"))
+		y.write("l", "p", "g", []byte("w1"))
+		y.sync()
+		x.sync()
+		want := x.files("l", "p")
+		x.collectStore(time.Hour)
+		c := newDevice(t, "c", be)
+		st := c.sync()
+		if got := c.files("l", "p"); !maps.Equal(got, want) || st.Conflicts != 0 {
+			t.Fatalf("c after joining: %v, %d conflicts; want %v and none", got, st.Conflicts, want)
+		}
+	})
+	t.Run("here", func(t *testing.T) {
+		// b's change builds on a's head of a's last push, which a's
+		// policy would prune before b's batch lands.
+		be, err := remote.NewDir(t.TempDir())
+		must(t, err)
+		a, b := newDevice(t, "a", be), newDevice(t, "b", be)
+		for _, d := range []*device{a, b} {
+			must(t, d.repo.SetRetention("", "", "keep-last=1"))
+		}
+		a.write("l", "p", "f", []byte("v1"))
+		a.write("l", "p", "g", []byte("w1"))
+		a.sync()
+		b.sync()
+		b.write("l", "p", "g", []byte("w2"))
+		b.sync()
+		a.write("l", "p", "f", []byte("v2"))
+		a.write("l", "p", "f", []byte("v3"))
+		a.collectHere()
+		st := a.sync()
+		want := map[string]string{"f": "v3", "g": "w2"}
+		if got := a.files("l", "p"); !maps.Equal(got, want) || st.Conflicts != 0 {
+			t.Fatalf("a after the merge: %v, %d conflicts; want %v and none", got, st.Conflicts, want)
 		}
 	})
 }

@@ -24,15 +24,24 @@ import (
 // connects it to be with opt.
 func openDevice(t testing.TB, name string, be remote.Backend, opt Options, pol uint64) (*device, error) {
 	t.Helper()
+	return openDeviceWith(t, name, be, opt, func(repo *store.Repository) {
+		if pol != 0 {
+			_, err := repo.AdoptPolynomial(chunker.Pol(pol))
+			must(t, err)
+		}
+	})
+}
+
+// openDeviceWith opens a device whose repository prep readies before its
+// syncer starts.
+func openDeviceWith(t testing.TB, name string, be remote.Backend, opt Options, prep func(*store.Repository)) (*device, error) {
+	t.Helper()
 	eng := journal.NewEngine()
 	repo, err := store.Open(t.TempDir(), eng.Hooks(store.Options{}))
 	must(t, err)
 	t.Cleanup(func() { repo.Close() })
 	d := &device{t: t, name: name, repo: repo, eng: eng}
-	if pol != 0 {
-		_, err := repo.AdoptPolynomial(chunker.Pol(pol))
-		must(t, err)
-	}
+	prep(repo)
 	d.s, err = New(context.Background(), repo, be, opt)
 	if err == nil {
 		t.Cleanup(d.s.Close)

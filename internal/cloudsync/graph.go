@@ -12,6 +12,24 @@ import (
 type graph struct {
 	p     *store.Page
 	extra map[store.CommitID]*store.Commit
+	// known are ancestors of a commit, beyond its parents, that a walk
+	// from it may not reach here: the commits between were pruned from
+	// the store (see knownEdges). Walks take them as parents.
+	known map[store.CommitID][]*store.Commit
+}
+
+// know records ancs as ancestors of c. Only older generations are taken:
+// a walk steps to lower generations only, and a true ancestor is older.
+func (g *graph) know(c *store.Commit, ancs []*store.Commit) {
+	for _, a := range ancs {
+		if a.ID == c.ID || a.Generation >= c.Generation {
+			continue
+		}
+		if g.known == nil {
+			g.known = map[store.CommitID][]*store.Commit{}
+		}
+		g.known[c.ID] = append(g.known[c.ID], a)
+	}
 }
 
 func (g *graph) commit(id store.CommitID) (*store.Commit, error) {
@@ -57,6 +75,7 @@ func (g *graph) isAncestor(a, b *store.Commit) (bool, error) {
 				stack = append(stack, pc)
 			}
 		}
+		stack = append(stack, g.known[c.ID]...)
 	}
 	return false, nil
 }
@@ -142,8 +161,9 @@ func (g *graph) mergeBases(a, b *store.Commit) ([]*store.Commit, error) {
 	return best, nil
 }
 
-// paint gives c's parents the colors flags, and queues those not queued
-// before (a parent pruned here ends the walk there).
+// paint gives c's parents, and its known ancestors, the colors flags, and
+// queues those not queued before (a parent pruned here ends the walk
+// there).
 func (g *graph) paint(q *commitQueue, queued map[store.CommitID]bool, color map[store.CommitID]int, c *store.Commit, flags int) error {
 	for _, pid := range c.Parents {
 		color[pid] |= flags
@@ -157,6 +177,13 @@ func (g *graph) paint(q *commitQueue, queued map[store.CommitID]bool, color map[
 		queued[pid] = true
 		if pc != nil {
 			heap.Push(q, pc)
+		}
+	}
+	for _, a := range g.known[c.ID] {
+		color[a.ID] |= flags
+		if !queued[a.ID] {
+			queued[a.ID] = true
+			heap.Push(q, a)
 		}
 	}
 	return nil

@@ -108,6 +108,12 @@ type batch struct {
 	// Moved, in a batch a collection wrote (layout 5), are pieces it
 	// copied out of packs mostly unreached: where they are now.
 	Moved *movedPieces `json:"moved,omitempty"`
+	// Applied are, per other device, the last batch of its log up to
+	// which its writer had applied every batch when it read what it
+	// pushes: the heads of the pages in those are ancestors of its pages'
+	// heads here, whatever a collection pruned between (knownEdges).
+	// Older builds write none, and ignore it.
+	Applied map[string]uint64 `json:"applied,omitempty"`
 }
 
 // movedPieces are pieces a collection's repack copied, as stored, from

@@ -1006,7 +1006,7 @@ func (s *Syncer) deleteOver(ctx context.Context, device string, c store.NameChan
 	if err := p.MarkSynced(nil, nil, map[string][]byte{deviceKey(del.ID): []byte(device)}); err != nil {
 		return err
 	}
-	if err := s.arrive(p, []*store.Commit{del}, "", nil, nil, st); err != nil {
+	if err := s.arrive(p, []*store.Commit{del}, "", nil, nil, nil, st); err != nil {
 		return fmt.Errorf("land the delete: %w", err)
 	}
 	return nil
@@ -1282,7 +1282,7 @@ func (s *Syncer) copyCommits(ctx context.Context, src, dst *store.Page, fresh []
 	if err != nil {
 		return err
 	}
-	return s.arrive(dst, fresh, "", nil, fetched, st)
+	return s.arrive(dst, fresh, "", nil, nil, fetched, st)
 }
 
 // lateCommits returns the commits of page ledger/page whose whole history

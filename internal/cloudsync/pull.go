@@ -495,7 +495,7 @@ func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, later []*
 		return fmt.Errorf("cloudsync: batch %s: %w", batchName(b.Device, b.Seq), err)
 	}
 	for _, pb := range b.Pages {
-		if err := s.applyPage(ctx, f, b.Device, b.Seq, pb, later, graft, st); err != nil {
+		if err := s.applyPage(ctx, f, b, pb, later, graft, st); err != nil {
 			if errors.Is(err, errMissingParent) || errors.Is(err, store.ErrBusy) {
 				return err
 			}
@@ -505,7 +505,7 @@ func (s *Syncer) applyBatch(ctx context.Context, f *fetcher, b *batch, later []*
 	return nil
 }
 
-func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq uint64, pb pageBatch, later []*batch, graft bool, st *Stats) error {
+func (s *Syncer) applyPage(ctx context.Context, f *fetcher, b *batch, pb pageBatch, later []*batch, graft bool, st *Stats) error {
 	ids, err := incarnationsOf(pb.Incarnations)
 	if err != nil {
 		return err
@@ -521,18 +521,19 @@ func (s *Syncer) applyPage(ctx context.Context, f *fetcher, device string, seq u
 		return err
 	}
 	if pl.skip {
-		return s.keepSkipped(device, pb, ids)
+		return s.keepSkipped(b.Device, pb, ids)
 	}
 	pb.Ledger, pb.Page = pl.at[0], pl.at[1]
-	if err := s.landBatch(ctx, f, device, seq, pb, ids, graft, st); err != nil || len(deletes) == 0 {
+	if err := s.landBatch(ctx, f, b, pb, ids, graft, st); err != nil || len(deletes) == 0 {
 		return err
 	}
 	_, err = s.goneAgain(pb.Ledger, pb.Page, ids, deletes)
 	return err
 }
 
-// landBatch lands batch pb, of a page here, in it.
-func (s *Syncer) landBatch(ctx context.Context, f *fetcher, device string, seq uint64, pb pageBatch, ids []store.Incarnation, graft bool, st *Stats) error {
+// landBatch lands pb, of a page here, in it: b's part of that page.
+func (s *Syncer) landBatch(ctx context.Context, f *fetcher, b *batch, pb pageBatch, ids []store.Incarnation, graft bool, st *Stats) error {
+	device, seq := b.Device, b.Seq
 	p, err := s.repo.Acquire(pb.Ledger, pb.Page)
 	if err != nil {
 		return err
@@ -595,7 +596,11 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, device string, seq u
 		fresh = append(fresh, c)
 	}
 	if len(fresh) == 0 {
-		return nil
+		row, err := batchHeadRow(p, device, seq, b.Applied, pb)
+		if err != nil || row == nil {
+			return err
+		}
+		return p.MarkSynced(nil, nil, row)
 	}
 	old, makers := kept.commits()
 	if makers, err = s.batchMakers(pb, makers); err != nil {
@@ -610,13 +615,17 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, device string, seq u
 		if err := s.repo.DropDeletedHistory(ids); err != nil {
 			return err
 		}
-		return s.landBatch(ctx, f, device, seq, pb, ids, graft, st)
+		return s.landBatch(ctx, f, b, pb, ids, graft, st)
 	}
 	if err != nil {
 		return err
 	}
 	st.CommitsDown += len(fresh)
-	if err := s.arrive(p, slices.Concat(old, fresh), device, makers, fetched, st); err != nil {
+	known := &graph{p: p}
+	if err := knownEdges(known, device, seq, b.Applied, pb, fresh[len(fresh)-1]); err != nil {
+		return err
+	}
+	if err := s.arrive(p, slices.Concat(old, fresh), device, makers, known.known, fetched, st); err != nil {
 		return err
 	}
 	if len(old) > 0 {
@@ -624,7 +633,14 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, device string, seq u
 			return err
 		}
 	}
-	meta := map[string][]byte{"pulled_at": []byte(time.Now().UTC().Format(time.RFC3339))}
+	meta, err := batchHeadRow(p, device, seq, b.Applied, pb)
+	if err != nil {
+		return err
+	}
+	if meta == nil {
+		meta = map[string][]byte{}
+	}
+	meta["pulled_at"] = []byte(time.Now().UTC().Format(time.RFC3339))
 	if pb.Keep != "" {
 		meta[gc.KeepPrefix+device] = []byte(pb.Keep)
 	}
@@ -639,8 +655,9 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, device string, seq u
 // made by device (or, for those in makers, the device it names: "", this
 // one), or, with device "", commits of a page merged into it
 // (mergeAway), whose device rows it holds and which go up from here as
-// its own. A head the landing merged goes up.
-func (s *Syncer) arrive(p *store.Page, fresh []*store.Commit, device string, makers map[store.CommitID]string, fetched []cas.Digest, st *Stats) error {
+// its own. A head the landing merged goes up. Known are ancestors of
+// commits that their parents here may not reach (knownEdges).
+func (s *Syncer) arrive(p *store.Page, fresh []*store.Commit, device string, makers map[store.CommitID]string, known map[store.CommitID][]*store.Commit, fetched []cas.Digest, st *Stats) error {
 	own := device == ""
 	if !own {
 		// Who made each commit is known before the commits land: a
@@ -662,7 +679,7 @@ func (s *Syncer) arrive(p *store.Page, fresh []*store.Commit, device string, mak
 	from, err := p.Head()
 	var mergeNew []cas.Digest
 	if err == nil {
-		mergeNew, err = s.land(p, fresh, remoteHead, device, st)
+		mergeNew, err = s.land(p, fresh, remoteHead, known, device, st)
 	}
 	var to *store.Commit
 	if err == nil {
@@ -776,8 +793,9 @@ func (s *Syncer) ensureLedger(ledger string) error {
 // land makes the remote head part of the page: its commits' rows, and the
 // page's head moved to it (fast-forward) or to the merge of it and the
 // local head. It returns the pieces a merge wrote. Device made fresh, or,
-// if "", they are a merged page's, taken as this device's (arrive).
-func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit, device string, st *Stats) ([]cas.Digest, error) {
+// if "", they are a merged page's, taken as this device's (arrive). Known
+// are ancestors of commits the walks from them may not reach (graph's).
+func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit, known map[store.CommitID][]*store.Commit, device string, st *Stats) ([]cas.Digest, error) {
 	local, err := p.Head()
 	if err != nil {
 		return nil, err
@@ -786,7 +804,7 @@ func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit
 	for _, c := range fresh {
 		byID[c.ID] = c
 	}
-	g := &graph{p: p, extra: byID}
+	g := &graph{p: p, extra: byID, known: known}
 	adopt := p.Adopt
 	if device == "" {
 		adopt = p.Take

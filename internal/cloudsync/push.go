@@ -144,6 +144,13 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 			return err
 		}
 		read := s.absorbedAt
+		// The batches applied here, read before the commits that build
+		// on them.
+		applied, err := s.positions()
+		if err != nil {
+			return err
+		}
+		delete(applied, s.device)
 		ids, pieces, err := unsynced(p)
 		if err != nil {
 			return err
@@ -212,7 +219,7 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 				pb.Makers[c.ID.String()] = string(by)
 			}
 		}
-		name, err := s.writeBatch(ctx, &batch{Device: s.device, Seq: seq, Pages: []pageBatch{pb}})
+		name, err := s.writeBatch(ctx, &batch{Device: s.device, Seq: seq, Pages: []pageBatch{pb}, Applied: applied})
 		if errors.Is(err, remote.ErrExists) {
 			// Written by a push cut short before it recorded it (this
 			// page's, another's, or names), or by another copy of this
@@ -237,8 +244,16 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 		if err := s.passed(seq, state); err != nil {
 			return err
 		}
-		return p.MarkSynced(pieces, ids, map[string][]byte{"pushed": []byte(strconv.FormatUint(seq, 10)),
-			"pushed_at": []byte(time.Now().UTC().Format(time.RFC3339))})
+		meta, err := batchHeadRow(p, s.device, seq, applied, pb)
+		if err != nil {
+			return err
+		}
+		if meta == nil {
+			meta = map[string][]byte{}
+		}
+		meta["pushed"] = []byte(strconv.FormatUint(seq, 10))
+		meta["pushed_at"] = []byte(time.Now().UTC().Format(time.RFC3339))
+		return p.MarkSynced(pieces, ids, meta)
 	}
 }
 

@@ -1,0 +1,87 @@
+package cloudsync
+
+import (
+	"errors"
+	"slices"
+
+	"github.com/ledgerfs/ledgerfs/cas"
+	"github.com/ledgerfs/ledgerfs/store"
+)
+
+// What a device knows of a remote head's ancestry that the commits it
+// holds cannot show. A collection prunes the store's history by every
+// device's policy, so a device that was away across one lands a newer
+// head whose parents it never gets (a graft), and a device's own policy
+// prunes the commits another device's next batch builds on. A walk from
+// that head then ends before it meets this device's commits, and a merge
+// without a base took every entry the two sides hold apart for a conflict
+// (a version replaced long ago came back as a conflict file).
+//
+// Two facts restore the base. A device's head of a page only moves
+// forward, so the head of each batch a device wrote of a page is an
+// ancestor of the heads of its later batches of that page. And a batch
+// says up to which batch of every device's log its writer had applied
+// (batch's Applied), so the head of any batch up to there that it held of
+// the page is an ancestor of its head too. A page keeps, per device, the
+// head of the last batch of it that landed here or went up from here
+// (store.BatchHead), and gc keeps those commits.
+
+// batchHeadRow returns the row that records pb, of device's batch seq,
+// which had applied the batches applied says, as that device's last batch
+// of the page, if page p holds its head: nil if it does not (a collection
+// pruned it) or pb holds no commit.
+func batchHeadRow(p *store.Page, device string, seq uint64, applied map[string]uint64, pb pageBatch) (map[string][]byte, error) {
+	if len(pb.Commits) == 0 {
+		return nil, nil
+	}
+	id := store.CommitID(cas.Hash(pb.Commits[len(pb.Commits)-1]))
+	if ok, err := p.HasCommit(id); err != nil || !ok {
+		return nil, err
+	}
+	return store.BatchHeadRow(device, store.BatchHead{Seq: seq, Head: id, Inc: pb.Incarnations, Applied: applied})
+}
+
+// knownEdges records in g what the page's batch heads (store.BatchHead) say
+// of head, the newest commit of pb, device's batch seq, which had applied
+// the batches applied says: each batch head here that its writer had
+// applied (its own earlier batches always) is its ancestor, and it is an
+// ancestor of each batch head here whose writer had applied it (a batch
+// that lands after a later one of another device's, which brought it
+// here, with the commits between pruned: a device joining after a
+// collection). Only heads of the same page count (an incarnation in
+// common). None if head is not pb's newest commit (a collection pruned
+// that from the store).
+func knownEdges(g *graph, device string, seq uint64, applied map[string]uint64, pb pageBatch, head *store.Commit) error {
+	if len(pb.Commits) == 0 || head.ID != store.CommitID(cas.Hash(pb.Commits[len(pb.Commits)-1])) {
+		return nil
+	}
+	// after reports whether batch seq of dev's log is at or before the
+	// position pos gives, if any (a device's log starts at 0: no position,
+	// none applied).
+	after := func(pos map[string]uint64, dev string, seq uint64) bool {
+		n, ok := pos[dev]
+		return ok && seq <= n
+	}
+	return g.p.BatchHeads(func(dev string, h store.BatchHead) error {
+		if !slices.ContainsFunc(h.Inc, func(i string) bool { return slices.Contains(pb.Incarnations, i) }) {
+			return nil
+		}
+		older := dev == device && h.Seq < seq || dev != device && after(applied, dev, h.Seq)
+		newer := dev == device && h.Seq > seq || dev != device && after(h.Applied, device, seq)
+		if !older && !newer {
+			return nil
+		}
+		c, err := g.p.Commit(h.Head)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil // pruned here (before gc kept these)
+		} else if err != nil {
+			return err
+		}
+		if older {
+			g.know(head, []*store.Commit{c})
+		} else {
+			g.know(c, []*store.Commit{head})
+		}
+		return nil
+	})
+}
