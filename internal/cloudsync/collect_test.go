@@ -467,7 +467,7 @@ func TestRepackProperty(t *testing.T) {
 // through the heads of the batches each device last landed or pushed:
 // both sides' changes stand and no conflict file appears.
 func TestMergeAcrossPrunedHistory(t *testing.T) {
-	for _, grace := range []time.Duration{time.Hour} {
+	for _, grace := range []time.Duration{time.Hour, 0} {
 		t.Run(fmt.Sprintf("store, grace %v", grace), func(t *testing.T) {
 			// b was away while a collected the store: the commits
 			// between what b last landed and a's head are gone from

@@ -40,7 +40,18 @@ var errMissingParent = errors.New("a parent commit is not here yet")
 // device's order; one whose commits build on another device's commits
 // waits until those are applied.
 func (s *Syncer) Pull(ctx context.Context, st *Stats) error {
-	if err := s.absorb(ctx, false); err != nil {
+	err := s.pull(ctx, st, false)
+	if errors.Is(err, remote.ErrNotFound) {
+		// A collection deleted packs since the records were last read
+		// (one with no grace deletes at once): read them, and the
+		// batches whose commits they say are gone land without those.
+		err = s.pull(ctx, st, true)
+	}
+	return err
+}
+
+func (s *Syncer) pull(ctx context.Context, st *Stats, absorb bool) error {
+	if err := s.absorb(ctx, absorb); err != nil {
 		return err
 	}
 	names, err := s.newBatches(ctx, false)
