@@ -467,6 +467,44 @@ func TestRepackProperty(t *testing.T) {
 // through the heads of the batches each device last landed or pushed:
 // both sides' changes stand and no conflict file appears.
 func TestMergeAcrossPrunedHistory(t *testing.T) {
+	// pruning returns devices of one store that keep one version, the
+	// clock of the last one set by *clock, after the first wrote f and g
+	// and all of them synced.
+	pruning := func(t *testing.T, clock *time.Time, ds ...*device) {
+		ds[len(ds)-1].s.now = func() time.Time { return *clock }
+		for _, d := range ds {
+			must(t, d.repo.SetRetention("", "", "keep-last=1"))
+		}
+		ds[0].write("l", "p", "f", []byte("v1"))
+		ds[0].write("l", "p", "g", []byte("w1"))
+		for _, d := range ds {
+			d.sync()
+		}
+	}
+	// pair returns two such devices, a and b, and b's clock.
+	pair := func(t *testing.T) (a, b *device, clock *time.Time) {
+		be, err := remote.NewDir(t.TempDir())
+		must(t, err)
+		a, b = newDevice(t, "a", be), newDevice(t, "b", be)
+		now := time.Now()
+		pruning(t, &now, a, b)
+		return a, b, &now
+	}
+	// rewrite has d write f three times, syncing each.
+	rewrite := func(d *device) {
+		for i := 2; i <= 4; i++ {
+			d.write("l", "p", "f", fmt.Appendf(nil, "v%d", i))
+			d.sync()
+		}
+	}
+	// check fails unless d holds want and its last sync (st) made no
+	// conflict file.
+	check := func(t *testing.T, d *device, st Stats, want map[string]string) {
+		t.Helper()
+		if got := d.files("l", "p"); !maps.Equal(got, want) || st.Conflicts != 0 {
+			t.Fatalf("%s after the merge: %v, %d conflicts; want %v and none", d.name, got, st.Conflicts, want)
+		}
+	}
 	for _, grace := range []time.Duration{time.Hour, 0} {
 		t.Run(fmt.Sprintf("store, grace %v", grace), func(t *testing.T) {
 			// b was away while a collected the store: the commits
@@ -475,69 +513,31 @@ func TestMergeAcrossPrunedHistory(t *testing.T) {
 			// none, the packs are gone at once, and b, which read the
 			// records a moment before, learns of it from the packs
 			// missing.
-			be, err := remote.NewDir(t.TempDir())
-			must(t, err)
-			a, b := newDevice(t, "a", be), newDevice(t, "b", be)
-			clock := time.Now()
-			b.s.now = func() time.Time { return clock }
-			for _, d := range []*device{a, b} {
-				must(t, d.repo.SetRetention("", "", "keep-last=1"))
-			}
-			a.write("l", "p", "f", []byte("v1"))
-			a.write("l", "p", "g", []byte("w1"))
-			a.sync()
-			b.sync()
+			a, b, clock := pair(t)
 			b.write("l", "p", "g", []byte("w2"))
-			for i := 2; i <= 4; i++ {
-				a.write("l", "p", "f", fmt.Appendf(nil, "v%d", i))
-				a.sync()
-			}
+			rewrite(a)
 			a.collectStore(grace)
 			if grace != 0 {
-				clock = clock.Add(absorbEvery)
+				*clock = clock.Add(absorbEvery)
 			}
-			st := b.sync()
 			want := map[string]string{"f": "v4", "g": "w2"}
-			if got := b.files("l", "p"); !maps.Equal(got, want) || st.Conflicts != 0 {
-				t.Fatalf("b after the merge: %v, %d conflicts; want %v and none", got, st.Conflicts, want)
-			}
-			a.sync()
-			if got := a.files("l", "p"); !maps.Equal(got, want) {
-				t.Fatalf("a after b's merge: %v; want %v", got, want)
-			}
+			check(t, b, b.sync(), want)
+			check(t, a, a.sync(), want)
 		})
 	}
 	t.Run("own push", func(t *testing.T) {
 		// a's batches say they applied b's: the base is b's head of
 		// that push, not a's older one, and b's undoing of its own
 		// change since stands.
-		be, err := remote.NewDir(t.TempDir())
-		must(t, err)
-		a, b := newDevice(t, "a", be), newDevice(t, "b", be)
-		clock := time.Now()
-		b.s.now = func() time.Time { return clock }
-		for _, d := range []*device{a, b} {
-			must(t, d.repo.SetRetention("", "", "keep-last=1"))
-		}
-		a.write("l", "p", "f", []byte("v1"))
-		a.write("l", "p", "g", []byte("w1"))
-		a.sync()
-		b.sync()
+		a, b, clock := pair(t)
 		b.write("l", "p", "g", []byte("w2"))
 		b.sync()
 		a.sync()
 		b.write("l", "p", "g", []byte("w1"))
-		for i := 2; i <= 4; i++ {
-			a.write("l", "p", "f", fmt.Appendf(nil, "v%d", i))
-			a.sync()
-		}
+		rewrite(a)
 		a.collectStore(time.Hour)
-		clock = clock.Add(absorbEvery)
-		st := b.sync()
-		want := map[string]string{"f": "v4", "g": "w1"}
-		if got := b.files("l", "p"); !maps.Equal(got, want) || st.Conflicts != 0 {
-			t.Fatalf("b after the merge: %v, %d conflicts; want %v and none", got, st.Conflicts, want)
-		}
+		*clock = clock.Add(absorbEvery)
+		check(t, b, b.sync(), map[string]string{"f": "v4", "g": "w1"})
 	})
 	t.Run("joined", func(t *testing.T) {
 		// c joins after x collected: y's head, which y built on x's
@@ -553,48 +553,29 @@ func TestMergeAcrossPrunedHistory(t *testing.T) {
 			return d
 		}
 		x, y := withID("x", strings.Repeat("f", 32)), withID("y", strings.Repeat("0", 32))
-		for _, d := range []*device{x, y} {
-			must(t, d.repo.SetRetention("", "", "keep-last=1"))
-		}
-		x.write("l", "p", "f", []byte("v1"))
-		x.sync()
+		clock := time.Now()
+		pruning(t, &clock, x, y)
 		x.write("l", "p", "f", []byte("v2"))
 		x.sync()
 		y.sync()
 		y.write("l", "p", "f", []byte("v3"))
-		y.write("l", "p", "g", []byte("w1"))
+		y.write("l", "p", "g", []byte("w2"))
 		y.sync()
 		x.sync()
 		want := x.files("l", "p")
 		x.collectStore(time.Hour)
 		c := newDevice(t, "c", be)
-		st := c.sync()
-		if got := c.files("l", "p"); !maps.Equal(got, want) || st.Conflicts != 0 {
-			t.Fatalf("c after joining: %v, %d conflicts; want %v and none", got, st.Conflicts, want)
-		}
+		check(t, c, c.sync(), want)
 	})
 	t.Run("here", func(t *testing.T) {
 		// b's change builds on a's head of a's last push, which a's
 		// policy would prune before b's batch lands.
-		be, err := remote.NewDir(t.TempDir())
-		must(t, err)
-		a, b := newDevice(t, "a", be), newDevice(t, "b", be)
-		for _, d := range []*device{a, b} {
-			must(t, d.repo.SetRetention("", "", "keep-last=1"))
-		}
-		a.write("l", "p", "f", []byte("v1"))
-		a.write("l", "p", "g", []byte("w1"))
-		a.sync()
-		b.sync()
+		a, b, _ := pair(t)
 		b.write("l", "p", "g", []byte("w2"))
 		b.sync()
 		a.write("l", "p", "f", []byte("v2"))
 		a.write("l", "p", "f", []byte("v3"))
 		a.collectHere()
-		st := a.sync()
-		want := map[string]string{"f": "v3", "g": "w2"}
-		if got := a.files("l", "p"); !maps.Equal(got, want) || st.Conflicts != 0 {
-			t.Fatalf("a after the merge: %v, %d conflicts; want %v and none", got, st.Conflicts, want)
-		}
+		check(t, a, a.sync(), map[string]string{"f": "v3", "g": "w2"})
 	})
 }

@@ -98,15 +98,7 @@ func TestSimulation(t *testing.T) {
 // under the race detector, 600 with -long (-sim.seeds and -sim.seed are
 // TestSimulation's).
 func TestSimulationPages(t *testing.T) {
-	seeds := 40
-	switch {
-	case *long:
-		seeds = 600
-	case testing.Short():
-		seeds = 10
-	case testutil.Race():
-		seeds = 20
-	}
+	seeds := modeSeeds()
 	for _, mode := range []struct {
 		name    string
 		steps   int
@@ -143,21 +135,26 @@ func TestSimulationCollect(t *testing.T) {
 			runSim(t, c.seed, 60, false, false, false, false, keep)
 		})
 	}
-	seeds := 40
-	switch {
-	case *long:
-		seeds = 600
-	case testing.Short():
-		seeds = 10
-	case testutil.Race():
-		seeds = 20
-	}
-	for seed := uint64(1); seed <= uint64(seeds); seed++ {
+	for seed := uint64(1); seed <= uint64(modeSeeds()); seed++ {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			t.Parallel()
 			runSim(t, seed, 60, false, false, false, false, keep)
 		})
 	}
+}
+
+// modeSeeds is how many seeds a mode of the simulation runs in the README's
+// command: 40, 20 under the race detector, 10 with -short, 600 with -long.
+func modeSeeds() int {
+	switch {
+	case *long:
+		return 600
+	case testing.Short():
+		return 10
+	case testutil.Race():
+		return 20
+	}
+	return 40
 }
 
 // The seeds that found bugs, each failing before its fix: a seed replays
