@@ -41,6 +41,33 @@ func batchHeadRow(p *store.Page, device string, seq uint64, applied map[string]u
 	return store.BatchHeadRow(device, store.BatchHead{Seq: seq, Head: id, Inc: pb.Incarnations, Applied: applied})
 }
 
+// A lineage is what a landing batch's page knows of the batch's commits
+// beyond their parents (knownEdges).
+type lineage struct {
+	// known are ancestors of commits, beyond their parents (graph's).
+	known map[store.CommitID][]*store.Commit
+	// behind: the batch's newest commit is gone from the store, and a
+	// collection had applied the batch, so what it kept of it is history
+	// of heads that later batches bring: it lands without moving the
+	// page's head (merged as a head, an old commit whose base was pruned
+	// made conflict files of versions long replaced).
+	behind bool
+}
+
+// lineageOf returns what page p knows of head, the newest commit landing
+// of pb, b's part of the page (knownEdges).
+func (s *Syncer) lineageOf(p *store.Page, b *batch, pb pageBatch, head *store.Commit) (*lineage, error) {
+	if len(pb.Commits) == 0 {
+		return nil, nil
+	}
+	newest := store.CommitID(cas.Hash(pb.Commits[len(pb.Commits)-1]))
+	g := &graph{p: p}
+	if err := knownEdges(g, b.Device, b.Seq, b.Applied, pb, head, head.ID == newest); err != nil {
+		return nil, err
+	}
+	return &lineage{known: g.known, behind: s.kept.gone(b.Device, b.Seq, newest)}, nil
+}
+
 // knownEdges records in g what the page's batch heads (store.BatchHead) say
 // of head, the newest commit of pb, device's batch seq, which had applied
 // the batches applied says: each batch head here that its writer had
@@ -49,12 +76,10 @@ func batchHeadRow(p *store.Page, device string, seq uint64, applied map[string]u
 // that lands after a later one of another device's, which brought it
 // here, with the commits between pruned: a device joining after a
 // collection). Only heads of the same page count (an incarnation in
-// common). None if head is not pb's newest commit (a collection pruned
-// that from the store).
-func knownEdges(g *graph, device string, seq uint64, applied map[string]uint64, pb pageBatch, head *store.Commit) error {
-	if len(pb.Commits) == 0 || head.ID != store.CommitID(cas.Hash(pb.Commits[len(pb.Commits)-1])) {
-		return nil
-	}
+// common). Unless isHead, head is not pb's newest commit (a collection
+// pruned that from the store, and kept an older one): then only the second
+// holds, every commit of a batch being an ancestor of its newest.
+func knownEdges(g *graph, device string, seq uint64, applied map[string]uint64, pb pageBatch, head *store.Commit, isHead bool) error {
 	// after reports whether batch seq of dev's log is at or before the
 	// position pos gives, if any (a device's log starts at 0: no position,
 	// none applied).
@@ -66,8 +91,8 @@ func knownEdges(g *graph, device string, seq uint64, applied map[string]uint64, 
 		if !slices.ContainsFunc(h.Inc, func(i string) bool { return slices.Contains(pb.Incarnations, i) }) {
 			return nil
 		}
-		older := dev == device && h.Seq < seq || dev != device && after(applied, dev, h.Seq)
-		newer := dev == device && h.Seq > seq || dev != device && after(h.Applied, device, seq)
+		older := isHead && (dev == device && h.Seq < seq || dev != device && after(applied, dev, h.Seq))
+		newer := dev == device && h.Seq >= seq || dev != device && after(h.Applied, device, seq)
 		if !older && !newer {
 			return nil
 		}

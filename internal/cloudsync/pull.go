@@ -632,11 +632,11 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, b *batch, pb pageBat
 		return err
 	}
 	st.CommitsDown += len(fresh)
-	known := &graph{p: p}
-	if err := knownEdges(known, device, seq, b.Applied, pb, fresh[len(fresh)-1]); err != nil {
+	ln, err := s.lineageOf(p, b, pb, fresh[len(fresh)-1])
+	if err != nil {
 		return err
 	}
-	if err := s.arrive(p, slices.Concat(old, fresh), device, makers, known.known, fetched, st); err != nil {
+	if err := s.arrive(p, slices.Concat(old, fresh), device, makers, ln, fetched, st); err != nil {
 		return err
 	}
 	if len(old) > 0 {
@@ -666,9 +666,9 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, b *batch, pb pageBat
 // made by device (or, for those in makers, the device it names: "", this
 // one), or, with device "", commits of a page merged into it
 // (mergeAway), whose device rows it holds and which go up from here as
-// its own. A head the landing merged goes up. Known are ancestors of
-// commits that their parents here may not reach (knownEdges).
-func (s *Syncer) arrive(p *store.Page, fresh []*store.Commit, device string, makers map[store.CommitID]string, known map[store.CommitID][]*store.Commit, fetched []cas.Digest, st *Stats) error {
+// its own. A head the landing merged goes up. Ln, if not nil, is what the
+// page knows of fresh beyond their parents.
+func (s *Syncer) arrive(p *store.Page, fresh []*store.Commit, device string, makers map[store.CommitID]string, ln *lineage, fetched []cas.Digest, st *Stats) error {
 	own := device == ""
 	if !own {
 		// Who made each commit is known before the commits land: a
@@ -690,7 +690,7 @@ func (s *Syncer) arrive(p *store.Page, fresh []*store.Commit, device string, mak
 	from, err := p.Head()
 	var mergeNew []cas.Digest
 	if err == nil {
-		mergeNew, err = s.land(p, fresh, remoteHead, known, device, st)
+		mergeNew, err = s.land(p, fresh, remoteHead, ln, device, st)
 	}
 	var to *store.Commit
 	if err == nil {
@@ -804,9 +804,9 @@ func (s *Syncer) ensureLedger(ledger string) error {
 // land makes the remote head part of the page: its commits' rows, and the
 // page's head moved to it (fast-forward) or to the merge of it and the
 // local head. It returns the pieces a merge wrote. Device made fresh, or,
-// if "", they are a merged page's, taken as this device's (arrive). Known
-// are ancestors of commits the walks from them may not reach (graph's).
-func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit, known map[store.CommitID][]*store.Commit, device string, st *Stats) ([]cas.Digest, error) {
+// if "", they are a merged page's, taken as this device's (arrive). Ln,
+// if not nil, is what the page knows of them beyond their parents.
+func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit, ln *lineage, device string, st *Stats) ([]cas.Digest, error) {
 	local, err := p.Head()
 	if err != nil {
 		return nil, err
@@ -815,13 +815,16 @@ func (s *Syncer) land(p *store.Page, fresh []*store.Commit, remote *store.Commit
 	for _, c := range fresh {
 		byID[c.ID] = c
 	}
-	g := &graph{p: p, extra: byID, known: known}
+	g := &graph{p: p, extra: byID}
 	adopt := p.Adopt
 	if device == "" {
 		adopt = p.Take
 	}
+	if ln != nil {
+		g.known = ln.known
+	}
 	switch {
-	case local.ID == remote.ID:
+	case local.ID == remote.ID, ln != nil && ln.behind:
 		return nil, adopt(fresh, nil, nil)
 	}
 	if ok, err := g.isAncestor(remote, local); err != nil {

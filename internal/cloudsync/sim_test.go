@@ -124,15 +124,17 @@ func TestSimulationCollect(t *testing.T) {
 	for _, c := range []struct {
 		seed  uint64
 		found string
+		late  bool // found with -sim.late
 	}{
-		{2, "a device away across a collection grafted a newer head and merged it with no base: versions both sides had replaced came back as conflict files"},
-		{55, "the same, where the base was a commit the merging device's own policy had pruned"},
-		{46, "a version lost: a batch's applied positions, read as 0 for a device none of whose batches it had applied, took that device's first batch's head for the base"},
+		{2, "a device away across a collection grafted a newer head and merged it with no base: versions both sides had replaced came back as conflict files", false},
+		{55, "the same, where the base was a commit the merging device's own policy had pruned", false},
+		{46, "a version lost: a batch's applied positions, read as 0 for a device none of whose batches it had applied, took that device's first batch's head for the base", false},
+		{189, "a batch whose newest commit a collection pruned landed an older one it kept as a head, and merged it with no base", true},
 	} {
 		t.Run(fmt.Sprint("found/seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
 			t.Log(c.found)
-			runSim(t, c.seed, 60, false, false, false, false, keep)
+			runSim(t, c.seed, 60, false, false, false, c.late, keep)
 		})
 	}
 	for seed := uint64(1); seed <= uint64(modeSeeds()); seed++ {
