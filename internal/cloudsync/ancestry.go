@@ -68,32 +68,44 @@ func (s *Syncer) lineageOf(p *store.Page, b *batch, pb pageBatch, head *store.Co
 	return &lineage{known: g.known, behind: s.kept.gone(b.Device, b.Seq, newest)}, nil
 }
 
+// A devHead is one device's batch head (the row's, or a landing batch's).
+type devHead struct {
+	dev string
+	store.BatchHead
+}
+
+// covers reports whether a's writer had applied b when it wrote a, both
+// of the same page (an incarnation in common): then b's head is an
+// ancestor of a's. A device's head of a page only moves forward, and a
+// batch's applied positions say which of the others' it builds on (a
+// device's log starts at 0: no position, none applied).
+func covers(a, b devHead) bool {
+	if !slices.ContainsFunc(a.Inc, func(i string) bool { return slices.Contains(b.Inc, i) }) {
+		return false
+	}
+	if a.dev == b.dev {
+		return b.Seq <= a.Seq
+	}
+	n, ok := a.Applied[b.dev]
+	return ok && b.Seq <= n
+}
+
 // knownEdges records in g what the page's batch heads (store.BatchHead) say
 // of head, the newest commit of pb, device's batch seq, which had applied
-// the batches applied says: each batch head here that its writer had
-// applied (its own earlier batches always) is its ancestor, and it is an
-// ancestor of each batch head here whose writer had applied it (a batch
-// that lands after a later one of another device's, which brought it
-// here, with the commits between pruned: a device joining after a
-// collection). Only heads of the same page count (an incarnation in
-// common). Unless isHead, head is not pb's newest commit (a collection
-// pruned that from the store, and kept an older one): then only the second
-// holds, every commit of a batch being an ancestor of its newest.
+// the batches applied says: each batch head here it covers is its
+// ancestor, and it is an ancestor of each batch head here that covers it
+// (a batch that lands after a later one of another device's, which
+// brought it here, with the commits between pruned: a device joining
+// after a collection). Unless isHead, head is not pb's newest commit (a
+// collection pruned that from the store, and kept an older one): then only
+// the second holds, every commit of a batch being an ancestor of its
+// newest.
 func knownEdges(g *graph, device string, seq uint64, applied map[string]uint64, pb pageBatch, head *store.Commit, isHead bool) error {
-	// after reports whether batch seq of dev's log is at or before the
-	// position pos gives, if any (a device's log starts at 0: no position,
-	// none applied).
-	after := func(pos map[string]uint64, dev string, seq uint64) bool {
-		n, ok := pos[dev]
-		return ok && seq <= n
-	}
+	in := devHead{device, store.BatchHead{Seq: seq, Head: head.ID, Inc: pb.Incarnations, Applied: applied}}
 	return g.p.BatchHeads(func(dev string, h store.BatchHead) error {
-		if !slices.ContainsFunc(h.Inc, func(i string) bool { return slices.Contains(pb.Incarnations, i) }) {
-			return nil
-		}
-		older := isHead && (dev == device && h.Seq < seq || dev != device && after(applied, dev, h.Seq))
-		newer := dev == device && h.Seq >= seq || dev != device && after(h.Applied, device, seq)
-		if !older && !newer {
+		row := devHead{dev, h}
+		older := isHead && covers(in, row)
+		if !older && !covers(row, in) {
 			return nil
 		}
 		c, err := g.p.Commit(h.Head)
