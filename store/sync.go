@@ -356,8 +356,10 @@ func (p *Page) PiecesSize(s PieceStatus) (n int, bytes int64, err error) {
 // of a page only moves forward, so it is an ancestor of the heads of that
 // device's later batches, and of those of every device that had applied
 // the batch: the base of a merge with them even when a collection pruned
-// the commits between (cloudsync's knownEdges). A page that syncs keeps
-// these commits whatever its retention policy (gc).
+// the commits between (cloudsync's knownEdges). A page keeps one per
+// device and incarnation: a page here may hold two that a device still
+// keeps apart, as two pages whose batches it sends apart. A page that
+// syncs keeps these commits whatever its retention policy (gc).
 type BatchHead struct {
 	Seq  uint64   `json:"seq"`
 	Head CommitID `json:"head"`
@@ -370,27 +372,36 @@ type BatchHead struct {
 	Applied map[string]uint64 `json:"applied,omitempty"`
 }
 
-// batchHeadPrefix (+ device) is a page's sync_metadata row holding that
-// device's BatchHead (JSON).
+// batchHeadPrefix (+ device "/" incarnation) is a page's sync_metadata row
+// holding that device's BatchHead of a batch holding that incarnation
+// (JSON).
 const batchHeadPrefix = "headof/"
 
-// BatchHeadRow returns the sync_metadata row (for MarkSynced) that makes h
-// device's BatchHead of the page.
+// BatchHeadRow returns the sync_metadata rows (for MarkSynced) that make h
+// device's BatchHead of the page, for each of its incarnations.
 func BatchHeadRow(device string, h BatchHead) (map[string][]byte, error) {
 	v, err := json.Marshal(h)
 	if err != nil {
 		return nil, err
 	}
-	return map[string][]byte{batchHeadPrefix + device: v}, nil
+	rows := map[string][]byte{}
+	for _, inc := range h.Inc {
+		rows[batchHeadPrefix+device+"/"+inc] = v
+	}
+	if len(h.Inc) == 0 {
+		rows[batchHeadPrefix+device+"/"] = v // a batch of a build before incarnations
+	}
+	return rows, nil
 }
 
-// BatchHeads calls fn with each device's BatchHead of the page.
+// BatchHeads calls fn with each device's BatchHeads of the page.
 func (p *Page) BatchHeads(fn func(device string, h BatchHead) error) error {
 	return p.ScanSyncMetadata(batchHeadPrefix, func(key string, v []byte) error {
 		var h BatchHead
 		if err := json.Unmarshal(v, &h); err != nil {
 			return fmt.Errorf("page %s/%s: row %s: %w", p.Ledger, p.Name, key, err)
 		}
-		return fn(strings.TrimPrefix(key, batchHeadPrefix), h)
+		dev, _, _ := strings.Cut(strings.TrimPrefix(key, batchHeadPrefix), "/")
+		return fn(dev, h)
 	})
 }

@@ -122,19 +122,20 @@ func TestSimulationPages(t *testing.T) {
 func TestSimulationCollect(t *testing.T) {
 	const keep = "keep-last=2"
 	for _, c := range []struct {
-		seed  uint64
-		found string
-		late  bool // found with -sim.late
+		seed        uint64
+		found       string
+		late, pages bool // found with -sim.late, -sim.pages
 	}{
-		{2, "a device away across a collection grafted a newer head and merged it with no base: versions both sides had replaced came back as conflict files", false},
-		{55, "the same, where the base was a commit the merging device's own policy had pruned", false},
-		{46, "a version lost: a batch's applied positions, read as 0 for a device none of whose batches it had applied, took that device's first batch's head for the base", false},
-		{189, "a batch whose newest commit a collection pruned landed an older one it kept as a head, and merged it with no base", true},
+		{2, "a device away across a collection grafted a newer head and merged it with no base: versions both sides had replaced came back as conflict files", false, false},
+		{55, "the same, where the base was a commit the merging device's own policy had pruned", false, false},
+		{46, "a version lost: a batch's applied positions, read as 0 for a device none of whose batches it had applied, took that device's first batch's head for the base", false, false},
+		{189, "a batch whose newest commit a collection pruned landed an older one it kept as a head, and merged it with no base", true, false},
+		{249, "a page here holding two incarnations another device sent apart kept one batch head per device, the other incarnation's batch found none and merged with no base", false, true},
 	} {
 		t.Run(fmt.Sprint("found/seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
 			t.Log(c.found)
-			runSim(t, c.seed, 60, false, false, false, c.late, keep)
+			runSim(t, c.seed, 60, false, c.pages, false, c.late, keep)
 		})
 	}
 	for seed := uint64(1); seed <= uint64(modeSeeds()); seed++ {
