@@ -2,9 +2,9 @@ package cloudsync
 
 import (
 	"errors"
+	"maps"
 	"slices"
 
-	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
@@ -26,19 +26,21 @@ import (
 // head of the last batch of it that landed here or went up from here
 // (store.BatchHead), and gc keeps those commits.
 
-// batchHeadRow returns the row that records pb, of device's batch seq,
-// which had applied the batches applied says, as that device's last batch
-// of the page, if page p holds its head: nil if it does not (a collection
-// pruned it) or pb holds no commit.
-func batchHeadRow(p *store.Page, device string, seq uint64, applied map[string]uint64, pb pageBatch) (map[string][]byte, error) {
-	if len(pb.Commits) == 0 {
-		return nil, nil
+// addBatchHead adds to meta the rows that record pb, of device's batch
+// seq, which had applied the batches applied says, as that device's last
+// batch of the page, if page p holds its head: none if it does not (a
+// collection pruned it) or pb holds no commit.
+func addBatchHead(meta map[string][]byte, p *store.Page, device string, seq uint64, applied map[string]uint64, pb pageBatch) error {
+	id, ok := pb.newest()
+	if !ok {
+		return nil
 	}
-	id := store.CommitID(cas.Hash(pb.Commits[len(pb.Commits)-1]))
-	if ok, err := p.HasCommit(id); err != nil || !ok {
-		return nil, err
+	if held, err := p.HasCommit(id); err != nil || !held {
+		return err
 	}
-	return store.BatchHeadRow(device, store.BatchHead{Seq: seq, Head: id, Inc: pb.Incarnations, Applied: applied})
+	rows, err := store.BatchHeadRow(device, store.BatchHead{Seq: seq, Head: id, Inc: pb.Incarnations, Applied: applied})
+	maps.Copy(meta, rows)
+	return err
 }
 
 // A lineage is what a landing batch's page knows of the batch's commits
@@ -57,10 +59,10 @@ type lineage struct {
 // lineageOf returns what page p knows of head, the newest commit landing
 // of pb, b's part of the page (knownEdges).
 func (s *Syncer) lineageOf(p *store.Page, b *batch, pb pageBatch, head *store.Commit) (*lineage, error) {
-	if len(pb.Commits) == 0 {
+	newest, ok := pb.newest()
+	if !ok {
 		return nil, nil
 	}
-	newest := store.CommitID(cas.Hash(pb.Commits[len(pb.Commits)-1]))
 	g := &graph{p: p}
 	if err := knownEdges(g, b.Device, b.Seq, b.Applied, pb, head, head.ID == newest); err != nil {
 		return nil, err

@@ -155,6 +155,15 @@ type pageBatch struct {
 	Makers map[string]string `json:"made,omitempty"`
 }
 
+// newest returns the id of pb's newest commit, its head when it went up,
+// if it holds any.
+func (pb pageBatch) newest() (store.CommitID, bool) {
+	if len(pb.Commits) == 0 {
+		return store.CommitID{}, false
+	}
+	return store.CommitID(cas.Hash(pb.Commits[len(pb.Commits)-1])), true
+}
+
 // A pieceRef says where a piece is: Len bytes at Off of a pack.
 type pieceRef struct {
 	Digest []byte `json:"d"`

@@ -607,11 +607,11 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, b *batch, pb pageBat
 		fresh = append(fresh, c)
 	}
 	if len(fresh) == 0 {
-		row, err := batchHeadRow(p, device, seq, b.Applied, pb)
-		if err != nil || row == nil {
+		meta := map[string][]byte{}
+		if err := addBatchHead(meta, p, device, seq, b.Applied, pb); err != nil || len(meta) == 0 {
 			return err
 		}
-		return p.MarkSynced(nil, nil, row)
+		return p.MarkSynced(nil, nil, meta)
 	}
 	old, makers := kept.commits()
 	if makers, err = s.batchMakers(pb, makers); err != nil {
@@ -644,14 +644,10 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, b *batch, pb pageBat
 			return err
 		}
 	}
-	meta, err := batchHeadRow(p, device, seq, b.Applied, pb)
-	if err != nil {
+	meta := map[string][]byte{"pulled_at": []byte(time.Now().UTC().Format(time.RFC3339))}
+	if err := addBatchHead(meta, p, device, seq, b.Applied, pb); err != nil {
 		return err
 	}
-	if meta == nil {
-		meta = map[string][]byte{}
-	}
-	meta["pulled_at"] = []byte(time.Now().UTC().Format(time.RFC3339))
 	if pb.Keep != "" {
 		meta[gc.KeepPrefix+device] = []byte(pb.Keep)
 	}

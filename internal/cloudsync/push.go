@@ -244,15 +244,11 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 		if err := s.passed(seq, state); err != nil {
 			return err
 		}
-		meta, err := batchHeadRow(p, s.device, seq, applied, pb)
-		if err != nil {
+		meta := map[string][]byte{"pushed": []byte(strconv.FormatUint(seq, 10)),
+			"pushed_at": []byte(time.Now().UTC().Format(time.RFC3339))}
+		if err := addBatchHead(meta, p, s.device, seq, applied, pb); err != nil {
 			return err
 		}
-		if meta == nil {
-			meta = map[string][]byte{}
-		}
-		meta["pushed"] = []byte(strconv.FormatUint(seq, 10))
-		meta["pushed_at"] = []byte(time.Now().UTC().Format(time.RFC3339))
 		return p.MarkSynced(pieces, ids, meta)
 	}
 }
@@ -374,12 +370,11 @@ func (s *Syncer) adoptBatch(ctx context.Context, name string) error {
 // and this device had them. Else the others would keep the page for
 // changes its deleter made itself, and bring it back.
 func (s *Syncer) seenLost(pb pageBatch) error {
-	if len(pb.Commits) == 0 {
+	id, ok := pb.newest()
+	if !ok {
 		return nil
 	}
-	last := pb.Commits[len(pb.Commits)-1]
-	id := store.CommitID(cas.Hash(last))
-	c, err := store.DecodeCommit(id, last)
+	c, err := store.DecodeCommit(id, pb.Commits[len(pb.Commits)-1])
 	if err != nil {
 		return err
 	}
