@@ -389,6 +389,24 @@ func (r *Repository) IncarnationNamed(id Incarnation) (n Named, ok bool, err err
 	return n, ok, err
 }
 
+// Incarnations calls fn with every incarnation this repository has known
+// and where it was last named, in the order of their ids: a collection
+// hands them on in its checkpoint, so that a device that joins from it
+// places later batches and changes of names as this one does.
+func (r *Repository) Incarnations(fn func(Incarnation, Named) error) error {
+	return scanRows(r.db.View, prefixIncarnation, "", func(k string, v []byte) error {
+		id, err := ParseIncarnation(k)
+		if err != nil {
+			return err
+		}
+		n, err := decodeNamed(v)
+		if err != nil {
+			return fmt.Errorf("incarnation %s: %w", k, err)
+		}
+		return fn(id, n)
+	})
+}
+
 // NoteIncarnationNamed records that another device named incarnation id,
 // which no page here holds, ledger/page at time at, unless it was named
 // later: the page goes there if it comes.

@@ -852,3 +852,54 @@ func TestDeleteTransient(t *testing.T) {
 		t.Errorf("a second pass deleted %d (%v), want none", n, err)
 	}
 }
+
+// TestScanSyncStateAfter: a scan in runs, each from the key after the last
+// one read, reads every row under its prefix once, in order, and none of
+// another prefix, whatever the runs' length.
+func TestScanSyncStateAfter(t *testing.T) {
+	r := openRepo(t, t.TempDir(), Options{})
+	defer r.Close()
+	want := map[string][]byte{"other": {1}, "p0": {2}}
+	var keys []string
+	for i := range 50 {
+		k := fmt.Sprintf("p/%03d", i*7%50)
+		want[k] = []byte(k)
+		keys = append(keys, k)
+	}
+	// A key that sorts right after one read: "p/001" then "p/001x".
+	want["p/001x"] = []byte("x")
+	keys = append(keys, "p/001x")
+	slices.Sort(keys)
+	fatalOn(t)(r.SetSyncState(want))
+	for _, run := range []int{1, 3, 50, 100} {
+		var got []string
+		after := ""
+		for {
+			n := 0
+			err := r.ScanSyncStateAfter("p/", after, func(k string, v []byte) error {
+				if n == run {
+					return errStopTest
+				}
+				if string(v) != string(want[k]) {
+					t.Fatalf("row %s holds %q", k, v)
+				}
+				got, after, n = append(got, k), k, n+1
+				if len(got) > len(keys) {
+					t.Fatalf("runs of %d read %d rows of %d: %v", run, len(got), len(keys), got)
+				}
+				return nil
+			})
+			if err != nil && !errors.Is(err, errStopTest) {
+				t.Fatal(err)
+			}
+			if err == nil {
+				break
+			}
+		}
+		if !slices.Equal(got, keys) {
+			t.Fatalf("runs of %d read %v, want %v", run, got, keys)
+		}
+	}
+}
+
+var errStopTest = errors.New("stop")

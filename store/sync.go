@@ -123,6 +123,12 @@ func (r *Repository) ScanSyncState(prefix string, fn func(key string, v []byte) 
 	return scanRows(r.db.View, prefixSync, prefix, fn)
 }
 
+// ScanSyncStateAfter is ScanSyncState from the first key after after, for
+// a long scan read in runs, each in a transaction of its own.
+func (r *Repository) ScanSyncStateAfter(prefix, after string, fn func(key string, v []byte) error) error {
+	return scanRowsAfter(r.db.View, prefixSync, prefix, after, fn)
+}
+
 // ScanSyncMetadata calls fn with each of the page's sync_metadata rows
 // under prefix (keys as SyncMetadata names them), in key order.
 func (p *Page) ScanSyncMetadata(prefix string, fn func(key string, v []byte) error) error {
@@ -132,10 +138,20 @@ func (p *Page) ScanSyncMetadata(prefix string, fn func(key string, v []byte) err
 // scanRows calls fn with each row under base+prefix, its key without base,
 // in key order.
 func scanRows(view func(func(*badger.Txn) error) error, base, prefix string, fn func(key string, v []byte) error) error {
+	return scanRowsAfter(view, base, prefix, "", fn)
+}
+
+// scanRowsAfter is scanRows from the first key after after ("": all).
+func scanRowsAfter(view func(func(*badger.Txn) error) error, base, prefix, after string, fn func(key string, v []byte) error) error {
 	return view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(base + prefix), PrefetchValues: true, PrefetchSize: 64})
 		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
+		if after == "" {
+			it.Rewind()
+		} else {
+			it.Seek([]byte(base + after + "\x00"))
+		}
+		for ; it.Valid(); it.Next() {
 			item := it.Item()
 			v, err := item.ValueCopy(nil)
 			if err != nil {
