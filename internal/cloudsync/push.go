@@ -356,6 +356,15 @@ func (s *Syncer) adoptBatch(ctx context.Context, name string) error {
 			return err
 		}
 		err = takeOwnPage(p, pb, name, ours)
+		if err == nil {
+			// Its head is this device's last batch head of the page, as
+			// if the push had seen its answer: the base of the next
+			// merge with a batch that builds on it, once pruned.
+			meta := map[string][]byte{}
+			if err = addBatchHead(meta, p, s.device, b.Seq, b.Applied, pb); err == nil && len(meta) > 0 {
+				err = p.MarkSynced(nil, nil, meta)
+			}
+		}
 		s.repo.Release(p)
 		if err != nil {
 			return err

@@ -130,6 +130,7 @@ func TestSimulationCollect(t *testing.T) {
 		{55, "the same, where the base was a commit the merging device's own policy had pruned", false, false},
 		{46, "a version lost: a batch's applied positions, read as 0 for a device none of whose batches it had applied, took that device's first batch's head for the base", false, false},
 		{189, "a batch whose newest commit a collection pruned landed an older one it kept as a head, and merged it with no base", true, false},
+		{139, "a batch whose answer was lost, adopted at the next push, left no batch head: a merge after a collection found no base, and a version the other device had replaced came back as a conflict file", false, false},
 		{249, "a page here holding two incarnations another device sent apart kept one batch head per device, the other incarnation's batch found none and merged with no base", false, true},
 	} {
 		t.Run(fmt.Sprint("found/seed=", c.seed), func(t *testing.T) {
@@ -1264,4 +1265,38 @@ func (s *simStore) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.objs)
+}
+
+// TestLostBatchKeepsItsHead: a batch whose answer was lost, adopted at
+// the next push, is the device's last batch head of its page as a batch
+// whose answer came is: the base a merge takes once a collection pruned
+// the commits between (the simulation's seeds 139 and 249 of
+// -sim.collect=keep-last=2 made conflict files of versions the other
+// device had seen and replaced).
+func TestLostBatchKeepsItsHead(t *testing.T) {
+	st := newSimStore(1)
+	a := newDevice(t, "a", st)
+	a.write("l", "p", "f", []byte("first"))
+	a.sync()
+	a.write("l", "p", "f", []byte("second"))
+	st.loseNextBatch()
+	if _, err := a.s.Sync(context.Background()); err == nil {
+		t.Fatal("a sync whose batch's response was lost reported no error")
+	}
+	a.sync()
+	a.settled("l", "p")
+	pg := a.page("l", "p")
+	defer a.repo.Release(pg)
+	head, err := pg.Head()
+	must(t, err)
+	var heads []store.BatchHead
+	must(t, pg.BatchHeads(func(dev string, h store.BatchHead) error {
+		if dev == a.s.Device() {
+			heads = append(heads, h)
+		}
+		return nil
+	}))
+	if len(heads) != 1 || heads[0].Head != head.ID {
+		t.Fatalf("a's batch heads of l/p: %+v, want one at its head %s", heads, head.ID)
+	}
 }
