@@ -43,6 +43,16 @@ func addBatchHead(meta map[string][]byte, p *store.Page, device string, seq uint
 	return err
 }
 
+// addLanded adds to meta the rows that record b's part pb of page p as
+// landed: its batch head (addBatchHead), or, for a checkpoint, the rows it
+// carries (the collecting device's heads were its truth, not a batch's).
+func (s *Syncer) addLanded(meta map[string][]byte, p *store.Page, b *batch, pb pageBatch) error {
+	if b.checkpoint {
+		return s.checkpointRows(meta, p, pb)
+	}
+	return addBatchHead(meta, p, b.Device, b.Seq, b.Applied, pb)
+}
+
 // A lineage is what a landing batch's page knows of the batch's commits
 // beyond their parents (knownEdges).
 type lineage struct {
@@ -60,7 +70,9 @@ type lineage struct {
 // of pb, b's part of the page (knownEdges).
 func (s *Syncer) lineageOf(p *store.Page, b *batch, pb pageBatch, head *store.Commit) (*lineage, error) {
 	newest, ok := pb.newest()
-	if !ok {
+	if !ok || b.checkpoint {
+		// A checkpoint's head is no batch's: no row covers it, nor it a
+		// row (its rows land with it).
 		return nil, nil
 	}
 	g := &graph{p: p}

@@ -65,6 +65,11 @@ type collectRecord struct {
 	// it emptied are among Packs, and a device indexes it before it looks
 	// in them for pieces to send again (layout 5).
 	Moved string `json:"moved,omitempty"`
+	// Checkpoint, if set, names the set of Objects objects under
+	// checkpoints/ that hold the state these positions reach (layout 6):
+	// what a new device joins from.
+	Checkpoint string `json:"checkpoint,omitempty"`
+	Objects    int    `json:"objects,omitempty"`
 }
 
 func recordName(t time.Time, device string) string {
@@ -125,7 +130,21 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 	}
 	cs.Waiting = st.Waiting > 0
 
-	reach, kept, err := s.reachAll(ctx, l)
+	// The checkpoint of what this device holds, written as the walk goes:
+	// only with a record to name it.
+	var cw *checkpointWriter
+	if !o.DryRun && !cs.Waiting {
+		if err := s.raise(ctx, remote.VersionCheckpoints); err != nil {
+			return cs, err
+		}
+		if cw, err = s.newCheckpointWriter(l, s.now().UTC()); err != nil {
+			return cs, err
+		}
+		if err := cw.places(ctx); err != nil {
+			return cs, err
+		}
+	}
+	reach, kept, err := s.reachAll(ctx, l, cw)
 	if err != nil {
 		return cs, err
 	}
@@ -238,6 +257,9 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 		prev = records[len(records)-1].name
 	}
 	rec := collectRecord{Device: s.device, Time: s.now().UTC(), Prev: prev, Positions: positions, Packs: unreached, Moved: moved}
+	if rec.Checkpoint, rec.Objects, err = cw.close(ctx); err != nil {
+		return cs, err
+	}
 	for id := range kept {
 		rec.Kept = append(rec.Kept, id[:])
 	}
@@ -294,14 +316,19 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 	if err := s.repo.SetSyncState(map[string][]byte{stateCollected: []byte(name)}); err != nil {
 		return cs, err
 	}
+	s.kept = keptOf(rec)
+	live := map[string]bool{rec.Checkpoint: true}
 	for _, r := range records {
 		if s.now().Sub(r.rec.Time) >= o.Grace {
 			if err := s.be.Delete(ctx, r.name); err != nil {
 				return cs, err
 			}
+		} else {
+			live[r.rec.Checkpoint] = true
 		}
 	}
-	return cs, nil
+	// The checkpoints of the records gone, and of collections cut short.
+	return cs, s.dropCheckpoints(ctx, l, live)
 }
 
 // reachedIn returns the pieces of refs, pack's, that reach marks: those
@@ -338,8 +365,9 @@ func setOf(names []string) map[string]bool {
 }
 
 // reachAll marks what every commit of every page here reaches, fetching
-// the tree nodes and index pieces not held (an evicted page comes back).
-func (s *Syncer) reachAll(ctx context.Context, l *lock) (*gc.Reach, map[store.CommitID]bool, error) {
+// the tree nodes and index pieces not held (an evicted page comes back),
+// and adds each page to the checkpoint cw, if not nil.
+func (s *Syncer) reachAll(ctx context.Context, l *lock, cw *checkpointWriter) (*gc.Reach, map[store.CommitID]bool, error) {
 	pages, err := s.pages()
 	if err != nil {
 		return nil, nil, err
@@ -369,7 +397,7 @@ func (s *Syncer) reachAll(ctx context.Context, l *lock) (*gc.Reach, map[store.Co
 				return err
 			}
 			defer s.repo.Release(p)
-			return p.CommitIDs(nil, func(id store.CommitID) error {
+			err = p.CommitIDs(nil, func(id store.CommitID) error {
 				c, err := p.Commit(id)
 				if err != nil {
 					return err
@@ -377,6 +405,10 @@ func (s *Syncer) reachAll(ctx context.Context, l *lock) (*gc.Reach, map[store.Co
 				kept[id] = true
 				return reach.Commit(p, c)
 			})
+			if err != nil || cw == nil {
+				return err
+			}
+			return cw.page(ctx, p)
 		}()
 		if err == nil && evicted {
 			s.Settle() // the nodes fetched are stored before it goes
@@ -478,10 +510,7 @@ func (s *Syncer) absorb(ctx context.Context, force bool) error {
 	}
 	if len(recs) > 0 {
 		newest := recs[len(recs)-1]
-		s.kept = &keptCommits{positions: newest.rec.Positions, ids: map[store.CommitID]bool{}}
-		for _, id := range newest.rec.Kept {
-			s.kept.ids[store.CommitID(id)] = true
-		}
+		s.kept = keptOf(newest.rec)
 	}
 	recs = slices.DeleteFunc(recs, func(r namedRecord) bool { return r.name <= string(last) })
 	if len(recs) == 0 {
@@ -514,6 +543,21 @@ func (s *Syncer) absorb(ctx context.Context, force bool) error {
 type keptCommits struct {
 	positions map[string]uint64
 	ids       map[store.CommitID]bool
+	// device wrote the record; checkpoint and objects name its
+	// checkpoint, if it wrote one.
+	device     string
+	checkpoint string
+	objects    int
+}
+
+// keptOf is what record r says of old batches.
+func keptOf(r collectRecord) *keptCommits {
+	k := &keptCommits{positions: r.Positions, ids: make(map[store.CommitID]bool, len(r.Kept)),
+		device: r.Device, checkpoint: r.Checkpoint, objects: r.Objects}
+	for _, id := range r.Kept {
+		k.ids[store.CommitID(id)] = true
+	}
+	return k
 }
 
 // covers reports whether batch seq of device's log was applied by the

@@ -114,6 +114,9 @@ type batch struct {
 	// heads here, whatever a collection pruned between (knownEdges).
 	// Older builds write none, and ignore it.
 	Applied map[string]uint64 `json:"applied,omitempty"`
+	// checkpoint: the batch stands for a collection's checkpoint of its
+	// device's pages (join), not for one of its log.
+	checkpoint bool
 }
 
 // movedPieces are pieces a collection's repack copied, as stored, from
@@ -153,6 +156,11 @@ type pageBatch struct {
 	// landing the batch names conflict files after them. Older builds
 	// ignore it, and take every commit for the writer's.
 	Makers map[string]string `json:"made,omitempty"`
+	// In a checkpoint only: per device, its retention policy of the page
+	// (Keep is the collecting device's), and the page's batch heads
+	// (store.BatchHead).
+	Keeps map[string]string `json:"keeps,omitempty"`
+	Heads []deviceHead      `json:"heads,omitempty"`
 }
 
 // newest returns the id of pb's newest commit, its head when it went up,

@@ -54,6 +54,15 @@ func (s *Syncer) pull(ctx context.Context, st *Stats, absorb bool) error {
 	if err := s.absorb(ctx, absorb); err != nil {
 		return err
 	}
+	if s.kept != nil && s.kept.checkpoint != "" && s.kept.device != s.device {
+		if fresh, err := s.newDevice(); err != nil {
+			return err
+		} else if fresh {
+			if err := s.join(ctx, st); err != nil {
+				return err
+			}
+		}
+	}
 	names, err := s.newBatches(ctx, false)
 	if err != nil {
 		return err
@@ -608,7 +617,7 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, b *batch, pb pageBat
 	}
 	if len(fresh) == 0 {
 		meta := map[string][]byte{}
-		if err := addBatchHead(meta, p, device, seq, b.Applied, pb); err != nil || len(meta) == 0 {
+		if err := s.addLanded(meta, p, b, pb); err != nil || len(meta) == 0 {
 			return err
 		}
 		return p.MarkSynced(nil, nil, meta)
@@ -645,7 +654,7 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, b *batch, pb pageBat
 		}
 	}
 	meta := map[string][]byte{"pulled_at": []byte(time.Now().UTC().Format(time.RFC3339))}
-	if err := addBatchHead(meta, p, device, seq, b.Applied, pb); err != nil {
+	if err := s.addLanded(meta, p, b, pb); err != nil {
 		return err
 	}
 	if pb.Keep != "" {

@@ -31,12 +31,17 @@ func BenchmarkPullBatches(b *testing.B) {
 // each holding 20 files of 2 KiB, whose history is 1 or 100 commits per
 // page, pushed in as many syncs (a batch each, of every page's commit of
 // that round): what a join costs against the content, and against the
-// history. ns/op is per first sync; the ratio of the two is what
-// checkpoints (a join that reads the current state) would remove.
+// history; with the store collected after (checkpoint=true: the join
+// lands the collection's checkpoint, every commit kept, and reads no
+// batch) or not (it reads and lands every batch). ns/op is per first sync.
 func BenchmarkFirstSync(b *testing.B) {
 	const pages, files = 100, 20
-	for _, history := range []int{1, 100} {
-		b.Run(fmt.Sprint("history=", history), func(b *testing.B) {
+	for _, c := range []struct {
+		history    int
+		checkpoint bool
+	}{{1, false}, {100, false}, {1, true}, {100, true}} {
+		history := c.history
+		b.Run(fmt.Sprintf("history=%d/checkpoint=%v", history, c.checkpoint), func(b *testing.B) {
 			dir, err := remote.NewDir(b.TempDir())
 			must(b, err)
 			a := newDevice(b, "a", dir)
@@ -52,6 +57,11 @@ func BenchmarkFirstSync(b *testing.B) {
 					}
 				}
 				if _, err := a.s.Sync(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if c.checkpoint {
+				if _, err := a.s.Collect(context.Background(), CollectOptions{Grace: DefaultGrace}); err != nil {
 					b.Fatal(err)
 				}
 			}

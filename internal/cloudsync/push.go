@@ -195,30 +195,11 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 			s.absorbedAt = time.Time{}
 			continue
 		}
-		keep, _, err := gc.PolicyOf(s.repo, ledger, page)
+		pb, err := s.pageBatchOf(p, commits)
 		if err != nil {
 			return err
 		}
-		naming, err := s.repo.EnsurePageNaming(ledger, page)
-		if err != nil {
-			return err
-		}
-		pb := pageBatch{Ledger: ledger, Page: page, Pieces: refs, Keep: keep.String(),
-			Incarnations: store.IncarnationStrings(naming.IDs)}
-		if pol := p.Polynomial(); pol != s.pol {
-			pb.Polynomial = pol.String()
-		}
-		for _, c := range commits {
-			pb.Commits = append(pb.Commits, c.Bytes)
-			if by, ok, err := p.SyncMetadata(deviceKey(c.ID)); err != nil {
-				return err
-			} else if ok && string(by) != s.device {
-				if pb.Makers == nil {
-					pb.Makers = map[string]string{}
-				}
-				pb.Makers[c.ID.String()] = string(by)
-			}
-		}
+		pb.Pieces = refs
 		name, err := s.writeBatch(ctx, &batch{Device: s.device, Seq: seq, Pages: []pageBatch{pb}, Applied: applied})
 		if errors.Is(err, remote.ErrExists) {
 			// Written by a push cut short before it recorded it (this
@@ -251,6 +232,37 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 		}
 		return p.MarkSynced(pieces, ids, meta)
 	}
+}
+
+// pageBatchOf returns what a batch holds of page p with commits (parents
+// first), but where its pieces are: its name, incarnations, this device's
+// policy, its own polynomial if it has one, and who made each commit this
+// device did not.
+func (s *Syncer) pageBatchOf(p *store.Page, commits []*store.Commit) (pageBatch, error) {
+	keep, _, err := gc.PolicyOf(s.repo, p.Ledger, p.Name)
+	if err != nil {
+		return pageBatch{}, err
+	}
+	naming, err := s.repo.EnsurePageNaming(p.Ledger, p.Name)
+	if err != nil {
+		return pageBatch{}, err
+	}
+	pb := pageBatch{Ledger: p.Ledger, Page: p.Name, Keep: keep.String(), Incarnations: store.IncarnationStrings(naming.IDs)}
+	if pol := p.Polynomial(); pol != s.pol {
+		pb.Polynomial = pol.String()
+	}
+	for _, c := range commits {
+		pb.Commits = append(pb.Commits, c.Bytes)
+		if by, ok, err := p.SyncMetadata(deviceKey(c.ID)); err != nil {
+			return pageBatch{}, err
+		} else if ok && string(by) != s.device {
+			if pb.Makers == nil {
+				pb.Makers = map[string]string{}
+			}
+			pb.Makers[c.ID.String()] = string(by)
+		}
+	}
+	return pb, nil
 }
 
 // wholePage adds to commits the page's head, if it is not among them, and

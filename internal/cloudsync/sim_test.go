@@ -53,6 +53,7 @@ var (
 	// their runs.
 	simLate = flag.Bool("sim.late", false, "a device of half the runs writes with a repository of its own before it first reaches the store, and joins it then")
 	// Its own stream as well.
+	simJoin    = flag.Bool("sim.join", false, "with -sim.collect, a device of half the runs is not there until the store was collected, and joins it then from the checkpoint")
 	simCollect = flag.String("sim.collect", "", "devices keep history by this retention policy (keep-last=2, say) and collect the store now and then, the clock jumping past its grace")
 	simLog     = flag.Bool("sim.log", false, "print each run's steps, failed or not")
 	long       = flag.Bool("long", false, "run the long variants")
@@ -84,7 +85,7 @@ func TestSimulation(t *testing.T) {
 					failed.Add(1)
 				}
 			})
-			runSim(t, seed, *simSteps, false, *simPages, *simPages && *simLedgerRenames, *simLate, *simCollect)
+			runSim(t, seed, *simSteps, false, *simPages, *simPages && *simLedgerRenames, *simLate, *simJoin, *simCollect)
 		})
 	}
 	t.Cleanup(func() {
@@ -108,7 +109,7 @@ func TestSimulationPages(t *testing.T) {
 			for seed := uint64(1); seed <= uint64(seeds); seed++ {
 				t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 					t.Parallel()
-					runSim(t, seed, mode.steps, false, true, mode.ledgers, false, "")
+					runSim(t, seed, mode.steps, false, true, mode.ledgers, false, false, "")
 				})
 			}
 		})
@@ -118,7 +119,8 @@ func TestSimulationPages(t *testing.T) {
 // TestSimulationCollect runs the simulation with devices that keep two
 // versions of each page and collect the store now and then
 // (-sim.collect=keep-last=2): the seeds that found bugs, then 40 seeds,
-// 20 under the race detector, 600 with -long.
+// 20 under the race detector, 600 with -long, with a device of half of
+// them joining from a checkpoint (-sim.join).
 func TestSimulationCollect(t *testing.T) {
 	const keep = "keep-last=2"
 	for _, c := range []struct {
@@ -136,13 +138,13 @@ func TestSimulationCollect(t *testing.T) {
 		t.Run(fmt.Sprint("found/seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
 			t.Log(c.found)
-			runSim(t, c.seed, 60, false, c.pages, false, c.late, keep)
+			runSim(t, c.seed, 60, false, c.pages, false, c.late, false, keep)
 		})
 	}
 	for seed := uint64(1); seed <= uint64(modeSeeds()); seed++ {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			t.Parallel()
-			runSim(t, seed, 60, false, false, false, false, keep)
+			runSim(t, seed, 60, false, false, false, false, true, keep)
 		})
 	}
 }
@@ -239,7 +241,7 @@ func TestSimulationRegressions(t *testing.T) {
 			if steps == 0 {
 				steps = 60
 			}
-			runSim(t, c.seed, steps, c.closed, c.pages, c.ledgers, c.late, "")
+			runSim(t, c.seed, steps, c.closed, c.pages, c.ledgers, c.late, false, "")
 		})
 	}
 }
@@ -416,6 +418,9 @@ type simDevice struct {
 	// syncer nil); it chunks with a polynomial of its own, and joins the
 	// store at its first sync round (-sim.late).
 	late bool
+	// absent: the device is not there yet; it takes no step until the
+	// store was collected, then joins it at a sync round (-sim.join).
+	absent bool
 	// opens counts the opens of its repository: each draws its page
 	// incarnations from a stream of its own.
 	opens int
@@ -462,6 +467,8 @@ type sim struct {
 	collects *rand.Rand
 	keep     string
 	prunes   bool // keep prunes history: a conflict file may be named after a device the version came through
+	// collections counts the store's collections that went through.
+	collections int
 }
 
 // openWrite is a write whose file stays open for some steps before its
@@ -481,7 +488,7 @@ type openWrite struct {
 // Writes stay open across steps unless closedWrites is set: the seeds
 // found before they could replay as they were found. Pages are renamed,
 // moved and deleted too if pages is set.
-func runSim(t *testing.T, seed uint64, steps int, closedWrites, pages, ledgers, late bool, keep string) {
+func runSim(t *testing.T, seed uint64, steps int, closedWrites, pages, ledgers, late, join bool, keep string) {
 	s := &sim{t: t, seed: seed, pages: pages, ledgers: ledgers, rng: rand.New(rand.NewPCG(seed, 0x5eed)), versions: map[string]*simVersion{}, common: map[string]bool{},
 		clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()}
 	if !closedWrites {
@@ -505,8 +512,15 @@ func runSim(t *testing.T, seed uint64, steps int, closedWrites, pages, ledgers, 
 			lateDev = 1 + lr.IntN(ndev-1) // not a, which makes the store
 		}
 	}
+	absentDev := -1
+	if join {
+		jr := rand.New(rand.NewPCG(seed, 0x701))
+		if jr.IntN(2) == 0 {
+			absentDev = 1 + jr.IntN(ndev-1)
+		}
+	}
 	for i := range ndev {
-		d := &simDevice{dir: t.TempDir(), online: true, late: i == lateDev}
+		d := &simDevice{dir: t.TempDir(), online: true, late: i == lateDev || i == absentDev, absent: i == absentDev}
 		d.device = &device{t: t, name: string(rune('a' + i))}
 		s.open(d)
 		s.devs = append(s.devs, d)
@@ -781,6 +795,16 @@ func (s *sim) step() {
 		s.collect(s.devs[s.collects.IntN(len(s.devs))])
 	}
 	d := s.devs[s.rng.IntN(len(s.devs))]
+	if d.absent {
+		// Not there yet: after a collection, it may join at this step.
+		if s.collections == 0 || s.rng.IntN(4) != 0 {
+			return
+		}
+		d.absent = false
+		err := s.sync(d)
+		s.logf("%s: first sync, after %d collections: %v", d.name, s.collections, err)
+		return
+	}
 	switch r := s.rng.IntN(100); {
 	case r < 30: // write or rewrite a file
 		l, p := s.pick(d)
@@ -930,6 +954,9 @@ func (s *sim) collect(d *simDevice) {
 	s.clock += s.collects.Int64N(int64(2 * MinGrace))
 	d.collectHere()
 	cs, err := d.s.Collect(context.Background(), CollectOptions{Grace: MinGrace})
+	if err == nil && !cs.Waiting {
+		s.collections++
+	}
 	s.logf("%s: collect the store: %d packs, %d recorded, %d repacked, %d deleted: %v", d.name, cs.Packs, cs.Recorded, cs.Repacked, cs.Deleted, err)
 }
 

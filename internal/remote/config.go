@@ -25,9 +25,12 @@ const Format = "ledgerfs"
 // where one of layout 3 would go by name alone and part from it; 5, whose
 // collections repack: a batch may say that pieces moved to new packs, and
 // the packs they left are deleted, which a device of layout 4 would still
-// read them from. A store is made with 1 or 2 and raised (Raise) before a
-// device's first batch, and to 5 before the first repack.
-const Version = 5
+// read them from; 6, whose collections write checkpoints, from which a new
+// device joins (a device of layout 5 would read every batch instead, and
+// its collections would leave the checkpoints behind). A store is made
+// with 1 or 2 and raised (Raise) before a device's first batch, to 5
+// before the first repack and to 6 before the first checkpoint.
+const Version = 6
 
 // VersionOwnPolynomials is the layout whose batches may name a page's own
 // polynomial.
@@ -40,6 +43,9 @@ const VersionIncarnations = 4
 // VersionRepack is the layout whose batches may move pieces to new packs
 // (a collection's repack).
 const VersionRepack = 5
+
+// VersionCheckpoints is the layout whose collections write checkpoints.
+const VersionCheckpoints = 6
 
 // KeysDir holds an encrypted store's key objects, which a device that makes
 // the store writes before its configuration.
