@@ -176,19 +176,24 @@ func (w *checkpointWriter) places(ctx context.Context) error {
 // positions), its head last. The collection keeps every commit held here.
 func (w *checkpointWriter) page(ctx context.Context, p *store.Page) error {
 	s := w.s
+	// With the page's lock held, as a push lists what it sends: a commit
+	// of a mount's journal landing between the two reads would be taken
+	// for one that went up, its pieces still here alone.
 	pending := map[store.CommitID]bool{}
-	if err := p.UnsyncedCommits(func(id store.CommitID) error { pending[id] = true; return nil }); err != nil {
-		return err
-	}
 	var commits []*store.Commit
-	err := p.CommitIDs(nil, func(id store.CommitID) error {
-		if pending[id] {
-			return nil
-		}
-		c, err := p.Commit(id)
-		commits = append(commits, c)
-		return err
-	})
+	p.Lock()
+	err := p.UnsyncedCommits(func(id store.CommitID) error { pending[id] = true; return nil })
+	if err == nil {
+		err = p.CommitIDs(nil, func(id store.CommitID) error {
+			if pending[id] {
+				return nil
+			}
+			c, err := p.Commit(id)
+			commits = append(commits, c)
+			return err
+		})
+	}
+	p.Unlock()
 	if err != nil {
 		return err
 	}
