@@ -64,6 +64,10 @@ func TestJoinFromCheckpoint(t *testing.T) {
 				t.Fatal("the join landed no commit")
 			}
 			same(t, a, b, c)
+			// What it holds, the store holds: fsck --remote finds nothing.
+			if problems, err := Verify(context.Background(), c.repo, be, Options{}); err != nil || len(problems) != 0 {
+				t.Errorf("fsck --remote of the joiner: %v, %v", problems, err)
+			}
 			for _, lp := range a.pageNames() {
 				if got, want := c.commits(lp[0], lp[1]), a.commits(lp[0], lp[1]); got != want {
 					t.Errorf("page %s/%s: %d commits of history on the joiner, %d on a", lp[0], lp[1], got, want)
