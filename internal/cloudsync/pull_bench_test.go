@@ -89,3 +89,36 @@ func firstSyncs(b *testing.B, dir remote.Backend, commits int) {
 		}
 	}
 }
+
+// BenchmarkJoinManyPacks is a new device's join from a checkpoint of a
+// store whose history went up a page at a time: 20 pages of 20 files of
+// 2 KiB, 50 rounds, each page's write of a round pushed alone (1,000
+// batches, each with a pack of its own), as a mount that syncs as it goes
+// writes it. ns/op is per join; bench/firstsync.sh measures the same
+// against MinIO.
+func BenchmarkJoinManyPacks(b *testing.B) {
+	const pages, files, rounds = 20, 20, 50
+	dir, err := remote.NewDir(b.TempDir())
+	must(b, err)
+	a := newDevice(b, "a", dir)
+	for round := range rounds {
+		for p := range pages {
+			page := fmt.Sprint("p", p)
+			if round == 0 {
+				for f := range files {
+					a.write("l", page, fmt.Sprint("f", f), random(uint64(p*files+f), 2<<10))
+				}
+			} else {
+				a.write("l", page, fmt.Sprint("f", round%files), random(uint64(round*pages+p), 2<<10))
+			}
+			if _, err := a.s.Sync(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if _, err := a.s.Collect(context.Background(), CollectOptions{Grace: DefaultGrace}); err != nil {
+		b.Fatal(err)
+	}
+	firstSyncs(b, dir, pages*rounds)
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/join")
+}
