@@ -626,16 +626,7 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, b *batch, pb pageBat
 	if makers, err = s.batchMakers(pb, makers); err != nil {
 		return err
 	}
-	walk := slices.Concat(old, fresh)
-	if b.checkpoint {
-		// A checkpoint's history lands without its trees, as an
-		// evicted page comes back with its head alone: a read of an old
-		// version, or a merge on an old base, fetches the nodes it
-		// needs. Walking every commit's tree fetched a pack per page and
-		// push of the history.
-		walk = fresh[len(fresh)-1:]
-	}
-	fetched, err := f.fetch(ctx, p, walk)
+	fetched, err := f.fetch(ctx, p, slices.Concat(old, fresh))
 	if len(old) > 0 && (errors.Is(err, errPieceUnknown) || errors.Is(err, remote.ErrNotFound)) {
 		// The kept history's pieces are gone from the store (collected):
 		// the batch lands as it would without it.
