@@ -43,6 +43,9 @@ type Syncer struct {
 	// least what its batches need (remote.Raise): they carry pages'
 	// incarnations, and may name a page's own polynomial; 0 before.
 	raised atomic.Int64
+	// joined: this device is past joining (newDevice was false once; it
+	// never becomes true again), so a pull asks no more.
+	joined atomic.Bool
 	// lazy leaves values to be fetched when read (Fetch): a pull fetches
 	// commits and tree nodes only.
 	lazy         bool

@@ -54,14 +54,17 @@ func (s *Syncer) pull(ctx context.Context, st *Stats, absorb bool) error {
 	if err := s.absorb(ctx, absorb); err != nil {
 		return err
 	}
-	if s.kept != nil && s.kept.checkpoint != "" && s.kept.device != s.device {
-		if fresh, err := s.newDevice(); err != nil {
+	if !s.joined.Load() && s.kept != nil && s.kept.checkpoint != "" && s.kept.device != s.device {
+		fresh, err := s.newDevice()
+		if err != nil {
 			return err
-		} else if fresh {
+		}
+		if fresh {
 			if err := s.join(ctx, st); err != nil {
 				return err
 			}
 		}
+		s.joined.Store(true)
 	}
 	names, err := s.newBatches(ctx, false)
 	if err != nil {
