@@ -92,15 +92,4 @@ for run in $(seq "$RUNS"); do
 done
 rm -rf "$work/repo-h" "$work/repo-c"
 
-python3 - "$out" <<'PY'
-import statistics, sys
-rows, order = {}, []
-for line in open(sys.argv[1]):
-    name, v = line.rstrip("\n").split("\t")
-    if name not in rows:
-        rows[name] = []
-        order.append(name)
-    rows[name].append(float(v))
-for name in order:
-    print(f"{name:72} {statistics.median(rows[name]):10.2f}   runs: " + " ".join(f"{x:.3g}" for x in rows[name]))
-PY
+python3 bench/medians.py "$out" 72

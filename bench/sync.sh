@@ -189,15 +189,4 @@ PY
   if mountpoint -q "$mnt2"; then umount "$mnt2"; wait "$lpid2"; lpid2=; fi
 done
 
-python3 - "$out" <<'PY'
-import statistics, sys
-rows, order = {}, []
-for line in open(sys.argv[1]):
-    name, v = line.rstrip("\n").split("\t")
-    if name not in rows:
-        rows[name] = []
-        order.append(name)
-    rows[name].append(float(v))
-for name in order:
-    print(f"{name:48} {statistics.median(rows[name]):12.2f}   runs: " + " ".join(f"{x:.3g}" for x in rows[name]))
-PY
+python3 bench/medians.py "$out"

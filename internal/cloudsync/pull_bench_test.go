@@ -45,21 +45,7 @@ func BenchmarkFirstSync(b *testing.B) {
 			dir, err := remote.NewDir(b.TempDir())
 			must(b, err)
 			a := newDevice(b, "a", dir)
-			for round := range history {
-				for p := range pages {
-					page := fmt.Sprint("p", p)
-					if round == 0 {
-						for f := range files {
-							a.write("l", page, fmt.Sprint("f", f), random(uint64(p*files+f), 2<<10))
-						}
-					} else {
-						a.write("l", page, fmt.Sprint("f", round%files), random(uint64(round*pages+p), 2<<10))
-					}
-				}
-				if _, err := a.s.Sync(context.Background()); err != nil {
-					b.Fatal(err)
-				}
-			}
+			writeHistory(b, a, pages, files, history, false)
 			if c.checkpoint {
 				if _, err := a.s.Collect(context.Background(), CollectOptions{Grace: DefaultGrace}); err != nil {
 					b.Fatal(err)
@@ -68,6 +54,36 @@ func BenchmarkFirstSync(b *testing.B) {
 			firstSyncs(b, dir, pages*history)
 			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/join")
 		})
+	}
+}
+
+// writeHistory has a write pages pages of files files of 2 KiB in rounds
+// rounds (all files in the first, one file of each page in each round
+// after), syncing after each round, or, perPage, after each page's write.
+func writeHistory(b *testing.B, a *device, pages, files, rounds int, perPage bool) {
+	b.Helper()
+	sync := func() {
+		if _, err := a.s.Sync(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for round := range rounds {
+		for p := range pages {
+			page := fmt.Sprint("p", p)
+			if round == 0 {
+				for f := range files {
+					a.write("l", page, fmt.Sprint("f", f), random(uint64(p*files+f), 2<<10))
+				}
+			} else {
+				a.write("l", page, fmt.Sprint("f", round%files), random(uint64(round*pages+p), 2<<10))
+			}
+			if perPage {
+				sync()
+			}
+		}
+		if !perPage {
+			sync()
+		}
 	}
 }
 
@@ -101,21 +117,7 @@ func BenchmarkJoinManyPacks(b *testing.B) {
 	dir, err := remote.NewDir(b.TempDir())
 	must(b, err)
 	a := newDevice(b, "a", dir)
-	for round := range rounds {
-		for p := range pages {
-			page := fmt.Sprint("p", p)
-			if round == 0 {
-				for f := range files {
-					a.write("l", page, fmt.Sprint("f", f), random(uint64(p*files+f), 2<<10))
-				}
-			} else {
-				a.write("l", page, fmt.Sprint("f", round%files), random(uint64(round*pages+p), 2<<10))
-			}
-			if _, err := a.s.Sync(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	writeHistory(b, a, pages, files, rounds, true)
 	if _, err := a.s.Collect(context.Background(), CollectOptions{Grace: DefaultGrace}); err != nil {
 		b.Fatal(err)
 	}
