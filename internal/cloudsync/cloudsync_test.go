@@ -380,6 +380,53 @@ func TestMergesAreDeterministic(t *testing.T) {
 	}
 }
 
+// TestMergeMakesAConflictFileOneSideDeleted: a's user keeps its version
+// that lost a merge, moving the conflict file back over its file, while e
+// edits the file: the merge of the two makes a conflict file of a's
+// version again, under the name a's side deleted. Both devices make the
+// same merge, with that conflict file (which of a conflict file made and
+// a side's deletion of its name came last went by map order).
+func TestMergeMakesAConflictFileOneSideDeleted(t *testing.T) {
+	be, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a, e := newDevice(t, "a", be), newDevice(t, "e", be)
+	ctx := context.Background()
+	second := time.Now().Truncate(time.Second)
+	a.writeAt("l", "p", "f", []byte("first"), second)
+	a.sync()
+	e.sync()
+	a.writeAt("l", "p", "f", []byte("a's"), second.Add(time.Second))
+	must(t, a.s.Push(ctx, &Stats{}))
+	e.writeAt("l", "p", "f", []byte("e's first"), second.Add(2*time.Second))
+	e.sync()
+	a.sync()
+	kept := ""
+	for k := range a.files("l", "p") {
+		if _, ok := conflictOf(k); ok {
+			kept = k
+		}
+	}
+	if kept == "" {
+		t.Fatalf("the first merge kept no conflict file: %v", a.files("l", "p"))
+	}
+	// a moves the conflict file back over its file, its time kept.
+	a.writeAt("l", "p", "f", []byte("a's"), second.Add(time.Second))
+	a.write("l", "p", kept, nil)
+	e.writeAt("l", "p", "f", []byte("e's second"), second.Add(3*time.Second))
+	var st Stats
+	must(t, a.s.Push(ctx, &st))
+	must(t, e.s.Push(ctx, &st))
+	must(t, a.s.Pull(ctx, &st))
+	must(t, e.s.Pull(ctx, &st))
+	if a.head("l", "p") != e.head("l", "p") {
+		t.Fatalf("the same heads merged on two devices: a holds %v, e %v", a.files("l", "p"), e.files("l", "p"))
+	}
+	want := map[string]string{"f": "e's second", kept: "a's"}
+	if got := e.files("l", "p"); !maps.Equal(got, want) {
+		t.Fatalf("after the merge the page holds %v, want %v", got, want)
+	}
+}
+
 // TestCollectionKeepsUnsynced: in a repository that syncs, a collection
 // keeping only the newest commit still keeps every commit not pushed yet,
 // and the pieces they reach: the next push sends them all, and the other

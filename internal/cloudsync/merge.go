@@ -117,9 +117,69 @@ func merge(p *store.Page, g *graph, base *store.Commit, real []*store.Commit, a,
 		}
 		return false, nil
 	}
+	// unmade reports whether side s, which lacks key, lacks it only because
+	// the virtual base made it: key is a conflict file none of the
+	// ancestors the base merged holds, of a version s still holds at its
+	// file. S never held that conflict file, nor replaced the version (it
+	// merged those ancestors' lines later, where the version won, or lost
+	// nothing). Taken as a deletion, the other side's copy went, and with
+	// it the one copy of a version no device replaced.
+	unmade := func(s side, key string) (bool, error) {
+		file, ok := conflictOf(key)
+		if len(real) < 2 || !ok {
+			return false, nil
+		}
+		for _, r := range real {
+			if _, ok, err := p.Tree(r).Get(key); err != nil || ok {
+				return false, err
+			}
+		}
+		be, ok, err := p.Tree(base).Get(key)
+		if err != nil || !ok {
+			return false, err
+		}
+		se, ok, err := p.Tree(s.c).Get(file)
+		return ok && se.Value == be.Value, err
+	}
+	// Such a side's lack is no change: the other side's copy, the
+	// base's, stays (unless the merge leaves its version at its file).
+	var stays []string
+	for key, aAfter := range ca {
+		if _, both := cb[key]; aAfter != nil || both {
+			continue
+		}
+		ok, err := unmade(a, key)
+		if err == nil && ok {
+			var e btree.Entry
+			if e, ok, err = p.Tree(base).Get(key); err == nil && ok {
+				stays = append(stays, key)
+				err = put(key, &e)
+			}
+		}
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("cloudsync: merge %q: %w", key, err)
+		}
+	}
+	// Conflict files this merge makes go in after every side's change:
+	// one may have the name of a conflict file a side deleted (its
+	// version then at its file), and which of the two came last went by
+	// the order of a map's keys, unlike on another device.
+	type conflictFile struct {
+		key string
+		e   *btree.Entry
+	}
+	var made []conflictFile
 	conflicts := 0
 	for key, bAfter := range cb {
 		aAfter, both := ca[key]
+		if !both && bAfter == nil {
+			if ok, err := unmade(b, key); err != nil {
+				return nil, nil, 0, fmt.Errorf("cloudsync: merge %q: %w", key, err)
+			} else if ok {
+				stays = append(stays, key) // a's copy, the base's
+				continue
+			}
+		}
 		var aOld, bOld bool
 		if both && len(real) > 1 && !sameEntry(aAfter, bAfter) {
 			if aOld, err = atAncestor(key, aAfter); err == nil {
@@ -162,8 +222,27 @@ func merge(p *store.Page, g *graph, base *store.Commit, real []*store.Commit, a,
 				var dev string
 				if dev, err = writer(p, g, loser, key, lose, madeBy); err == nil {
 					conflicts++
-					err = put(conflictName(key, lose, loser, dev), lose)
+					made = append(made, conflictFile{conflictName(key, lose, loser, dev), lose})
 				}
+			}
+		}
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("cloudsync: merge %q: %w", key, err)
+		}
+	}
+	for _, cf := range made {
+		if err := put(cf.key, cf.e); err != nil {
+			return nil, nil, 0, fmt.Errorf("cloudsync: merge %q: %w", cf.key, err)
+		}
+	}
+	for _, key := range stays {
+		file, _ := conflictOf(key)
+		e, _, err := tree.Get(key)
+		if err == nil {
+			var fe btree.Entry
+			var ok bool
+			if fe, ok, err = tree.Get(file); err == nil && ok && fe.Value == e.Value {
+				_, err = tree.Delete(key)
 			}
 		}
 		if err != nil {

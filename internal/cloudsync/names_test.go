@@ -245,6 +245,62 @@ func TestMergeOnAVirtualBaseKeepsNoReplacedVersion(t *testing.T) {
 	}
 }
 
+// TestMergeKeepsAConflictFileOnlyTheVirtualBaseMade: a merge of heads with
+// two common ancestors, b's version of a file and a's, whose merge (the
+// virtual base) keeps b's as a conflict file. e's head holds that merge
+// with a later edit of e's; a's head never held the conflict file: a
+// deleted its own version and then merged b's, which won. a's head lacks
+// the conflict file, but a never deleted it: b's version, which no device
+// replaced, stays (the simulation's seed 194 of -sim.pages -sim.ledgers
+// -sim.collect=keep-last=2).
+func TestMergeKeepsAConflictFileOnlyTheVirtualBaseMade(t *testing.T) {
+	be, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a, b, e := newDevice(t, "a", be), newDevice(t, "b", be), newDevice(t, "e", be)
+	ctx := context.Background()
+	second := time.Now().Truncate(time.Second)
+	a.writeAt("l", "p", "f", []byte("first"), second)
+	round(a, b, e)
+	b.writeAt("l", "p", "f", []byte("b's"), second.Add(1*time.Millisecond))
+	must(t, b.s.Push(ctx, &Stats{}))
+	a.writeAt("l", "p", "f", []byte("a's"), second.Add(2*time.Millisecond))
+	must(t, a.s.Push(ctx, &Stats{}))
+	// e merges the two: a's wins, b's is kept as a conflict file; then e
+	// edits the file, and holds both back.
+	must(t, e.s.Pull(ctx, &Stats{}))
+	if got := e.files("l", "p"); len(got) != 2 {
+		t.Fatalf("e's merge holds %v, want the file and a conflict file", got)
+	}
+	e.writeAt("l", "p", "f", []byte("e's"), second.Add(3*time.Millisecond))
+	// a deletes its version, then merges b's: b's edit beats the delete.
+	a.write("l", "p", "f", nil)
+	a.sync()
+	if got, want := a.files("l", "p"), map[string]string{"f": "b's"}; !maps.Equal(got, want) {
+		t.Fatalf("a's merge holds %v, want %v", got, want)
+	}
+	// a lands e's edit on its merge: their common ancestors are a's
+	// first version and b's.
+	must(t, e.s.Push(ctx, &Stats{}))
+	check := func(when string) {
+		t.Helper()
+		got := a.files("l", "p")
+		kept := ""
+		for k, v := range got {
+			if _, ok := conflictOf(k); ok {
+				kept = v
+			}
+		}
+		if got["f"] != "e's" || kept != "b's" || len(got) != 2 {
+			t.Fatalf("%s the page holds %v, want e's version and a conflict file of b's", when, got)
+		}
+	}
+	a.sync()
+	check("after a's merge")
+	round(a, b, e)
+	same(t, a, b, e)
+	check("after the merges")
+}
+
 // commits counts the commits of page l/p's history, from its head.
 func (d *device) commits(l, p string) int {
 	d.t.Helper()
