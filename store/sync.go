@@ -367,15 +367,17 @@ func (p *Page) PiecesSize(s PieceStatus) (n int, bytes int64, err error) {
 	return n, bytes, err
 }
 
-// A BatchHead is the head of one device's last batch of a page: the last
-// that landed here, or, for this device, that it pushed. A device's head
-// of a page only moves forward, so it is an ancestor of the heads of that
+// A BatchHead is the head of one device's batch of a page: one that
+// landed here, or, for this device, that it pushed. A device's head of a
+// page only moves forward, so it is an ancestor of the heads of that
 // device's later batches, and of those of every device that had applied
 // the batch: the base of a merge with them even when a collection pruned
-// the commits between (cloudsync's knownEdges). A page keeps one per
-// device and incarnation: a page here may hold two that a device still
-// keeps apart, as two pages whose batches it sends apart. A page that
-// syncs keeps these commits whatever its retention policy (gc).
+// the commits between (cloudsync's knownEdges). A page keeps them per
+// device and incarnation (a page here may hold two that a device still
+// keeps apart, as two pages whose batches it sends apart), the last and
+// the older ones another device's next batch may still build on
+// (DropBatchHeads). A page that syncs keeps these commits whatever its
+// retention policy (gc).
 type BatchHead struct {
 	Seq  uint64   `json:"seq"`
 	Head CommitID `json:"head"`
@@ -388,9 +390,10 @@ type BatchHead struct {
 	Applied map[string]uint64 `json:"applied,omitempty"`
 }
 
-// batchHeadPrefix (+ device "/" incarnation) is a page's sync_metadata row
-// holding that device's BatchHead of a batch holding that incarnation
-// (JSON).
+// batchHeadPrefix (+ device "/" incarnation "/" batch number, 16 hex
+// digits) is a page's sync_metadata row holding that device's BatchHead of
+// that batch, which held that incarnation (JSON). Rows of builds before
+// there were several a device end at the incarnation.
 const batchHeadPrefix = "headof/"
 
 // BatchHeadRow returns the sync_metadata rows (for MarkSynced) that make h
@@ -401,13 +404,50 @@ func BatchHeadRow(device string, h BatchHead) (map[string][]byte, error) {
 		return nil, err
 	}
 	rows := map[string][]byte{}
+	seq := fmt.Sprintf("/%016x", h.Seq)
 	for _, inc := range h.Inc {
-		rows[batchHeadPrefix+device+"/"+inc] = v
+		rows[batchHeadPrefix+device+"/"+inc+seq] = v
 	}
 	if len(h.Inc) == 0 {
-		rows[batchHeadPrefix+device+"/"] = v // a batch of a build before incarnations
+		rows[batchHeadPrefix+device+"/"+seq] = v // a batch of a build before incarnations
 	}
 	return rows, nil
+}
+
+// DropBatchHeads deletes the page's BatchHeads that drop selects, given
+// each one's device and the incarnation of its row.
+func (p *Page) DropBatchHeads(drop func(device, inc string, h BatchHead) bool) error {
+	if err := p.check(); err != nil {
+		return err
+	}
+	var keys []string
+	err := p.ScanSyncMetadata(batchHeadPrefix, func(key string, v []byte) error {
+		var h BatchHead
+		if err := json.Unmarshal(v, &h); err != nil {
+			return fmt.Errorf("page %s/%s: row %s: %w", p.Ledger, p.Name, key, err)
+		}
+		dev, rest, _ := strings.Cut(strings.TrimPrefix(key, batchHeadPrefix), "/")
+		inc, _, _ := strings.Cut(rest, "/")
+		if drop(dev, inc, h) {
+			keys = append(keys, key)
+		}
+		return nil
+	})
+	if err != nil || len(keys) == 0 {
+		return err
+	}
+	err = p.update(func(txn *badger.Txn) error {
+		for _, k := range keys {
+			if err := txn.Delete([]byte(PrefixSyncMetadata + k)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: drop batch heads: %w", err)
+	}
+	return nil
 }
 
 // BatchHeads calls fn with each device's BatchHeads of the page.

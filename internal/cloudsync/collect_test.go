@@ -578,4 +578,36 @@ func TestMergeAcrossPrunedHistory(t *testing.T) {
 		a.collectHere()
 		check(t, a, a.sync(), map[string]string{"f": "v3", "g": "w2"})
 	})
+	t.Run("older push", func(t *testing.T) {
+		// b's change builds on a's head of a push before a's last one,
+		// and a's policy pruned what lies between: a keeps the batch
+		// head b built on until b says it applied a later one (the
+		// simulation's seed 117 of -sim.pages -sim.ledgers
+		// -sim.collect=keep-last=2).
+		a, b, _ := pair(t)
+		first := a.head("l", "p")
+		b.write("l", "p", "g", []byte("w2"))
+		a.write("l", "p", "f", []byte("v2"))
+		a.sync()
+		a.write("l", "p", "f", []byte("v3"))
+		a.collectHere()
+		must(t, b.s.Push(context.Background(), &Stats{}))
+		want := map[string]string{"f": "v3", "g": "w2"}
+		check(t, a, a.sync(), want)
+		// Once b's batches say they applied a's later ones, the row of
+		// the first goes, and with it what kept its commit.
+		for range 2 {
+			b.sync()
+			a.sync()
+		}
+		check(t, b, b.sync(), want)
+		pg := a.page("l", "p")
+		defer a.repo.Release(pg)
+		must(t, pg.BatchHeads(func(dev string, h store.BatchHead) error {
+			if h.Head == first {
+				t.Errorf("a still keeps the batch head of %s's first push, which b applied past", dev)
+			}
+			return nil
+		}))
+	})
 }

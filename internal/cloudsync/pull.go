@@ -23,8 +23,11 @@ import (
 
 // Rows of the repository's sync state that Pull keeps.
 const (
-	statePos  = "pos/"  // + device: the number of its last batch applied
-	statePack = "pack/" // + pack name: the pieces the batches read put in it (packIndex)
+	statePos = "pos/" // + device: the number of its last batch applied
+	// + device: of its batches read, the greatest applied position of each
+	// other device's log (JSON; see pruneBatchHeads).
+	stateAcked = "acked/"
+	statePack  = "pack/" // + pack name: the pieces the batches read put in it (packIndex)
 	// + pack name: the pack the first batch that put pieces in it put its
 	// next pieces in (nextPack): a read in order goes on there.
 	stateNextPack = "nextpack/"
@@ -79,6 +82,7 @@ func (s *Syncer) pull(ctx context.Context, st *Stats, absorb bool) error {
 	readAll := func(names map[string][]string) (bool, error) {
 		var read [][]pieceRef // the pieces of each batch read, in its order
 		var moved []*movedPieces
+		acks := map[string][]byte{}
 		for _, dev := range slices.Sorted(maps.Keys(names)) {
 			if !slices.Contains(devices, dev) {
 				devices = append(devices, dev)
@@ -105,6 +109,9 @@ func (s *Syncer) pull(ctx context.Context, st *Stats, absorb bool) error {
 				}
 				queues[dev] = append(queues[dev], b)
 				last[dev] = b.Seq
+				if err := s.ack(acks, dev, b.Applied); err != nil {
+					return false, err
+				}
 				for _, pb := range b.Pages {
 					for _, r := range pb.Pieces {
 						index[cas.Digest(r.Digest)] = r
@@ -115,6 +122,10 @@ func (s *Syncer) pull(ctx context.Context, st *Stats, absorb bool) error {
 					moved = append(moved, b.Moved)
 				}
 			}
+		}
+		// What each device's batches had applied, for pruneBatchHeads.
+		if err := s.repo.SetSyncState(acks); err != nil {
+			return false, err
 		}
 		// Pieces a repack moved are where it put them, whatever batch
 		// read before or after named their old packs.
@@ -623,7 +634,10 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, b *batch, pb pageBat
 		if err := s.addLanded(meta, p, b, pb); err != nil || len(meta) == 0 {
 			return err
 		}
-		return p.MarkSynced(nil, nil, meta)
+		if err := p.MarkSynced(nil, nil, meta); err != nil {
+			return err
+		}
+		return s.pruneBatchHeads(p)
 	}
 	old, makers := kept.commits()
 	if makers, err = s.batchMakers(pb, makers); err != nil {
@@ -664,6 +678,9 @@ func (s *Syncer) landBatch(ctx context.Context, f *fetcher, b *batch, pb pageBat
 		meta[gc.KeepPrefix+device] = []byte(pb.Keep)
 	}
 	if err := p.MarkSynced(nil, nil, meta); err != nil {
+		return err
+	}
+	if err := s.pruneBatchHeads(p); err != nil {
 		return err
 	}
 	return s.keepLocal(p)

@@ -230,7 +230,10 @@ func (s *Syncer) pushPage(ctx context.Context, ledger, page string, st *Stats) e
 		if err := addBatchHead(meta, p, s.device, seq, applied, pb); err != nil {
 			return err
 		}
-		return p.MarkSynced(pieces, ids, meta)
+		if err := p.MarkSynced(pieces, ids, meta); err != nil {
+			return err
+		}
+		return s.pruneBatchHeads(p)
 	}
 }
 
@@ -374,7 +377,9 @@ func (s *Syncer) adoptBatch(ctx context.Context, name string) error {
 			// merge with a batch that builds on it, once pruned.
 			meta := map[string][]byte{}
 			if err = addBatchHead(meta, p, s.device, b.Seq, b.Applied, pb); err == nil && len(meta) > 0 {
-				err = p.MarkSynced(nil, nil, meta)
+				if err = p.MarkSynced(nil, nil, meta); err == nil {
+					err = s.pruneBatchHeads(p)
+				}
 			}
 		}
 		s.repo.Release(p)
