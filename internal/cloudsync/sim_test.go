@@ -56,6 +56,7 @@ var (
 	simJoin    = flag.Bool("sim.join", false, "with -sim.collect, a device of half the runs is not there until the store was collected, and joins it then from the checkpoint")
 	simCollect = flag.String("sim.collect", "", "devices keep history by this retention policy (keep-last=2, say) and collect the store now and then, the clock jumping past its grace")
 	simLog     = flag.Bool("sim.log", false, "print each run's steps, failed or not")
+	simDump    = flag.Bool("sim.dump", false, "print, after each step of a run, every page each device holds and its files")
 	long       = flag.Bool("long", false, "run the long variants")
 )
 
@@ -124,21 +125,24 @@ func TestSimulationPages(t *testing.T) {
 func TestSimulationCollect(t *testing.T) {
 	const keep = "keep-last=2"
 	for _, c := range []struct {
-		seed        uint64
-		found       string
-		late, pages bool // found with -sim.late, -sim.pages
+		seed                 uint64
+		found                string
+		late, pages, ledgers bool // found with -sim.late, -sim.pages, -sim.ledgers
 	}{
-		{2, "a device away across a collection grafted a newer head and merged it with no base: versions both sides had replaced came back as conflict files", false, false},
-		{55, "the same, where the base was a commit the merging device's own policy had pruned", false, false},
-		{46, "a version lost: a batch's applied positions, read as 0 for a device none of whose batches it had applied, took that device's first batch's head for the base", false, false},
-		{189, "a batch whose newest commit a collection pruned landed an older one it kept as a head, and merged it with no base", true, false},
-		{139, "a batch whose answer was lost, adopted at the next push, left no batch head: a merge after a collection found no base, and a version the other device had replaced came back as a conflict file", false, false},
-		{249, "a page here holding two incarnations another device sent apart kept one batch head per device, the other incarnation's batch found none and merged with no base", false, true},
+		{2, "a device away across a collection grafted a newer head and merged it with no base: versions both sides had replaced came back as conflict files", false, false, false},
+		{55, "the same, where the base was a commit the merging device's own policy had pruned", false, false, false},
+		{46, "a version lost: a batch's applied positions, read as 0 for a device none of whose batches it had applied, took that device's first batch's head for the base", false, false, false},
+		{189, "a batch whose newest commit a collection pruned landed an older one it kept as a head, and merged it with no base", true, false, false},
+		{139, "a batch whose answer was lost, adopted at the next push, left no batch head: a merge after a collection found no base, and a version the other device had replaced came back as a conflict file", false, false, false},
+		{249, "a page here holding two incarnations another device sent apart kept one batch head per device, the other incarnation's batch found none and merged with no base", false, true, false},
+		{301, "two batch heads whose common ancestors were pruned, the bases of a merge's virtual base, merged with no base: the rows said which covered which, but only the landing head's were known to the walks, and a version its own device had replaced came back as a conflict file", false, false, false},
+		{117, "a device's later batch of a page replaced the batch head another device's batch built on, and its policy had pruned the commits between: that batch merged with no base, and a version the device had replaced came back as a conflict file", false, true, true},
+		{194, "a conflict file that only the virtual base of a merge made (its version won at its file in the other side's own merge of the same lines) was taken as deleted by that side: the one copy of a version no device replaced went", false, true, true},
 	} {
 		t.Run(fmt.Sprint("found/seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
 			t.Log(c.found)
-			runSim(t, c.seed, 60, false, c.pages, false, c.late, false, keep)
+			runSim(t, c.seed, 60, false, c.pages, c.ledgers, c.late, false, keep)
 		})
 	}
 	for seed := uint64(1); seed <= uint64(modeSeeds()); seed++ {
@@ -542,10 +546,33 @@ func runSim(t *testing.T, seed uint64, steps int, closedWrites, pages, ledgers, 
 	for range steps {
 		s.step()
 		s.closeSome(false)
+		s.dump()
 	}
 	s.closeSome(true)
 	s.settle()
 	s.check()
+}
+
+// dump logs, with -sim.dump, every page each device holds and its files:
+// where a version went, step by step.
+func (s *sim) dump() {
+	if !*simDump {
+		return
+	}
+	for _, d := range s.devs {
+		if d.repo == nil {
+			continue
+		}
+		for _, lp := range s.pagesOf(d) {
+			es := d.files(lp[0], lp[1])
+			ks := slices.Sorted(maps.Keys(es))
+			var b strings.Builder
+			for _, k := range ks {
+				fmt.Fprintf(&b, " %s=%s", k, es[k])
+			}
+			s.logf("    [%s %s/%s:%s]", d.name, lp[0], lp[1], b.String())
+		}
+	}
 }
 
 func (s *sim) logf(format string, args ...any) {
@@ -1033,6 +1060,10 @@ func (s *sim) settle() {
 		for _, d := range s.devs {
 			if err := s.sync(d); err != nil {
 				s.t.Fatalf("seed %d: settling: %s: sync: %v", s.seed, d.name, err)
+			}
+			if *simDump {
+				s.logf("settle, round %d: %s synced", round, d.name)
+				s.dump()
 			}
 		}
 		now := heads()
