@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 
@@ -47,8 +48,8 @@ func addBatchHead(meta map[string][]byte, p *store.Page, device string, seq uint
 }
 
 // maxBatchHeads bounds the older batch heads a page keeps of one device and
-// incarnation: a device gone for good, or never heard of, holds no more
-// commits back from the retention policy than that.
+// incarnation: a device gone for good holds no more commits back from the
+// retention policy than that.
 const maxBatchHeads = 8
 
 // pruneBatchHeads drops the batch heads of page p that no batch to come can
@@ -58,8 +59,10 @@ const maxBatchHeads = 8
 // here had (acked). So a row of device X's is needed while some device
 // other than X and this one may still send a batch that had applied it
 // and not X's next row's batch. Of a device none of whose batches was
-// read here nothing is known: while no other device is known, every row
-// stays for it, up to maxBatchHeads.
+// read here nothing is known, and nothing is kept for it: with no other
+// device known, only X's last row stays, as before there were several
+// (keeping older ones for a device that may never come kept versions the
+// retention policy lets go in the store too).
 // Keeping only each device's last row, a device whose own later batch
 // replaced the row that another device's batch built on, and whose policy
 // had pruned the commits between, merged that batch without a base: every
@@ -95,16 +98,13 @@ func (s *Syncer) pruneBatchHeads(p *store.Page) error {
 	// past is, per device X, the batch of X's that every device which may
 	// build on X's rows had applied.
 	past := func(x string) uint64 {
-		least, any := uint64(0), false
+		least := uint64(math.MaxUint64) // with none known, none builds on them
 		for _, d := range devices {
-			if d == x || d == s.device {
-				continue
-			}
-			if n := acked[d][x]; !any || n < least {
-				least, any = n, true
+			if d != x && d != s.device {
+				least = min(least, acked[d][x])
 			}
 		}
-		return least // 0 with no other device known: all stay
+		return least
 	}
 	drop := map[group]map[uint64]bool{}
 	for g, ss := range seqs {

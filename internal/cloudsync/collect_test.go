@@ -585,6 +585,10 @@ func TestMergeAcrossPrunedHistory(t *testing.T) {
 		// simulation's seed 117 of -sim.pages -sim.ledgers
 		// -sim.collect=keep-last=2).
 		a, b, _ := pair(t)
+		// b's batches say what it applied of a's.
+		b.write("l", "q", "h", []byte("b's"))
+		b.sync()
+		a.sync()
 		first := a.head("l", "p")
 		b.write("l", "p", "g", []byte("w2"))
 		a.write("l", "p", "f", []byte("v2"))
