@@ -141,7 +141,7 @@ func namedBy(c store.NameChange) store.NamedAt {
 // is.
 func (s *Syncer) moveNamed(ctx context.Context, from, to [2]string, u store.Naming, st *Stats) ([2]string, error) {
 	var err error
-	if to[0], err = s.ledgerAfter(to[0], u.At.Time); err != nil {
+	if to[0], err = s.ledgerAfter(to[0], to[1], u.At.Time); err != nil {
 		return from, err
 	}
 	if to == from {
@@ -247,7 +247,7 @@ func (s *Syncer) nameByID(ctx context.Context, c store.NameChange, ids []store.I
 		return nil
 	}
 	var err error
-	if to[0], err = s.ledgerAfter(to[0], at.Time); err != nil {
+	if to[0], err = s.ledgerAfter(to[0], to[1], at.Time); err != nil {
 		return err
 	}
 	if ok, err := s.repo.HasPage(to[0], to[1]); err != nil {
@@ -306,11 +306,16 @@ func (s *Syncer) deleteByID(ctx context.Context, device string, c store.NameChan
 	return s.repo.NoteIncarnationsDeleted(ids, c.Ledger, c.Page, seen)
 }
 
-// ledgerAfter returns the ledger that a page named into ledger at time at
-// is in now: where the renames of that ledger made at or after at took it,
+// ledgerAfter returns the ledger that page, named into ledger at time at, is
+// in now: where the renames of that ledger made at or after at took it,
 // whether or not a ledger of the old name was made here again since (a
-// page named into it before the rename went with the rename).
-func (s *Syncer) ledgerAfter(ledger string, at time.Time) (string, error) {
+// page named into it before the rename went with the rename). A page a
+// rename took came under its name with the last rename (stateArrived): a
+// rename of that name made before then, which another device's change
+// brings later, does not take it (the simulation's seed 120, -sim.pages
+// -sim.ledgers -sim.join -sim.collect=keep-last=2).
+func (s *Syncer) ledgerAfter(ledger, page string, at time.Time) (string, error) {
+	from := ledger
 	for range 8 {
 		ms, err := s.movesFrom(ledger, "")
 		if err != nil {
@@ -327,7 +332,10 @@ func (s *Syncer) ledgerAfter(ledger string, at time.Time) (string, error) {
 		}
 		ledger, at = first.Ledger, laterOf(at, first.Time)
 	}
-	return ledger, nil
+	if ledger == from {
+		return ledger, nil
+	}
+	return ledger, s.noteArrived(ledger, []string{page}, at)
 }
 
 // deletedLater reports whether later, the batches of a device's log after

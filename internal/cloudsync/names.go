@@ -102,6 +102,9 @@ func (s *Syncer) namesPushed(keys [][]byte, changes []store.NameChange) error {
 		if err := s.resendRenamed(c); err != nil {
 			return err
 		}
+		if err := s.noteLedgerNamed(c); err != nil {
+			return err
+		}
 		if c.Op == store.NameRenamePage || c.Op == store.NameRenameLedger {
 			if err := s.noteMoved(c); err != nil {
 				return err
@@ -127,12 +130,15 @@ const stateMoved = "moved/"
 
 // stateMade is the repository's sync state row (+ ledger/page) of the time
 // another device made a page, as its change of names said, when the page
-// was made here by it (RFC 3339 with nanoseconds).
+// was made here by it (RFC 3339 with nanoseconds); and (+ ledger/) of the
+// time a ledger was made, here or by the device whose change made it here
+// (noteLedgerNamed).
 const stateMade = "made/"
 
 // stateArrived is the repository's sync state row (+ ledger/page) of the
 // latest time a page was renamed onto ledger/page, here or as another
-// device did (RFC 3339 with nanoseconds).
+// device did (RFC 3339 with nanoseconds); and (+ ledger/) of a ledger
+// renamed onto ledger (noteLedgerNamed).
 const stateArrived = "arrived/"
 
 // stateSame is the repository's sync state row (+ ledger/page) of a rename
@@ -596,6 +602,12 @@ func (s *Syncer) goneBefore(pb pageBatch, later []*batch) (to *[2]string, gone b
 // renamed away from it sent a page that had crossed another's renames
 // after it (the simulation's seed 32, -sim.pages).
 func (s *Syncer) cameAfter(ledger, page string, at time.Time) (bool, error) {
+	// A page a rename of its ledger took here after at, landing after
+	// the rename (ledgerAfter), came under its name then, whenever it
+	// was named.
+	if last, ok, err := s.timeState(stateArrived + ledger + "/" + page); err != nil || ok && last.After(at) {
+		return err == nil, err
+	}
 	// A page's naming says when it came under its name, if a change of
 	// names made here or applied here did (not a batch alone).
 	if n, ok, err := s.repo.PageNaming(ledger, page); err != nil {
@@ -708,6 +720,48 @@ func (s *Syncer) madeAfter(ledger, page string, at time.Time) (bool, error) {
 	return true, nil
 }
 
+// noteLedgerNamed records when change c made a ledger (stateMade) or
+// renamed one onto a name (stateArrived), here or as the device whose
+// change it is did: made anew after a rename or delete took the name, the
+// last time is the one kept.
+func (s *Syncer) noteLedgerNamed(c store.NameChange) error {
+	var key string
+	switch c.Op {
+	case store.NameCreateLedger:
+		key = stateMade + c.Ledger + "/"
+	case store.NameRenameLedger:
+		key = stateArrived + c.To + "/"
+	default:
+		return nil
+	}
+	t, err := c.Time.MarshalText()
+	if err != nil {
+		return err
+	}
+	return s.repo.SetSyncState(map[string][]byte{key: t})
+}
+
+// ledgerCameAfter reports whether ledger came under its name here after
+// time at, made or renamed onto it, by a change not pushed yet or as
+// recorded (noteLedgerNamed).
+func (s *Syncer) ledgerCameAfter(ledger string, at time.Time) (bool, error) {
+	_, changes, err := s.repo.NameChanges()
+	if err != nil {
+		return false, err
+	}
+	for _, c := range slices.Backward(changes) {
+		if c.Op == store.NameRenameLedger && c.To == ledger || c.Op == store.NameCreateLedger && c.Ledger == ledger {
+			return c.Time.After(at), nil
+		}
+	}
+	for _, k := range []string{stateArrived + ledger + "/", stateMade + ledger + "/"} {
+		if t, ok, err := s.timeState(k); err != nil || ok && t.After(at) {
+			return err == nil, err
+		}
+	}
+	return false, nil
+}
+
 // emptyMadeAfter reports whether page ledger/page, which holds no commit
 // yet, was made here by another device's create after time at, as
 // recorded (stateMade). Such a page, whose commits had not landed, was
@@ -812,7 +866,13 @@ func (s *Syncer) applyName(ctx context.Context, device string, c store.NameChang
 		if gone, err := s.ledgerRenamedAway(c.Ledger, c.Time); err != nil || gone {
 			return err // made before it was renamed here: it is that ledger
 		}
-		return s.ensureLedger(c.Ledger)
+		if ok, err := r.HasLedger(c.Ledger); err != nil || ok {
+			return err
+		}
+		if err := s.ensureLedger(c.Ledger); err != nil {
+			return err
+		}
+		return s.noteLedgerNamed(c)
 	case store.NameCreatePage:
 		if ids, err := incarnationsOf(c.Incarnations); err != nil || len(ids) > 0 {
 			if err != nil {
@@ -1164,6 +1224,16 @@ func (s *Syncer) renameLedger(ctx context.Context, c store.NameChange, st *Stats
 		}
 	}
 	later := len(before) < len(pages)
+	if !later {
+		// A ledger made here after the rename (or by the device whose
+		// change made it here) is one of its own too, empty or not:
+		// the renaming device makes it anew when that change lands
+		// there (the simulation's seed 5, -sim.pages -sim.ledgers
+		// -sim.join -sim.collect=keep-last=2).
+		if later, err = s.ledgerCameAfter(c.Ledger, c.Time); err != nil {
+			return err
+		}
+	}
 	// A new name this device renamed away after c named, on the devices
 	// that knew of c, the ledger c made: that went with the rename, and
 	// so does this one (the simulation's seed 9, -sim.ledgers).
@@ -1183,7 +1253,31 @@ func (s *Syncer) renameLedger(ctx context.Context, c store.NameChange, st *Stats
 	for _, p := range pages {
 		s.Changed(c.To, p)
 	}
-	return nil
+	if err := s.noteArrived(c.To, pages, c.Time); err != nil {
+		return err
+	}
+	return s.noteLedgerNamed(c)
+}
+
+// noteArrived records that pages came into ledger at time at, with a rename
+// of their ledger (stateArrived): a rename of that name made before at,
+// which another device's change brings later, does not take them
+// (cameAfter).
+func (s *Syncer) noteArrived(ledger string, pages []string, at time.Time) error {
+	t, err := at.MarshalText()
+	if err != nil {
+		return err
+	}
+	rows := map[string][]byte{}
+	for _, p := range pages {
+		key := stateArrived + ledger + "/" + p
+		if last, ok, err := s.timeState(key); err != nil {
+			return err
+		} else if !ok || at.After(last) {
+			rows[key] = t
+		}
+	}
+	return s.repo.SetSyncState(rows)
 }
 
 // mergeLedger moves pages, of ledger c.Ledger, renamed by another device
@@ -1202,6 +1296,9 @@ func (s *Syncer) mergeLedger(ctx context.Context, c store.NameChange, pages []st
 		if err := s.moveOrMerge(ctx, [2]string{c.Ledger, p}, [2]string{c.To, p}, st); err != nil {
 			return err
 		}
+	}
+	if err := s.noteArrived(c.To, pages, c.Time); err != nil {
+		return err
 	}
 	if keep {
 		return nil

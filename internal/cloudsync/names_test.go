@@ -544,6 +544,51 @@ func TestARenamedPageGoesUpWholeOnce(t *testing.T) {
 	}
 }
 
+// TestLedgerMadeAfterARenameOfItsNameStays: a renames ledger l to n while
+// c, which never knew a's l, makes a ledger l of its own after that: c's
+// l is not the one a renamed, and stays on both devices, while a's page
+// goes to n on both (the simulation's seed 5 of -sim.pages -sim.ledgers
+// -sim.join -sim.collect=keep-last=2).
+func TestLedgerMadeAfterARenameOfItsNameStays(t *testing.T) {
+	st := newSimStore(1)
+	a, c := newDevice(t, "a", st), newDevice(t, "c", st)
+	a.write("l", "p", "f", []byte("a's"))
+	must(t, a.repo.RenameLedger("l", "n"))
+	must(t, c.repo.CreateLedger("l"))
+	for range 2 {
+		a.sync()
+		c.sync()
+	}
+	same(t, a, c)
+	if want := []string{"l/", "n/", "n/p"}; !slices.Equal(c.names(), want) {
+		t.Fatalf("c has %v, want %v", c.names(), want)
+	}
+}
+
+// TestPageLandedInARenamedLedgerStaysThere: e renames its ledger m to l
+// after d renamed its own l to n; c's page m/q reaches e after e's rename,
+// and lands in l. d's rename, older than e's, then arrives: q came under l
+// with e's rename, after d's, and stays in l, as it does on the devices
+// where q was in m when e's rename came (the simulation's seed 120 of
+// -sim.pages -sim.ledgers -sim.join -sim.collect=keep-last=2).
+func TestPageLandedInARenamedLedgerStaysThere(t *testing.T) {
+	st := newSimStore(1)
+	c, d, e := newDevice(t, "c", st), newDevice(t, "d", st), newDevice(t, "e", st)
+	c.write("m", "q", "f", []byte("c's"))
+	must(t, c.s.Push(context.Background(), &Stats{}))
+	d.write("l", "p", "f", []byte("d's"))
+	must(t, d.repo.RenameLedger("l", "n"))
+	e.write("m", "r", "f", []byte("e's"))
+	must(t, e.repo.RenameLedger("m", "l"))
+	e.sync() // lands c's m/q in l, where e's rename took m
+	round(c, d, e)
+	round(c, d, e)
+	same(t, c, d, e)
+	if want := []string{"l/", "l/q", "l/r", "n/", "n/p"}; !slices.Equal(e.names(), want) {
+		t.Fatalf("e has %v, want %v", e.names(), want)
+	}
+}
+
 // A ledger renamed by one device onto a name another device made a ledger
 // under meanwhile ends as one ledger on both, holding both sides' pages: a
 // page of a name in both merges, and what the other device wrote into the
