@@ -125,24 +125,26 @@ func TestSimulationPages(t *testing.T) {
 func TestSimulationCollect(t *testing.T) {
 	const keep = "keep-last=2"
 	for _, c := range []struct {
-		seed                 uint64
-		found                string
-		late, pages, ledgers bool // found with -sim.late, -sim.pages, -sim.ledgers
+		seed                       uint64
+		found                      string
+		late, pages, ledgers, join bool // found with -sim.late, -sim.pages, -sim.ledgers, -sim.join
 	}{
-		{2, "a device away across a collection grafted a newer head and merged it with no base: versions both sides had replaced came back as conflict files", false, false, false},
-		{55, "the same, where the base was a commit the merging device's own policy had pruned", false, false, false},
-		{46, "a version lost: a batch's applied positions, read as 0 for a device none of whose batches it had applied, took that device's first batch's head for the base", false, false, false},
-		{189, "a batch whose newest commit a collection pruned landed an older one it kept as a head, and merged it with no base", true, false, false},
-		{139, "a batch whose answer was lost, adopted at the next push, left no batch head: a merge after a collection found no base, and a version the other device had replaced came back as a conflict file", false, false, false},
-		{249, "a page here holding two incarnations another device sent apart kept one batch head per device, the other incarnation's batch found none and merged with no base", false, true, false},
-		{301, "two batch heads whose common ancestors were pruned, the bases of a merge's virtual base, merged with no base: the rows said which covered which, but only the landing head's were known to the walks, and a version its own device had replaced came back as a conflict file", false, false, false},
-		{117, "a device's later batch of a page replaced the batch head another device's batch built on, and its policy had pruned the commits between: that batch merged with no base, and a version the device had replaced came back as a conflict file", false, true, true},
-		{194, "a conflict file that only the virtual base of a merge made (its version won at its file in the other side's own merge of the same lines) was taken as deleted by that side: the one copy of a version no device replaced went", false, true, true},
+		{2, "a device away across a collection grafted a newer head and merged it with no base: versions both sides had replaced came back as conflict files", false, false, false, false},
+		{55, "the same, where the base was a commit the merging device's own policy had pruned", false, false, false, false},
+		{46, "a version lost: a batch's applied positions, read as 0 for a device none of whose batches it had applied, took that device's first batch's head for the base", false, false, false, false},
+		{189, "a batch whose newest commit a collection pruned landed an older one it kept as a head, and merged it with no base", true, false, false, false},
+		{139, "a batch whose answer was lost, adopted at the next push, left no batch head: a merge after a collection found no base, and a version the other device had replaced came back as a conflict file", false, false, false, false},
+		{249, "a page here holding two incarnations another device sent apart kept one batch head per device, the other incarnation's batch found none and merged with no base", false, true, false, false},
+		{301, "two batch heads whose common ancestors were pruned, the bases of a merge's virtual base, merged with no base: the rows said which covered which, but only the landing head's were known to the walks, and a version its own device had replaced came back as a conflict file", false, false, false, false},
+		{117, "a device's later batch of a page replaced the batch head another device's batch built on, and its policy had pruned the commits between: that batch merged with no base, and a version the device had replaced came back as a conflict file", false, true, true, false},
+		{194, "a conflict file that only the virtual base of a merge made (its version won at its file in the other side's own merge of the same lines) was taken as deleted by that side: the one copy of a version no device replaced went", false, true, true, false},
+		{5, "a ledger made after another device renamed a ledger of its name away was renamed with it when the rename arrived, while the renaming device made it anew", false, true, true, true},
+		{120, "a page that came under a ledger by that ledger's rename was taken by an older rename of the new name that arrived later, while other devices kept it", false, true, true, true},
 	} {
 		t.Run(fmt.Sprint("found/seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
 			t.Log(c.found)
-			runSim(t, c.seed, 60, false, c.pages, c.ledgers, c.late, false, keep)
+			runSim(t, c.seed, 60, false, c.pages, c.ledgers, c.late, c.join, keep)
 		})
 	}
 	for seed := uint64(1); seed <= uint64(modeSeeds()); seed++ {
