@@ -46,8 +46,14 @@ type NameChange struct {
 	// incarnations of the page (Incarnation's String): the page it names
 	// wherever it is named on the device applying it. None in a change
 	// recorded before layout 4.
-	Incarnations []string  `json:"inc,omitempty"`
-	Time         time.Time `json:"time"`
+	Incarnations []string `json:"inc,omitempty"`
+	// Pages are, for a ledger renamed, the pages it held then: they came
+	// under the new name with the rename, whenever they were named (a
+	// device that applies an older rename of the new name later keeps
+	// them). Informational: none in a change recorded before it came, and
+	// a device applying the rename finds the pages it moves itself.
+	Pages []string  `json:"pages,omitempty"`
+	Time  time.Time `json:"time"`
 }
 
 // SeenCommits parses c.Seen.

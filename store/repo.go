@@ -938,7 +938,7 @@ func (r *Repository) renameLedger(from, to string, rec bool) error {
 	if err != nil {
 		return err
 	}
-	nc, err := r.nameChange(rec, NameChange{Op: NameRenameLedger, Ledger: from, To: to})
+	nc, err := r.nameChange(rec, NameChange{Op: NameRenameLedger, Ledger: from, To: to, Pages: pages})
 	if err != nil {
 		return err
 	}

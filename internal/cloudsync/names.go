@@ -105,6 +105,11 @@ func (s *Syncer) namesPushed(keys [][]byte, changes []store.NameChange) error {
 		if err := s.noteLedgerNamed(c); err != nil {
 			return err
 		}
+		if c.Op == store.NameRenameLedger {
+			if err := s.noteArrived(c.To, c.Pages, c.Time); err != nil {
+				return err
+			}
+		}
 		if c.Op == store.NameRenamePage || c.Op == store.NameRenameLedger {
 			if err := s.noteMoved(c); err != nil {
 				return err
@@ -602,11 +607,12 @@ func (s *Syncer) goneBefore(pb pageBatch, later []*batch) (to *[2]string, gone b
 // renamed away from it sent a page that had crossed another's renames
 // after it (the simulation's seed 32, -sim.pages).
 func (s *Syncer) cameAfter(ledger, page string, at time.Time) (bool, error) {
-	// A page a rename of its ledger took here after at, landing after
-	// the rename (ledgerAfter), came under its name then, whenever it
-	// was named.
-	if last, ok, err := s.timeState(stateArrived + ledger + "/" + page); err != nil || ok && last.After(at) {
-		return err == nil, err
+	// A page a rename of its ledger took here after at (the rename's
+	// change not pushed yet, or as recorded: applied, pushed, or landing
+	// after it, ledgerAfter) came under its name then, whenever it was
+	// named.
+	if ok, err := s.ledgerBrought(ledger, page, at); err != nil || ok {
+		return ok, err
 	}
 	// A page's naming says when it came under its name, if a change of
 	// names made here or applied here did (not a batch alone).
@@ -1257,6 +1263,23 @@ func (s *Syncer) renameLedger(ctx context.Context, c store.NameChange, st *Stats
 		return err
 	}
 	return s.noteLedgerNamed(c)
+}
+
+// ledgerBrought reports whether a rename of its ledger brought page
+// ledger/page under its name after time at: one made here and not pushed
+// yet that moved it, or as recorded (stateArrived).
+func (s *Syncer) ledgerBrought(ledger, page string, at time.Time) (bool, error) {
+	_, changes, err := s.repo.NameChanges()
+	if err != nil {
+		return false, err
+	}
+	for _, c := range changes {
+		if c.Op == store.NameRenameLedger && c.To == ledger && slices.Contains(c.Pages, page) && c.Time.After(at) {
+			return true, nil
+		}
+	}
+	last, ok, err := s.timeState(stateArrived + ledger + "/" + page)
+	return ok && last.After(at), err
 }
 
 // noteArrived records that pages came into ledger at time at, with a rename

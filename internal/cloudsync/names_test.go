@@ -544,6 +544,25 @@ func TestARenamedPageGoesUpWholeOnce(t *testing.T) {
 	}
 }
 
+// TestPageMovedByItsLedgersRenameHereStays: e renames its ledger m, holding
+// a page r named before then, to l, after d renamed its own l to n. When
+// d's older rename arrives at e, r came under l with e's rename, after d's,
+// and stays, as it does on d, which applies e's rename after its own.
+func TestPageMovedByItsLedgersRenameHereStays(t *testing.T) {
+	st := newSimStore(1)
+	d, e := newDevice(t, "d", st), newDevice(t, "e", st)
+	e.write("m", "r", "f", []byte("e's"))
+	d.write("l", "p", "f", []byte("d's"))
+	must(t, d.repo.RenameLedger("l", "n"))
+	must(t, e.repo.RenameLedger("m", "l"))
+	round(d, e)
+	round(d, e)
+	same(t, d, e)
+	if want := []string{"l/", "l/r", "n/", "n/p"}; !slices.Equal(e.names(), want) {
+		t.Fatalf("e has %v, want %v", e.names(), want)
+	}
+}
+
 // TestLedgerMadeAfterARenameOfItsNameStays: a renames ledger l to n while
 // c, which never knew a's l, makes a ledger l of its own after that: c's
 // l is not the one a renamed, and stays on both devices, while a's page
