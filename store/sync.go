@@ -414,20 +414,14 @@ func BatchHeadRow(device string, h BatchHead) (map[string][]byte, error) {
 	return rows, nil
 }
 
-// DropBatchHeads deletes the page's BatchHeads that drop selects, given
+// DropBatchHeads deletes the page's BatchHead rows that drop selects, given
 // each one's device and the incarnation of its row.
 func (p *Page) DropBatchHeads(drop func(device, inc string, h BatchHead) bool) error {
 	if err := p.check(); err != nil {
 		return err
 	}
 	var keys []string
-	err := p.ScanSyncMetadata(batchHeadPrefix, func(key string, v []byte) error {
-		var h BatchHead
-		if err := json.Unmarshal(v, &h); err != nil {
-			return fmt.Errorf("page %s/%s: row %s: %w", p.Ledger, p.Name, key, err)
-		}
-		dev, rest, _ := strings.Cut(strings.TrimPrefix(key, batchHeadPrefix), "/")
-		inc, _, _ := strings.Cut(rest, "/")
+	err := p.scanBatchHeads(func(key, dev, inc string, h BatchHead) error {
 		if drop(dev, inc, h) {
 			keys = append(keys, key)
 		}
@@ -452,12 +446,25 @@ func (p *Page) DropBatchHeads(drop func(device, inc string, h BatchHead) bool) e
 
 // BatchHeads calls fn with each device's BatchHeads of the page.
 func (p *Page) BatchHeads(fn func(device string, h BatchHead) error) error {
+	return p.BatchHeadRows(func(device, _ string, h BatchHead) error { return fn(device, h) })
+}
+
+// BatchHeadRows calls fn with each row of the page's BatchHeads: its
+// device, the incarnation the row is of, and the BatchHead.
+func (p *Page) BatchHeadRows(fn func(device, inc string, h BatchHead) error) error {
+	return p.scanBatchHeads(func(_, device, inc string, h BatchHead) error { return fn(device, inc, h) })
+}
+
+// scanBatchHeads calls fn with each BatchHead row's sync_metadata key, its
+// device and incarnation, and the BatchHead.
+func (p *Page) scanBatchHeads(fn func(key, device, inc string, h BatchHead) error) error {
 	return p.ScanSyncMetadata(batchHeadPrefix, func(key string, v []byte) error {
 		var h BatchHead
 		if err := json.Unmarshal(v, &h); err != nil {
 			return fmt.Errorf("page %s/%s: row %s: %w", p.Ledger, p.Name, key, err)
 		}
-		dev, _, _ := strings.Cut(strings.TrimPrefix(key, batchHeadPrefix), "/")
-		return fn(dev, h)
+		dev, rest, _ := strings.Cut(strings.TrimPrefix(key, batchHeadPrefix), "/")
+		inc, _, _ := strings.Cut(rest, "/")
+		return fn(key, dev, inc, h)
 	})
 }

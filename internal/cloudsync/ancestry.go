@@ -71,10 +71,10 @@ const maxBatchHeads = 8
 func (s *Syncer) pruneBatchHeads(p *store.Page) error {
 	type group struct{ dev, inc string }
 	seqs := map[group][]uint64{}
-	err := p.DropBatchHeads(func(dev, inc string, h store.BatchHead) bool {
+	err := p.BatchHeadRows(func(dev, inc string, h store.BatchHead) error {
 		g := group{dev, inc}
 		seqs[g] = append(seqs[g], h.Seq)
-		return false
+		return nil
 	})
 	if err != nil {
 		return err

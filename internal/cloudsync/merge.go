@@ -142,7 +142,7 @@ func merge(p *store.Page, g *graph, base *store.Commit, real []*store.Commit, a,
 		return ok && se.Value == be.Value, err
 	}
 	// Such a side's lack is no change: the other side's copy, the
-	// base's, stays (unless the merge leaves its version at its file).
+	// base's, stays, as a conflict file kept since the base (below).
 	var stays []string
 	for key, aAfter := range ca {
 		if _, both := cb[key]; aAfter != nil || both {
@@ -235,20 +235,6 @@ func merge(p *store.Page, g *graph, base *store.Commit, real []*store.Commit, a,
 			return nil, nil, 0, fmt.Errorf("cloudsync: merge %q: %w", cf.key, err)
 		}
 	}
-	for _, key := range stays {
-		file, _ := conflictOf(key)
-		e, _, err := tree.Get(key)
-		if err == nil {
-			var fe btree.Entry
-			var ok bool
-			if fe, ok, err = tree.Get(file); err == nil && ok && fe.Value == e.Value {
-				_, err = tree.Delete(key)
-			}
-		}
-		if err != nil {
-			return nil, nil, 0, fmt.Errorf("cloudsync: merge %q: %w", key, err)
-		}
-	}
 	// Conflict files kept since the base. A version one side replaced or
 	// deleted at its file, by a write whose writer saw it (the side kept
 	// no conflict file of it), has lost to a later write of its own: the
@@ -271,6 +257,17 @@ func merge(p *store.Page, g *graph, base *store.Commit, real []*store.Commit, a,
 				kept[c] = append(kept[c], key)
 			}
 		}
+	}
+	// And those that stayed although a side lacked them (unmade), kept by
+	// neither side's change.
+	for _, key := range stays {
+		file, _ := conflictOf(key)
+		e, _, err := tree.Get(key)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("cloudsync: merge %q: %w", key, err)
+		}
+		c := copyOf{file, e.Value}
+		kept[c] = append(kept[c], key)
 	}
 	drop := func(key string) error {
 		if _, err := tree.Delete(key); err != nil {
