@@ -355,8 +355,10 @@ func (c *collection) newCommits(p *store.Page) error {
 // positive keeps a garbage chunk until a later collection; it never
 // deletes a reachable one.
 type marker struct {
-	p      *store.Page
-	seen   map[cas.Digest]struct{}
+	p *store.Page
+	// seen holds each tree node and index piece walked, with its place in
+	// the walk's order.
+	seen   map[cas.Digest]uint32
 	chunks *z.Bloom
 	stop   func() bool
 	// open holds the nodes whose children a halt kept from being walked
@@ -377,7 +379,7 @@ const falsePositives = 1e-6
 func (m *marker) stopped() bool { return m.halted }
 
 func newMarker(p *store.Page, pieces int) *marker {
-	m := &marker{p: p, seen: map[cas.Digest]struct{}{}, chunks: z.NewBloomFilter(float64(max(pieces, 1024)), falsePositives), every: poll,
+	m := &marker{p: p, seen: map[cas.Digest]uint32{}, chunks: z.NewBloomFilter(float64(max(pieces, 1024)), falsePositives), every: poll,
 		open: map[cas.Digest]struct{}{}}
 	m.resume(func() bool { return false })
 	return m
@@ -442,7 +444,7 @@ func (m *marker) add(d cas.Digest) bool {
 	if _, ok := m.seen[d]; ok {
 		return false
 	}
-	m.seen[d] = struct{}{}
+	m.seen[d] = uint32(len(m.seen))
 	// An index piece of a value not fetched yet (a lazy pull's) has
 	// nothing held below it: walking it would fetch it.
 	if m.remote {
@@ -532,6 +534,15 @@ func (r *Reach) Commit(p *store.Page, c *store.Commit) error {
 
 // Has reports whether a marked commit reaches d (a chunk: maybe).
 func (r *Reach) Has(d cas.Digest) bool { return r.m.reached(d) }
+
+// Order reports where tree node or index piece d came in the walks of the
+// commits marked, the first walked 0; false for a chunk or a piece not
+// reached. Pieces packed in this order are read in few packs by a walk
+// that goes the same way (a new device's join).
+func (r *Reach) Order(d cas.Digest) (uint32, bool) {
+	o, ok := r.m.seen[d]
+	return o, ok
+}
 
 // sweep deletes the pieces the marker did not reach, from the piece after
 // the last one swept. Transient ones too: with the page held alone and no

@@ -512,3 +512,100 @@ func TestCollectionGivesWayAndGoesOn(t *testing.T) {
 		}
 	})
 }
+
+// TestReachOrder: Reach.Order numbers the tree nodes and index pieces in
+// the order the marks walked them, the first commit's before the
+// second's, and knows no chunk; Has knows them all.
+func TestReachOrder(t *testing.T) {
+	_, p := openPage(t)
+	c := journals.CommitterFor(p)
+	var ops []journal.Op
+	for i := range 200 {
+		ops = append(ops, put(t, p, fmt.Sprintf("k%03d", i), content(i, 100)))
+	}
+	ops = append(ops, put(t, p, "big", content(1000, 1<<20))) // an index over chunks
+	if err := c.Apply(false, ops...); err != nil {
+		t.Fatal(err)
+	}
+	first, err := p.Head()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Apply(false, put(t, p, "k000", content(2000, 100))); err != nil {
+		t.Fatal(err)
+	}
+	second, err := p.Head()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := gc.NewReach(1024)
+	for _, cm := range []*store.Commit{first, second} {
+		if err := r.Commit(p, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every piece of each commit: those of commit 1 come before those
+	// only commit 2 reaches.
+	seen := map[cas.Digest]bool{}
+	var last uint32
+	walked, chunks := 0, 0
+	piece := func(i int, d cas.Digest) (bool, error) {
+		if d.IsInline() || seen[d] {
+			return false, nil
+		}
+		seen[d] = true
+		if !r.Has(d) {
+			t.Errorf("piece %s of commit %d not reached", d, i+1)
+		}
+		o, ok := r.Order(d)
+		if !d.IsTreeNode() && !d.IsIndex() {
+			chunks++
+			if ok {
+				t.Errorf("chunk %s has a place in the order", d)
+			}
+			return false, nil
+		}
+		if !ok {
+			return false, fmt.Errorf("tree node or index piece %s of commit %d has no place in the order", d, i+1)
+		}
+		walked++
+		if i == 0 {
+			last = max(last, o)
+		} else if o <= last {
+			t.Errorf("a piece only commit 2 reaches comes at %d, before commit 1's last at %d", o, last)
+		}
+		return true, nil
+	}
+	var node func(i int, id cas.ObjectIdentifier) error
+	node = func(i int, id cas.ObjectIdentifier) error {
+		if err := cas.Walk(p, id, func(d cas.Digest) (bool, error) { return piece(i, d) }, nil); err != nil {
+			return err
+		}
+		children, values, err := p.Nodes().Refs(id)
+		if err != nil {
+			return err
+		}
+		for _, v := range values {
+			if err := cas.Walk(p, v, func(d cas.Digest) (bool, error) { return piece(i, d) }, nil); err != nil {
+				return err
+			}
+		}
+		for _, ch := range children {
+			if err := node(i, ch); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for i, cm := range []*store.Commit{first, second} {
+		if err := node(i, cm.Root); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o, ok := r.Order(first.Root.Digest); !ok || o != 0 {
+		t.Errorf("commit 1's root at %d (%v), want 0", o, ok)
+	}
+	if walked < 3 || chunks == 0 {
+		t.Fatalf("walked %d tree nodes and index pieces and %d chunks; the test wants more", walked, chunks)
+	}
+}
