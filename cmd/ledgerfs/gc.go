@@ -213,8 +213,8 @@ func collectStore(cmd *cobra.Command, repoDir string, rf *remoteFlags, o cloudsy
 	if o.DryRun || cs.Waiting {
 		repacked = "not repacked"
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "store %s: %d packs (%s): %d reached, %d mostly unreached (%s, %s of reached pieces), %d not yet in a batch, %d unreached (%s); %s %d packs (%s)%s; %d commits kept, in %s\n",
-		be.Location(), cs.Packs, humanize.IBytes(uint64(cs.Bytes)), cs.Live, cs.Repacked, repacked, humanize.IBytes(uint64(cs.RepackedBytes)), cs.Unknown, cs.Recorded, recorded,
+	fmt.Fprintf(cmd.OutOrStdout(), "store %s: %d packs (%s): %d reached, %d mostly unreached and %d small (%s, %s of reached pieces), %d not yet in a batch, %d unreached (%s); %s %d packs (%s)%s; %d commits kept, in %s\n",
+		be.Location(), cs.Packs, humanize.IBytes(uint64(cs.Bytes)), cs.Live, cs.Repacked-cs.Small, cs.Small, repacked, humanize.IBytes(uint64(cs.RepackedBytes)), cs.Unknown, cs.Recorded, recorded,
 		verb, cs.Deleted, humanize.IBytes(uint64(cs.DeletedBytes)),
 		map[bool]string{true: " (batches of other devices wait to apply here: try again later)"}[cs.Waiting], cs.Kept, time.Since(start).Round(time.Millisecond))
 	return nil

@@ -1,11 +1,13 @@
 package cloudsync
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -96,8 +98,12 @@ type CollectStats struct {
 	// repackBelow), and the packs recorded with the unreached ones.
 	Repacked      int
 	RepackedBytes int64
-	Waiting       bool // batches wait to apply: nothing deleted
-	Kept          int  // commits kept
+	// Small are the packs of Repacked that were repacked for their size:
+	// under a smallPackShare of a full pack, and repackSmallAtLeast of
+	// them or more.
+	Small   int
+	Waiting bool // batches wait to apply: nothing deleted
+	Kept    int  // commits kept
 }
 
 // Collect collects the store: see collectedDir. The repository should be
@@ -154,10 +160,12 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 		return cs, err
 	}
 
-	// The packs, which of them no kept commit reaches, and which hold
-	// reached pieces in less than repackBelow of their bytes.
+	// The packs, which of them no kept commit reaches, which hold
+	// reached pieces in less than repackBelow of their bytes, and which
+	// are small.
 	var unreached []string
-	var sparse []sparsePack
+	var sparse, small []sparsePack
+	var smallBytes, smallSize int64
 	size := map[string]int64{}
 	err = s.be.List(ctx, packsDir, "", func(o remote.Object) error {
 		cs.Packs++
@@ -190,6 +198,10 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 			cs.Repacked++
 			cs.RepackedBytes += liveBytes
 			cs.LiveBytes += liveBytes
+		case o.Size < int64(s.packSize)/smallPackShare:
+			small = append(small, sparsePack{name: o.Name, live: live})
+			smallBytes += liveBytes
+			smallSize += o.Size
 		default:
 			cs.Live++
 			cs.LiveBytes += o.Size
@@ -199,11 +211,33 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 	if err != nil {
 		return cs, err
 	}
+	if len(small) >= repackSmallAtLeast {
+		sparse = append(sparse, small...)
+		cs.Repacked += len(small)
+		cs.Small = len(small)
+		cs.RepackedBytes += smallBytes
+		cs.LiveBytes += smallBytes
+	} else {
+		cs.Live += len(small)
+		cs.LiveBytes += smallSize
+	}
+	// Moved in the order the walk first reached them, page by page, which
+	// is the order a join fetches them in: a page's pieces end up in one
+	// or two packs, not in every pack the repack writes.
+	for i := range sparse {
+		sparse[i].first = math.MaxUint32
+		for _, r := range sparse[i].live {
+			if o, ok := reach.Order(cas.Digest(r.Digest)); ok {
+				sparse[i].first = min(sparse[i].first, o)
+			}
+		}
+	}
+	slices.SortStableFunc(sparse, func(a, b sparsePack) int { return cmp.Compare(a.first, b.first) })
 	if cs.Waiting {
 		// Commits of batches not applied here may reach what looks
 		// unreached, and a record's positions must not go back: no
 		// record, nothing deleted or moved.
-		cs.Recorded, cs.Live, cs.Repacked, cs.RepackedBytes = len(unreached), cs.Live+cs.Repacked, 0, 0
+		cs.Recorded, cs.Live, cs.Repacked, cs.Small, cs.RepackedBytes = len(unreached), cs.Live+cs.Repacked, 0, 0, 0
 		return cs, nil
 	}
 	cs.Recorded = len(unreached)

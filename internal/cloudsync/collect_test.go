@@ -388,6 +388,74 @@ func TestCollectRepack(t *testing.T) {
 	}
 }
 
+// packCount is how many packs the store holds.
+func packCount(t *testing.T, be remote.Backend) int {
+	t.Helper()
+	n := 0
+	for _, o := range objects(t, be) {
+		if strings.HasPrefix(o.Name, packsDir) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRepackSmallPacks: a history of pushes of a few changes each is a
+// small pack each. Fewer than repackSmallAtLeast stay as they are; more
+// are repacked by a collection into full packs, their pieces in the order
+// its walk reached them, so that a new device's join, which walks the
+// pages in that order, reads each new pack about once rather than a pack
+// a push, and ends with every file.
+func TestRepackSmallPacks(t *testing.T) {
+	be, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a := newDevice(t, "a", be)
+	const pages, rounds = 8, 24
+	write := func(r int) {
+		for p := range pages {
+			a.write("l", fmt.Sprint("p", p), fmt.Sprint("f", r), random(uint64(r*pages+p), 6<<10))
+		}
+		a.sync()
+	}
+	write(0)
+	before := packCount(t, be)
+	if cs := a.collectStore(0); cs.Small != 0 || cs.Repacked != 0 || packCount(t, be) != before {
+		t.Fatalf("a collection of %d small packs, fewer than %d: %+v, %d packs after; want none repacked", before, repackSmallAtLeast, cs, packCount(t, be))
+	}
+	for r := 1; r < rounds; r++ {
+		write(r)
+	}
+	before = packCount(t, be)
+	cs := a.collectStore(0)
+	after := packCount(t, be)
+	t.Logf("%d packs before the collection, %d after; %+v", before, after, cs)
+	if cs.Small < repackSmallAtLeast || cs.Small != cs.Repacked {
+		t.Fatalf("a collection of a history of %d small packs: %+v; want them repacked", before, cs)
+	}
+	// Two runs of packs, trees and values, each ending in one partly full.
+	if full := int(cs.RepackedBytes/int64(a.s.packSize)) + 2; after > full {
+		t.Fatalf("%d packs after the repack of %d bytes, want %d at most", after, cs.RepackedBytes, full)
+	}
+
+	reads := &counting{Backend: be}
+	c := newDevice(t, "c", reads)
+	c.sync()
+	joined := reads.take()
+	t.Logf("the join's requests: %v", joined)
+	for p := range pages {
+		if got, want := c.files("l", fmt.Sprint("p", p)), a.files("l", fmt.Sprint("p", p)); !maps.Equal(got, want) {
+			t.Fatalf("page p%d on the device that joined: %d files, want %d", p, len(got), len(want))
+		}
+	}
+	packReads := joined["range"]
+	for _, n := range reads.packs {
+		packReads += n
+	}
+	if packReads > after {
+		t.Fatalf("the join read packs %d times, of the %d packs of the store; want each once at most", packReads, after)
+	}
+}
+
 // TestRepackProperty: whatever files two devices write and delete, a
 // collection with no grace leaves every pack of the store holding at
 // least repackBelow of its bytes in reached pieces (so the packs take at

@@ -1,6 +1,7 @@
 package cloudsync
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +15,8 @@ import (
 // Repacking. A collection frees a pack only when nothing reached is in it;
 // a pack of which a few pieces stay reached would stay whole for ever. So
 // a collection also copies the reached pieces of packs in which they take
-// less than repackBelow of the bytes into new packs, as stored (a piece is
+// less than repackBelow of the bytes, and of small packs (smallPackShare),
+// into new packs, in the order its walk reached them, as stored (a piece is
 // sealed under its digest, not its pack), and writes a batch of its log
 // saying where they went (batch.Moved). Every device that reads it reads
 // them from the new packs from then on (its index skips what any batch
@@ -30,16 +32,29 @@ const (
 	repackGap = 64 << 10
 	// repackRun bounds what one read of a repack asks for.
 	repackRun = 8 << 20
+	// smallPackShare and repackSmallAtLeast: a pack under 1/smallPackShare
+	// of a full pack is small, and a collection that finds
+	// repackSmallAtLeast small packs or more moves their reached pieces
+	// too. A push of a few changes makes a small pack, so a store's
+	// history is thousands of them, and a new device's join, which
+	// fetches what they hold, a request each; a join after the repack
+	// reads a few full packs. Fewer are left, not to rewrite a store's
+	// last small pack at every collection.
+	smallPackShare     = 8
+	repackSmallAtLeast = 16
 	// stateRepacked (+ pack name) marks a pack whose reached pieces a
 	// repack moved: batches' pieces in it are not indexed.
 	stateRepacked = "repacked/"
 )
 
-// A sparsePack is a pack whose reached pieces (live, in pack order) take
-// less than repackBelow of its bytes.
+// A sparsePack is a pack to repack: its reached pieces (live, in pack
+// order) take less than repackBelow of its bytes, or it is small.
 type sparsePack struct {
 	name string
 	live []pieceRef
+	// first is where the collection's walk first reached a tree node
+	// or index piece of live (gc.Reach.Order).
+	first uint32
 }
 
 // isRepacked reports whether a repack moved the reached pieces of pack.
@@ -82,20 +97,22 @@ func (s *Syncer) repack(ctx context.Context, l *lock, sparse []sparsePack) (stri
 		return "", err
 	}
 	var st Stats
-	w := s.newPackWriter(ctx, &st)
+	// Tree nodes and index pieces fill packs of their own, as a push's
+	// do (walkOrder): they are all a lazy join fetches.
+	w := repackWriters{trees: s.newPackWriter(ctx, &st), values: s.newPackWriter(ctx, &st)}
 	var bytes int64
 	from := make([]string, 0, len(sparse))
 	for i, sp := range sparse {
 		s.progress("collect: repack", i, len(sparse))
 		if err := l.refresh(ctx); err != nil {
-			w.g.Wait()
+			w.wait()
 			return "", err
 		}
 		if err := s.copyLive(ctx, w, sp); err != nil {
-			w.g.Wait()
+			w.wait()
 			return "", err
 		}
-		if w.failed() {
+		if w.trees.failed() || w.values.failed() {
 			break // close says why
 		}
 		from = append(from, sp.name)
@@ -103,10 +120,12 @@ func (s *Syncer) repack(ctx context.Context, l *lock, sparse []sparsePack) (stri
 			bytes += r.Len
 		}
 	}
-	refs, err := w.close()
-	if err != nil {
+	refs, err := w.trees.close()
+	values, verr := w.values.close()
+	if err = cmp.Or(err, verr); err != nil {
 		return "", fmt.Errorf("cloudsync: repack: %w", err)
 	}
+	refs = append(refs, values...)
 	s.progress("collect: repack", len(sparse), len(sparse))
 	m := &movedPieces{From: from, Pieces: refs}
 	if err := l.check(ctx); err != nil {
@@ -155,9 +174,19 @@ func (s *Syncer) absorbRepack(ctx context.Context, name string) error {
 	return s.indexRepack(b.Moved)
 }
 
+// repackWriters are the packs a repack fills: one run of packs for tree
+// nodes and index pieces, one for the chunks of values.
+type repackWriters struct{ trees, values *packWriter }
+
+// wait waits for the uploads of both, after a failure.
+func (w repackWriters) wait() {
+	w.trees.g.Wait()
+	w.values.g.Wait()
+}
+
 // copyLive adds the reached pieces of sp, as stored and checked, to w:
 // read in runs of pieces near each other.
-func (s *Syncer) copyLive(ctx context.Context, w *packWriter, sp sparsePack) error {
+func (s *Syncer) copyLive(ctx context.Context, w repackWriters, sp sparsePack) error {
 	live := sp.live
 	for len(live) > 0 {
 		n := 1
@@ -181,7 +210,11 @@ func (s *Syncer) copyLive(ctx context.Context, w *packWriter, sp sparsePack) err
 			if _, err := s.openPiece(d, sp.name, slices.Clone(sealed), true); err != nil {
 				return fmt.Errorf("cloudsync: repack: %w", err)
 			}
-			w.add(d, func(b []byte) []byte { return append(b, sealed...) })
+			to := w.values
+			if d.IsTreeNode() || d.IsIndex() {
+				to = w.trees
+			}
+			to.add(d, func(b []byte) []byte { return append(b, sealed...) })
 		}
 		live = live[n:]
 	}
