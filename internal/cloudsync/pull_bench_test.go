@@ -91,10 +91,13 @@ func writeHistory(b *testing.B, a *device, pages, files, rounds int, perPage boo
 // each of which must pull at least commits commits.
 func firstSyncs(b *testing.B, dir remote.Backend, commits int) {
 	b.Helper()
+	c := &counting{Backend: dir}
+	var gets, down int64
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		d := newDevice(b, "b", dir)
+		d := newDevice(b, "b", c)
+		c.take()
 		b.StartTimer()
 		st, err := d.s.Sync(context.Background())
 		if err != nil {
@@ -103,7 +106,14 @@ func firstSyncs(b *testing.B, dir remote.Backend, commits int) {
 		if st.CommitsDown < commits {
 			b.Fatalf("pulled %d commits, want %d", st.CommitsDown, commits)
 		}
+		_, moved, _ := c.moved()
+		n := c.take()
+		gets, down = gets+int64(n["get"]+n["range"]), down+moved
 	}
+	// The requests and bytes are what a join costs on a remote store,
+	// where each request is a round trip.
+	b.ReportMetric(float64(gets)/float64(b.N), "gets/join")
+	b.ReportMetric(float64(down)/float64(b.N), "B/join")
 }
 
 // BenchmarkJoinManyPacks is a new device's join from a checkpoint of a
