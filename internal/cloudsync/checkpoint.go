@@ -197,13 +197,8 @@ func (w *checkpointWriter) page(ctx context.Context, p *store.Page) error {
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(commits, store.ParentsFirst)
-	head, err := p.Head()
-	if err != nil {
+	if commits, err = joinOrder(p, commits); err != nil {
 		return err
-	}
-	if i := slices.IndexFunc(commits, func(c *store.Commit) bool { return c.ID == head.ID }); i >= 0 {
-		commits = append(slices.Delete(commits, i, i+1), head)
 	}
 	pb, err := s.pageBatchOf(p, commits)
 	if err != nil {
@@ -236,6 +231,20 @@ func (w *checkpointWriter) page(ctx context.Context, p *store.Page) error {
 	w.pages = append(w.pages, b)
 	w.size += len(b)
 	return nil
+}
+
+// joinOrder sorts commits of p in the order a join lands and walks them:
+// parents first, the head last.
+func joinOrder(p *store.Page, commits []*store.Commit) ([]*store.Commit, error) {
+	slices.SortFunc(commits, store.ParentsFirst)
+	head, err := p.Head()
+	if err != nil {
+		return nil, err
+	}
+	if i := slices.IndexFunc(commits, func(c *store.Commit) bool { return c.ID == head.ID }); i >= 0 {
+		commits = append(slices.Delete(commits, i, i+1), head)
+	}
+	return commits, nil
 }
 
 // flush writes the object being filled.

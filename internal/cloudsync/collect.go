@@ -211,7 +211,7 @@ func (s *Syncer) Collect(ctx context.Context, o CollectOptions) (CollectStats, e
 	if err != nil {
 		return cs, err
 	}
-	if len(small) >= repackSmallAtLeast {
+	if len(small) >= cmp.Or(s.repackSmall, repackSmallAtLeast) {
 		sparse = append(sparse, small...)
 		cs.Repacked += len(small)
 		cs.Small = len(small)
@@ -431,14 +431,24 @@ func (s *Syncer) reachAll(ctx context.Context, l *lock, cw *checkpointWriter) (*
 				return err
 			}
 			defer s.repo.Release(p)
+			// Walked in the order a join walks them, which is the
+			// order a repack packs what they reach in.
+			var commits []*store.Commit
 			err = p.CommitIDs(nil, func(id store.CommitID) error {
 				c, err := p.Commit(id)
-				if err != nil {
-					return err
-				}
+				commits = append(commits, c)
 				kept[id] = true
-				return reach.Commit(p, c)
+				return err
 			})
+			if err == nil {
+				commits, err = joinOrder(p, commits)
+			}
+			for _, c := range commits {
+				if err != nil {
+					break
+				}
+				err = reach.Commit(p, c)
+			}
 			if err != nil || cw == nil {
 				return err
 			}
