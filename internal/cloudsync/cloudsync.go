@@ -71,6 +71,10 @@ type Syncer struct {
 	// run before a failed one cancels the rest is up to the scheduler,
 	// and a run must follow from its seed.
 	inFlight int
+	// repackSmall is how many small packs a collection repacks at least;
+	// 0 means repackSmallAtLeast. The simulation repacks them at every
+	// collection.
+	repackSmall int
 	// Progress, if set, is told of each phase's progress: "push LEDGER/PAGE"
 	// with the pieces packed of those to go up, "pull LEDGER/PAGE" with the
 	// pieces fetched (total 0: not known ahead).

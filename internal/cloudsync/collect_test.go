@@ -12,9 +12,11 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	"pgregory.net/rapid"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -682,4 +684,53 @@ func TestMergeAcrossPrunedHistory(t *testing.T) {
 			return nil
 		}))
 	})
+}
+
+// failNth is a Backend whose read of a pack fails once, when n reads
+// remain to it.
+type failNth struct {
+	remote.Backend
+	n atomic.Int64
+}
+
+func (f *failNth) GetRange(ctx context.Context, name string, off, n int64) ([]byte, error) {
+	if strings.HasPrefix(name, packsDir) && f.n.Add(-1) == 0 {
+		return nil, fmt.Errorf("a read of %s cut short", name)
+	}
+	return f.Backend.GetRange(ctx, name, off, n)
+}
+
+// TestRepackReadCutShort: a read failing midway through a repack, with
+// reads ahead of the copy under way, fails the collection, leaves no read
+// running, and deletes nothing; the next collection repacks, and a device
+// that joins after reads every file.
+func TestRepackReadCutShort(t *testing.T) {
+	dir, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	fail := &failNth{Backend: dir}
+	a := newDevice(t, "a", fail)
+	for r := range 3 * repackSmallAtLeast {
+		a.write("l", "p", fmt.Sprint("f", r), random(uint64(r), 4<<10))
+		a.sync()
+	}
+	want := a.files("l", "p")
+	before := packCount(t, dir)
+	a.collectHere()
+	fail.n.Store(repackSmallAtLeast)
+	running := goleak.IgnoreCurrent()
+	if _, err := a.s.Collect(context.Background(), CollectOptions{}); err == nil || !strings.Contains(err.Error(), "cut short") {
+		t.Fatalf("a collection whose repack failed a read: %v", err)
+	}
+	goleak.VerifyNone(t, running)
+	if after := packCount(t, dir); after < before {
+		t.Fatalf("a failed repack left %d packs of %d", after, before)
+	}
+	if cs := a.collectStore(0); cs.Small < repackSmallAtLeast {
+		t.Fatalf("the collection after: %+v; want the small packs repacked", cs)
+	}
+	c := newDevice(t, "c", dir)
+	c.sync()
+	if got := c.files("l", "p"); !maps.Equal(got, want) {
+		t.Fatalf("a device that joined after: %d files, want %d", len(got), len(want))
+	}
 }

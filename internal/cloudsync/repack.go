@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/remote"
@@ -96,21 +97,31 @@ func (s *Syncer) repack(ctx context.Context, l *lock, sparse []sparsePack) (stri
 	if err := s.raise(ctx, remote.VersionRepack); err != nil {
 		return "", err
 	}
-	var st Stats
 	// Tree nodes and index pieces fill packs of their own, as a push's
 	// do (walkOrder): they are all a lazy join fetches.
-	w := repackWriters{trees: s.newPackWriter(ctx, &st), values: s.newPackWriter(ctx, &st)}
+	var trees, values Stats // one each: a writer guards its own
+	w := repackWriters{trees: s.newPackWriter(ctx, &trees), values: s.newPackWriter(ctx, &values)}
 	var bytes int64
 	from := make([]string, 0, len(sparse))
+	reads := s.readLive(ctx, sparse)
+	defer reads.stop()
 	for i, sp := range sparse {
 		s.progress("collect: repack", i, len(sparse))
 		if err := l.refresh(ctx); err != nil {
 			w.wait()
 			return "", err
 		}
-		if err := s.copyLive(ctx, w, sp); err != nil {
+		pieces, err := reads.next()
+		if err != nil {
 			w.wait()
 			return "", err
+		}
+		for _, p := range pieces {
+			to := w.values
+			if p.d.IsTreeNode() || p.d.IsIndex() {
+				to = w.trees
+			}
+			to.add(p.d, func(b []byte) []byte { return append(b, p.sealed...) })
 		}
 		if w.trees.failed() || w.values.failed() {
 			break // close says why
@@ -121,11 +132,11 @@ func (s *Syncer) repack(ctx context.Context, l *lock, sparse []sparsePack) (stri
 		}
 	}
 	refs, err := w.trees.close()
-	values, verr := w.values.close()
+	more, verr := w.values.close()
 	if err = cmp.Or(err, verr); err != nil {
 		return "", fmt.Errorf("cloudsync: repack: %w", err)
 	}
-	refs = append(refs, values...)
+	refs = append(refs, more...)
 	s.progress("collect: repack", len(sparse), len(sparse))
 	m := &movedPieces{From: from, Pieces: refs}
 	if err := l.check(ctx); err != nil {
@@ -184,9 +195,80 @@ func (w repackWriters) wait() {
 	w.values.g.Wait()
 }
 
-// copyLive adds the reached pieces of sp, as stored and checked, to w:
-// read in runs of pieces near each other.
-func (s *Syncer) copyLive(ctx context.Context, w repackWriters, sp sparsePack) error {
+// A livePiece is a piece a repack read, as stored and checked.
+type livePiece struct {
+	d      cas.Digest
+	sealed []byte
+}
+
+// liveReads reads the reached pieces of packs ahead of the repack that
+// copies them, up to repackReads packs read and not yet copied (a store's
+// history is thousands of small packs, a request each): next returns each
+// pack's in turn.
+type liveReads struct {
+	cancel context.CancelFunc
+	slots  chan struct{} // a read ahead holds one until next takes it
+	wg     sync.WaitGroup
+	out    []chan liveRead
+	i      int
+}
+
+type liveRead struct {
+	pieces []livePiece
+	err    error
+	slot   bool // the read held a slot
+}
+
+// repackReads bounds the packs a repack reads ahead.
+const repackReads = 8
+
+// readLive starts reading the reached pieces of sparse, in order; stop
+// ends the reads.
+func (s *Syncer) readLive(ctx context.Context, sparse []sparsePack) *liveReads {
+	ctx, cancel := context.WithCancel(ctx)
+	// One at a time in the simulation, whose runs must follow from
+	// their seeds (see inFlight).
+	r := &liveReads{cancel: cancel, slots: make(chan struct{}, cmp.Or(s.inFlight, repackReads)), out: make([]chan liveRead, len(sparse))}
+	for i := range r.out {
+		r.out[i] = make(chan liveRead, 1) // a read never waits for next
+	}
+	r.wg.Go(func() {
+		for i, sp := range sparse {
+			select {
+			case r.slots <- struct{}{}:
+			case <-ctx.Done():
+				r.out[i] <- liveRead{err: ctx.Err()}
+				continue
+			}
+			r.wg.Go(func() {
+				pieces, err := s.live(ctx, sp)
+				r.out[i] <- liveRead{pieces: pieces, err: err, slot: true}
+			})
+		}
+	})
+	return r
+}
+
+// next returns the reached pieces of the next pack.
+func (r *liveReads) next() ([]livePiece, error) {
+	got := <-r.out[r.i]
+	r.i++
+	if got.slot {
+		<-r.slots
+	}
+	return got.pieces, got.err
+}
+
+// stop cancels the reads not done and waits for them.
+func (r *liveReads) stop() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+// live reads the reached pieces of sp, checked, in runs of pieces near
+// each other.
+func (s *Syncer) live(ctx context.Context, sp sparsePack) ([]livePiece, error) {
+	var out []livePiece
 	live := sp.live
 	for len(live) > 0 {
 		n := 1
@@ -197,26 +279,22 @@ func (s *Syncer) copyLive(ctx context.Context, w repackWriters, sp sparsePack) e
 		}
 		run, err := s.be.GetRange(ctx, sp.name, live[0].Off, end-live[0].Off)
 		if err != nil {
-			return fmt.Errorf("cloudsync: repack %s: %w", sp.name, err)
+			return nil, fmt.Errorf("cloudsync: repack %s: %w", sp.name, err)
 		}
 		for _, r := range live[:n] {
 			if r.Off+r.Len-live[0].Off > int64(len(run)) {
-				return fmt.Errorf("cloudsync: repack %s: piece %s past the %d bytes read", sp.name, cas.Digest(r.Digest), len(run))
+				return nil, fmt.Errorf("cloudsync: repack %s: piece %s past the %d bytes read", sp.name, cas.Digest(r.Digest), len(run))
 			}
 			sealed := run[r.Off-live[0].Off : r.Off-live[0].Off+r.Len]
 			d := cas.Digest(r.Digest)
 			// Checked before it is copied: a damaged piece is not
 			// spread to a new pack, and the old stays.
 			if _, err := s.openPiece(d, sp.name, slices.Clone(sealed), true); err != nil {
-				return fmt.Errorf("cloudsync: repack: %w", err)
+				return nil, fmt.Errorf("cloudsync: repack: %w", err)
 			}
-			to := w.values
-			if d.IsTreeNode() || d.IsIndex() {
-				to = w.trees
-			}
-			to.add(d, func(b []byte) []byte { return append(b, sealed...) })
+			out = append(out, livePiece{d: d, sealed: sealed})
 		}
 		live = live[n:]
 	}
-	return nil
+	return out, nil
 }

@@ -637,6 +637,7 @@ func (s *sim) join(d *simDevice) {
 	d.s.Names = busyNames{Unrecorded: repo.Unrecorded(), inUse: func(l, p string) bool { return s.inUse(d, l, p) }}
 	eng.KeepUnseen(d.s.Unseen)
 	d.s.inFlight = 1
+	d.s.repackSmall = 2 // a run's collections find a few small packs
 }
 
 // busyNames changes names as store.Unrecorded does, but refuses to rename
