@@ -734,3 +734,47 @@ func TestRepackReadCutShort(t *testing.T) {
 		t.Fatalf("a device that joined after: %d files, want %d", len(got), len(want))
 	}
 }
+
+// TestRepackOfARepack: one collection repacks small packs into a pack
+// small enough for the next, by another device, to repack again. A device
+// away meanwhile reads both repacks' batches in one pull, the later one
+// first (its device's log comes first), and finds each piece where the
+// later repack put it, not in the pack it deleted.
+func TestRepackOfARepack(t *testing.T) {
+	be, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a, b, c := newDevice(t, "a", be), newDevice(t, "b", be), newDevice(t, "c", be)
+	a.write("l", "p", "first", []byte("before b goes away"))
+	a.sync()
+	b.sync()
+	c.sync()
+	// The second collector's log is read first: devices' logs are read
+	// in the order of their names.
+	first, second := a, c
+	if first.s.Device() < second.s.Device() {
+		first, second = second, first
+	}
+	n := 0
+	smalls := func(d *device) {
+		for range repackSmallAtLeast {
+			d.write("l", "p", fmt.Sprint("f", n), random(uint64(n), 2<<10))
+			d.sync()
+			n++
+		}
+	}
+	smalls(first)
+	if cs := first.collectStore(0); cs.Small < repackSmallAtLeast {
+		t.Fatalf("%s's collection: %+v; want the small packs repacked", first.name, cs)
+	}
+	first.sync() // which announces the repack's batch, as a mount's next round does
+	second.sync()
+	smalls(second)
+	if cs := second.collectStore(0); cs.Small <= repackSmallAtLeast {
+		t.Fatalf("%s's collection: %+v; want its small packs and the last repack's repacked", second.name, cs)
+	}
+	second.sync()
+	b.sync()
+	if got, want := b.files("l", "p"), second.files("l", "p"); !maps.Equal(got, want) {
+		t.Fatalf("b after both repacks: %d files, want %d", len(got), len(want))
+	}
+}

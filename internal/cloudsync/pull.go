@@ -113,9 +113,6 @@ func (s *Syncer) pull(ctx context.Context, st *Stats, absorb bool) error {
 					return false, err
 				}
 				for _, pb := range b.Pages {
-					for _, r := range pb.Pieces {
-						index[cas.Digest(r.Digest)] = r
-					}
 					read = append(read, pb.Pieces)
 				}
 				if b.Moved != nil {
@@ -133,10 +130,28 @@ func (s *Syncer) pull(ctx context.Context, st *Stats, absorb bool) error {
 			return false, err
 		}
 		for _, m := range moved {
-			for _, r := range m.Pieces {
-				index[cas.Digest(r.Digest)] = r
-			}
 			read = append(read, m.Pieces)
+		}
+		// Each piece is where the last batch read says, but in no pack
+		// a repack emptied, as keepIndex records them: a repack may have
+		// moved what another moved, their batches read in either order,
+		// and a repack whose batch this pull does not read (a record
+		// names it) leaves the batches' places stale.
+		repacked := map[string]bool{}
+		for _, refs := range read {
+			for _, r := range refs {
+				gone, ok := repacked[r.Pack]
+				if !ok {
+					var err error
+					if gone, err = s.isRepacked(r.Pack); err != nil {
+						return false, err
+					}
+					repacked[r.Pack] = gone
+				}
+				if !gone {
+					index[cas.Digest(r.Digest)] = r
+				}
+			}
 		}
 		// In the devices' order: a read that fails ends the pull, and
 		// which batches were read before it must not be up to a map's
