@@ -137,21 +137,12 @@ func (s *Syncer) pull(ctx context.Context, st *Stats, absorb bool) error {
 		// moved what another moved, their batches read in either order,
 		// and a repack whose batch this pull does not read (a record
 		// names it) leaves the batches' places stale.
-		repacked := map[string]bool{}
-		for _, refs := range read {
-			for _, r := range refs {
-				gone, ok := repacked[r.Pack]
-				if !ok {
-					var err error
-					if gone, err = s.isRepacked(r.Pack); err != nil {
-						return false, err
-					}
-					repacked[r.Pack] = gone
-				}
-				if !gone {
-					index[cas.Digest(r.Digest)] = r
-				}
-			}
+		err := s.unmoved(read, func(r pieceRef) error {
+			index[cas.Digest(r.Digest)] = r
+			return nil
+		})
+		if err != nil {
+			return false, err
 		}
 		// In the devices' order: a read that fails ends the pull, and
 		// which batches were read before it must not be up to a map's
@@ -421,27 +412,19 @@ func (s *Syncer) keepIndex(batches ...[]pieceRef) error {
 	kv := map[string][]byte{}
 	packs := map[string][]pieceRef{}
 	var linked []string // packs given a next pack
-	repacked := map[string]bool{}
-	for _, refs := range batches {
-		for _, r := range refs {
-			gone, ok := repacked[r.Pack]
-			if !ok {
-				var err error
-				if gone, err = s.isRepacked(r.Pack); err != nil {
-					return err
-				}
-				repacked[r.Pack] = gone
-			}
-			if gone {
-				continue // its reached pieces are in the packs a repack made
-			}
-			b, err := json.Marshal(r)
-			if err != nil {
-				return err
-			}
-			kv[store.SyncPieceKey(cas.Digest(r.Digest))] = b
-			packs[r.Pack] = append(packs[r.Pack], r)
+	err := s.unmoved(batches, func(r pieceRef) error {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
 		}
+		kv[store.SyncPieceKey(cas.Digest(r.Digest))] = b
+		packs[r.Pack] = append(packs[r.Pack], r)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, refs := range batches {
 		// A batch's pieces are in the order a pull walks them, a
 		// value's in its order: the pack after a pack holds what a
 		// read in order wants next.
@@ -483,6 +466,30 @@ func (s *Syncer) keepIndex(batches ...[]pieceRef) error {
 	}
 	for _, p := range linked {
 		s.nexts.Remove(p) // a stream read "none" for it before
+	}
+	return nil
+}
+
+// unmoved calls fn with each piece of batches, in order, but those in
+// packs a repack emptied: their reached pieces are in the packs it made.
+func (s *Syncer) unmoved(batches [][]pieceRef, fn func(pieceRef) error) error {
+	repacked := map[string]bool{}
+	for _, refs := range batches {
+		for _, r := range refs {
+			gone, ok := repacked[r.Pack]
+			if !ok {
+				var err error
+				if gone, err = s.isRepacked(r.Pack); err != nil {
+					return err
+				}
+				repacked[r.Pack] = gone
+			}
+			if !gone {
+				if err := fn(r); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	return nil
 }
