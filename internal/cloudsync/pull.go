@@ -132,17 +132,33 @@ func (s *Syncer) pull(ctx context.Context, st *Stats, absorb bool) error {
 		for _, m := range moved {
 			read = append(read, m.Pieces)
 		}
-		// Each piece is where the last batch read says, but in no pack
-		// a repack emptied, as keepIndex records them: a repack may have
-		// moved what another moved, their batches read in either order,
-		// and a repack whose batch this pull does not read (a record
-		// names it) leaves the batches' places stale.
-		err := s.unmoved(read, func(r pieceRef) error {
-			index[cas.Digest(r.Digest)] = r
+		// Each piece is where the last batch read says, unless a repack
+		// emptied that pack. Then it is where the last place in a pack
+		// not emptied says (a repack may have moved what another moved,
+		// their batches read in either order); else where the row kept
+		// of it says (a repack whose batch came through a record); else
+		// in the emptied pack, which stays for the collection's grace
+		// (a piece the repack did not move: no kept commit reached it).
+		emptied := map[cas.Digest]pieceRef{}
+		err := s.places(read, func(r pieceRef, gone bool) error {
+			d := cas.Digest(r.Digest)
+			if !gone {
+				index[d] = r
+				delete(emptied, d)
+			} else if _, ok := index[d]; !ok {
+				emptied[d] = r
+			}
 			return nil
 		})
 		if err != nil {
 			return false, err
+		}
+		for d, r := range emptied {
+			if _, kept, err := s.pieceAt(d); err != nil {
+				return false, err
+			} else if !kept {
+				index[d] = r
+			}
 		}
 		// In the devices' order: a read that fails ends the pull, and
 		// which batches were read before it must not be up to a map's
@@ -412,7 +428,10 @@ func (s *Syncer) keepIndex(batches ...[]pieceRef) error {
 	kv := map[string][]byte{}
 	packs := map[string][]pieceRef{}
 	var linked []string // packs given a next pack
-	err := s.unmoved(batches, func(r pieceRef) error {
+	err := s.places(batches, func(r pieceRef, gone bool) error {
+		if gone {
+			return nil // its reached pieces are in the packs a repack made
+		}
 		b, err := json.Marshal(r)
 		if err != nil {
 			return err
@@ -470,9 +489,9 @@ func (s *Syncer) keepIndex(batches ...[]pieceRef) error {
 	return nil
 }
 
-// unmoved calls fn with each piece of batches, in order, but those in
-// packs a repack emptied: their reached pieces are in the packs it made.
-func (s *Syncer) unmoved(batches [][]pieceRef, fn func(pieceRef) error) error {
+// places calls fn with each piece of batches, in order, and whether its
+// pack is one a repack emptied.
+func (s *Syncer) places(batches [][]pieceRef, fn func(r pieceRef, emptied bool) error) error {
 	repacked := map[string]bool{}
 	for _, refs := range batches {
 		for _, r := range refs {
@@ -484,10 +503,8 @@ func (s *Syncer) unmoved(batches [][]pieceRef, fn func(pieceRef) error) error {
 				}
 				repacked[r.Pack] = gone
 			}
-			if !gone {
-				if err := fn(r); err != nil {
-					return err
-				}
+			if err := fn(r, gone); err != nil {
+				return err
 			}
 		}
 	}

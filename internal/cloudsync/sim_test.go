@@ -141,6 +141,7 @@ func TestSimulationCollect(t *testing.T) {
 		{5, "a ledger made after another device renamed a ledger of its name away was renamed with it when the rename arrived, while the renaming device made it anew", false, true, true, true},
 		{120, "a page that came under a ledger by that ledger's rename was taken by an older rename of the new name that arrived later, while other devices kept it", false, true, true, true},
 		{220, "a pull read the batch of a repack of small packs and the batches that named the packs it emptied, and fetched from an emptied pack the collection had deleted: the batches' places went into the pull's own index unchecked", false, false, false, false},
+		{184, "with the emptied packs left out of a pull's index, a piece the repack had not moved (in the emptied pack for the grace) was in no batch read", false, false, false, false},
 	} {
 		t.Run(fmt.Sprint("found/seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
