@@ -66,7 +66,8 @@ type Syncer struct {
 	// not keep ahead of.
 	missed   atomic.Int64
 	packSize int
-	// inFlight bounds the packs uploading at once; 0 means packsInFlight.
+	// inFlight bounds the packs uploading at once, and those a repack
+	// reads ahead; 0 means packsInFlight and repackReads.
 	// The simulation uploads one at a time: which of several requests
 	// run before a failed one cancels the rest is up to the scheduler,
 	// and a run must follow from its seed.

@@ -440,17 +440,19 @@ func (s *Syncer) reachAll(ctx context.Context, l *lock, cw *checkpointWriter) (*
 				kept[id] = true
 				return err
 			})
-			if err == nil {
-				commits, err = joinOrder(p, commits)
+			if err != nil {
+				return err
+			}
+			if commits, err = joinOrder(p, commits); err != nil {
+				return err
 			}
 			for _, c := range commits {
-				if err != nil {
-					break
+				if err := reach.Commit(p, c); err != nil {
+					return err
 				}
-				err = reach.Commit(p, c)
 			}
-			if err != nil || cw == nil {
-				return err
+			if cw == nil {
+				return nil
 			}
 			return cw.page(ctx, p)
 		}()
