@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -40,9 +41,9 @@ func TestLazyValues(t *testing.T) {
 	b := newDevice(t, "b", be)
 	be.take()
 	st := b.sync()
-	// 300 commits of small files pack their trees with their values: the
-	// pull reads the runs of tree nodes (and index pieces) by range, not
-	// the values among them, nor the big file's chunks.
+	// 300 commits of small files pack their trees before their values:
+	// the pull reads the runs of tree nodes (and index pieces) by range,
+	// not the values, nor the big file's chunks.
 	values := int64(len(big))
 	for i := range 300 {
 		values += int64(3000 + i)
@@ -51,8 +52,26 @@ func TestLazyValues(t *testing.T) {
 		t.Fatalf("b's pull: %+v; the packs hold %d bytes, %d of them values: want the trees only", st, packBytes, values)
 	}
 	t.Logf("a lazy pull read %d bytes of %d in the packs", st.BytesDown, packBytes)
+	// The push packed every commit's tree nodes back to back, before the
+	// values: one range read for each pack that holds nodes, where nodes
+	// packed before each commit's values cost one a commit.
+	treePacks := 0
+	for _, o := range objects(t, dir) {
+		if !strings.HasPrefix(o.Name, packsDir) {
+			continue
+		}
+		idx, err := b.s.packIndex(o.Name)
+		must(t, err)
+		if slices.ContainsFunc(idx, func(r pieceRef) bool { return cas.Digest(r.Digest).IsTreeNode() }) {
+			treePacks++
+		}
+	}
+	reads := be.take()
+	t.Logf("a lazy pull read %d ranges; %d packs hold tree nodes", reads["range"], treePacks)
+	if reads["range"] > treePacks {
+		t.Fatalf("b's pull read %d ranges, %v; the tree nodes are in %d packs: want a range a pack at most", reads["range"], reads, treePacks)
+	}
 	// Sizes come from the tree.
-	be.take()
 	pg := b.page("l", "p")
 	head, err := pg.Head()
 	must(t, err)

@@ -1111,15 +1111,17 @@ func (f *fetcher) fetch(ctx context.Context, p *store.Page, fresh []*store.Commi
 	pw := p.NewPieceWriter()
 	pw.Track = true
 	f.p, f.pw, f.walked, f.nodes = p, pw, map[cas.Digest]bool{}, nil
+	// The nodes of every commit, then their values: the order a push
+	// packs them in (walkOrder), so that each pack is read once.
 	for _, c := range fresh {
-		err := f.node(ctx, c.Root)
-		if err == nil {
-			err = f.values(ctx)
-		}
-		if err != nil {
+		if err := f.node(ctx, c.Root); err != nil {
 			pw.Discard()
 			return nil, fmt.Errorf("fetch commit %s: %w", c.ID, err)
 		}
+	}
+	if err := f.values(ctx); err != nil {
+		pw.Discard()
+		return nil, fmt.Errorf("fetch the values of %d commits: %w", len(fresh), err)
 	}
 	if err := pw.Flush(); err != nil {
 		return nil, err
@@ -1138,8 +1140,8 @@ type fetchedRange struct {
 // bytesOf returns what pack r.Pack holds of piece d, from a range read
 // already or a new one: the whole pack, or, in a lazy pull, the run of tree
 // nodes and index pieces that starts at d, back to back in the pack and up
-// to fetchAhead bytes (a push packs each commit's nodes together): so a
-// lazy pull reads the trees, not the values packed among them.
+// to fetchAhead bytes (a push packs its nodes together, walkOrder): so a
+// lazy pull reads the trees, not the values packed after them.
 func (f *fetcher) bytesOf(ctx context.Context, d cas.Digest, r pieceRef) ([]byte, error) {
 	for i, g := range f.ranges {
 		if g.pack == r.Pack && g.off <= r.Off && r.Off+r.Len <= g.off+int64(len(g.data)) {

@@ -549,13 +549,16 @@ func (w *packWriter) close() ([]pieceRef, error) {
 const packsInFlight = 3
 
 // walkOrder returns pieces in the order a device that pulls the commits
-// needs them, as the fetcher walks: first each commit's tree nodes from its
-// root, parents before children (a node's own pieces: a large node is an
-// index over chunks), then the values of those nodes in the same order,
-// then the pieces no commit reaches. Packed in this order, a pull reads
-// each pack once, where packing in key order scattered a value's chunks
-// over every pack (a pull of 1 GiB fetched a pack per chunk); and the tree
-// nodes fill packs of their own, which is all a lazy pull fetches.
+// needs them, as the fetcher walks: first the tree nodes of every commit
+// from its root, commits parents first and each tree's parents before its
+// children (a node's own pieces: a large node is an index over chunks),
+// then the values of those nodes in the same order, then the pieces no
+// commit reaches. Packed in this order, a pull reads each pack once, where
+// packing in key order scattered a value's chunks over every pack (a pull
+// of 1 GiB fetched a pack per chunk); and the tree nodes of a push lie
+// back to back, which is all a lazy pull fetches: one range read for a
+// push of many commits, where nodes packed before each commit's values
+// cost one a commit.
 func walkOrder(p *store.Page, commits []*store.Commit, pieces []cas.Digest) ([]cas.Digest, error) {
 	want := make(map[cas.Digest]bool, len(pieces))
 	for _, d := range pieces {
@@ -597,18 +600,17 @@ func walkOrder(p *store.Page, commits []*store.Commit, pieces []cas.Digest) ([]c
 		if err := node(c.Root); err != nil {
 			return nil, fmt.Errorf("walk commit %s: %w", c.ID, err)
 		}
-		for _, id := range nodes {
-			_, values, err := p.Nodes().Refs(id)
-			if err != nil {
-				return nil, fmt.Errorf("walk commit %s: %w", c.ID, err)
-			}
-			for _, v := range values {
-				if err := cas.Walk(p, v, take, nil); err != nil {
-					return nil, fmt.Errorf("walk commit %s: %w", c.ID, err)
-				}
+	}
+	for _, id := range nodes {
+		_, values, err := p.Nodes().Refs(id)
+		if err != nil {
+			return nil, fmt.Errorf("walk node %s: %w", id.Digest, err)
+		}
+		for _, v := range values {
+			if err := cas.Walk(p, v, take, nil); err != nil {
+				return nil, fmt.Errorf("walk node %s: %w", id.Digest, err)
 			}
 		}
-		nodes = nodes[:0]
 	}
 	for _, d := range pieces {
 		if want[d] {
