@@ -16,10 +16,16 @@ import (
 // that holds them (a synced page's values are fetched when first read, not
 // when pulled). Fetch returns piece d of p, verified, after storing it as
 // synced (a read-only page: without); for a read in order (stream) it may
-// store the pieces after d that the same request brought. It must be safe
-// for concurrent use, and bound its wait for the remote.
+// store the pieces after d that the same request brought. Pending returns
+// piece d of p if a fetch brought it and has not stored it yet: a read
+// takes it from there before it asks the page db, whose reads wait while
+// fetched pieces are committed (a Badger read transaction waits for the
+// commits under way), so a read in order would stall on each of its own
+// fetches' stores. A Fetcher must be safe for concurrent use, and bound its
+// wait for the remote.
 type Fetcher interface {
 	Fetch(p *Page, d cas.Digest, stream bool) ([]byte, error)
+	Pending(p *Page, d cas.Digest, stream bool) ([]byte, bool)
 }
 
 // ErrRemoteOnly reports a piece that is in the remote store only, which
@@ -78,8 +84,28 @@ func (p *Page) fetch(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 		// a reader as its own.
 		return nil, fmt.Errorf("piece %s: %w: %v", d, ErrRemoteOnly, err)
 	}
+	return p.fetched(data, buf, stream), nil
+}
+
+// pending returns d appended to buf[:0] if a fetch under way brought it
+// and has not stored it yet (Fetcher.Pending).
+func (p *Page) pending(d cas.Digest, buf []byte, stream bool) ([]byte, bool) {
+	f := p.repo.fetcher.Load()
+	if f == nil {
+		return nil, false
+	}
+	data, ok := (*f).Pending(p, d, stream)
+	if !ok {
+		return nil, false
+	}
+	return p.fetched(data, buf, stream), true
+}
+
+// fetched counts a read of data, which a fetcher returned, and copies it
+// into buf: the fetcher keeps its own.
+func (p *Page) fetched(data, buf []byte, stream bool) []byte {
 	p.repo.trim.AddValueRead(len(data), stream)
-	return append(buf[:0], data...), nil
+	return append(buf[:0], data...)
 }
 
 // PutFetched stores pieces fetched from the remote store, marked synced,

@@ -183,6 +183,9 @@ func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 	if err := p.check(); err != nil {
 		return nil, err
 	}
+	if data, ok := p.pending(d, buf, stream); ok {
+		return data, nil
+	}
 	var out []byte
 	var dropped bool
 	err := p.view(func(txn *badger.Txn) error {

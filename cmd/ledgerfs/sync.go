@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -281,7 +282,7 @@ func (f *remoteFlags) backend(ctx context.Context) (remote.Backend, error) {
 type remoteFetcher struct {
 	repo *store.Repository
 	once sync.Once
-	s    *cloudsync.Syncer
+	s    atomic.Pointer[cloudsync.Syncer] // set once connected
 	err  error
 }
 
@@ -295,8 +296,8 @@ func fetchFromRemote(repo *store.Repository) (stop func(), err error) {
 	repo.SetFetcher(f)
 	return func() {
 		repo.DropFetcher(f)
-		if f.s != nil {
-			f.s.Close()
+		if s := f.s.Load(); s != nil {
+			s.Close()
 		}
 	}, nil
 }
@@ -319,10 +320,22 @@ func (f *remoteFetcher) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte,
 			f.err = err
 			return
 		}
-		f.s, f.err = cloudsync.New(ctx, f.repo, be, opt)
+		var s *cloudsync.Syncer
+		if s, f.err = cloudsync.New(ctx, f.repo, be, opt); f.err == nil {
+			f.s.Store(s)
+		}
 	})
 	if f.err != nil {
 		return nil, syncError(f.err)
 	}
-	return f.s.Fetch(p, d, stream)
+	return f.s.Load().Fetch(p, d, stream)
+}
+
+// Pending returns what the syncer's fetches hold unstored, once it
+// connected (store.Fetcher).
+func (f *remoteFetcher) Pending(p *store.Page, d cas.Digest, stream bool) ([]byte, bool) {
+	if s := f.s.Load(); s != nil {
+		return s.Pending(p, d, stream)
+	}
+	return nil, false
 }

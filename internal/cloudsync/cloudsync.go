@@ -52,7 +52,13 @@ type Syncer struct {
 	fetchTimeout time.Duration
 	flightMu     sync.Mutex
 	flights      []*fetchFlight // Fetch's reads under way
-	bg           sync.WaitGroup // their goroutines (Close waits)
+	// nflights is len(flights), for Pending to answer a read of a page
+	// that no fetch serves without taking flightMu.
+	nflights atomic.Int32
+	// settling counts the Settle calls under way: fetches store what
+	// they bring at once meanwhile.
+	settling atomic.Int32
+	bg       sync.WaitGroup // their goroutines (Close waits)
 	// packs caches the pieces of packs read lately (packIndex): a stream
 	// looks its pack up at every piece it lacks.
 	packs *lru.Cache[string, []pieceRef]

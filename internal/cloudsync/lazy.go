@@ -9,7 +9,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -22,8 +21,9 @@ const DefaultFetchTimeout = 20 * time.Second
 
 // fetchAhead bounds what a read in order fetches in one request: the piece
 // asked for and those after it in its pack, which a pack holds in the order
-// a value is read.
-const fetchAhead = 8 << 20
+// a value is read. A pack closes once past its size, so a whole one is a
+// little more than DefaultPackSize.
+const fetchAhead = DefaultPackSize + DefaultPackSize/8
 
 // streamAhead is how many ranges of fetchAhead a stream has on their way
 // ahead of the one it reads: one downloads while another is opened.
@@ -37,7 +37,8 @@ const streamAhead = 2
 // that a stream finds its next pieces on their way. A piece that a fetch
 // under way brings is waited for, not fetched again: the kernel reads ahead
 // in several requests at once. Fetched pieces are stored in the background;
-// until they are, reads take them from the fetch. Safe for concurrent use.
+// until they are, reads take them from the fetch (Pending). Safe for
+// concurrent use.
 func (s *Syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error) {
 	if s.cache != nil {
 		if data, ok := s.cache.Get(d); ok {
@@ -64,26 +65,12 @@ func (s *Syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error)
 		if f == nil {
 			s.missed.Add(1)
 			f = s.fly(page, r, idx, stream, false)
-		} else {
-			f.reached()
 		}
-		if stream {
-			// streamAhead ranges ahead of the reader, on into the
-			// pack pushed next when this one ends.
-			cur := idx
-			for next, k := f, 0; k < streamAhead; k++ {
-				var i int
-				if cur, i = s.wanted(p, cur, next.pack, next.end); cur == nil {
-					break
-				}
-				if g := s.covering(page, cur[i]); g != nil {
-					next = g
-					continue
-				}
-				next = s.fly(page, cur[i], cur, true, true)
-			}
-		}
+		f.reached()
 		s.flightMu.Unlock()
+		if stream {
+			s.goAhead(page, f)
+		}
 		<-f.done
 		if data, ok := f.got[string(d)]; ok {
 			return data, nil
@@ -96,17 +83,95 @@ func (s *Syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error)
 	}
 }
 
+// Pending returns piece d of page p if a fetch under way brings it, or
+// brought it and has not stored it yet, once that fetch is done
+// (store.Fetcher). The first read in order to reach a fetch ahead of it
+// starts the fetches after that one, as Fetch does.
+func (s *Syncer) Pending(p *store.Page, d cas.Digest, stream bool) ([]byte, bool) {
+	if s.nflights.Load() == 0 {
+		return nil, false
+	}
+	page := p.Ledger + "/" + p.Name
+	s.flightMu.Lock()
+	var f *fetchFlight
+	for _, g := range s.flights {
+		if _, ok := g.brings[string(d)]; ok && g.page == page {
+			f = g
+			break
+		}
+	}
+	first := f != nil && f.reached()
+	s.flightMu.Unlock()
+	if f == nil {
+		return nil, false
+	}
+	if first && stream {
+		s.goAhead(page, f)
+	}
+	<-f.done
+	data, ok := f.got[string(d)]
+	return data, ok
+}
+
+// goAhead has flyAhead start the fetches after f in the background: the
+// read that reached f goes on meanwhile.
+func (s *Syncer) goAhead(page string, f *fetchFlight) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		l, n, _ := strings.Cut(page, "/")
+		p, err := s.repo.Acquire(l, n)
+		if err != nil {
+			return // the page is gone: nothing to read ahead for
+		}
+		defer s.repo.Release(p)
+		if idx, err := s.packIndex(f.pack); err == nil {
+			s.flyAhead(p, page, f, idx)
+		}
+	}()
+}
+
+// flyAhead has streamAhead fetches under way after f, which brings a
+// stream's pieces from the pack whose pieces are idx: past it, on into the
+// pack pushed next when that one ends. It takes flightMu only to look up
+// and start fetches: finding what a page lacks reads its db, which waits
+// while fetched pieces are committed.
+func (s *Syncer) flyAhead(p *store.Page, page string, f *fetchFlight, idx []pieceRef) {
+	cur := idx
+	for next, k := f, 0; k < streamAhead; k++ {
+		var i int
+		if cur, i = s.wanted(p, page, cur, next.pack, next.end); cur == nil {
+			return
+		}
+		s.flightMu.Lock()
+		g := s.covering(page, cur[i])
+		if g == nil {
+			g = s.fly(page, cur[i], cur, true, true)
+		}
+		s.flightMu.Unlock()
+		next = g
+	}
+}
+
 // wanted finds where a read in order goes on from offset end of pack,
 // whose pieces are idx: the first piece from there that p does not hold,
 // in that pack or, past its end, in the packs pushed after it (held pieces
-// are skipped: index pieces come with the tree, among a value's chunks).
+// are skipped: index pieces come with the tree, among a value's chunks), or
+// the first on its way.
 // It returns that piece's pack's pieces and its place, or nil if none is
 // found within a few packs.
-func (s *Syncer) wanted(p *store.Page, idx []pieceRef, pack string, end int64) ([]pieceRef, int) {
+func (s *Syncer) wanted(p *store.Page, page string, idx []pieceRef, pack string, end int64) ([]pieceRef, int) {
 	const packsAhead = 4
 	i, found := refAt(idx, end)
 	for range packsAhead {
 		for ; found && i < len(idx); i++ {
+			// A piece on its way needs no look in the db.
+			s.flightMu.Lock()
+			coming := s.covering(page, idx[i]) != nil
+			s.flightMu.Unlock()
+			if coming {
+				return idx, i
+			}
 			d := cas.Digest(idx[i].Digest)
 			held, err := p.Has(d)
 			if err != nil {
@@ -154,27 +219,32 @@ type fetchFlight struct {
 	start, end int64
 	stream     bool // a read in order's, reaching ahead
 	done       chan struct{}
+	brings     map[string]struct{} // the digests it reads, by digest
 	got        map[string][]byte
 	err        error
 	// ahead: started ahead of the reader, it keeps what it brought
 	// unstored until the reader reaches it (or aheadKept passes), so that
-	// the reader's Fetch finds it here and starts the fetches after it;
-	// stored at once, the reader read it locally without a Fetch, and the
-	// fetches ahead stopped (a lazy read waited for every third pack).
-	ahead   bool
-	reach   chan struct{}
-	reachMu sync.Once
+	// the reader's first read of it starts the fetches after it; stored
+	// at once, the reader read it locally, and the fetches ahead stopped
+	// (a lazy read waited for every third pack).
+	ahead     bool
+	reach     chan struct{}
+	isReached bool // reach is closed; under flightMu
 }
 
 // aheadKept bounds how long a fetch ahead of the reader keeps its pieces
 // in memory, waiting for the reader, before it stores them.
 const aheadKept = 3 * time.Second
 
-// reached tells a fetch ahead that the reader reached it.
-func (f *fetchFlight) reached() {
-	if f.ahead {
-		f.reachMu.Do(func() { close(f.reach) })
+// reach records that a read reached f, a fetch ahead of it, and reports
+// whether it is the first time. Called with flightMu held.
+func (f *fetchFlight) reached() bool {
+	if !f.ahead || f.isReached {
+		return false
 	}
+	f.isReached = true
+	close(f.reach)
+	return true
 }
 
 // fly starts fetching r, and the pieces after it in idx for a stream, in
@@ -188,7 +258,12 @@ func (s *Syncer) fly(page string, r pieceRef, idx []pieceRef, stream, ahead bool
 		refs = s.ahead(idx, r, s.nextFlight(page, r))
 	}
 	f.end = refs[len(refs)-1].Off + refs[len(refs)-1].Len
+	f.brings = make(map[string]struct{}, len(refs))
+	for _, r := range refs {
+		f.brings[string(r.Digest)] = struct{}{}
+	}
 	s.flights = append(s.flights, f)
+	s.nflights.Store(int32(len(s.flights)))
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
@@ -199,7 +274,7 @@ func (s *Syncer) fly(page string, r pieceRef, idx []pieceRef, stream, ahead bool
 			f.got[string(d)] = datas[i]
 		}
 		close(f.done)
-		if f.ahead && len(ds) > 0 {
+		if f.ahead && len(ds) > 0 && s.settling.Load() == 0 {
 			t := time.NewTimer(aheadKept)
 			select {
 			case <-f.reach:
@@ -217,6 +292,7 @@ func (s *Syncer) fly(page string, r pieceRef, idx []pieceRef, stream, ahead bool
 		}
 		s.flightMu.Lock()
 		s.flights = slices.DeleteFunc(s.flights, func(g *fetchFlight) bool { return g == f })
+		s.nflights.Store(int32(len(s.flights)))
 		s.flightMu.Unlock()
 	}()
 	return f
@@ -247,9 +323,12 @@ func (s *Syncer) Close() {
 }
 
 // Settle waits until the pieces fetched so far are stored: a page is in
-// use until they are. Fetches ahead of a reader store theirs at once. Not
-// while reads go on (they start fetches).
+// use until they are. Fetches ahead of a reader, and those the reads start
+// meanwhile, store theirs at once. Not while reads go on (they
+// start fetches).
 func (s *Syncer) Settle() {
+	s.settling.Add(1)
+	defer s.settling.Add(-1)
 	s.flightMu.Lock()
 	for _, f := range s.flights {
 		f.reached()

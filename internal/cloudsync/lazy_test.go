@@ -321,3 +321,62 @@ func TestStreamReadsOnIntoTheNextPack(t *testing.T) {
 		t.Fatalf("a read in order of %d packs started %d fetches itself: the fetches ahead stopped at the packs' ends", packs, missed)
 	}
 }
+
+// TestReadsTakeWhatAFetchAheadKeeps: a fetch ahead of a read in order keeps
+// its pieces out of the page db until the read reaches them, and the
+// page's reads take them from the fetch meanwhile; stored at once, the read
+// would find them in the db and start no fetches after them.
+func TestReadsTakeWhatAFetchAheadKeeps(t *testing.T) {
+	dir, big := pushedFile(t, "big.bin", random(13, 2<<20))
+	b := newDevice(t, "b", dir)
+	b.sync()
+	pg := b.page("l", "p")
+	defer b.repo.Release(pg)
+	var chunks []pieceRef // a pack's chunks, none held yet
+	for _, o := range objects(t, dir) {
+		if !strings.HasPrefix(o.Name, packsDir) || len(chunks) > 2 {
+			continue
+		}
+		idx, err := b.s.packIndex(o.Name)
+		must(t, err)
+		chunks = chunks[:0]
+		for _, r := range idx {
+			d := cas.Digest(r.Digest)
+			if held, err := pg.Has(d); err == nil && !held && !d.IsTreeNode() && !d.IsIndex() {
+				chunks = append(chunks, r)
+			}
+		}
+	}
+	if len(chunks) <= 2 {
+		t.Fatal("no pack of chunks")
+	}
+	idx, err := b.s.packIndex(chunks[0].Pack)
+	must(t, err)
+	b.s.flightMu.Lock()
+	f := b.s.fly("l/p", chunks[0], idx, true, true)
+	b.s.flightMu.Unlock()
+	<-f.done
+	for _, r := range chunks {
+		d := cas.Digest(r.Digest)
+		if held, err := pg.Has(d); err != nil || held {
+			t.Fatalf("piece %s, fetched ahead, was stored before a read reached it (%v)", d, err)
+		}
+	}
+	for _, r := range chunks {
+		d := cas.Digest(r.Digest)
+		data, err := pg.GetStreaming(d, nil)
+		if err != nil || !bytes.Contains(big, data) || d.Verify(data) != nil {
+			t.Fatalf("piece %s read while a fetch keeps it: %v", d, err)
+		}
+	}
+	b.s.Settle()
+	for _, r := range chunks {
+		d := cas.Digest(r.Digest)
+		if held, err := pg.Has(d); err != nil || !held {
+			t.Fatalf("piece %s is not stored once read (%v)", d, err)
+		}
+		if _, ok := b.s.Pending(pg, d, false); ok {
+			t.Fatalf("piece %s is still kept in memory once stored", d)
+		}
+	}
+}

@@ -184,6 +184,15 @@ func (y *syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error)
 	return y.watched.Load().Fetch(p, d, stream)
 }
 
+// Pending returns what the syncer's fetches hold unstored, once it
+// connected (store.Fetcher).
+func (y *syncer) Pending(p *store.Page, d cas.Digest, stream bool) ([]byte, bool) {
+	if cs := y.watched.Load(); cs != nil {
+		return cs.Pending(p, d, stream)
+	}
+	return nil, false
+}
+
 // settle ends the wait of reads for the connection: err says why none
 // will come.
 func (y *syncer) settle(err error) {
