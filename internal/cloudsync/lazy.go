@@ -119,8 +119,7 @@ func (s *Syncer) goAhead(page string, f *fetchFlight) {
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
-		l, n, _ := strings.Cut(page, "/")
-		p, err := s.repo.Acquire(l, n)
+		p, err := s.acquire(page)
 		if err != nil {
 			return // the page is gone: nothing to read ahead for
 		}
@@ -219,7 +218,7 @@ type fetchFlight struct {
 	start, end int64
 	stream     bool // a read in order's, reaching ahead
 	done       chan struct{}
-	brings     map[string]struct{} // the digests it reads, by digest
+	brings     map[string]struct{} // the digests of the pieces it reads
 	got        map[string][]byte
 	err        error
 	// ahead: started ahead of the reader, it keeps what it brought
@@ -236,7 +235,7 @@ type fetchFlight struct {
 // in memory, waiting for the reader, before it stores them.
 const aheadKept = 3 * time.Second
 
-// reach records that a read reached f, a fetch ahead of it, and reports
+// reached records that a read reached f, a fetch ahead of it, and reports
 // whether it is the first time. Called with flightMu held.
 func (f *fetchFlight) reached() bool {
 	if !f.ahead || f.isReached {
@@ -301,8 +300,7 @@ func (s *Syncer) fly(page string, r pieceRef, idx []pieceRef, stream, ahead bool
 // store keeps fetched pieces in page, which it holds meanwhile; a failure
 // is logged (the pieces are fetched again when read).
 func (s *Syncer) store(page string, ds []cas.Digest, datas [][]byte) {
-	l, n, _ := strings.Cut(page, "/")
-	p, err := s.repo.Acquire(l, n)
+	p, err := s.acquire(page)
 	if err == nil {
 		err = p.PutFetched(ds, datas)
 		s.repo.Release(p)
@@ -310,6 +308,13 @@ func (s *Syncer) store(page string, ds []cas.Digest, datas [][]byte) {
 	if err != nil {
 		slog.Warn("cloudsync: keep fetched pieces", "page", page, "err", err)
 	}
+}
+
+// acquire holds page, named "LEDGER/PAGE" as a flight names it, for work
+// a flight does after the read that started it returned.
+func (s *Syncer) acquire(page string) (*store.Page, error) {
+	l, n, _ := strings.Cut(page, "/")
+	return s.repo.Acquire(l, n)
 }
 
 // Fetched is the bytes reads fetched from the remote so far.
