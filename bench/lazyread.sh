@@ -7,7 +7,9 @@
 # pushes it to an encrypted store and pulls it on a second repository, the
 # kernel's caches are dropped, and `cat` reads it through a mount of the
 # second; then curl GETs the same bytes. Prints one line per run: the
-# read's seconds, the mount's CPU-seconds, the GET's seconds.
+# read's seconds, the mount's CPU-seconds and the S3 server's during the
+# read, the GET's seconds and the S3 server's CPU-seconds during it. On a
+# machine of few cores the two processes' CPU together bound the read.
 #
 #   bench/lazyread.sh BINARY...          (as root: mounts, drop_caches)
 set -euo pipefail
@@ -35,6 +37,7 @@ trap cleanup EXIT
 for _ in $(seq 100); do curl -s -o /dev/null "$ep" && break; sleep 0.1; done
 head -c "${SIZE_MIB}M" /dev/urandom >"$work/big.bin"
 now() { date +%s.%N; }
+scpu() { awk '{print ($14+$15)/100}' "/proc/$1/stat"; } # a process's CPU-seconds so far
 mountrepo() { "$1" mount "${@:3}" "$2" "$mnt" >"$work/mount.log" 2>&1 & lpid=$!; for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done; }
 n=0
 for run in $(seq "$RUNS"); do
@@ -49,11 +52,15 @@ for run in $(seq "$RUNS"); do
     curl -s -f --aws-sigv4 "aws:amz:us-east-1:s3" --user bench:bench-secret -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -T "$work/big.bin" "$ep/$b/raw.bin"
     sync; echo 3 >/proc/sys/vm/drop_caches
     mountrepo "$bin" "$work/b$n"
+    v0=$(scpu "$vpid")
     s=$(now); cat "$mnt/home/work/big.bin" >/dev/null; e=$(now)
-    cpu=$(awk '{print ($14+$15)/100}' "/proc/$lpid/stat")
+    v1=$(scpu "$vpid")
+    cpu=$(scpu "$lpid")
     umount "$mnt"; wait "$lpid"; lpid=
     s2=$(now); curl -s -f --aws-sigv4 "aws:amz:us-east-1:s3" --user bench:bench-secret -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -o /dev/null "$ep/$b/raw.bin"; e2=$(now)
-    printf '%s\trun %d\tlazy read %.2f s\tmount CPU %.2f s\tGET %.2f s\n' "$bin" "$run" "$(echo "$e-$s" | bc -l)" "$cpu" "$(echo "$e2-$s2" | bc -l)"
+    v2=$(scpu "$vpid")
+    printf '%s\trun %d\tlazy read %.2f s\tmount CPU %.2f s\tS3 server CPU %.2f s\tGET %.2f s\tS3 server CPU %.2f s\n' "$bin" "$run" \
+      "$(echo "$e-$s" | bc -l)" "$cpu" "$(echo "$v1-$v0" | bc -l)" "$(echo "$e2-$s2" | bc -l)" "$(echo "$v2-$v1" | bc -l)"
     rm -rf "$work/a$n" "$work/b$n"
   done
 done
