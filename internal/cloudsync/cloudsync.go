@@ -58,7 +58,10 @@ type Syncer struct {
 	// settling counts the Settle calls under way: fetches store what
 	// they bring at once meanwhile.
 	settling atomic.Int32
-	bg       sync.WaitGroup // their goroutines (Close waits)
+	// keptFor bounds how long a fetch keeps its pieces in memory for its
+	// reader (defaultKeptFor).
+	keptFor time.Duration
+	bg      sync.WaitGroup // their goroutines (Close waits)
 	// packs caches the pieces of packs read lately (packIndex): a stream
 	// looks its pack up at every piece it lacks.
 	packs *lru.Cache[string, []pieceRef]
@@ -208,7 +211,7 @@ func New(ctx context.Context, repo *store.Repository, be remote.Backend, opt Opt
 	if err != nil {
 		return nil, err
 	}
-	s := &Syncer{repo: repo, be: be, key: key, device: device, pol: chunker.Pol(storePol), packSize: DefaultPackSize, now: time.Now,
+	s := &Syncer{repo: repo, be: be, key: key, device: device, pol: chunker.Pol(storePol), packSize: DefaultPackSize, now: time.Now, keptFor: defaultKeptFor,
 		lazy: !opt.FetchAll, fetchTimeout: cmp.Or(opt.FetchTimeout, DefaultFetchTimeout), packs: packs, nexts: nexts, cache: opt.Cache}
 	if version >= remote.VersionIncarnations {
 		s.raised.Store(int64(version))

@@ -66,7 +66,7 @@ func (s *Syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error)
 			s.missed.Add(1)
 			f = s.fly(page, r, idx, stream, false)
 		}
-		f.reached()
+		s.reached(f)
 		s.flightMu.Unlock()
 		if stream {
 			s.goAhead(page, f)
@@ -100,7 +100,7 @@ func (s *Syncer) Pending(p *store.Page, d cas.Digest, stream bool) ([]byte, bool
 			break
 		}
 	}
-	first := f != nil && f.reached()
+	first := f != nil && s.reached(f)
 	s.flightMu.Unlock()
 	if f == nil {
 		return nil, false
@@ -222,28 +222,75 @@ type fetchFlight struct {
 	got        map[string][]byte
 	err        error
 	// ahead: started ahead of the reader, it keeps what it brought
-	// unstored until the reader reaches it (or aheadKept passes), so that
+	// unstored until the reader reaches it (or s.keptFor passes), so that
 	// the reader's first read of it starts the fetches after it; stored
 	// at once, the reader read it locally, and the fetches ahead stopped
 	// (a lazy read waited for every third pack).
 	ahead     bool
 	reach     chan struct{}
 	isReached bool // reach is closed; under flightMu
+	// A stream's fetch, once reached, keeps its pieces until the reader
+	// passes it (reaches a later fetch of the page: passed is closed) or
+	// s.keptFor passes: the reader takes them from memory (Pending), not
+	// from the db after they are stored, and the store of one fetch runs
+	// while the reader is in the next. A lazy read of 1 GiB: 6.47 s
+	// against 7.71 s when a reached fetch stored at once.
+	passed   chan struct{}
+	isPassed bool          // passed is closed; under flightMu
+	stored   chan struct{} // closed once its pieces are stored and it left the flights
 }
 
-// aheadKept bounds how long a fetch ahead of the reader keeps its pieces
-// in memory, waiting for the reader, before it stores them.
-const aheadKept = 3 * time.Second
+// defaultKeptFor bounds how long a fetch keeps its pieces in memory,
+// waiting for its reader to reach it (ahead) or to pass it, before it
+// stores them.
+const defaultKeptFor = 3 * time.Second
 
-// reached records that a read reached f, a fetch ahead of it, and reports
-// whether it is the first time. Called with flightMu held.
-func (f *fetchFlight) reached() bool {
-	if !f.ahead || f.isReached {
+// reached records that a read reached f, and reports whether it is the
+// first time for a fetch ahead of the reader. The fetches of f's page that
+// the reader reached before f are passed. Called with flightMu held.
+func (s *Syncer) reached(f *fetchFlight) bool {
+	if f.isReached {
 		return false
 	}
 	f.isReached = true
 	close(f.reach)
-	return true
+	if f.stream {
+		for _, g := range s.flights {
+			if g != f && g.page == f.page && g.isReached {
+				g.pass()
+			}
+		}
+	}
+	return f.ahead
+}
+
+// pass lets f store its pieces now. Called with flightMu held.
+func (f *fetchFlight) pass() {
+	if !f.isPassed {
+		f.isPassed = true
+		close(f.passed)
+	}
+}
+
+// keep waits, once f is done, until its pieces may be stored: for a
+// stream's fetch, until its reader reaches it and then passes it, each
+// within s.keptFor; at once while the syncer settles.
+func (s *Syncer) keep(f *fetchFlight) {
+	if !f.stream {
+		return
+	}
+	for _, ch := range []chan struct{}{f.reach, f.passed} {
+		if s.settling.Load() != 0 {
+			return
+		}
+		t := time.NewTimer(s.keptFor)
+		select {
+		case <-ch:
+			t.Stop()
+		case <-t.C:
+			return // not reached: not passed either
+		}
+	}
 }
 
 // fly starts fetching r, and the pieces after it in idx for a stream, in
@@ -251,7 +298,7 @@ func (f *fetchFlight) reached() bool {
 // flightMu held.
 func (s *Syncer) fly(page string, r pieceRef, idx []pieceRef, stream, ahead bool) *fetchFlight {
 	f := &fetchFlight{page: page, pack: r.Pack, start: r.Off, stream: stream, done: make(chan struct{}), got: map[string][]byte{},
-		ahead: ahead, reach: make(chan struct{})}
+		ahead: ahead, reach: make(chan struct{}), passed: make(chan struct{}), stored: make(chan struct{})}
 	refs := []pieceRef{r}
 	if stream {
 		refs = s.ahead(idx, r, s.nextFlight(page, r))
@@ -273,13 +320,8 @@ func (s *Syncer) fly(page string, r pieceRef, idx []pieceRef, stream, ahead bool
 			f.got[string(d)] = datas[i]
 		}
 		close(f.done)
-		if f.ahead && len(ds) > 0 && s.settling.Load() == 0 {
-			t := time.NewTimer(aheadKept)
-			select {
-			case <-f.reach:
-			case <-t.C:
-			}
-			t.Stop()
+		if len(ds) > 0 {
+			s.keep(f)
 		}
 		switch {
 		case s.cache != nil:
@@ -293,6 +335,7 @@ func (s *Syncer) fly(page string, r pieceRef, idx []pieceRef, stream, ahead bool
 		s.flights = slices.DeleteFunc(s.flights, func(g *fetchFlight) bool { return g == f })
 		s.nflights.Store(int32(len(s.flights)))
 		s.flightMu.Unlock()
+		close(f.stored)
 	}()
 	return f
 }
@@ -336,7 +379,8 @@ func (s *Syncer) Settle() {
 	defer s.settling.Add(-1)
 	s.flightMu.Lock()
 	for _, f := range s.flights {
-		f.reached()
+		s.reached(f)
+		f.pass()
 	}
 	s.flightMu.Unlock()
 	s.bg.Wait()

@@ -323,12 +323,15 @@ func TestStreamReadsOnIntoTheNextPack(t *testing.T) {
 }
 
 // TestReadsTakeWhatAFetchAheadKeeps: a fetch ahead of a read in order keeps
-// its pieces out of the page db until the read reaches them, and the
-// page's reads take them from the fetch meanwhile; stored at once, the read
-// would find them in the db and start no fetches after them.
+// its pieces out of the page db until the read reaches them, and then until
+// the read passes it (reaches a later fetch), and the page's reads take
+// them from the fetch meanwhile; stored at once, the read would find them
+// in the db and start no fetches after them, and read each piece back from
+// the db.
 func TestReadsTakeWhatAFetchAheadKeeps(t *testing.T) {
 	dir, big := pushedFile(t, "big.bin", random(13, 2<<20))
 	b := newDevice(t, "b", dir)
+	b.s.keptFor = time.Hour // only the reader stores what a fetch keeps
 	b.sync()
 	pg := b.page("l", "p")
 	defer b.repo.Release(pg)
@@ -367,6 +370,29 @@ func TestReadsTakeWhatAFetchAheadKeeps(t *testing.T) {
 		data, err := pg.GetStreaming(d, nil)
 		if err != nil || !bytes.Contains(big, data) || d.Verify(data) != nil {
 			t.Fatalf("piece %s read while a fetch keeps it: %v", d, err)
+		}
+	}
+	// Reached, the fetch keeps its pieces until its reader passes it:
+	// reaches a later fetch of the page.
+	for _, r := range chunks {
+		d := cas.Digest(r.Digest)
+		if held, err := pg.Has(d); err != nil || held {
+			t.Fatalf("piece %s was stored while its reader was still in its fetch (%v)", d, err)
+		}
+	}
+	b.s.flightMu.Lock()
+	g := b.s.fly("l/p", chunks[0], idx, true, true)
+	b.s.reached(g)
+	b.s.flightMu.Unlock()
+	select {
+	case <-f.stored:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a fetch its reader passed did not store its pieces")
+	}
+	for _, r := range chunks {
+		d := cas.Digest(r.Digest)
+		if held, err := pg.Has(d); err != nil || !held {
+			t.Fatalf("piece %s is not stored once its reader passed its fetch (%v)", d, err)
 		}
 	}
 	b.s.Settle()
