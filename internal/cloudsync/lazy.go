@@ -233,8 +233,8 @@ type fetchFlight struct {
 	// passes it (reaches a later fetch of the page: passed is closed) or
 	// s.keptFor passes: the reader takes them from memory (Pending), not
 	// from the db after they are stored, and the store of one fetch runs
-	// while the reader is in the next. A lazy read of 1 GiB: 6.47 s
-	// against 7.71 s when a reached fetch stored at once.
+	// while the reader is in the next (BENCHMARKS.md: a lazy read 10–15 %
+	// faster).
 	passed   chan struct{}
 	isPassed bool          // passed is closed; under flightMu
 	stored   chan struct{} // closed once its pieces are stored and it left the flights
