@@ -20,11 +20,17 @@ import (
 // key's previous record, an intent too, holds the changes since that one:
 // its content is that record's first Keep bytes, zeros up to Size, and
 // Extents over them.
+//
+// A record with a Journal stands in for the journal row of a queued
+// change: the row was never written to the db, and recovery writes it
+// into that journal (Op for a put; a delete's row) before committing it.
+// Such a record is a delete or a put, never an intent.
 type Record struct {
 	Key     string
 	Delete  bool
 	Intent  bool
 	Follows bool
+	Journal []byte
 	Op      []byte
 	Base    []byte
 	Keep    uint64
@@ -44,11 +50,14 @@ const (
 	kindDelete  = 2
 	kindIntent  = 3
 	kindFollows = 4
+	// kindQueued prefixes a delete or put with the journal it stands
+	// in for.
+	kindQueued = 5
 )
 
 // Len is an upper bound of the record's encoded size.
 func (r *Record) Len() int {
-	n := 1 + 4*binary.MaxVarintLen64 + len(r.Key) + len(r.Op) + len(r.Base) + len(r.Result) + 2*8
+	n := 2 + 5*binary.MaxVarintLen64 + len(r.Journal) + len(r.Key) + len(r.Op) + len(r.Base) + len(r.Result) + 2*8
 	for _, e := range r.Extents {
 		n += 8 + binary.MaxVarintLen64 + len(e.Data)
 	}
@@ -59,10 +68,19 @@ func (r *Record) Len() int {
 // intent that follows), then for a put or an intent the
 // length-prefixed key, op, base and result, keep and size (8 bytes each,
 // little-endian), the extent count and each extent's offset (8 bytes) and
-// length-prefixed bytes; for a delete the key alone.
+// length-prefixed bytes; for a delete the key alone. A record with a
+// Journal is kind byte 5, the length-prefixed journal, then the record as
+// it would be without one.
 func (r *Record) MarshalBinary() ([]byte, error) {
+	var b []byte
+	if len(r.Journal) > 0 {
+		if r.Intent {
+			return nil, fmt.Errorf("synclog: an intent stands for no journal row")
+		}
+		b = wire.AppendBytes([]byte{kindQueued}, r.Journal)
+	}
 	if r.Delete {
-		b := []byte{kindDelete}
+		b = append(b, kindDelete)
 		return wire.AppendBytes(b, []byte(r.Key)), nil
 	}
 	for i, e := range r.Extents {
@@ -70,7 +88,9 @@ func (r *Record) MarshalBinary() ([]byte, error) {
 			return nil, fmt.Errorf("synclog: extent %d past the value's size %d", i, r.Size)
 		}
 	}
-	b := make([]byte, 0, r.Len())
+	if b == nil {
+		b = make([]byte, 0, r.Len())
+	}
 	switch {
 	case r.Follows:
 		b = append(b, kindFollows)
@@ -100,6 +120,14 @@ func (r *Record) UnmarshalBinary(b []byte) error {
 	*r = Record{}
 	d := wire.Reader{B: b}
 	kind := d.Byte()
+	if kind == kindQueued {
+		if r.Journal = d.Bytes(); len(r.Journal) == 0 {
+			return errMalformed
+		}
+		if kind = d.Byte(); kind != kindPut && kind != kindDelete {
+			return errMalformed
+		}
+	}
 	r.Key = string(d.Bytes())
 	switch kind {
 	case kindDelete:

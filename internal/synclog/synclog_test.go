@@ -11,16 +11,20 @@ import (
 )
 
 func randRecord(rng *rand.Rand) Record {
+	var journal []byte
+	if rng.IntN(3) == 0 {
+		journal = append([]byte{'j'}, randBytes(rng, 20)...)
+	}
 	if rng.IntN(4) == 0 {
-		return Record{Key: randString(rng, 40), Delete: true}
+		return Record{Key: randString(rng, 40), Delete: true, Journal: journal}
 	}
 	r := Record{Key: randString(rng, 40), Op: randBytes(rng, 60), Base: randBytes(rng, 33),
-		Result: randBytes(rng, 33), Keep: rng.Uint64N(1 << 30), Size: 1 << 20}
+		Result: randBytes(rng, 33), Keep: rng.Uint64N(1 << 30), Size: 1 << 20, Journal: journal}
 	switch rng.IntN(3) {
 	case 1:
-		r.Intent, r.Result = true, nil
+		r.Intent, r.Result, r.Journal = true, nil, nil
 	case 2:
-		r.Intent, r.Follows, r.Result = true, true, nil
+		r.Intent, r.Follows, r.Result, r.Journal = true, true, nil, nil
 	}
 	for range rng.IntN(4) {
 		data := randBytes(rng, 300)
@@ -43,7 +47,7 @@ func randString(rng *rand.Rand, n int) string { return string(randBytes(rng, n))
 // encoding does.
 func equal(a, b Record) bool {
 	norm := func(r Record) Record {
-		for _, p := range []*[]byte{&r.Op, &r.Base, &r.Result} {
+		for _, p := range []*[]byte{&r.Journal, &r.Op, &r.Base, &r.Result} {
 			if len(*p) == 0 {
 				*p = nil
 			}
