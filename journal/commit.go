@@ -153,6 +153,9 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 	if err := p.Land(j.ID, commits, newHead); err != nil {
 		return nil, fmt.Errorf("journal: commit %s: %w", j.ID, err)
 	}
+	if !j.ID.Explicit() {
+		p.Durability().Landed(j.ID)
+	}
 	if newHead != nil {
 		tree.Forget()
 	}

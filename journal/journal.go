@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -35,6 +36,9 @@ type Journal struct {
 	// process, so that commit and clean-up need not scan its rows (nil: a
 	// journal found on disk, read from its rows).
 	ops map[string]Op
+	// queued holds the keys whose latest change in ops went to the sync
+	// log in place of its row (store.Durability.Queue).
+	queued map[string]bool
 	// at, when set, is the time (Unix ns) of the journal's latest change:
 	// its commit takes that time rather than the time it lands (see
 	// Committer.Latest).
@@ -243,13 +247,30 @@ func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 		logged[i] = store.Logged{Key: op.Key, Kind: op.Kind, Row: es[i].Value,
 			Value: op.Entry.Value, Size: op.Entry.Meta.Size, Source: op.Log, Through: op.Through}
 	}
+	// A transaction's changes are made durable by its commit's sync.
+	d, logs := j.p.Durability(), !j.ID.Explicit()
+	if logs && commit == nil && j.mayQueue(ops) {
+		// Changes that bring no pieces of their own (an unlink, a
+		// rename, a mkdir, a chmod) go to the sync log alone, one append
+		// and no db transaction; a checkpoint or recovery writes their
+		// rows if the journal has not landed by then.
+		queued, err := d.Queue(j.ID, logged, es)
+		if err != nil {
+			slog.Warn("queued changes not recorded in the sync log; writing their rows", "page", j.p.Ledger+"/"+j.p.Name, "err", err)
+		}
+		if queued {
+			j.note(ops, true)
+			return nil
+		}
+	}
 	if commit == nil {
 		commit = j.p.PutJournalEntries
 	}
-	// A transaction's changes are made durable by its commit's sync.
-	d, logs := j.p.Durability(), !j.ID.Explicit()
 	if err := d.Prepare(logs, logged); err != nil {
 		return err
+	}
+	if unqueued := j.unqueue(ops); len(unqueued) > 0 {
+		d.Unqueue(j.ID, unqueued)
 	}
 	written := d.Note(keys, false)
 	err := commit(j.ID, es)
@@ -257,17 +278,59 @@ func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 	if err != nil {
 		return err
 	}
-	if j.ops != nil {
-		for _, op := range ops {
-			if prev, ok := j.ops[op.Key]; ok && op.Kind != store.OpAtime && prev.Kind != store.OpAtime {
-				// What the head holds is what the key's first change
-				// in the journal was made from.
-				op.Saw = prev.Saw
-			}
-			j.ops[op.Key] = op
+	j.note(ops, false)
+	return d.Record(logs, logged)
+}
+
+// mayQueue reports whether ops may go to the sync log in place of their
+// rows (store.Durability.Queue): no key of theirs has a row of this
+// journal written already. Within a journal a key's changes are queued,
+// then written as rows; never a queued one after a row, which recovery
+// could not tell from one before it.
+func (j *Journal) mayQueue(ops []Op) bool {
+	for _, op := range ops {
+		if _, ok := j.ops[op.Key]; ok && !j.queued[op.Key] {
+			return false
 		}
 	}
-	return d.Record(logs, logged)
+	return true
+}
+
+// unqueue returns the keys of ops whose latest change in the journal was
+// queued, which ops, written as rows, supersede.
+func (j *Journal) unqueue(ops []Op) []string {
+	var keys []string
+	for _, op := range ops {
+		if j.queued[op.Key] {
+			delete(j.queued, op.Key)
+			keys = append(keys, op.Key)
+		}
+	}
+	return keys
+}
+
+// note keeps ops, recorded (queued: in the sync log alone), as the
+// journal's latest change of each key.
+func (j *Journal) note(ops []Op, queued bool) {
+	if j.ops == nil {
+		return
+	}
+	if queued {
+		if j.queued == nil {
+			j.queued = map[string]bool{}
+		}
+		for _, op := range ops {
+			j.queued[op.Key] = true
+		}
+	}
+	for _, op := range ops {
+		if prev, ok := j.ops[op.Key]; ok && op.Kind != store.OpAtime && prev.Kind != store.OpAtime {
+			// What the head holds is what the key's first change
+			// in the journal was made from.
+			op.Saw = prev.Saw
+		}
+		j.ops[op.Key] = op
+	}
 }
 
 // mergeAtimes folds access times into the changes of their keys already in
@@ -389,6 +452,9 @@ func (j *Journal) Rollback() error {
 	j.done = true
 	if err := j.p.DropImplicitMeta(j.ID); err != nil {
 		return err
+	}
+	if !j.ID.Explicit() {
+		j.p.Durability().Landed(j.ID) // nothing of it to write
 	}
 	return j.deleteOwnRows()
 }

@@ -33,6 +33,9 @@ func (e *Engine) Recover(p *store.Page) error {
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
+	if err := writeQueued(p, implicit); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
 	// Implicit journal ids sort in the order the journals began. Each
 	// commits with the time it began, which is when its first change was
 	// accepted: a view of the page as of any time after a close returned
@@ -56,6 +59,48 @@ func (e *Engine) Recover(p *store.Page) error {
 	}
 	if err := e.collectTransient(p); err != nil {
 		return fmt.Errorf("recover: %w", err)
+	}
+	return nil
+}
+
+// writeQueued writes into each implicit journal that did not land the
+// rows of its changes the sync log recorded in their place
+// (store.Durability.Queue), so that the journal commits them with the
+// rest, at its time. A record of a landed journal's change needs nothing;
+// the replay finds the head holding it.
+func writeQueued(p *store.Page, implicit map[store.JournalID]store.CommitID) error {
+	rows := map[store.JournalID][]store.JournalEntry{}
+	written := map[store.JournalID]map[string]bool{} // the rows each journal has
+	for _, q := range p.Durability().QueuedFound() {
+		if _, ok := implicit[q.Journal]; !ok {
+			continue
+		}
+		has, ok := written[q.Journal]
+		if !ok {
+			has = map[string]bool{}
+			err := p.JournalEntries(q.Journal, "", func(key string, _ []byte) error {
+				has[key] = true
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			written[q.Journal] = has
+		}
+		if has[q.Key] {
+			continue // a later change's row (Journal.mayQueue)
+		}
+		row := q.Row
+		if row == nil {
+			row = EncodeOp(Op{Key: q.Key, Kind: store.OpDelete})
+		}
+		rows[q.Journal] = append(rows[q.Journal], store.JournalEntry{Key: q.Key, Value: row})
+	}
+	for id, es := range rows {
+		if err := p.PutJournalEntries(id, es); err != nil {
+			return fmt.Errorf("write the rows of journal %s the sync log held: %w", id, err)
+		}
+		slog.Info("wrote changes the sync log held into their journal", "page", p.Ledger+"/"+p.Name, "journal", id, "changes", len(es))
 	}
 	return nil
 }

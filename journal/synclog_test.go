@@ -16,7 +16,7 @@ import (
 
 // copyTree copies the files under src to dst, as they are now; Badger's
 // logs are sparse, and stay so.
-func copyTree(t *testing.T, src, dst string) {
+func copyTree(t testing.TB, src, dst string) {
 	t.Helper()
 	if out, err := exec.Command("cp", "-a", "--sparse=always", src, dst).CombinedOutput(); err != nil {
 		t.Fatalf("cp: %v: %s", err, out)

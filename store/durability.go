@@ -154,6 +154,12 @@ type Durability struct {
 	// supersedes its intent.
 	intents     map[string][]*synclog.Record
 	intentBytes int
+	// queued holds, by implicit journal and key, the rows of changes
+	// recorded in the log in place of their journal rows (Queue), until
+	// the journal lands (Landed) or a checkpoint writes them to the db
+	// (foldLocked); folded, the journals whose rows were so written.
+	queued map[JournalID]map[string][]byte
+	folded map[JournalID]bool
 	// failed is why the log could not be created: the page syncs its db
 	// instead until it is opened again.
 	failed error
@@ -374,20 +380,28 @@ func (d *Durability) Note(keys []string, all bool) func() {
 	return func() {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		if len(d.changed) > maxChanged {
-			// Too many to follow one by one between two checkpoints:
-			// as if every key changed. A map cleared keeps its
-			// buckets (5.7 MiB of the heap, pprof, after 100,000
-			// creates): a new one does not.
-			d.changed = map[string]keyChange{clearKey: {gen: d.gen}}
-			d.changedPeak = shrink.Peak{}
-			return
-		}
-		for _, k := range keys {
-			d.changed[k] = keyChange{gen: d.gen}
-		}
-		d.changedPeak.Grew(len(d.changed))
+		d.wroteLocked(keys)
 	}
+}
+
+// wroteLocked records that the entries at keys were just written.
+func (d *Durability) wroteLocked(keys []string) {
+	if d.changed == nil {
+		d.changed = map[string]keyChange{}
+	}
+	if len(d.changed) > maxChanged {
+		// Too many to follow one by one between two checkpoints: as if
+		// every key changed. A map cleared keeps its buckets (5.7 MiB
+		// of the heap, pprof, after 100,000 creates): a new one does
+		// not.
+		d.changed = map[string]keyChange{clearKey: {gen: d.gen}}
+		d.changedPeak = shrink.Peak{}
+		return
+	}
+	for _, k := range keys {
+		d.changed[k] = keyChange{gen: d.gen}
+	}
+	d.changedPeak.Grew(len(d.changed))
 }
 
 // Record appends the records of changes just written (see Prepare and
@@ -511,6 +525,18 @@ func (d *Durability) append(r *synclog.Record) error {
 }
 
 func (d *Durability) appendLocked(r *synclog.Record) error {
+	if err := d.writeLocked(r); err != nil {
+		return err
+	}
+	if !r.Intent { // an intent's chain goes on from its base (LogIntent)
+		d.setResult(r.Key, string(r.Result))
+	}
+	d.markLoggedLocked(r.Key)
+	return nil
+}
+
+// writeLocked appends r to the log, made on first use.
+func (d *Durability) writeLocked(r *synclog.Record) error {
 	if d.failed != nil {
 		return synclog.ErrFull // said once; the db's syncs do the work
 	}
@@ -529,14 +555,7 @@ func (d *Durability) appendLocked(r *synclog.Record) error {
 		}
 		d.log = log
 	}
-	if err := d.log.Append(r); err != nil {
-		return err
-	}
-	if !r.Intent { // an intent's chain goes on from its base (LogIntent)
-		d.setResult(r.Key, string(r.Result))
-	}
-	d.markLoggedLocked(r.Key)
-	return nil
+	return d.log.Append(r)
 }
 
 // setResult records result as the Result of key's latest record. Called
@@ -548,6 +567,181 @@ func (d *Durability) setResult(key, result string) {
 		d.results = map[string]string{}
 	}
 	d.results[key] = result
+}
+
+// queueable reports whether change c can be recorded in the log in place
+// of its journal row (Queue): any change but an access time's, unless the
+// caller asked for a record a replay makes (a Source, an intent's commit
+// through Through). Its value is in the db already: the change comes with
+// no pieces of its own to write.
+func queueable(c *Logged) bool {
+	return c.Kind != OpAtime && c.Source == nil && c.Through.IsZero()
+}
+
+// Queue records changes of implicit journal id in the log in place of
+// their journal rows es, which the caller then does not write: the log's
+// append is the changes' one write, and costs no db transaction. It
+// reports false, having recorded nothing, when the changes cannot all be
+// recorded so (see queueable), a key changed has records in the log's
+// epoch (its changes are recorded as before, so that a replay never
+// undoes one), the journal's rows were written since (fold), or the log
+// has no room or cannot be made; the caller then writes the rows.
+//
+// The records make the changes survive a crash of the process, which
+// leaves the log's appends in the page cache: recovery writes them into
+// their journal before it commits it (QueuedFound). They are no records
+// for a replay after a power loss: a change so recorded is durable once a
+// checkpoint has written its rows and synced the db, as an unrecorded
+// change is. Until the journal lands (Landed), a checkpoint writes the
+// rows before it drops their records, so the db alone holds every change
+// as seed 000's rows after each checkpoint.
+func (d *Durability) Queue(id JournalID, changes []Logged, es []JournalEntry) (bool, error) {
+	if id.Explicit() {
+		return false, nil
+	}
+	recs := make([]*synclog.Record, len(changes))
+	keys := make([]string, len(changes))
+	n := 0
+	for i := range changes {
+		c := &changes[i]
+		if !queueable(c) {
+			return false, nil
+		}
+		r := &synclog.Record{Key: c.Key, Journal: []byte(id)}
+		if c.Kind == OpDelete {
+			r.Delete = true
+		} else {
+			r.Op, r.Result = c.Row, []byte(c.Value.Digest)
+		}
+		recs[i], keys[i] = r, c.Key
+		n += r.Len()
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failed != nil || d.p.readOnly != nil || d.folded[id] || n > maxLogged || d.log != nil && !d.log.Room(n) {
+		return false, nil
+	}
+	d.resultsMu.RLock()
+	for _, k := range keys {
+		if d.hasLocked(k) {
+			d.resultsMu.RUnlock()
+			return false, nil
+		}
+	}
+	d.resultsMu.RUnlock()
+	for i, r := range recs {
+		// No result, no epoch: the key has no record a replay makes.
+		if err := d.writeLocked(r); err != nil {
+			if i == 0 && errors.Is(err, synclog.ErrFull) {
+				return false, nil
+			}
+			// Records of some: the rows go to the db all the same, and
+			// recovery writes a row its journal holds no more.
+			return false, err
+		}
+	}
+	d.wroteLocked(keys)
+	if d.queued == nil {
+		d.queued = map[JournalID]map[string][]byte{}
+	}
+	rows := d.queued[id]
+	if rows == nil {
+		rows = map[string][]byte{}
+		d.queued[id] = rows
+	}
+	for _, e := range es {
+		rows[e.Key] = e.Value
+	}
+	d.p.repo.counters.queuedInLog.Add(uint64(len(es)))
+	return true, nil
+}
+
+// Unqueue says that the rows of keys in journal id are being written to
+// the db: a checkpoint must not write over them the rows the log stood in
+// for, older.
+func (d *Durability) Unqueue(id JournalID, keys []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, k := range keys {
+		delete(d.queued[id], k)
+	}
+}
+
+// Landed says that implicit journal id has landed: its rows the log stood
+// in for need no writing.
+func (d *Durability) Landed(id JournalID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.queued, id)
+	delete(d.folded, id)
+}
+
+// foldLocked writes the rows the log stands in for to the db. The
+// journals written to take no more such changes (Queue): a record after
+// the rows would be the key's latest change and its row not, which
+// recovery could not tell. A journal that lands meanwhile deletes the rows
+// after (its rows are deleted by key once it has landed), and a crash
+// first leaves them without the journal's metadata, which recovery
+// deletes.
+func (d *Durability) foldLocked() error {
+	for id, rows := range d.queued {
+		es := make([]JournalEntry, 0, len(rows))
+		for k, v := range rows {
+			es = append(es, JournalEntry{Key: k, Value: v})
+		}
+		if err := d.p.PutJournalEntries(id, es); err != nil {
+			return fmt.Errorf("write queued journal rows: %w", err)
+		}
+		delete(d.queued, id)
+		if d.folded == nil {
+			d.folded = map[JournalID]bool{}
+		}
+		d.folded[id] = true
+	}
+	return nil
+}
+
+// fold writes the rows the log stands in for, for the db's close: a
+// journal whose commit failed keeps its changes in its rows.
+func (d *Durability) fold() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.foldLocked()
+}
+
+// A QueuedRecord is a change a crash left recorded in the log in place of
+// its journal row: the journal, the key, and the row (nil for a delete).
+type QueuedRecord struct {
+	Journal JournalID
+	Key     string
+	Row     []byte
+}
+
+// QueuedFound returns, for recovery, the changes the log stood in for
+// whose records are their keys' last: each is written into its journal,
+// if that journal did not land, before the journals commit. A key whose
+// last record is another (a later change, logged with its rows written)
+// has its rows in the db.
+func (d *Durability) QueuedFound() []QueuedRecord {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	last := map[string]int{}
+	for i := range d.found {
+		last[d.found[i].Key] = i
+	}
+	var out []QueuedRecord
+	for i := range d.found {
+		r := &d.found[i]
+		if len(r.Journal) == 0 || last[r.Key] != i {
+			continue
+		}
+		q := QueuedRecord{Journal: JournalID(r.Journal), Key: r.Key}
+		if !r.Delete {
+			q.Row = r.Op
+		}
+		out = append(out, q)
+	}
+	return out
 }
 
 // SyncLog makes the records appended so far durable.
@@ -686,6 +880,11 @@ func (d *Durability) Checkpoint() error {
 func (d *Durability) checkpoint() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	// The db must hold every change the new epoch will not: the rows the
+	// log stood in for are written first.
+	if err := d.foldLocked(); err != nil {
+		return err
+	}
 	g := d.gen
 	d.gen++
 	d.p.repo.counters.dbSyncs.Add(1)
@@ -739,6 +938,12 @@ func (d *Durability) close(remove bool) error {
 	if d.log != nil {
 		err = d.log.Close()
 		d.log = nil
+	}
+	if len(d.queued) > 0 {
+		// Rows neither landed nor written (a failed commit, a fold that
+		// failed): the next open writes them from the log and commits.
+		slog.Warn("page closed with queued changes only its sync log holds; they are committed when it opens", "page", d.p.Ledger+"/"+d.p.Name, "journals", len(d.queued))
+		return err
 	}
 	if len(d.intents) > 0 {
 		// Fsynced changes never committed: the next open replays them.

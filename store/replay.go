@@ -38,6 +38,11 @@ func (d *Durability) Replay(holds func(Replayed) (bool, error), commit func([]Re
 	byKey := map[string][]*synclog.Record{}
 	for i := range recs {
 		r := &recs[i]
+		if len(r.Journal) > 0 {
+			// Stood in for a journal row, which recovery has written
+			// (Queue): no change for a replay to make.
+			continue
+		}
 		if _, ok := byKey[r.Key]; !ok {
 			keys = append(keys, r.Key)
 		}

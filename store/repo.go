@@ -1284,7 +1284,10 @@ func (r *Repository) closeDB(p *Page) error {
 	}
 	p.mu.Lock()
 	p.closed.Store(true)
-	err := r.closeBadger(p.db)
+	// Rows only the sync log holds (a queued commit failed) go to the db,
+	// so that the log can go.
+	err := p.dur.fold()
+	err = errors.Join(err, r.closeBadger(p.db))
 	err = errors.Join(err, p.dur.close(err == nil && p.readOnly == nil && !r.opts.ReadOnly))
 	errs = append(errs, err)
 	p.mu.Unlock()

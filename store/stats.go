@@ -25,13 +25,16 @@ type Stats struct {
 	// CopyCommits are the commits through an intent (Logged.Through): of
 	// fsynced changes, computed from a copy while the file was written.
 	CopyCommits uint64
+	// QueuedInLog are the journal changes of names and metadata
+	// recorded in their page's sync log in place of a journal row.
+	QueuedInLog uint64
 }
 
 type counters struct {
 	piecesStored, bytesStored, piecesDedup, bytesDedup atomic.Uint64
 	edits, editChunked, editProbed                     atomic.Uint64
 	dbSyncs, logSyncs                                  atomic.Uint64
-	copyCommits                                        atomic.Uint64
+	copyCommits, queuedInLog                           atomic.Uint64
 }
 
 // CacheStats are the hits and misses of the repository's caches of decoded
@@ -56,7 +59,7 @@ func (r *Repository) Stats() Stats {
 		PiecesDeduplicated: c.piecesDedup.Load(), BytesDeduplicated: c.bytesDedup.Load(),
 		Edits: c.edits.Load(), EditChunked: c.editChunked.Load(), EditProbed: c.editProbed.Load(),
 		DBSyncs: c.dbSyncs.Load(), LogSyncs: c.logSyncs.Load(),
-		CopyCommits: c.copyCommits.Load(),
+		CopyCommits: c.copyCommits.Load(), QueuedInLog: c.queuedInLog.Load(),
 	}
 }
 

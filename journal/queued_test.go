@@ -1,0 +1,245 @@
+package journal
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ledgerfs/ledgerfs/internal/synclog"
+	"github.com/ledgerfs/ledgerfs/store"
+)
+
+// killed returns the repository as a kill -9 of the process leaves it,
+// opened (recovery run) in a copy: every file as it is now, the db's
+// unsynced writes and the sync log's appends included, since the page
+// cache keeps them.
+func (e *env) killed() *env {
+	e.t.Helper()
+	snap := filepath.Join(e.t.TempDir(), "killed")
+	copyTree(e.t, e.dir, snap)
+	k := &env{t: e.t, dir: snap, eng: NewEngine()}
+	k.open()
+	e.t.Cleanup(func() { k.repo.Close() })
+	k.acquire()
+	return k
+}
+
+// rows returns the keys journal id has rows for in the db.
+func (e *env) rows(id store.JournalID) map[string]bool {
+	e.t.Helper()
+	out := map[string]bool{}
+	err := e.p.JournalEntries(id, "", func(key string, _ []byte) error {
+		out[key] = true
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// marker is the op of directory dir's marker, with mtime ns.
+func (e *env) marker(dir string, ns int64) Op {
+	en := e.value("")
+	en.Meta.Mode, en.Meta.MtimeNs, en.Meta.HasMtime = 0o40755, ns, true
+	return Op{Key: dir, Kind: store.OpMarker, Entry: en}
+}
+
+// TestQueuedChangesSurviveAKill: unlinks, directory markers, renames and
+// changes of metadata of an implicit journal go to the sync log alone, no
+// journal row in the db;
+// after a kill -9 before the journal lands, recovery writes them into
+// their journal and commits them with it.
+func TestQueuedChangesSurviveAKill(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.eng.CommitterFor(e.p)
+	if err := c.Apply(true, e.put("d/a", "1"), e.put("d/b", "2"), e.put("keep", "3")); err != nil {
+		t.Fatal(err)
+	}
+	before := e.repo.Stats().QueuedInLog
+	j, err := e.eng.Begin(e.p, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Apply(e.marker("d/", 7), Op{Key: "d/a", Kind: store.OpDelete}); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Apply(Op{Key: "d/b", Kind: store.OpDelete}, e.marker("e/", 8)); err != nil {
+		t.Fatal(err)
+	}
+	// A rename and a change of metadata: puts of a value stored already.
+	kept, _ := e.headEntry("keep")
+	if err := j.Apply(Op{Key: "keep", Kind: store.OpRenameDelete}, Op{Key: "moved", Entry: kept}); err != nil {
+		t.Fatal(err)
+	}
+	chmod := kept
+	chmod.Meta.Mode = 0o100600
+	if err := j.Apply(Op{Key: "moved", Entry: chmod}); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.repo.Stats().QueuedInLog - before; n != 7 {
+		t.Fatalf("%d changes queued in the log, want 7", n)
+	}
+	if rows := e.rows(j.ID); len(rows) != 0 {
+		t.Fatalf("queued changes wrote rows %v", rows)
+	}
+	recs, err := synclog.ReadFile(filepath.Join(e.p.Dir(), synclog.FileName))
+	if err != nil || len(recs) != 7 {
+		t.Fatalf("the log holds %d records (%v), want the 7 changes", len(recs), err)
+	}
+
+	k := e.killed()
+	want := map[string]string{"d/": "", "e/": "", "moved": "3"}
+	if got := k.state(); !maps.Equal(got, want) {
+		t.Fatalf("after the kill: %v, want %v", got, want)
+	}
+	if m, ok := k.headEntry("e/"); !ok || m.Meta.MtimeNs != 8 {
+		t.Fatalf("marker e/ after the kill: %+v", m)
+	}
+	if m, ok := k.headEntry("moved"); !ok || m.Meta.Mode != 0o100600 {
+		t.Fatalf("moved after the kill: %+v", m)
+	}
+	if has, err := k.p.HasJournals(); err != nil || has {
+		t.Fatalf("journal rows left after recovery: %v %v", has, err)
+	}
+	k.verify()
+
+	// The journal lands: a kill after it has nothing to write.
+	if _, err := j.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.killed().state(); !maps.Equal(got, want) {
+		t.Fatalf("after the commit and a kill: %v, want %v", got, want)
+	}
+}
+
+// TestQueuedThenWrittenKeepsTheLaterChange: a key whose change was queued
+// and then changed again through a written row (a close's put, which the
+// log cannot stand in for) ends with the put, in the same journal or the next,
+// after a kill; so does a checkpoint in between, which writes the queued
+// rows, and after which the journal queues nothing more.
+func TestQueuedThenWrittenKeepsTheLaterChange(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.eng.CommitterFor(e.p)
+	if err := c.Apply(true, e.put("a", "old"), e.put("b", "old"), e.put("c", "old")); err != nil {
+		t.Fatal(err)
+	}
+	j0, err := e.eng.Begin(e.p, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b"} {
+		if err := j0.Apply(Op{Key: k, Kind: store.OpDelete}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A close's put comes with its value's last pieces, written with its
+	// row: never queued.
+	closed := func(j *Journal, op Op) error { return j.ApplyWith(e.p.PutJournalEntries, op) }
+	if err := closed(j0, e.put("a", "new")); err != nil { // same journal
+		t.Fatal(err)
+	}
+	j1, err := e.eng.Begin(e.p, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := closed(j1, e.put("b", "new")); err != nil { // the next
+		t.Fatal(err)
+	}
+	// Queued after the put of a in j0: never (recovery could not tell
+	// the order).
+	queued := e.repo.Stats().QueuedInLog
+	if err := j0.Apply(Op{Key: "a", Kind: store.OpDelete}); err != nil {
+		t.Fatal(err)
+	}
+	if e.repo.Stats().QueuedInLog != queued || !e.rows(j0.ID)["a"] {
+		t.Fatal("a change queued after its key's row in the same journal")
+	}
+	if err := closed(j0, e.put("a", "newer")); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a": "newer", "b": "new", "c": "old"}
+	if got := e.killed().state(); !maps.Equal(got, want) {
+		t.Fatalf("after a kill: %v, want %v", got, want)
+	}
+
+	// A checkpoint writes the rows the log stood in for, and the db
+	// alone then holds them: the log may go.
+	queued = e.repo.Stats().QueuedInLog
+	if err := j0.Apply(Op{Key: "c", Kind: store.OpDelete}); err != nil {
+		t.Fatal(err)
+	}
+	if e.repo.Stats().QueuedInLog == queued || e.rows(j0.ID)["c"] {
+		t.Fatalf("the delete of c was not queued: %d queued, row %v", e.repo.Stats().QueuedInLog-queued, e.rows(j0.ID)["c"])
+	}
+	if err := e.p.Durability().Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if !e.rows(j0.ID)["c"] {
+		t.Fatal("the checkpoint did not write the queued row of c")
+	}
+	queued = e.repo.Stats().QueuedInLog
+	if err := j0.Apply(e.marker("d/", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if e.repo.Stats().QueuedInLog != queued {
+		t.Fatal("a journal whose rows a checkpoint wrote queued another change")
+	}
+	delete(want, "c")
+	want["d/"] = ""
+	k := e.killed()
+	if err := os.Remove(filepath.Join(k.p.Dir(), synclog.FileName)); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	if got := k.state(); !maps.Equal(got, want) {
+		t.Fatalf("after a checkpoint and a kill: %v, want %v", got, want)
+	}
+}
+
+// TestQueuedChangesAreDurableByACheckpoint: an fsync after a queued
+// change syncs the db, not the log alone (the records are for a crash of
+// the process), and the db as synced then holds the change without the
+// log: what a power loss leaves.
+func TestQueuedChangesAreDurableByACheckpoint(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.eng.CommitterFor(e.p)
+	if err := c.Apply(true, e.put("f", "1"), e.put("g", "2")); err != nil {
+		t.Fatal(err)
+	}
+	queued := e.repo.Stats().QueuedInLog
+	if err := c.Queue(nil, Op{Key: "f", Kind: store.OpDelete}); err != nil {
+		t.Fatal(err)
+	}
+	if e.repo.Stats().QueuedInLog == queued {
+		t.Fatal("the unlink was not queued in the log")
+	}
+	if e.p.Durability().Durable("f") {
+		t.Fatal("a queued change counts as durable before a checkpoint")
+	}
+	syncs := e.repo.Stats().DBSyncs
+	if err := e.p.Durability().SyncChanges(); err != nil {
+		t.Fatal(err)
+	}
+	if e.repo.Stats().DBSyncs == syncs {
+		t.Fatal("syncing the changes did not sync the db")
+	}
+	snap := filepath.Join(t.TempDir(), "power-loss")
+	copyTree(t, e.dir, snap)
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	lost := &env{t: t, dir: snap, eng: NewEngine()}
+	lost.open()
+	defer lost.repo.Close()
+	lost.acquire()
+	if err := os.Remove(filepath.Join(lost.p.Dir(), synclog.FileName)); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	if got, want := lost.state(), map[string]string{"g": "2"}; !maps.Equal(got, want) {
+		t.Fatalf("after the power loss: %v, want %v", got, want)
+	}
+}
