@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -573,4 +574,83 @@ func TestDirectoryTimesSurviveKill(t *testing.T) {
 		}
 	}
 	s.stop()
+}
+
+// Unlinks, rmdirs and mkdirs go to the page's sync log in place of a row
+// in its db until their commit lands; a kill -9 right after they return
+// loses none of them: recovery writes them into their journal and commits
+// it. Each round ends with a burst of them and a kill before its commit
+// can land (it waits for 40 ms without changes); a round's remount that
+// found them in the log says so in its log.
+func TestQueuedChangesSurviveKill(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo)
+	mnt := s.mnt
+	pg := s.page("l", "p")
+	path := func(name string) string { return filepath.Join(pg, name) }
+	want := map[string]bool{} // name -> a directory
+	wrote := 0
+	for round := range 5 {
+		for i := range 40 {
+			name := fmt.Sprintf("f%d-%d", round, i)
+			must(t, os.WriteFile(path(name), []byte(name), 0o644))
+			want[name] = false
+			dir := fmt.Sprintf("d%d-%d", round, i)
+			must(t, os.Mkdir(path(dir), 0o755))
+			want[dir] = true
+		}
+		syncDir(t, pg)
+		before := statsOf(t, mnt)["ledgerfs_queued_in_log_total"]
+		for i := range 40 {
+			if i%2 == 0 {
+				name := fmt.Sprintf("f%d-%d", round, i)
+				must(t, os.Remove(path(name)))
+				delete(want, name)
+				dir := fmt.Sprintf("d%d-%d", round, i)
+				must(t, os.Remove(path(dir)))
+				delete(want, dir)
+			}
+			dir := fmt.Sprintf("n%d-%d", round, i)
+			must(t, os.Mkdir(path(dir), 0o700))
+			want[dir] = true
+		}
+		if after := statsOf(t, mnt)["ledgerfs_queued_in_log_total"]; after-before < 80 {
+			t.Fatalf("round %d: %v changes queued in the sync log, want the 80 unlinks and directories at least", round, after-before)
+		}
+		s.kill()
+		s = mountAt(t, repo, mnt)
+		es, err := os.ReadDir(pg)
+		must(t, err)
+		got := map[string]bool{}
+		for _, e := range es {
+			got[e.Name()] = e.IsDir()
+		}
+		if !maps.Equal(got, want) {
+			var missing, extra []string
+			for n := range want {
+				if _, ok := got[n]; !ok {
+					missing = append(missing, n)
+				}
+			}
+			for n := range got {
+				if _, ok := want[n]; !ok {
+					extra = append(extra, n)
+				}
+			}
+			t.Fatalf("round %d, after kill -9: missing %v, unexpected %v", round, missing, extra)
+		}
+		if st := stat(t, path(fmt.Sprintf("n%d-0", round))); st.Mode&0o777 != 0o700 {
+			t.Fatalf("round %d: a directory made before the kill has mode %o", round, st.Mode&0o777)
+		}
+		if strings.Contains(s.log.String(), "wrote changes the sync log held into their journal") {
+			wrote++
+		}
+	}
+	if wrote == 0 {
+		t.Fatal("no remount found changes in the sync log that the db lacked: the kills all came after the commits")
+	}
+	t.Logf("%d of 5 remounts wrote queued changes from the sync log into their journal", wrote)
+	s.stop()
+	verifySchema(t, repo)
 }
