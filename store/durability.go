@@ -621,14 +621,9 @@ func (d *Durability) Queue(id JournalID, changes []Logged, es []JournalEntry) (b
 	if d.failed != nil || d.p.readOnly != nil || d.folded[id] || n > maxLogged || d.log != nil && !d.log.Room(n) {
 		return false, nil
 	}
-	d.resultsMu.RLock()
-	for _, k := range keys {
-		if d.hasLocked(k) {
-			d.resultsMu.RUnlock()
-			return false, nil
-		}
+	if slices.ContainsFunc(keys, d.Has) {
+		return false, nil
 	}
-	d.resultsMu.RUnlock()
 	for i, r := range recs {
 		// No result, no epoch: the key has no record a replay makes.
 		if err := d.writeLocked(r); err != nil {
