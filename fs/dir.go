@@ -50,7 +50,8 @@ var (
 
 // Fsync of a directory makes the changes in it durable, as programs that
 // create or rename a file and then sync its directory expect (databases,
-// git, editors): here every change of the page so far.
+// git, editors): here every change of the page so far, without waiting
+// for their commits (journal.Committer.Sync).
 func (d *dirNode) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) syscall.Errno {
 	if d.pg.readOnly() {
 		return 0

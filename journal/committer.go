@@ -147,16 +147,14 @@ func pace(took time.Duration) (time.Duration, int) {
 // committed; with sync, also until the commit is on disk. Its error includes
 // the failure of an earlier queued commit. A larger group of
 // changes (a directory rename) commits through its own explicit journal,
-// which a crash discards whole.
+// which a crash discards whole. With no ops, it waits for what is queued,
+// or with sync makes it durable without waiting (Sync).
 func (c *Committer) Apply(sync bool, ops ...Op) error {
 	if len(ops) == 0 {
-		// Nothing to record: wait for what is queued, then make it durable.
-		if err := c.Wait(); err != nil || !sync {
-			return err
+		if sync {
+			return c.Sync()
 		}
-		// Through the sync log alone if it holds every change since the
-		// db's last sync.
-		return c.p.Durability().SyncChanges()
+		return c.Wait()
 	}
 	if len(ops) > maxImplicitOps {
 		if err := c.Wait(); err != nil {
@@ -207,6 +205,26 @@ func (c *Committer) QueueWith(commit CommitFunc, done func(error), ops ...Op) er
 		return err
 	}
 	return c.record(ops, commit, nil, done, false)
+}
+
+// Sync makes every change recorded before it durable, and returns without
+// waiting for their commit: no commit runs inside a caller's fsync. The
+// changes go on through the sync log alone when it holds every change since
+// the db's last sync, else through a checkpoint, which writes the rows the
+// log stood in for (the journal's metadata and rows are then on disk, and
+// recovery commits them). A journal so written queues no more changes in
+// the log, so its batch is cut, for what comes next to be queued again in
+// a journal of its own. Its error includes the failure of an earlier
+// queued commit. A view of history waits for the commits (Wait).
+func (c *Committer) Sync() error {
+	d := c.p.Durability()
+	err := d.SyncChanges()
+	c.mu.Lock()
+	if c.cur != nil && d.Folded(c.cur.ID) {
+		c.hurry()
+	}
+	c.mu.Unlock()
+	return c.reported(err)
 }
 
 // Wait returns once every change recorded before it is committed, with the

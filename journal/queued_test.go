@@ -4,7 +4,9 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/ledgerfs/ledgerfs/internal/synclog"
 	"github.com/ledgerfs/ledgerfs/store"
@@ -240,6 +242,82 @@ func TestQueuedChangesAreDurableByACheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got, want := lost.state(), map[string]string{"g": "2"}; !maps.Equal(got, want) {
+		t.Fatalf("after the power loss: %v, want %v", got, want)
+	}
+}
+
+// TestSyncReturnsBeforeTheCommit: an fsync with no change of its own (a
+// directory's) makes the changes queued so far durable without waiting
+// for their commit, which here is held at its first step: a checkpoint
+// writes the rows the log stood in for and syncs the db, so the db alone,
+// as a power loss leaves it, holds the changes in their journal, and
+// recovery commits them. The next change starts a journal of its own.
+func TestSyncReturnsBeforeTheCommit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.eng.CommitterFor(e.p)
+	if err := c.Apply(true, e.put("f", "1"), e.put("g", "2")); err != nil {
+		t.Fatal(err)
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e.eng.crashAt = func(string) error {
+		once.Do(func() {
+			close(held)
+			<-release
+		})
+		return nil
+	}
+	var released sync.Once
+	free := func() { released.Do(func() { close(release) }) }
+	defer free()
+	queued := e.repo.Stats().QueuedInLog
+	if err := c.Queue(nil, Op{Key: "f", Kind: store.OpDelete}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Queue(nil, e.put("h", "3")); err != nil {
+		t.Fatal(err)
+	}
+	if e.repo.Stats().QueuedInLog < queued+2 {
+		t.Fatal("the changes were not queued in the log")
+	}
+	syncs := e.repo.Stats().DBSyncs
+	done := make(chan error, 1)
+	go func() { done <- c.Apply(true) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sync waited for the commit")
+	}
+	if e.repo.Stats().DBSyncs == syncs {
+		t.Fatal("queued changes were made durable without syncing the db")
+	}
+	snap := filepath.Join(t.TempDir(), "power-loss")
+	copyTree(t, e.dir, snap)
+	<-held // the commit began, cut from the batch by the sync
+	free()
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"g": "2", "h": "3"}
+	if got := e.state(); !maps.Equal(got, want) {
+		t.Fatalf("after the commit: %v, want %v", got, want)
+	}
+	lost := &env{t: t, dir: snap, eng: NewEngine()}
+	lost.open()
+	defer lost.repo.Close()
+	rel, err := filepath.Rel(e.dir, e.p.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(snap, rel, synclog.FileName)); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	lost.acquire()
+	if got := lost.state(); !maps.Equal(got, want) {
 		t.Fatalf("after the power loss: %v, want %v", got, want)
 	}
 }

@@ -5,9 +5,11 @@ package mount_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -437,8 +439,12 @@ func (s *server) page(l, p string) string {
 	return dir
 }
 
-// syncDir fsyncs a directory of a page: it returns once every change of
-// the page queued so far has landed, the barrier tests wait on.
+// syncDir fsyncs a directory of a page, which makes every change of the
+// page durable without waiting for its commit, then reads the page's
+// .ledger/latest, which waits for every commit queued (history shows every
+// change that returned): it returns once every change of the page queued
+// so far has landed, the barrier tests wait on, and the next change starts
+// a commit of its own.
 func syncDir(t testing.TB, dir string) {
 	t.Helper()
 	d, err := os.Open(dir)
@@ -448,6 +454,23 @@ func syncDir(t testing.TB, dir string) {
 	defer d.Close()
 	if err := d.Sync(); err != nil {
 		t.Fatalf("fsync %s: %v", dir, err)
+	}
+	settlePage(t, dir)
+}
+
+// settlePage waits until every commit queued in the page that holds dir
+// has landed: a read of history (here .ledger/latest) waits for them.
+func settlePage(t testing.TB, dir string) {
+	t.Helper()
+	for d := dir; d != filepath.Dir(d); d = filepath.Dir(d) {
+		if _, err := os.Lstat(filepath.Join(d, ".ledger")); err != nil {
+			continue
+		}
+		// A page with no commit yet has no latest: settled all the same.
+		if _, err := os.Readlink(filepath.Join(d, ".ledger", "latest")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("settle the page of %s: %v", dir, err)
+		}
+		return
 	}
 }
 

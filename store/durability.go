@@ -696,6 +696,14 @@ func (d *Durability) foldLocked() error {
 	return nil
 }
 
+// Folded reports whether a checkpoint wrote the rows the log stood in for
+// of implicit journal id, which then queues no more changes (foldLocked).
+func (d *Durability) Folded(id JournalID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.folded[id]
+}
+
 // fold writes the rows the log stands in for, for the db's close: a
 // journal whose commit failed keeps its changes in its rows.
 func (d *Durability) fold() error {
