@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -319,5 +320,82 @@ func TestSyncReturnsBeforeTheCommit(t *testing.T) {
 	lost.acquire()
 	if got := lost.state(); !maps.Equal(got, want) {
 		t.Fatalf("after the power loss: %v, want %v", got, want)
+	}
+}
+
+// logSize is the size of the page's sync log file.
+func (e *env) logSize() int64 {
+	e.t.Helper()
+	st, err := os.Stat(filepath.Join(e.p.Dir(), synclog.FileName))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st.Size()
+}
+
+// TestQueuedChangesStartASmallLog: a log made for a queued change is small
+// (no fsync waits on it, and making a full one writes and syncs 8 MiB); it
+// grows to full size at the first record of another kind, and when queued
+// changes fill it. Growing drops the queued records, having written their
+// rows into their journal: a kill -9 after it loses none of the changes.
+func TestQueuedChangesStartASmallLog(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j, err := e.eng.Begin(e.p, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	if err := j.Apply(e.marker("d/", 1)); err != nil {
+		t.Fatal(err)
+	}
+	want["d/"] = ""
+	if n := e.logSize(); n >= synclog.DefaultSize {
+		t.Fatalf("a log made for a queued change has %d bytes, a full one's", n)
+	}
+	// Queued changes past what the small log holds.
+	queued := e.repo.Stats().QueuedInLog
+	for i := range 2000 {
+		if err := j.Apply(e.marker(fmt.Sprintf("d/%04d/", i), int64(i))); err != nil {
+			t.Fatal(err)
+		}
+		want[fmt.Sprintf("d/%04d/", i)] = ""
+	}
+	if n := e.logSize(); n != synclog.DefaultSize {
+		t.Fatalf("the log has %d bytes after 2,000 queued changes, want %d", n, synclog.DefaultSize)
+	}
+	if e.repo.Stats().QueuedInLog-queued >= 2000 {
+		t.Fatal("every change was queued: the journal grew its log and kept queueing")
+	}
+	if got := e.killed().state(); !maps.Equal(got, want) {
+		t.Fatalf("after the log grew and a kill: %d keys, want %d", len(got), len(want))
+	}
+
+	// A record of another kind grows a small log at once.
+	e2 := newEnv(t)
+	j2, err := e2.eng.Begin(e2.p, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j2.Apply(e2.marker("d/", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if n := e2.logSize(); n >= synclog.DefaultSize {
+		t.Fatalf("a log made for a queued change has %d bytes, a full one's", n)
+	}
+	content := []byte("written and fsynced")
+	if err := j2.Apply(e2.loggedPut("f", nil, nil, content, []store.Extent{{Data: content}})); err != nil {
+		t.Fatal(err)
+	}
+	if n := e2.logSize(); n != synclog.DefaultSize {
+		t.Fatalf("the log has %d bytes after a logged put, want %d", n, synclog.DefaultSize)
+	}
+	recs, err := synclog.ReadFile(filepath.Join(e2.p.Dir(), synclog.FileName))
+	if err != nil || len(recs) != 1 || recs[0].Key != "f" || len(recs[0].Journal) != 0 {
+		t.Fatalf("the grown log holds %+v (%v), want the put's record alone", recs, err)
+	}
+	want2 := map[string]string{"d/": "", "f": string(content)}
+	if got := e2.killed().state(); !maps.Equal(got, want2) {
+		t.Fatalf("after the log grew and a kill: %v, want %v", got, want2)
 	}
 }

@@ -54,6 +54,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Log is an open sync log. It is not safe for concurrent use.
 type Log struct {
 	f     *os.File
+	path  string // the file's name: f's may be that of the file it was written as
 	size  int64
 	epoch uint64
 	// next is the epoch the next Reset begins: past any a crashed Reset
@@ -72,7 +73,7 @@ type Log struct {
 func Open(path string, size int64) (*Log, []Record, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, os.ErrNotExist) {
-		l, err := create(path, size, nil)
+		l, err := create(path, size, 1, nil)
 		return l, nil, err
 	}
 	if err != nil {
@@ -83,6 +84,7 @@ func Open(path string, size int64) (*Log, []Record, error) {
 		f.Close()
 		return nil, nil, fmt.Errorf("synclog: %s: %w", path, err)
 	}
+	l.path = path
 	return l, recs, nil
 }
 
@@ -104,16 +106,17 @@ func ReadFile(path string) ([]Record, error) {
 	return recs, nil
 }
 
-// create writes a new log: header, the records carry and zeros, synced with
-// its directory entry, so that appends overwrite allocated blocks.
-func create(path string, size int64, carry []*Record) (*Log, error) {
+// create writes a new log of epoch: header, the records carry and zeros,
+// synced with its directory entry, so that appends overwrite allocated
+// blocks.
+func create(path string, size int64, epoch uint64, carry []*Record) (*Log, error) {
 	size = max(size, 4*headerSize)
 	tmp := path + ".new"
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("synclog: %w", err)
 	}
-	l := &Log{f: f, size: size, epoch: 1, next: 2, start: headerSize, end: size / 2, off: headerSize}
+	l := &Log{f: f, path: path, size: size, epoch: epoch, next: epoch + 1, start: headerSize, end: size / 2, off: headerSize}
 	err = l.fill(carry)
 	if err == nil {
 		err = os.Rename(tmp, path)
@@ -399,7 +402,22 @@ func frames(epoch uint64, recs []*Record) ([]byte, error) {
 // of at least DefaultSize: an epoch of the first format had the whole file,
 // one of this format has half.
 func (l *Log) rewrite(carry []*Record) error {
-	n, err := create(l.f.Name(), max(l.size, DefaultSize), carry)
+	return l.replace(max(l.size, DefaultSize), carry)
+}
+
+// Size is the log file's size.
+func (l *Log) Size() int64 { return l.size }
+
+// Grow replaces the log with a new file of size bytes and a new epoch, with
+// no record: those of the current epoch are dropped, so the caller must
+// need none of them (their changes are in the db, or no replay needs
+// them).
+func (l *Log) Grow(size int64) error { return l.replace(size, nil) }
+
+// replace writes a new log file of size bytes holding carry in an epoch
+// past any of this one's, and renames it over this one.
+func (l *Log) replace(size int64, carry []*Record) error {
+	n, err := create(l.path, size, l.next, carry)
 	if err != nil {
 		return err
 	}

@@ -365,3 +365,49 @@ func TestReadsFirstFormat(t *testing.T) {
 }
 
 func ptr(r Record) *Record { return &r }
+
+// TestGrow: a log grows in place of its file, made or opened, into a new
+// epoch past the old one's with none of its records; appends go on there.
+func TestGrow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	small := int64(64 << 10)
+	l, _, err := Open(path, small)
+	must(t, err)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for made := range 2 {
+		r := randRecord(rng)
+		must(t, l.Append(&r))
+		must(t, l.Sync())
+		epoch := l.Epoch()
+		must(t, l.Grow(DefaultSize))
+		if l.Size() != DefaultSize || l.Epoch() <= epoch {
+			t.Fatalf("grown: %d bytes, epoch %d after %d", l.Size(), l.Epoch(), epoch)
+		}
+		if st, err := os.Stat(path); err != nil || st.Size() != DefaultSize {
+			t.Fatalf("the file at the log's path after it grew: %v, %v", st, err)
+		}
+		if got, err := ReadFile(path); err != nil || len(got) != 0 {
+			t.Fatalf("%d records (%v) after growing, want none", len(got), err)
+		}
+		extra := randRecord(rng)
+		must(t, l.Append(&extra))
+		must(t, l.Sync())
+		if got, err := ReadFile(path); err != nil || len(got) != 1 || !equal(got[0], extra) {
+			t.Fatalf("%d records (%v) after an append to the grown log, want 1", len(got), err)
+		}
+		must(t, l.Close())
+		if made == 0 {
+			// The same from a log opened, not made, and small again.
+			must(t, os.Remove(path))
+			l, _, err = Open(path, small)
+			must(t, err)
+			must(t, l.Close())
+			l, _, err = Open(path, DefaultSize)
+			must(t, err)
+		}
+	}
+	matches, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "*"))
+	if len(matches) != 1 {
+		t.Fatalf("files beside the log: %v", matches)
+	}
+}
