@@ -661,19 +661,20 @@ func (d *Durability) Queue(id JournalID, changes []Logged, es []JournalEntry) (b
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.failed == nil && d.p.readOnly == nil && !d.folded[id] && n <= maxLogged {
-		if err := d.openLocked(queuedLogSize); err != nil {
-			return false, nil // the rows go to the db
-		}
-		if d.smallLocked() && !d.log.Room(n) {
-			// Queued changes filled a small log: the next go to a full
-			// one. The journals folded, id among them, write rows.
-			if err := d.growLocked(); err != nil {
-				return false, err
-			}
+	if d.failed != nil || d.p.readOnly != nil || d.folded[id] || n > maxLogged {
+		return false, nil
+	}
+	if err := d.openLocked(queuedLogSize); err != nil {
+		return false, nil // the rows go to the db
+	}
+	if d.smallLocked() && !d.log.Room(n) {
+		// Queued changes filled a small log: the next go to a full one.
+		// The journals it folded, id among them, write rows.
+		if err := d.growLocked(); err != nil {
+			return false, err
 		}
 	}
-	if d.failed != nil || d.p.readOnly != nil || d.folded[id] || n > maxLogged || d.log != nil && !d.log.Room(n) {
+	if d.folded[id] || !d.log.Room(n) {
 		return false, nil
 	}
 	if slices.ContainsFunc(keys, d.Has) {
