@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -522,20 +523,27 @@ func TestSequentialReadReusesBuffers(t *testing.T) {
 	}
 }
 
-// streamStore counts the gets made as streaming.
+// streamStore counts the gets made as streaming, and keeps the least and
+// the most ahead they gave.
 type streamStore struct {
 	*memStore
 	streamed atomic.Int64
+	mu       sync.Mutex
+	aheads   [2]int64
 }
 
-func (s *streamStore) GetStreaming(d Digest, buf []byte) ([]byte, error) {
+func (s *streamStore) GetStreaming(d Digest, buf []byte, ahead int64) ([]byte, error) {
 	s.streamed.Add(1)
+	s.mu.Lock()
+	s.aheads = [2]int64{min(s.aheads[0], ahead), max(s.aheads[1], ahead)}
+	s.mu.Unlock()
 	return s.Get(d, buf)
 }
 
 // A reader streams (asks its source to read ahead) once reads follow each
 // other, or from its first read if that is at offset 0, and not for reads
-// at random offsets.
+// at random offsets; a stream tells its source how much of the object is
+// left from the read on, and no more.
 func TestReaderStreamsSequentialReads(t *testing.T) {
 	s := &streamStore{memStore: newMemStore()}
 	data := randBytes(8, 64<<20)
@@ -561,6 +569,13 @@ func TestReaderStreamsSequentialReads(t *testing.T) {
 	}
 	if gets, streamed := s.count()-before, int(s.streamed.Load()); streamed < gets*3/4 {
 		t.Fatalf("sequential reads: %d of %d gets streaming", streamed, gets)
+	}
+	last := len(data) - streamSpan // a stream by itself
+	s.aheads = [2]int64{math.MaxInt64, 0}
+	read(r, last, streamSpan)
+	if got := s.aheads; got[1] != int64(len(data)-last) || got[0] > MaxChunkSize {
+		t.Fatalf("a read in order of the last %d bytes asked its source to read %d to %d bytes ahead, "+
+			"want from what is left of the object at each piece", len(data)-last, got[0], got[1])
 	}
 
 	r = openReader(t, s, id)

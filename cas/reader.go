@@ -16,10 +16,13 @@ type Source interface {
 }
 
 // A StreamSource also serves a read that goes on in order, and may read ahead
-// of the piece asked for.
+// of the piece asked for: GetStreaming's ahead is how many bytes of the
+// object the read goes on to read from d's place on, which bounds what is
+// worth reading ahead (the pieces stored after an object's last are
+// another's).
 type StreamSource interface {
 	Source
-	GetStreaming(d Digest, buf []byte) ([]byte, error)
+	GetStreaming(d Digest, buf []byte, ahead int64) ([]byte, error)
 }
 
 // A CheckedSource finds damage to the pieces it returns by itself, for a
@@ -32,12 +35,19 @@ type CheckedSource interface {
 	ChecksPieces()
 }
 
-type streaming struct{ StreamSource }
+// streaming is the Source a read in order of an object reads through: ahead
+// is the object's bytes from where the read is on. One read's own.
+type streaming struct {
+	StreamSource
+	ahead int64
+}
 
-func (s streaming) Get(d Digest, buf []byte) ([]byte, error) { return s.GetStreaming(d, buf) }
+func (s *streaming) Get(d Digest, buf []byte) ([]byte, error) {
+	return s.GetStreaming(d, buf, s.ahead)
+}
 
 // checkedStreaming is the streaming form of a CheckedSource.
-type checkedStreaming struct{ streaming }
+type checkedStreaming struct{ *streaming }
 
 func (checkedStreaming) ChecksPieces() {}
 
@@ -70,7 +80,7 @@ func GetPiece(src Source, d Digest, buf []byte) ([]byte, error) {
 // concurrent use.
 type Reader struct {
 	src    Source
-	stream Source // src, or its streaming form if it has one
+	stream StreamSource // src as a StreamSource, or nil
 	root   Digest
 	size   uint64
 	shared *IndexCache // may be nil
@@ -123,13 +133,8 @@ type fetch struct {
 // NewReader opens the object id for reading. Index pieces are looked up
 // in shared, if not nil, before they are fetched, and kept there.
 func NewReader(src Source, id ObjectIdentifier, shared *IndexCache) (*Reader, error) {
-	r := &Reader{src: src, stream: src, root: id.Digest, shared: shared, fetching: map[Digest]*fetch{}}
-	if s, ok := src.(StreamSource); ok {
-		r.stream = streaming{s}
-		if _, checked := src.(CheckedSource); checked {
-			r.stream = checkedStreaming{streaming{s}}
-		}
-	}
+	r := &Reader{src: src, root: id.Digest, shared: shared, fetching: map[Digest]*fetch{}}
+	r.stream, _ = src.(StreamSource)
 	p, err := r.piece(id.Digest)
 	if err != nil {
 		return nil, err
@@ -294,14 +299,22 @@ func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("cas: negative offset %d", off)
 	}
 	src := r.src
-	if r.streams(uint64(off), uint64(len(p))) {
-		src = r.stream
+	var s *streaming
+	if r.streams(uint64(off), uint64(len(p))) && r.stream != nil {
+		s = &streaming{StreamSource: r.stream}
+		src = s
+		if _, checked := r.src.(CheckedSource); checked {
+			src = checkedStreaming{s}
+		}
 	}
 	n := 0
 	for n < len(p) {
 		pos := uint64(off) + uint64(n)
 		if pos >= r.size {
 			return n, io.EOF
+		}
+		if s != nil {
+			s.ahead = int64(r.size - pos)
 		}
 		m, err := r.readAt(src, r.root, p[n:], pos, 0)
 		if err != nil {

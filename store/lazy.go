@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -15,8 +16,10 @@ import (
 // A Fetcher brings the pieces a page does not hold from the remote store
 // that holds them (a synced page's values are fetched when first read, not
 // when pulled). Fetch returns piece d of p, verified, after storing it as
-// synced (a read-only page: without); for a read in order (stream) it may
-// store the pieces after d that the same request brought. Pending returns
+// synced (a read-only page: without); for a read in order, which goes on
+// to read ahead bytes from d on (0: not in order; ReadOn: without end), it
+// may store the pieces after d, up to those, that the same request
+// brought. Pending returns
 // piece d of p if a fetch brought it and has not stored it yet: a read
 // takes it from there before it asks the page db, whose reads wait while
 // fetched pieces are committed (a Badger read transaction waits for the
@@ -24,9 +27,13 @@ import (
 // fetches' stores. A Fetcher must be safe for concurrent use, and bound its
 // wait for the remote.
 type Fetcher interface {
-	Fetch(p *Page, d cas.Digest, stream bool) ([]byte, error)
-	Pending(p *Page, d cas.Digest, stream bool) ([]byte, bool)
+	Fetch(p *Page, d cas.Digest, ahead int64) ([]byte, error)
+	Pending(p *Page, d cas.Digest, ahead int64) ([]byte, bool)
 }
+
+// ReadOn is the ahead of a read in order that goes on past the value it
+// starts in, through those stored after it (MakeLocal).
+const ReadOn = math.MaxInt64
 
 // ErrRemoteOnly reports a piece that is in the remote store only, which
 // could not be fetched (no remote connected, the remote unreachable, the
@@ -67,7 +74,7 @@ func (r *Repository) Located(d cas.Digest) (bool, error) {
 func (p *Page) Located(d cas.Digest) (bool, error) { return p.repo.Located(d) }
 
 // fetch fetches d, which the page does not hold, through the fetcher.
-func (p *Page) fetch(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
+func (p *Page) fetch(d cas.Digest, buf []byte, ahead int64) ([]byte, error) {
 	f := p.repo.fetcher.Load()
 	if f == nil {
 		if ok, err := p.repo.Located(d); err != nil || !ok {
@@ -75,7 +82,7 @@ func (p *Page) fetch(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("piece %s: %w (no remote connected)", d, ErrRemoteOnly)
 	}
-	data, err := (*f).Fetch(p, d, stream)
+	data, err := (*f).Fetch(p, d, ahead)
 	if err != nil {
 		if errors.Is(err, cas.ErrNotFound) {
 			return nil, err
@@ -84,21 +91,21 @@ func (p *Page) fetch(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 		// a reader as its own.
 		return nil, fmt.Errorf("piece %s: %w: %v", d, ErrRemoteOnly, err)
 	}
-	return p.fetched(data, buf, stream), nil
+	return p.fetched(data, buf, ahead > 0), nil
 }
 
 // pending returns d appended to buf[:0] if a fetch under way brought it
 // and has not stored it yet (Fetcher.Pending).
-func (p *Page) pending(d cas.Digest, buf []byte, stream bool) ([]byte, bool) {
+func (p *Page) pending(d cas.Digest, buf []byte, ahead int64) ([]byte, bool) {
 	f := p.repo.fetcher.Load()
 	if f == nil {
 		return nil, false
 	}
-	data, ok := (*f).Pending(p, d, stream)
+	data, ok := (*f).Pending(p, d, ahead)
 	if !ok {
 		return nil, false
 	}
-	return p.fetched(data, buf, stream), true
+	return p.fetched(data, buf, ahead > 0), true
 }
 
 // fetched counts a read of data, which a fetcher returned, and copies it
@@ -199,7 +206,7 @@ func (p *Page) MakeLocal(what string) (pieces int, bytes int64, err error) {
 			if err != nil || held {
 				return held && d.IsIndex(), err
 			}
-			data, err := p.GetStreaming(d, nil)
+			data, err := p.GetStreaming(d, nil, ReadOn)
 			if err == nil {
 				// Into the db, whether or not the fetcher keeps it
 				// elsewhere (a cache may drop it).

@@ -173,17 +173,24 @@ func (p *Page) update(fn func(*badger.Txn) error) (err error) {
 }
 
 // Get returns a stored piece (cas.Source).
-func (p *Page) Get(d cas.Digest, buf []byte) ([]byte, error) { return p.get(d, buf, false) }
+func (p *Page) Get(d cas.Digest, buf []byte) ([]byte, error) { return p.get(d, buf, 0) }
 
-// GetStreaming returns a stored piece that a read in order wants, and has
-// the value log around it read in (cas.StreamSource).
-func (p *Page) GetStreaming(d cas.Digest, buf []byte) ([]byte, error) { return p.get(d, buf, true) }
+// GetStreaming returns a stored piece that a read in order wants, which
+// goes on to read ahead bytes from d on, and has the value log around it
+// read in (cas.StreamSource); a piece the page lacks is fetched with those
+// after it (Fetcher).
+func (p *Page) GetStreaming(d cas.Digest, buf []byte, ahead int64) ([]byte, error) {
+	return p.get(d, buf, max(ahead, 1))
+}
 
-func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
+// get returns piece d; ahead is a read in order's (GetStreaming), 0 for
+// another read.
+func (p *Page) get(d cas.Digest, buf []byte, ahead int64) ([]byte, error) {
 	if err := p.check(); err != nil {
 		return nil, err
 	}
-	if data, ok := p.pending(d, buf, stream); ok {
+	stream := ahead > 0
+	if data, ok := p.pending(d, buf, ahead); ok {
 		return data, nil
 	}
 	var out []byte
@@ -208,7 +215,7 @@ func (p *Page) get(d cas.Digest, buf []byte, stream bool) ([]byte, error) {
 		})
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return p.fetch(d, buf, stream)
+		return p.fetch(d, buf, ahead)
 	}
 	// An index piece held here is no part of a stream's run of chunks:
 	// a stream asks for it from its source only so that a remote fetch

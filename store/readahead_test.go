@@ -105,7 +105,7 @@ func TestGetStreamingReadsAhead(t *testing.T) {
 		plain = settled(false)
 		vlogResident(t, p, true)
 		later()
-		if _, err := p.GetStreaming(d, nil); err != nil {
+		if _, err := p.GetStreaming(d, nil, ReadOn); err != nil {
 			t.Fatal(err)
 		}
 		streaming = settled(true)
@@ -122,7 +122,7 @@ func TestGetStreamingReadsAhead(t *testing.T) {
 	// is read ahead again.
 	vlogResident(t, p, true)
 	later()
-	if _, err := p.GetStreaming(d, nil); err != nil {
+	if _, err := p.GetStreaming(d, nil, ReadOn); err != nil {
 		t.Fatal(err)
 	}
 	if again := settled(true); again < plain+8<<20 {
@@ -152,7 +152,7 @@ func TestGetStreamingMapsAhead(t *testing.T) {
 	p.repo.trim.Hold()
 	defer p.repo.trim.Release()
 	before := vlogMapped(t, p)
-	if _, err := p.GetStreaming(chunks[len(chunks)/2], nil); err != nil {
+	if _, err := p.GetStreaming(chunks[len(chunks)/2], nil, ReadOn); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -194,7 +194,8 @@ func TestStreamingGetsCountTheirBytes(t *testing.T) {
 		}
 		return p.repo.trim.Traffic() - before, read
 	}
-	if traffic, read := counted(p.GetStreaming); traffic != read {
+	streaming := func(d cas.Digest, buf []byte) ([]byte, error) { return p.GetStreaming(d, buf, ReadOn) }
+	if traffic, read := counted(streaming); traffic != read {
 		t.Errorf("%d streaming gets of %d bytes counted %d bytes", len(chunks), read, traffic)
 	}
 	if traffic, _ := counted(p.Get); traffic < int64(len(chunks))*badgerdb.ValueReadAround {

@@ -302,7 +302,7 @@ func fetchFromRemote(repo *store.Repository) (stop func(), err error) {
 	}, nil
 }
 
-func (f *remoteFetcher) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error) {
+func (f *remoteFetcher) Fetch(p *store.Page, d cas.Digest, ahead int64) ([]byte, error) {
 	f.once.Do(func() {
 		var rf remoteFlags
 		if f.err = rf.fromRepository(f.repo); f.err != nil {
@@ -328,14 +328,14 @@ func (f *remoteFetcher) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte,
 	if f.err != nil {
 		return nil, syncError(f.err)
 	}
-	return f.s.Load().Fetch(p, d, stream)
+	return f.s.Load().Fetch(p, d, ahead)
 }
 
 // Pending returns what the syncer's fetches hold unstored, once it
 // connected (store.Fetcher).
-func (f *remoteFetcher) Pending(p *store.Page, d cas.Digest, stream bool) ([]byte, bool) {
+func (f *remoteFetcher) Pending(p *store.Page, d cas.Digest, ahead int64) ([]byte, bool) {
 	if s := f.s.Load(); s != nil {
-		return s.Pending(p, d, stream)
+		return s.Pending(p, d, ahead)
 	}
 	return nil, false
 }

@@ -31,15 +31,17 @@ const streamAhead = 2
 
 // Fetch fetches piece d of page p from the remote store, verifies it,
 // stores it as synced (in the cache, if the syncer has one) and returns it
-// (store.Fetcher). For a read in order
-// it fetches, in the same ranged request, the pieces after d in its pack,
-// up to fetchAhead bytes, and starts fetching the range after that one, so
-// that a stream finds its next pieces on their way. A piece that a fetch
+// (store.Fetcher). For a read in order, which goes on to read ahead bytes
+// from d on, it fetches, in the same ranged request, the pieces after d in
+// its pack, up to fetchAhead bytes, and starts fetching the range after that
+// one, so that a stream finds its next pieces on their way; neither goes
+// much past the ahead bytes (see streamEnd): the pieces after a value's
+// last are another's, which nobody may read. A piece that a fetch
 // under way brings is waited for, not fetched again: the kernel reads ahead
 // in several requests at once. Fetched pieces are stored in the background;
 // until they are, reads take them from the fetch (Pending). Safe for
 // concurrent use.
-func (s *Syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error) {
+func (s *Syncer) Fetch(p *store.Page, d cas.Digest, ahead int64) ([]byte, error) {
 	if s.cache != nil {
 		if data, ok := s.cache.Get(d); ok {
 			return data, nil
@@ -53,7 +55,7 @@ func (s *Syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error)
 		return nil, fmt.Errorf("piece %s: %w", d, cas.ErrNotFound)
 	}
 	var idx []pieceRef
-	if stream {
+	if ahead > 0 {
 		if idx, err = s.packIndex(r.Pack); err != nil {
 			return nil, err
 		}
@@ -64,12 +66,12 @@ func (s *Syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error)
 		f := s.covering(page, r)
 		if f == nil {
 			s.missed.Add(1)
-			f = s.fly(page, r, idx, stream, false)
+			f = s.fly(page, r, idx, ahead, false)
 		}
 		s.reached(f)
 		s.flightMu.Unlock()
-		if stream {
-			s.goAhead(page, f)
+		if ahead > 0 {
+			s.goAhead(page, f, restAfter(ahead, f.end-r.Off))
 		}
 		<-f.done
 		if data, ok := f.got[string(d)]; ok {
@@ -79,24 +81,50 @@ func (s *Syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error)
 			return nil, f.err
 		}
 		// d did not open there; fetched alone, it says why.
-		stream, idx = false, nil
+		ahead, idx = 0, nil
 	}
+}
+
+// restAfter is what a read in order, ahead bytes from a piece on, has left
+// to read past n bytes from there (store.ReadOn: without end). Stored
+// pieces are a little longer than their content (sealed, and the value's
+// index pieces among its chunks), so it comes short of the value's end by
+// as much: a stream fetches its last pieces itself (one request either
+// way), and starts no fetch of another value's.
+func restAfter(ahead, n int64) int64 {
+	if ahead == store.ReadOn {
+		return ahead
+	}
+	return ahead - n
+}
+
+// streamEnd is where, in a pack, a fetch for a read in order with ahead
+// bytes to read from off on stops: past them by what stored pieces add to
+// their content (1 %, with the margin of an index piece or two), so that
+// it brings the value's last pieces in its request.
+func streamEnd(off, ahead int64) int64 {
+	if ahead >= math.MaxInt64-off {
+		return math.MaxInt64
+	}
+	slack := ahead/64 + 2*cas.MaxChunkSize
+	return off + min(ahead, math.MaxInt64-off-slack) + slack
 }
 
 // Pending returns piece d of page p if a fetch under way brings it, or
 // brought it and has not stored it yet, once that fetch is done
 // (store.Fetcher). The first read in order to reach a fetch ahead of it
 // starts the fetches after that one, as Fetch does.
-func (s *Syncer) Pending(p *store.Page, d cas.Digest, stream bool) ([]byte, bool) {
+func (s *Syncer) Pending(p *store.Page, d cas.Digest, ahead int64) ([]byte, bool) {
 	if s.nflights.Load() == 0 {
 		return nil, false
 	}
 	page := p.Ledger + "/" + p.Name
 	s.flightMu.Lock()
 	var f *fetchFlight
+	var off int64
 	for _, g := range s.flights {
-		if _, ok := g.brings[string(d)]; ok && g.page == page {
-			f = g
+		if o, ok := g.brings[string(d)]; ok && g.page == page {
+			f, off = g, o
 			break
 		}
 	}
@@ -105,17 +133,21 @@ func (s *Syncer) Pending(p *store.Page, d cas.Digest, stream bool) ([]byte, bool
 	if f == nil {
 		return nil, false
 	}
-	if first && stream {
-		s.goAhead(page, f)
+	if first && ahead > 0 {
+		s.goAhead(page, f, restAfter(ahead, f.end-off))
 	}
 	<-f.done
 	data, ok := f.got[string(d)]
 	return data, ok
 }
 
-// goAhead has flyAhead start the fetches after f in the background: the
-// read that reached f goes on meanwhile.
-func (s *Syncer) goAhead(page string, f *fetchFlight) {
+// goAhead has flyAhead start the fetches after f in the background, for a
+// read in order with rest bytes to read past f (none: nothing to start):
+// the read that reached f goes on meanwhile.
+func (s *Syncer) goAhead(page string, f *fetchFlight, rest int64) {
+	if rest <= 0 {
+		return
+	}
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
@@ -125,29 +157,37 @@ func (s *Syncer) goAhead(page string, f *fetchFlight) {
 		}
 		defer s.repo.Release(p)
 		if idx, err := s.packIndex(f.pack); err == nil {
-			s.flyAhead(p, page, f, idx)
+			s.flyAhead(p, page, f, idx, rest)
 		}
 	}()
 }
 
 // flyAhead has streamAhead fetches under way after f, which brings a
 // stream's pieces from the pack whose pieces are idx: past it, on into the
-// pack pushed next when that one ends. It takes flightMu only to look up
-// and start fetches: finding what a page lacks reads its db, which waits
-// while fetched pieces are committed.
-func (s *Syncer) flyAhead(p *store.Page, page string, f *fetchFlight, idx []pieceRef) {
+// pack pushed next when that one ends, as far as the rest bytes the stream
+// has to read past f. It takes flightMu only to look up and start fetches:
+// finding what a page lacks reads its db, which waits while fetched pieces
+// are committed.
+func (s *Syncer) flyAhead(p *store.Page, page string, f *fetchFlight, idx []pieceRef, rest int64) {
 	cur := idx
 	for next, k := f, 0; k < streamAhead; k++ {
 		var i int
-		if cur, i = s.wanted(p, page, cur, next.pack, next.end); cur == nil {
+		var held int64
+		if cur, i, held = s.wanted(p, page, cur, next.pack, next.end); cur == nil {
+			return
+		}
+		if rest = restAfter(rest, held); rest <= 0 {
 			return
 		}
 		s.flightMu.Lock()
 		g := s.covering(page, cur[i])
 		if g == nil {
-			g = s.fly(page, cur[i], cur, true, true)
+			g = s.fly(page, cur[i], cur, rest, true)
 		}
 		s.flightMu.Unlock()
+		if rest = restAfter(rest, g.end-cur[i].Off); rest <= 0 {
+			return
+		}
 		next = g
 	}
 }
@@ -157,11 +197,12 @@ func (s *Syncer) flyAhead(p *store.Page, page string, f *fetchFlight, idx []piec
 // in that pack or, past its end, in the packs pushed after it (held pieces
 // are skipped: index pieces come with the tree, among a value's chunks), or
 // the first on its way.
-// It returns that piece's pack's pieces and its place, or nil if none is
-// found within a few packs.
-func (s *Syncer) wanted(p *store.Page, page string, idx []pieceRef, pack string, end int64) ([]pieceRef, int) {
+// It returns that piece's pack's pieces, its place and the bytes of the
+// pieces skipped, or nil if none is found within a few packs.
+func (s *Syncer) wanted(p *store.Page, page string, idx []pieceRef, pack string, end int64) ([]pieceRef, int, int64) {
 	const packsAhead = 4
 	i, found := refAt(idx, end)
+	var held int64
 	for range packsAhead {
 		for ; found && i < len(idx); i++ {
 			// A piece on its way needs no look in the db.
@@ -169,23 +210,24 @@ func (s *Syncer) wanted(p *store.Page, page string, idx []pieceRef, pack string,
 			coming := s.covering(page, idx[i]) != nil
 			s.flightMu.Unlock()
 			if coming {
-				return idx, i
+				return idx, i, held
 			}
 			d := cas.Digest(idx[i].Digest)
-			held, err := p.Has(d)
+			has, err := p.Has(d)
 			if err != nil {
-				return nil, 0
+				return nil, 0, 0
 			}
-			if !held && (s.cache == nil || !s.cache.Has(d)) {
-				return idx, i
+			if !has && (s.cache == nil || !s.cache.Has(d)) {
+				return idx, i, held
 			}
+			held += idx[i].Len
 		}
 		if idx = s.nextPack(pack); len(idx) == 0 {
-			return nil, 0
+			return nil, 0, 0
 		}
 		pack, i, found = idx[0].Pack, 0, true
 	}
-	return nil, 0
+	return nil, 0, 0
 }
 
 // nextPack returns the pieces of the pack pushed after pack (see
@@ -218,7 +260,7 @@ type fetchFlight struct {
 	start, end int64
 	stream     bool // a read in order's, reaching ahead
 	done       chan struct{}
-	brings     map[string]struct{} // the digests of the pieces it reads
+	brings     map[string]int64 // the digests of the pieces it reads, and their offsets
 	got        map[string][]byte
 	err        error
 	// ahead: started ahead of the reader, it keeps what it brought
@@ -293,20 +335,21 @@ func (s *Syncer) keep(f *fetchFlight) {
 	}
 }
 
-// fly starts fetching r, and the pieces after it in idx for a stream, in
-// the background; ahead, for a stream, ahead of its reader. Called with
-// flightMu held.
-func (s *Syncer) fly(page string, r pieceRef, idx []pieceRef, stream, ahead bool) *fetchFlight {
-	f := &fetchFlight{page: page, pack: r.Pack, start: r.Off, stream: stream, done: make(chan struct{}), got: map[string][]byte{},
-		ahead: ahead, reach: make(chan struct{}), passed: make(chan struct{}), stored: make(chan struct{})}
+// fly starts fetching r in the background, and for a read in order with
+// toRead bytes to read from r on (0: not one), the pieces after it in idx
+// (up to streamEnd); isAhead: ahead of its reader. Called with flightMu
+// held.
+func (s *Syncer) fly(page string, r pieceRef, idx []pieceRef, toRead int64, isAhead bool) *fetchFlight {
+	f := &fetchFlight{page: page, pack: r.Pack, start: r.Off, stream: toRead > 0, done: make(chan struct{}), got: map[string][]byte{},
+		ahead: isAhead, reach: make(chan struct{}), passed: make(chan struct{}), stored: make(chan struct{})}
 	refs := []pieceRef{r}
-	if stream {
-		refs = s.ahead(idx, r, s.nextFlight(page, r))
+	if f.stream {
+		refs = s.ahead(idx, r, min(s.nextFlight(page, r), streamEnd(r.Off, toRead)))
 	}
 	f.end = refs[len(refs)-1].Off + refs[len(refs)-1].Len
-	f.brings = make(map[string]struct{}, len(refs))
+	f.brings = make(map[string]int64, len(refs))
 	for _, r := range refs {
-		f.brings[string(r.Digest)] = struct{}{}
+		f.brings[string(r.Digest)] = r.Off
 	}
 	s.flights = append(s.flights, f)
 	s.nflights.Store(int32(len(s.flights)))

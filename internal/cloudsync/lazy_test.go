@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -135,8 +136,7 @@ func TestLazyValues(t *testing.T) {
 	if reqs["range"] == 0 || reqs["range"] > pieces/4 || total(reqs) != reqs["range"] {
 		t.Fatalf("a read in order of %d pieces made requests %v", pieces, reqs)
 	}
-	// Fetches ahead under way at the end of the read (into the packs
-	// pushed after, which hold the small files) finish first.
+	// The read's fetches store what they keep in memory first.
 	b.s.Settle()
 	be.take()
 	if got, err := b.read("l", "p", "big.bin"); err != nil || !bytes.Equal(got, big) || total(be.take()) != 0 {
@@ -322,6 +322,92 @@ func TestStreamReadsOnIntoTheNextPack(t *testing.T) {
 	}
 }
 
+// rangeLog records the packs read by range.
+type rangeLog struct {
+	remote.Backend
+	mu    sync.Mutex
+	packs []string
+}
+
+func (l *rangeLog) GetRange(ctx context.Context, name string, off, n int64) ([]byte, error) {
+	l.mu.Lock()
+	l.packs = append(l.packs, name)
+	l.mu.Unlock()
+	return l.Backend.GetRange(ctx, name, off, n)
+}
+
+func (l *rangeLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.packs
+	l.packs = nil
+	return p
+}
+
+// TestStreamStopsAtItsValuesEnd: a read in order of a value pushed in many
+// packs, with another value pushed in the packs after it, fetches ahead
+// within its own value only: no range it reads is in a pack that holds
+// none of its pieces. Fetched ahead past its end, a read of a file took
+// up to two fetches of the next file's bytes (18 MiB, in packs of 8 MiB),
+// some of them after the read had returned.
+func TestStreamStopsAtItsValuesEnd(t *testing.T) {
+	dir, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a := newDevice(t, "a", dir)
+	one, two := random(21, 3<<20), random(22, 3<<20)
+	a.write("l", "p", "one.bin", one)
+	a.write("l", "p", "two.bin", two)
+	a.sync()
+	pieces := func(key string) map[string]bool {
+		e, pg := a.entry("l", "p", key)
+		defer a.repo.Release(pg)
+		ds := map[string]bool{}
+		must(t, cas.Walk(pg, e.Value, func(d cas.Digest) (bool, error) { ds[string(d)] = true; return true, nil }, nil))
+		return ds
+	}
+	ofOne, ofTwo := pieces("one.bin"), pieces("two.bin")
+	log := &rangeLog{Backend: dir}
+	b := newDevice(t, "b", log)
+	b.sync()
+	holdsOne := map[string]bool{}
+	onlyTwo := 0
+	for _, o := range objects(t, dir) {
+		if !strings.HasPrefix(o.Name, packsDir) {
+			continue
+		}
+		idx, err := b.s.packIndex(o.Name)
+		must(t, err)
+		two := false
+		for _, r := range idx {
+			holdsOne[o.Name] = holdsOne[o.Name] || ofOne[string(r.Digest)]
+			two = two || ofTwo[string(r.Digest)]
+		}
+		if two && !holdsOne[o.Name] {
+			onlyTwo++
+		}
+	}
+	if onlyTwo < streamAhead {
+		t.Fatalf("%d packs hold two.bin's pieces and none of one.bin's: want at least %d", onlyTwo, streamAhead)
+	}
+	log.take()
+	got, err := b.read("l", "p", "one.bin")
+	must(t, err)
+	if !bytes.Equal(got, one) {
+		t.Fatal("b reads other bytes than a wrote")
+	}
+	b.s.Settle()
+	reads := log.take()
+	for _, name := range reads {
+		if !holdsOne[name] {
+			t.Fatalf("a read in order of one.bin read a range of %s, which holds none of its pieces (ranges read: %d)", name, len(reads))
+		}
+	}
+	t.Logf("a read in order of one.bin: %d ranges, each of its own packs", len(reads))
+	if got, err := b.read("l", "p", "two.bin"); err != nil || !bytes.Equal(got, two) {
+		t.Fatalf("b reads two.bin: %v, or other bytes", err)
+	}
+}
+
 // TestReadsTakeWhatAFetchAheadKeeps: a fetch ahead of a read in order keeps
 // its pieces out of the page db until the read reaches them, and then until
 // the read passes it (reaches a later fetch), and the page's reads take
@@ -356,7 +442,7 @@ func TestReadsTakeWhatAFetchAheadKeeps(t *testing.T) {
 	idx, err := b.s.packIndex(chunks[0].Pack)
 	must(t, err)
 	b.s.flightMu.Lock()
-	f := b.s.fly("l/p", chunks[0], idx, true, true)
+	f := b.s.fly("l/p", chunks[0], idx, store.ReadOn, true)
 	b.s.flightMu.Unlock()
 	<-f.done
 	for _, r := range chunks {
@@ -367,7 +453,7 @@ func TestReadsTakeWhatAFetchAheadKeeps(t *testing.T) {
 	}
 	for _, r := range chunks {
 		d := cas.Digest(r.Digest)
-		data, err := pg.GetStreaming(d, nil)
+		data, err := pg.GetStreaming(d, nil, store.ReadOn)
 		if err != nil || !bytes.Contains(big, data) || d.Verify(data) != nil {
 			t.Fatalf("piece %s read while a fetch keeps it: %v", d, err)
 		}
@@ -381,7 +467,7 @@ func TestReadsTakeWhatAFetchAheadKeeps(t *testing.T) {
 		}
 	}
 	b.s.flightMu.Lock()
-	g := b.s.fly("l/p", chunks[0], idx, true, true)
+	g := b.s.fly("l/p", chunks[0], idx, store.ReadOn, true)
 	b.s.reached(g)
 	b.s.flightMu.Unlock()
 	select {
@@ -401,7 +487,7 @@ func TestReadsTakeWhatAFetchAheadKeeps(t *testing.T) {
 		if held, err := pg.Has(d); err != nil || !held {
 			t.Fatalf("piece %s is not stored once read (%v)", d, err)
 		}
-		if _, ok := b.s.Pending(pg, d, false); ok {
+		if _, ok := b.s.Pending(pg, d, 0); ok {
 			t.Fatalf("piece %s is still kept in memory once stored", d)
 		}
 	}

@@ -170,7 +170,7 @@ func (y *syncer) connect(ctx context.Context) error {
 // (store.Fetcher): a read of content in the remote right after the mount
 // serves waits for the connection, up to the fetch timeout, rather than
 // fail because the first round has not run yet.
-func (y *syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error) {
+func (y *syncer) Fetch(p *store.Page, d cas.Digest, ahead int64) ([]byte, error) {
 	t := time.NewTimer(cmp.Or(y.s.cfg.Sync.FetchTimeout, cloudsync.DefaultFetchTimeout))
 	defer t.Stop()
 	select {
@@ -181,14 +181,14 @@ func (y *syncer) Fetch(p *store.Page, d cas.Digest, stream bool) ([]byte, error)
 	if y.readyErr != nil {
 		return nil, y.readyErr
 	}
-	return y.watched.Load().Fetch(p, d, stream)
+	return y.watched.Load().Fetch(p, d, ahead)
 }
 
 // Pending returns what the syncer's fetches hold unstored, once it
 // connected (store.Fetcher).
-func (y *syncer) Pending(p *store.Page, d cas.Digest, stream bool) ([]byte, bool) {
+func (y *syncer) Pending(p *store.Page, d cas.Digest, ahead int64) ([]byte, bool) {
 	if cs := y.watched.Load(); cs != nil {
-		return cs.Pending(p, d, stream)
+		return cs.Pending(p, d, ahead)
 	}
 	return nil, false
 }
