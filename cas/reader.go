@@ -79,11 +79,12 @@ func GetPiece(src Source, d Digest, buf []byte) ([]byte, error) {
 // stream of reads allocates nothing per chunk. A Reader is safe for
 // concurrent use.
 type Reader struct {
-	src    Source
-	stream StreamSource // src as a StreamSource, or nil
-	root   Digest
-	size   uint64
-	shared *IndexCache // may be nil
+	src     Source
+	stream  StreamSource // src as a StreamSource, or nil
+	checked bool         // src is a CheckedSource
+	root    Digest
+	size    uint64
+	shared  *IndexCache // may be nil
 
 	mu sync.Mutex
 	// Index pieces and chunks are kept apart, index pieces by last use: a
@@ -135,6 +136,7 @@ type fetch struct {
 func NewReader(src Source, id ObjectIdentifier, shared *IndexCache) (*Reader, error) {
 	r := &Reader{src: src, root: id.Digest, shared: shared, fetching: map[Digest]*fetch{}}
 	r.stream, _ = src.(StreamSource)
+	_, r.checked = src.(CheckedSource)
 	p, err := r.piece(id.Digest)
 	if err != nil {
 		return nil, err
@@ -303,7 +305,7 @@ func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
 	if r.streams(uint64(off), uint64(len(p))) && r.stream != nil {
 		s = &streaming{StreamSource: r.stream}
 		src = s
-		if _, checked := r.src.(CheckedSource); checked {
+		if r.checked {
 			src = checkedStreaming{s}
 		}
 	}

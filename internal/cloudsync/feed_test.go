@@ -19,6 +19,7 @@ type counting struct {
 	n                map[string]int
 	up, down, listed int64
 	packs            map[string]int // whole reads of each pack, ever
+	ranged           []string       // the objects read by range since takeRanged
 }
 
 func (c *counting) count(kind string, up, down, listed int) {
@@ -77,7 +78,19 @@ func (c *counting) Get(ctx context.Context, name string) ([]byte, error) {
 func (c *counting) GetRange(ctx context.Context, name string, off, n int64) ([]byte, error) {
 	b, err := c.Backend.GetRange(ctx, name, off, n)
 	c.count("range", 0, len(b), 0)
+	c.mu.Lock()
+	c.ranged = append(c.ranged, name)
+	c.mu.Unlock()
 	return b, err
+}
+
+// takeRanged returns the objects read by range since the last call.
+func (c *counting) takeRanged() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.ranged
+	c.ranged = nil
+	return r
 }
 
 func (c *counting) List(ctx context.Context, prefix, startAfter string, fn func(remote.Object) error) error {

@@ -71,7 +71,7 @@ func (s *Syncer) Fetch(p *store.Page, d cas.Digest, ahead int64) ([]byte, error)
 		s.reached(f)
 		s.flightMu.Unlock()
 		if ahead > 0 {
-			s.goAhead(page, f, restAfter(ahead, f.end-r.Off))
+			s.goAhead(page, f, ahead-(f.end-r.Off))
 		}
 		<-f.done
 		if data, ok := f.got[string(d)]; ok {
@@ -83,19 +83,6 @@ func (s *Syncer) Fetch(p *store.Page, d cas.Digest, ahead int64) ([]byte, error)
 		// d did not open there; fetched alone, it says why.
 		ahead, idx = 0, nil
 	}
-}
-
-// restAfter is what a read in order, ahead bytes from a piece on, has left
-// to read past n bytes from there (store.ReadOn: without end). Stored
-// pieces are a little longer than their content (sealed, and the value's
-// index pieces among its chunks), so it comes short of the value's end by
-// as much: a stream fetches its last pieces itself (one request either
-// way), and starts no fetch of another value's.
-func restAfter(ahead, n int64) int64 {
-	if ahead == store.ReadOn {
-		return ahead
-	}
-	return ahead - n
 }
 
 // streamEnd is where, in a pack, a fetch for a read in order with ahead
@@ -134,7 +121,7 @@ func (s *Syncer) Pending(p *store.Page, d cas.Digest, ahead int64) ([]byte, bool
 		return nil, false
 	}
 	if first && ahead > 0 {
-		s.goAhead(page, f, restAfter(ahead, f.end-off))
+		s.goAhead(page, f, ahead-(f.end-off))
 	}
 	<-f.done
 	data, ok := f.got[string(d)]
@@ -143,7 +130,12 @@ func (s *Syncer) Pending(p *store.Page, d cas.Digest, ahead int64) ([]byte, bool
 
 // goAhead has flyAhead start the fetches after f in the background, for a
 // read in order with rest bytes to read past f (none: nothing to start):
-// the read that reached f goes on meanwhile.
+// the read that reached f goes on meanwhile. Stored pieces are a little
+// longer than their content (sealed, and the value's index pieces among its
+// chunks), so rest comes short of the value's end by as much: a stream
+// fetches its last pieces itself (one request either way), and starts no
+// fetch of another value's. store.ReadOn less what a stream reads stays
+// beyond any pack.
 func (s *Syncer) goAhead(page string, f *fetchFlight, rest int64) {
 	if rest <= 0 {
 		return
@@ -176,7 +168,7 @@ func (s *Syncer) flyAhead(p *store.Page, page string, f *fetchFlight, idx []piec
 		if cur, i, held = s.wanted(p, page, cur, next.pack, next.end); cur == nil {
 			return
 		}
-		if rest = restAfter(rest, held); rest <= 0 {
+		if rest -= held; rest <= 0 {
 			return
 		}
 		s.flightMu.Lock()
@@ -185,7 +177,7 @@ func (s *Syncer) flyAhead(p *store.Page, page string, f *fetchFlight, idx []piec
 			g = s.fly(page, cur[i], cur, rest, true)
 		}
 		s.flightMu.Unlock()
-		if rest = restAfter(rest, g.end-cur[i].Off); rest <= 0 {
+		if rest -= g.end - cur[i].Off; rest <= 0 {
 			return
 		}
 		next = g

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,12 +56,7 @@ func TestLazyValues(t *testing.T) {
 	// values: one range read for each pack that holds nodes, where nodes
 	// packed before each commit's values cost one a commit.
 	treePacks := 0
-	for _, o := range objects(t, dir) {
-		if !strings.HasPrefix(o.Name, packsDir) {
-			continue
-		}
-		idx, err := b.s.packIndex(o.Name)
-		must(t, err)
+	for _, idx := range packIndexes(t, b, dir) {
 		if slices.ContainsFunc(idx, func(r pieceRef) bool { return cas.Digest(r.Digest).IsTreeNode() }) {
 			treePacks++
 		}
@@ -178,6 +172,24 @@ func pushedFile(t *testing.T, key string, data []byte) (remote.Backend, []byte) 
 	a.write("l", "p", key, data)
 	a.sync()
 	return dir, data
+}
+
+// packIndexes returns the pieces of each pack in be, in the packs' order,
+// as d's syncer indexes them.
+func packIndexes(t *testing.T, d *device, be remote.Backend) [][]pieceRef {
+	t.Helper()
+	var idxs [][]pieceRef
+	for _, o := range objects(t, be) {
+		if !strings.HasPrefix(o.Name, packsDir) {
+			continue
+		}
+		idx, err := d.s.packIndex(o.Name)
+		must(t, err)
+		if len(idx) > 0 {
+			idxs = append(idxs, idx)
+		}
+	}
+	return idxs
 }
 
 // packsIn counts the packs in be, and their bytes.
@@ -322,28 +334,6 @@ func TestStreamReadsOnIntoTheNextPack(t *testing.T) {
 	}
 }
 
-// rangeLog records the packs read by range.
-type rangeLog struct {
-	remote.Backend
-	mu    sync.Mutex
-	packs []string
-}
-
-func (l *rangeLog) GetRange(ctx context.Context, name string, off, n int64) ([]byte, error) {
-	l.mu.Lock()
-	l.packs = append(l.packs, name)
-	l.mu.Unlock()
-	return l.Backend.GetRange(ctx, name, off, n)
-}
-
-func (l *rangeLog) take() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p := l.packs
-	l.packs = nil
-	return p
-}
-
 // TestStreamStopsAtItsValuesEnd: a read in order of a value pushed in many
 // packs, with another value pushed in the packs after it, fetches ahead
 // within its own value only: no range it reads is in a pack that holds
@@ -366,37 +356,32 @@ func TestStreamStopsAtItsValuesEnd(t *testing.T) {
 		return ds
 	}
 	ofOne, ofTwo := pieces("one.bin"), pieces("two.bin")
-	log := &rangeLog{Backend: dir}
+	log := &counting{Backend: dir}
 	b := newDevice(t, "b", log)
 	b.sync()
 	holdsOne := map[string]bool{}
 	onlyTwo := 0
-	for _, o := range objects(t, dir) {
-		if !strings.HasPrefix(o.Name, packsDir) {
-			continue
-		}
-		idx, err := b.s.packIndex(o.Name)
-		must(t, err)
-		two := false
+	for _, idx := range packIndexes(t, b, dir) {
+		name, two := idx[0].Pack, false
 		for _, r := range idx {
-			holdsOne[o.Name] = holdsOne[o.Name] || ofOne[string(r.Digest)]
+			holdsOne[name] = holdsOne[name] || ofOne[string(r.Digest)]
 			two = two || ofTwo[string(r.Digest)]
 		}
-		if two && !holdsOne[o.Name] {
+		if two && !holdsOne[name] {
 			onlyTwo++
 		}
 	}
 	if onlyTwo < streamAhead {
 		t.Fatalf("%d packs hold two.bin's pieces and none of one.bin's: want at least %d", onlyTwo, streamAhead)
 	}
-	log.take()
+	log.takeRanged()
 	got, err := b.read("l", "p", "one.bin")
 	must(t, err)
 	if !bytes.Equal(got, one) {
 		t.Fatal("b reads other bytes than a wrote")
 	}
 	b.s.Settle()
-	reads := log.take()
+	reads := log.takeRanged()
 	for _, name := range reads {
 		if !holdsOne[name] {
 			t.Fatalf("a read in order of one.bin read a range of %s, which holds none of its pieces (ranges read: %d)", name, len(reads))
@@ -422,12 +407,10 @@ func TestReadsTakeWhatAFetchAheadKeeps(t *testing.T) {
 	pg := b.page("l", "p")
 	defer b.repo.Release(pg)
 	var chunks []pieceRef // a pack's chunks, none held yet
-	for _, o := range objects(t, dir) {
-		if !strings.HasPrefix(o.Name, packsDir) || len(chunks) > 2 {
-			continue
+	for _, idx := range packIndexes(t, b, dir) {
+		if len(chunks) > 2 {
+			break
 		}
-		idx, err := b.s.packIndex(o.Name)
-		must(t, err)
 		chunks = chunks[:0]
 		for _, r := range idx {
 			d := cas.Digest(r.Digest)
