@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -116,10 +117,33 @@ func (f *fileNode) key() (string, bool) {
 	}
 	comps, ok := pathFrom(f.EmbeddedInode(), f.pg)
 	if !ok {
-		return "", false
+		return f.detachedKey()
 	}
 	k, _, err := keypath.Key(comps)
 	return k, err == nil
+}
+
+// detachedKey is the key of a file go-fuse holds in no directory, from the
+// inode table. A lookup that races a rename can leave a node so: go-fuse
+// places the node a lookup returns after Lookup returns, which can fall
+// after the rename looked for the node it replaces (to mark it unlinked)
+// and before go-fuse's move takes the name. The table, which every rename
+// and unlink here updates, still knows the key the node's number belongs
+// to, or that it belongs to none: the node was replaced (see replacedHere).
+func (f *fileNode) detachedKey() (string, bool) {
+	if _, parent := f.EmbeddedInode().Parent(); parent != nil {
+		return "", false // a directory above it left the tree
+	}
+	return strings.CutPrefix(f.pg.fs.inos.idOf(f.StableAttr().Ino), f.pg.id('f', ""))
+}
+
+// replacedHere reports whether the file, held in no directory, was renamed
+// over or unlinked by this mount: its inode number belongs to no key.
+func (f *fileNode) replacedHere() bool {
+	if _, parent := f.EmbeddedInode().Parent(); parent != nil {
+		return false
+	}
+	return f.pg.fs.inos.idOf(f.StableAttr().Ino) == ""
 }
 
 // stillAt reports whether the file is still the one at key: pending there,
@@ -154,6 +178,9 @@ func (f *fileNode) mode() uint32 {
 func (f *fileNode) entry() (btree.Entry, int64, error) {
 	key, ok := f.key()
 	if !ok {
+		if f.replacedHere() {
+			return btree.Entry{}, 0, syscall.ENOENT // as an unlinked node (goneErrno)
+		}
 		return btree.Entry{}, 0, syscall.ESTALE // its directory dropped behind (goneErrno)
 	}
 	return f.entryAt(key)

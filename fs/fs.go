@@ -339,6 +339,14 @@ func (t *inoTable) get(id string) uint64 {
 	return ino
 }
 
+// idOf returns the id whose number ino is, or "" for a number a rename or
+// unlink took from its key (or never handed out).
+func (t *inoTable) idOf(ino uint64) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.byIno[ino]
+}
+
 // move gives the number of id from to id to, or, with prefix, the numbers
 // of all ids starting with from to the same ids starting with to.
 func (t *inoTable) move(from, to string, prefix bool) {
