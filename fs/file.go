@@ -131,19 +131,27 @@ func (f *fileNode) key() (string, bool) {
 // and unlink here updates, still knows the key the node's number belongs
 // to, or that it belongs to none: the node was replaced (see replacedHere).
 func (f *fileNode) detachedKey() (string, bool) {
-	if _, parent := f.EmbeddedInode().Parent(); parent != nil {
+	id, detached := f.detachedID()
+	if !detached {
 		return "", false // a directory above it left the tree
 	}
-	return strings.CutPrefix(f.pg.fs.inos.idOf(f.StableAttr().Ino), f.pg.id('f', ""))
+	return strings.CutPrefix(id, f.pg.id('f', ""))
 }
 
 // replacedHere reports whether the file, held in no directory, was renamed
 // over or unlinked by this mount: its inode number belongs to no key.
 func (f *fileNode) replacedHere() bool {
+	id, detached := f.detachedID()
+	return detached && id == ""
+}
+
+// detachedID returns the inode table's id of the file's number, if go-fuse
+// holds the file in no directory.
+func (f *fileNode) detachedID() (string, bool) {
 	if _, parent := f.EmbeddedInode().Parent(); parent != nil {
-		return false
+		return "", false
 	}
-	return f.pg.fs.inos.idOf(f.StableAttr().Ino) == ""
+	return f.pg.fs.inos.idOf(f.StableAttr().Ino), true
 }
 
 // stillAt reports whether the file is still the one at key: pending there,
