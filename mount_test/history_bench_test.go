@@ -35,7 +35,7 @@ func buildPage(b testing.TB, keys, commits int) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer r.Close()
+	defer func() { must(b, r.Close()) }()
 	must(b, r.CreateLedger("l"))
 	must(b, r.CreatePage("l", "p"))
 	p, err := r.Acquire("l", "p")

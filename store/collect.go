@@ -455,7 +455,7 @@ func (r *Repository) compactAlone(ledger, page string) error {
 	// keeps every deleted row (it moved them, still there, to the last
 	// level, where nothing rewrites them again).
 	o := badgerdb.Options(dir, false).WithNumLevelZeroTables(1).WithNumCompactors(0)
-	return reclaimWith(o, key, func(db *badger.DB) error {
+	return r.reclaimWith(o, key, func(db *badger.DB) error {
 		// Every row's version is readable by nobody but the newest:
 		// the compaction drops deleted rows and replaced versions.
 		db.SetDiscardTs(db.MaxVersion())
@@ -469,8 +469,8 @@ func (r *Repository) compactAlone(ledger, page string) error {
 
 // reclaimWith runs fn on the db opened with o, and closes it; a panic of
 // Badger's is an error.
-func reclaimWith(o badger.Options, key string, fn func(db *badger.DB) error) (err error) {
-	db, err := badgerdb.OpenManaged(o)
+func (r *Repository) reclaimWith(o badger.Options, key string, fn func(db *badger.DB) error) (err error) {
+	db, err := r.openPageDB(o, badgerdb.OpenManaged)
 	if err != nil {
 		return fmt.Errorf("store: reclaim %s: %w", key, err)
 	}

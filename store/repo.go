@@ -177,6 +177,10 @@ type Repository struct {
 	namesMu   sync.Mutex
 	randMu    sync.Mutex // guards opts.Rand
 	namesLast int64
+	// lockWait bounds the wait for a page db's lock held elsewhere
+	// (openPageDB); lockWaited, for tests, is called at each wait.
+	lockWait   time.Duration
+	lockWaited func()
 }
 
 // Open opens or creates the repository in dir.
@@ -224,7 +228,7 @@ func Open(dir string, opts Options) (*Repository, error) {
 		}
 	}
 	r := &Repository{dir: dir, opts: opts, db: db, open: map[string]*Page{}, closing: map[string]chan struct{}{}, created: created,
-		trim: badgerdb.NewTrimmer(dir)}
+		trim: badgerdb.NewTrimmer(dir), lockWait: pageLockWait}
 	if !opts.ReadOnly {
 		if opts.Reserve == 0 {
 			if opts.Reserve, err = badgerdb.DefaultReserve(dir); err != nil {
@@ -282,10 +286,48 @@ func Open(dir string, opts Options) (*Repository, error) {
 
 // lockError turns Badger's directory lock failure into ErrLocked.
 func lockError(err error) error {
-	if err != nil && strings.Contains(err.Error(), "Cannot acquire directory lock") {
+	if isLockError(err) {
 		return fmt.Errorf("%w: %v", ErrLocked, err)
 	}
 	return err
+}
+
+// isLockError reports whether err is Badger's refusal of a db whose
+// directory lock another open file holds.
+func isLockError(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Cannot acquire directory lock")
+}
+
+// pageLockWait is how long opening a page's db waits for a lock held
+// elsewhere before it reports ErrLocked.
+const pageLockWait = 5 * time.Second
+
+// openPageDB opens a page's db with open, waiting up to r.lockWait while
+// its directory lock is held elsewhere. This process holds the
+// repository's lock, so no other server or command has the page: the
+// holder is a copy of the descriptor of the process that last had it
+// open (this one, or a command that built the repository), in a child
+// it forked that has not yet reached exec. flock(2) locks belong to the
+// open file description, which fork shares, and close-on-exec releases
+// the copy only at exec; on a loaded machine that came after the page's
+// next open (a mount's first getattr failed with EIO in CI).
+func (r *Repository) openPageDB(o badger.Options, open func(badger.Options) (*badger.DB, error)) (*badger.DB, error) {
+	start := time.Now()
+	delay := time.Millisecond
+	for {
+		db, err := open(o)
+		if !isLockError(err) || time.Since(start) >= r.lockWait {
+			if err == nil && delay > time.Millisecond {
+				slog.Info("waited for a page db's lock held by another process", "dir", o.Dir, "took", time.Since(start))
+			}
+			return db, err
+		}
+		if r.lockWaited != nil {
+			r.lockWaited()
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 100*time.Millisecond)
+	}
 }
 
 // polynomial returns the repository's chunker polynomial, choosing and
@@ -1225,7 +1267,7 @@ func (r *Repository) openPage(ledger, page string) (*Page, error) {
 
 // newPage opens the db of a page.
 func (r *Repository) newPage(ledger, page string, id PageID, readOnly bool) (*Page, error) {
-	db, err := badgerdb.Open(badgerdb.Options(r.pageDir(ledger, id), readOnly))
+	db, err := r.openPageDB(badgerdb.Options(r.pageDir(ledger, id), readOnly), badgerdb.Open)
 	if err != nil {
 		return nil, err
 	}
