@@ -156,13 +156,15 @@ func (j *Journal) commitLocked() (*store.Commit, error) {
 	if !j.ID.Explicit() {
 		p.Durability().Landed(j.ID)
 	}
-	if newHead != nil {
-		tree.Forget()
-	}
 	if landed := j.e.observing().Landed; landed != nil && len(commits) > 0 {
 		if err := landed(p, commits, []*store.Commit{base, head}); err != nil {
 			slog.Warn("observing landed commits failed", "page", p.Ledger+"/"+p.Name, "err", err)
 		}
+	}
+	if newHead != nil {
+		// After the observer: indexing the landed versions diffs the
+		// trees before and after, and would decode the replaced nodes again.
+		tree.Forget()
 	}
 	if removed > 0 && observeRemoved != nil {
 		observeRemoved(p.Ledger, p.Name, removed)

@@ -1124,3 +1124,45 @@ func TestUnseenVersions(t *testing.T) {
 		t.Fatalf("state %v, asked about %v: want %v, asked about g", got, asked, want)
 	}
 }
+
+// The Landed observer runs before the commit drops the nodes it replaced
+// from the node cache: indexing the landed versions diffs the trees before
+// and after, and would otherwise decode the replaced nodes again (in rm -rf
+// of 100,000 entries, most of the mount's decoding).
+func TestLandedObserverFindsReplacedNodesDecoded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.eng.CommitterFor(e.p)
+	v := e.value("v")
+	ops := make([]Op, 20000) // many more nodes than a commit replaces
+	for i := range ops {
+		ops[i] = Op{Key: fmt.Sprintf("dir/%06d", i), Entry: v}
+	}
+	if err := c.Apply(false, ops...); err != nil {
+		t.Fatal(err)
+	}
+	gone := []string{"dir/000007", "dir/012345"}
+	for _, k := range gone { // as the lookups before the unlinks
+		if _, ok := e.headEntry(k); !ok {
+			t.Fatalf("%s missing", k)
+		}
+	}
+	var observed, misses, changes int
+	e.eng.Observe(Observers{Landed: func(p *store.Page, commits, on []*store.Commit) error {
+		before := e.repo.CacheStats().NodeMisses
+		err := p.Nodes().Diff(on[0].Root, commits[0].Root, func(btree.Change) error { changes++; return nil })
+		misses += int(e.repo.CacheStats().NodeMisses - before)
+		observed++
+		return err
+	}})
+	del := []Op{{Key: gone[0], Kind: store.OpDelete}, {Key: gone[1], Kind: store.OpDelete}}
+	if err := c.Apply(false, del...); err != nil {
+		t.Fatal(err)
+	}
+	if observed != 1 || changes != len(gone) {
+		t.Fatalf("observer ran %d times and saw %d changes; want 1 and %d", observed, changes, len(gone))
+	}
+	if misses != 0 {
+		t.Errorf("diffing the landed commit with its parent decoded %d nodes again", misses)
+	}
+}
