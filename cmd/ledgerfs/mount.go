@@ -195,7 +195,7 @@ missing. As root the mount is made directly; otherwise through fusermount3.`,
 	f.Int64Var(&showUID, "uid", -1, "show every file as owned by this user id, whatever owner it stores (a single-user mount of files other users own)")
 	f.Int64Var(&showGID, "gid", -1, "show every file's group as this group id, whatever group it stores")
 	f.IntVar(&idlePages, "max-idle-pages", 16, "page databases kept open while no file of theirs is in use")
-	f.Float64Var(&cacheSecs, "cache-timeout", 1, "seconds the kernel may cache names and attributes")
+	f.Float64Var(&cacheSecs, "cache-timeout", 60, "seconds the kernel may cache names and attributes; changes it did not make (sync, transactions) are dropped from its cache at once")
 	f.Int64Var(&memLimit, "memory-limit", 256, "soft limit of the server's Go heap in MiB (0: none; GOMEMLIMIT overrides)")
 	f.IntVar(&gcPercent, "gc-percent", 50, "garbage the server's Go heap may add before a collection, in percent of what is live (Go's default is 100; GOGC overrides)")
 	f.Int64Var(&nodeCache, "node-cache", 16, "MiB of decoded tree nodes kept in memory; more makes long history listings faster")
