@@ -16,14 +16,7 @@ cd "$(dirname "$0")/.."
 revs=("$@")
 [ ${#revs[@]} -gt 0 ] || revs=(HEAD)
 SIZE_MIB=${SIZE_MIB:-1024} RUNS=${RUNS:-3}
-work=$(mktemp -d /tmp/ledgerfs-readcost.XXXXXX)
-mnt="$work/mnt" pid=
-cleanup() {
-  if mountpoint -q "$mnt"; then umount "$mnt" 2>/dev/null || umount -l "$mnt" || true; fi
-  [ -z "$pid" ] || wait "$pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+. bench/scratch.sh readcost
 
 names=()
 for rev in "${revs[@]}"; do

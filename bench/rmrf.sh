@@ -14,14 +14,7 @@ cd "$(dirname "$0")/.."
 settings=("$@")
 [ ${#settings[@]} -gt 0 ] || settings=("")
 FILES=${FILES:-100000} RUNS=${RUNS:-3}
-work=$(mktemp -d /tmp/ledgerfs-rmrf.XXXXXX)
-mnt="$work/mnt" pid=
-cleanup() {
-  if mountpoint -q "$mnt"; then umount "$mnt" 2>/dev/null || umount -l "$mnt" || true; fi
-  [ -z "$pid" ] || wait "$pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+. bench/scratch.sh rmrf
 go build -o "$work/ledgerfs" ./cmd/ledgerfs
 
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; } # clock ticks
