@@ -294,8 +294,14 @@ func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno
 // the attributes of the version before, from the kernel's cache. An
 // answer that a catch-up raced is not cached.
 func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return d.lookupKnowing(ctx, name, out, nil)
+}
+
+// lookupKnowing is Lookup, with what a listing found in the tree (see
+// dirHandle.Lookup), if known is not nil.
+func (d *dirNode) lookupKnowing(ctx context.Context, name string, out *fuse.EntryOut, known *listed) (*gofs.Inode, syscall.Errno) {
 	seen := d.pg.behind.Load()
-	ch, eno := d.lookup(ctx, name, out)
+	ch, eno := d.lookup(ctx, name, out, known)
 	if eno != 0 || ch == nil {
 		return ch, eno
 	}
@@ -306,7 +312,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	return ch, 0
 }
 
-func (d *dirNode) lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+func (d *dirNode) lookup(ctx context.Context, name string, out *fuse.EntryOut, known *listed) (*gofs.Inode, syscall.Errno) {
 	comps, ok := d.comps()
 	switch {
 	case d.removed.Load() != nil:
@@ -354,26 +360,23 @@ func (d *dirNode) lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if btree.IsLinkKey(key) {
 		return nil, syscall.ENOENT // a file's entry, not a name
 	}
-	var entry btree.Entry
-	var isFile, isDir bool
-	var headTs int64
-	var linked *fileNode // pending at the link key the name points at
 	// A directory's attributes come from the same look at the tree as the
 	// name (meta's, one view and one seek fewer a directory): READDIRPLUS
 	// looks up every name it lists.
-	var marker btree.Entry // the directory's, in the tree
-	var markerFound bool
-	var dirTs int64
+	var nf nameFacts
+	var headTs, dirTs int64
+	var linked *fileNode                                          // pending at the link key the name points at
 	queued, markerQueued, pendingDir := d.pg.dirQueued(key + "/") // before the tree; see listDir
 	err = d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
 		var err error
-		if entry, isFile, err = t.Get(key); err != nil {
+		if nf, err = known.factsOf(t, key); err != nil {
 			return err
 		}
+		entry, isFile := &nf.entry, nf.isFile
 		if g := entry.Meta.Link; isFile && g != "" {
 			if linked = d.pg.pendingFile(g); linked == nil {
 				var found bool
-				if entry, found, err = t.Follow(entry); err != nil {
+				if *entry, found, err = t.Follow(*entry); err != nil {
 					return err
 				} else if !found {
 					return fmt.Errorf("name %q points at %q, which the page does not hold: %w", key, g, syscall.EIO)
@@ -383,23 +386,16 @@ func (d *dirNode) lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		if isFile && !entry.Meta.HasMtime {
 			headTs = d.pg.shownTime(p, head) // shown only without an mtime of its own
 		}
-		// The first key under the directory is its marker, if it has one.
-		it := t.Prefix(key + "/")
-		if it.Next() {
-			isDir = true
-			if e := it.Entry(); e.Key == key+"/" {
-				marker, markerFound = e, true
-			}
-		}
-		if isDir || pendingDir {
+		if nf.isDir || pendingDir {
 			dirTs = d.pg.shownTime(p, head)
 		}
-		return it.Err()
+		return nil
 	})
 	if err != nil {
 		return nil, errno("lookup", err)
 	}
-	isDir = isDir || pendingDir
+	entry, isFile, isDir := nf.entry, nf.isFile, nf.isDir || pendingDir
+	marker, markerFound := nf.marker, nf.markerFound
 	switch {
 	case coll && isFile && isDir, !coll && isFile && !isDir:
 		if linked != nil {

@@ -9,6 +9,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/keypath"
 	"github.com/ledgerfs/ledgerfs/store"
@@ -25,22 +26,200 @@ func listing(n *gofs.Inode, es []fuse.DirEntry) gofs.DirStream {
 	return gofs.NewListDirStream(append(dots, es...))
 }
 
+// OpendirHandle opens the directory for a listing, which is taken at its
+// first read (go-fuse's own handle does the same) and which answers
+// READDIRPLUS's lookup of each name it lists from what it found in the
+// tree (Lookup).
+func (d *dirNode) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	return &dirHandle{d: d}, 0, 0
+}
+
+// A dirHandle is an open directory of a page view.
+type dirHandle struct {
+	d     *dirNode
+	ds    gofs.DirStream // the listing, from the first read on
+	known *listed        // what the listing found in the tree
+}
+
+var (
+	_ gofs.FileReaddirenter = (*dirHandle)(nil)
+	_ gofs.FileSeekdirer    = (*dirHandle)(nil)
+	_ gofs.FileReleasedirer = (*dirHandle)(nil)
+	_ gofs.FileLookuper     = (*dirHandle)(nil)
+)
+
+func (h *dirHandle) list() syscall.Errno {
+	if h.ds != nil {
+		return 0
+	}
+	prefix, comps, err := h.d.prefix()
+	if err != nil {
+		return errno("readdir", err)
+	}
+	h.known = &listed{}
+	es, err := listDir(h.d.pg, prefix, comps, h.known)
+	if err != nil {
+		h.known = nil
+		return errno("readdir", err)
+	}
+	h.ds = listing(h.d.EmbeddedInode(), es)
+	return 0
+}
+
+func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	if eno := h.list(); eno != 0 {
+		return nil, eno
+	}
+	if !h.ds.HasNext() {
+		return nil, 0
+	}
+	e, eno := h.ds.Next()
+	return &e, eno
+}
+
+func (h *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	if eno := h.list(); eno != 0 {
+		return eno
+	}
+	return h.ds.(gofs.FileSeekdirer).Seekdir(ctx, off)
+}
+
+func (h *dirHandle) Releasedir(ctx context.Context, flags uint32) { h.ds, h.known = nil, nil }
+
+// Lookup is READDIRPLUS's lookup of a name the listing just gave. It is
+// the directory's Lookup, which reads the tree for the name unless the
+// tree is the one listed: its facts are then the listing's.
+func (h *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return h.d.lookupKnowing(ctx, name, out, h.known)
+}
+
 func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	prefix, comps, err := d.prefix()
 	if err != nil {
 		return nil, errno("readdir", err)
 	}
-	es, err := listDir(d.pg, prefix, comps)
+	es, err := listDir(d.pg, prefix, comps, nil)
 	if err != nil {
 		return nil, errno("readdir", err)
 	}
 	return listing(d.EmbeddedInode(), es), 0
 }
 
+// nameFacts is what the tree holds for a name (dirNode.lookup): the file
+// entry at its key, and whether keys lie under it as a directory's, the
+// first of them the directory's marker.
+type nameFacts struct {
+	entry       btree.Entry
+	isFile      bool
+	isDir       bool
+	marker      btree.Entry
+	markerFound bool
+}
+
+// lookFor reads the facts for the name at key from t.
+func lookFor(t *btree.Tree, key string) (nameFacts, error) {
+	var nf nameFacts
+	var err error
+	if nf.entry, nf.isFile, err = t.Get(key); err != nil {
+		return nf, err
+	}
+	// The first key under the directory is its marker, if it has one.
+	it := t.Prefix(key + "/")
+	if it.Next() {
+		nf.isDir = true
+		if e := it.Entry(); e.Key == key+"/" {
+			nf.marker, nf.markerFound = e, true
+		}
+	}
+	return nf, it.Err()
+}
+
+// maxListed bounds the names a listing keeps facts for (listed): about
+// 300 bytes each, for as long as the directory is open.
+const maxListed = 1 << 14
+
+// listed is what a listing found in the tree for each name it listed, by
+// key, and which tree that was: a lookup in the same tree finds the same.
+type listed struct {
+	tree  cas.ObjectIdentifier
+	ok    bool             // the tree had an identity (btree.Tree.Identity)
+	names map[string]int32 // index in facts
+	facts []nameFacts
+}
+
+// factsOf returns the facts for the name at key in t: the listing's, if l
+// was taken of t and holds the name, else read from t.
+func (l *listed) factsOf(t *btree.Tree, key string) (nameFacts, error) {
+	if l != nil && l.ok {
+		if id, ok := t.Identity(); ok && id == l.tree {
+			if i, ok := l.names[key]; ok {
+				return l.facts[i], nil
+			}
+		}
+	}
+	return lookFor(t, key)
+}
+
+// start readies l for a walk of t.
+func (l *listed) start(t *btree.Tree) {
+	if l.tree, l.ok = t.Identity(); l.ok {
+		l.names = map[string]int32{}
+	}
+}
+
+// drop forgets what l noted: it cannot answer for the tree.
+func (l *listed) drop() { l.ok, l.names, l.facts = false, nil, nil }
+
+// see notes the entry e under prefix that a walk of the tree gave, and
+// skipTo, the key the walk goes on from. It reads keys as lookFor does, by
+// their bytes: e is the file entry at its key, or the first entry under the
+// directory its key is under; the walk gives every key under prefix but
+// those after a directory's first, which it steps over (skipTo), and link
+// keys, which are no name's.
+func (l *listed) see(prefix string, e btree.Entry, skipTo string) {
+	if l == nil || !l.ok || btree.IsLinkKey(e.Key) {
+		return
+	}
+	rest := e.Key[len(prefix):]
+	if rest == "" {
+		return // the directory's own marker
+	}
+	key, dir := e.Key, false
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		key, dir = e.Key[:len(prefix)+i], true
+	}
+	// Stepped over, the rest of the directory's keys: key+"0" onwards.
+	if skipTo != "" && (!dir || len(skipTo) != len(key)+1 || skipTo[len(key)] != '0' || skipTo[:len(key)] != key) {
+		l.drop() // what is stepped over is not known
+		return
+	}
+	i, ok := l.names[key]
+	if !ok {
+		if len(l.facts) >= maxListed {
+			l.drop()
+			return
+		}
+		i = int32(len(l.facts))
+		l.names[key] = i
+		l.facts = append(l.facts, nameFacts{})
+	}
+	nf := &l.facts[i]
+	switch {
+	case !dir:
+		nf.entry, nf.isFile = e, true
+	case !nf.isDir: // the first key under the directory
+		nf.isDir = true
+		if len(e.Key) == len(key)+1 { // key+"/"
+			nf.marker, nf.markerFound = e, true
+		}
+	}
+}
+
 // listDir lists the directory at comps (key prefix prefix) of a page view:
 // a name per file and subdirectory, with the collision names of files
 // shadowed by directories, and the files created but not committed yet.
-func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error) {
+// If known is not nil, what the walk finds in the tree is noted in it.
+func listDir(pg *pageRef, prefix string, comps []string, known *listed) ([]fuse.DirEntry, error) {
 	var es []fuse.DirEntry
 	var order []string // the key each of es is listed by
 	index := map[string]int{}
@@ -108,8 +287,13 @@ func listDir(pg *pageRef, prefix string, comps []string) ([]fuse.DirEntry, error
 	pending := pg.pendingUnder(prefix)
 	markers := pg.queuedMarkersUnder(prefix)
 	err := pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
+		if known != nil {
+			known.start(t)
+		}
 		return walkDir(t, prefix, func(e btree.Entry) string {
-			return addKey(e.Key, e.Meta.FileMode()&syscall.S_IFMT, isMarker(e), e.Meta.Link)
+			skip := addKey(e.Key, e.Meta.FileMode()&syscall.S_IFMT, isMarker(e), e.Meta.Link)
+			known.see(prefix, e, skip)
+			return skip
 		})
 	})
 	if err != nil {

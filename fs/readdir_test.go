@@ -1,11 +1,13 @@
 package fs
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/restic/chunker"
 	"pgregory.net/rapid"
 
@@ -85,4 +87,194 @@ func TestWalkDirSkipsAsASeekDoes(t *testing.T) {
 			t.Fatalf("walkDir saw %q, a seek past each skip %q", got, want)
 		}
 	})
+}
+
+// What a listing notes of the tree (listed) is what a lookup of each name
+// reads from that tree (lookFor), whatever files, subdirectories, markers
+// and names sorting between "a" and "a/" the directory holds; and a tree
+// changed since is read again.
+func TestListedFactsAreTheTreesFacts(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := btree.NewStore(memPieces{}, chunker.Pol(0x3DA3358B4DC173), nil)
+		tr := s.Open(btree.EmptyRoot)
+		// Names whose keys sort around each other's directories: "a-",
+		// "a.b" and "a0" lie between "a" and "a/", "a0" after "a/".
+		stems := []string{"a", "a-", "a.b", "a0", "b", "n1", "n10"}
+		var names []string
+		put := func(k string, i int) {
+			e := btree.Entry{Key: k, Value: cas.ObjectIdentifier{Digest: cas.ComputeDigest(cas.KindBlob, false, []byte(fmt.Sprint(i)))}}
+			e.Meta.MtimeNs = int64(i)
+			if err := tr.Put(e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range rapid.IntRange(0, 40).Draw(t, "names") {
+			name := rapid.SampledFrom(stems).Draw(t, "stem") + rapid.SampledFrom([]string{"", "x", "-1"}).Draw(t, "tail")
+			names = append(names, name)
+			k := "d/" + name
+			if rapid.Bool().Draw(t, "file") {
+				put(k, i)
+			}
+			if rapid.Bool().Draw(t, "marker") {
+				put(k+"/", i)
+			}
+			for j := range rapid.SampledFrom([]int{0, 1, 3}).Draw(t, "under") {
+				put(fmt.Sprintf("%s/k%d", k, j), i)
+				if j == 2 {
+					put(fmt.Sprintf("%s/k%d/deeper", k, j), i)
+				}
+			}
+		}
+		put("c", 0)
+		put("d/", 0)
+		put("e/x", 0)
+		root, _, err := tr.Write(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr = s.Open(root)
+
+		// The walk listDir makes: past a subdirectory after its first key.
+		l := &listed{}
+		l.start(tr)
+		if err := walkDir(tr, "d/", func(e btree.Entry) string {
+			skip := ""
+			if i := strings.IndexByte(e.Key[len("d/"):], '/'); i >= 0 && e.Key != "d/" {
+				skip = e.Key[:len("d/")+i] + "0"
+			}
+			l.see("d/", e, skip)
+			return skip
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !l.ok {
+			t.Fatal("the listing noted nothing usable of a stored tree")
+		}
+		check := func(tr *btree.Tree) {
+			for _, name := range append(names, "absent", "a/") {
+				key := "d/" + name
+				want, err := lookFor(tr, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := l.factsOf(tr, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Fatalf("%q: the listing says %+v, the tree %+v", key, got, want)
+				}
+			}
+		}
+		for _, name := range names {
+			if nf, err := lookFor(tr, "d/"+name); err == nil && (nf.isFile || nf.isDir) && !noted(l, "d/"+name) {
+				t.Fatalf("%q is in the tree, not in the listing's notes", name)
+			}
+		}
+		check(tr)
+
+		// Changed since: the listing's notes are not the tree's.
+		if len(names) > 0 {
+			name := rapid.SampledFrom(names).Draw(t, "changed")
+			put("d/"+name, 1000)
+			put("d/"+name+"/", 1000)
+			if root, _, err = tr.Write(nil); err != nil {
+				t.Fatal(err)
+			}
+			check(s.Open(root))
+		}
+	})
+}
+
+func noted(l *listed, key string) bool {
+	_, ok := l.names[key]
+	return ok
+}
+
+// A listing that steps over keys other than a subdirectory's notes
+// nothing: what it stepped over is not known.
+func TestListedForgetsWhatAWalkSkips(t *testing.T) {
+	l := &listed{}
+	s := btree.NewStore(memPieces{}, chunker.Pol(0x3DA3358B4DC173), nil)
+	l.start(s.Open(btree.EmptyRoot))
+	l.see("d/", btree.Entry{Key: "d/a/x"}, "d/a0")
+	if !l.ok {
+		t.Fatal("a skip past a subdirectory's keys: the notes were dropped")
+	}
+	l.see("d/", btree.Entry{Key: "d/b/x"}, "d/c")
+	if l.ok || l.names != nil || l.facts != nil {
+		t.Fatal("a skip past other names' keys: the notes were kept")
+	}
+}
+
+// READDIRPLUS's lookup of each name, answered from what the listing found
+// in the tree, is the directory's own Lookup: for files, hard links and
+// directories, and for a file changed after the listing began.
+func TestListingLookupIsLookup(t *testing.T) {
+	b := newBridge(t)
+	page := b.mkdir(b.mkdir(1, "l"), "p")
+	a := b.create(page, "a", "one")
+	b.mkdir(page, "sub")
+	b.create(page, "z", "x")
+	var lo fuse.EntryOut
+	if st := b.raw.Link(nil, &fuse.LinkIn{InHeader: fuse.InHeader{NodeId: page}, Oldnodeid: a}, "a2", &lo); !st.Ok() {
+		t.Fatalf("link: %v", st)
+	}
+	pg := b.fs.pages["l/p"]
+	if err := pg.settle(); err != nil {
+		t.Fatal(err)
+	}
+	d := b.fs.root.EmbeddedInode().GetChild("l").GetChild("p").Operations().(*dirNode)
+	ctx := context.Background()
+	fh, _, eno := d.OpendirHandle(ctx, 0)
+	if eno != 0 {
+		t.Fatal(eno)
+	}
+	h := fh.(*dirHandle)
+	defer h.Releasedir(ctx, 0)
+	var names []string
+	for {
+		e, eno := h.Readdirent(ctx)
+		if eno != 0 {
+			t.Fatal(eno)
+		}
+		if e == nil {
+			break
+		}
+		if e.Name != "." && e.Name != ".." {
+			names = append(names, e.Name)
+		}
+	}
+	if !slices.Equal(names, []string{"a", "a2", "sub", "z"}) {
+		t.Fatalf("listed %q", names)
+	}
+	if !h.known.ok || len(h.known.names) != len(names) {
+		t.Fatalf("the listing noted %d names (usable: %v), want %d", len(h.known.names), h.known.ok, len(names))
+	}
+	same := func(name string) fuse.Attr {
+		t.Helper()
+		var got, want fuse.EntryOut
+		if _, eno := h.Lookup(ctx, name, &got); eno != 0 {
+			t.Fatalf("listing's lookup %s: %v", name, eno)
+		}
+		if _, eno := d.Lookup(ctx, name, &want); eno != 0 {
+			t.Fatalf("lookup %s: %v", name, eno)
+		}
+		if got != want {
+			t.Fatalf("%s: the listing's lookup gives %+v, Lookup %+v", name, got, want)
+		}
+		return got.Attr
+	}
+	for _, name := range names[:3] {
+		same(name)
+	}
+
+	// z changes after the listing: its lookup reads the new tree.
+	b.create(page, "z", "longer")
+	if err := pg.settle(); err != nil {
+		t.Fatal(err)
+	}
+	if a := same("z"); a.Size != uint64(len("longer")) {
+		t.Fatalf("z after it changed: size %d, want %d", a.Size, len("longer"))
+	}
 }

@@ -36,7 +36,7 @@ func (d *versionsDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errn
 	if err != nil {
 		return nil, syscall.ENOENT
 	}
-	es, err := listDir(d.pg, prefix, d.comps)
+	es, err := listDir(d.pg, prefix, d.comps, nil)
 	if err != nil {
 		return nil, errno("readdir", err)
 	}

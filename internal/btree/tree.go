@@ -339,6 +339,19 @@ func (t *Tree) write(r ref, sink cas.Sink, written *int) (ref, error) {
 	return ref{id: id, n: n}, nil
 }
 
+// Identity names the entries t shows: two trees of one store with the same
+// identity show the same entries. ok is false for a tree with unwritten
+// edits or hidden keys, whose entries no id names.
+func (t *Tree) Identity() (id cas.ObjectIdentifier, ok bool) {
+	if t.hidden != nil || t.root.dirty() {
+		return cas.ObjectIdentifier{}, false
+	}
+	if t.root.empty() {
+		return EmptyRoot, true
+	}
+	return t.root.id, true
+}
+
 // Root returns the id of a tree without unwritten edits.
 func (t *Tree) Root() (cas.ObjectIdentifier, error) {
 	if t.root.empty() {
