@@ -93,18 +93,6 @@ func (h *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	return h.d.lookupKnowing(ctx, name, out, h.known)
 }
 
-func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	prefix, comps, err := d.prefix()
-	if err != nil {
-		return nil, errno("readdir", err)
-	}
-	es, err := listDir(d.pg, prefix, comps, nil)
-	if err != nil {
-		return nil, errno("readdir", err)
-	}
-	return listing(d.EmbeddedInode(), es), 0
-}
-
 // nameFacts is what the tree holds for a name (dirNode.lookup): the file
 // entry at its key, and whether keys lie under it as a directory's, the
 // first of them the directory's marker.
