@@ -16,10 +16,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: bench/ab.sh OLD_REV NEW_REV [WORKDIR]" >&2; exit 2; }
 a_rev=$1 b_rev=$2
-work=${3:-$(mktemp -d /tmp/ledgerfs-ab.XXXXXX)}
 SIZE_MIB=${SIZE_MIB:-1024} SYNC_OPS=${SYNC_OPS:-3000} SQL_OPS=${SQL_OPS:-300} SQL_MIB=${SQL_MIB:-100} RUNS=${RUNS:-3}
 GOSRC=$(go env GOROOT)/src
-mkdir -p "$work"
+# The work directory is kept: its figures and logs are the run's record.
+. bench/scratch.sh ab "${3:-$(mktemp -d /tmp/ledgerfs-ab.XXXXXX)}"
 
 build() { # rev name
   local src="$work/src-$2"
@@ -30,14 +30,6 @@ build() { # rev name
 }
 build "$a_rev" A
 build "$b_rev" B
-
-mnt="$work/mnt" pid=
-cleanup() {
-  if mountpoint -q "$mnt"; then umount "$mnt" 2>/dev/null || fusermount3 -u "$mnt" || true; fi
-  [ -z "$pid" ] || wait "$pid" 2>/dev/null || true
-  rm -rf "$work/repo"
-}
-trap cleanup EXIT
 
 drop_caches() { sync; if [ "$(id -u)" = 0 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
 now() { date +%s.%N; }
