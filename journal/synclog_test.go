@@ -284,6 +284,22 @@ func (e *env) intent(key string, base btree.Entry, size int, src *store.LogSourc
 	return mark
 }
 
+// syncedBeforeIntents commits and syncs "f", size random bytes of seed,
+// and "kept", and copies the repository to snap as a power loss after
+// that sync would leave it.
+func syncedBeforeIntents(t *testing.T, seed uint64, size int) (e *env, c *Committer, f0 Op, big []byte, snap string) {
+	e = newEnv(t)
+	big = randomBytes(seed, size)
+	c = e.eng.CommitterFor(e.p)
+	f0 = e.put("f", string(big))
+	if err := c.Apply(true, f0, e.put("kept", "unchanged")); err != nil {
+		t.Fatal(err)
+	}
+	snap = filepath.Join(t.TempDir(), "snap")
+	copyTree(t, e.dir, snap)
+	return e, c, f0, big, snap
+}
+
 // TestIntentsReplay: fsyncs made durable by intents alone, never
 // committed — an edit of a committed file followed by a truncate, an
 // extension and a write (the intent that follows), carried across a
@@ -292,15 +308,7 @@ func (e *env) intent(key string, base btree.Entry, size int, src *store.LogSourc
 // a crash of the process (the db as it was).
 func TestIntentsReplay(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	big := randomBytes(2, 600<<10)
-	c := e.eng.CommitterFor(e.p)
-	f0 := e.put("f", string(big))
-	if err := c.Apply(true, f0, e.put("kept", "unchanged")); err != nil {
-		t.Fatal(err)
-	}
-	snap := filepath.Join(t.TempDir(), "snap")
-	copyTree(t, e.dir, snap)
+	e, c, f0, big, snap := syncedBeforeIntents(t, 2, 600<<10)
 
 	patch := bytes.Repeat([]byte("p"), 4096)
 	f1 := bytes.Clone(big)
@@ -329,21 +337,28 @@ func TestIntentsReplay(t *testing.T) {
 	if err := e.p.Durability().SyncLog(); err != nil {
 		t.Fatal(err)
 	}
+	e.recovers(snap, map[string]string{"f": string(f2), "g": string(g), "kept": "unchanged"})
+}
+
+// recovers checks that the page comes back as want after a power loss —
+// snap, a copy of the repository as of the db's last sync, with the log as
+// it is now — and after a crash of the process (the repository as it is,
+// closed with the log left for the next open).
+func (e *env) recovers(snap string, want map[string]string) {
+	e.t.Helper()
 	pageDir := e.p.Dir()
 	rel, _ := filepath.Rel(e.dir, pageDir)
-	copyTree(t, filepath.Join(pageDir, synclog.FileName), filepath.Join(snap, rel, synclog.FileName))
-	want := map[string]string{"f": string(f2), "g": string(g), "kept": "unchanged"}
-
+	copyTree(e.t, filepath.Join(pageDir, synclog.FileName), filepath.Join(snap, rel, synclog.FileName))
 	for _, dir := range []string{snap, e.dir} {
 		if dir == e.dir {
 			e.repo.Close() // with intents: the log stays for the next open
 		}
-		r := &env{t: t, dir: dir, eng: NewEngine()}
+		r := &env{t: e.t, dir: dir, eng: NewEngine()}
 		r.open()
 		r.acquire()
 		if got := r.state(); !maps.Equal(got, want) {
-			t.Fatalf("%s: after recovery: keys %v, f %d bytes, equal %v; want keys %v, f %d bytes",
-				dir, slicesKeys(got), len(got["f"]), got["f"] == want["f"], slicesKeys(want), len(f2))
+			e.t.Fatalf("%s: after recovery: keys %v, f %d bytes, equal %v; want keys %v, f %d bytes",
+				dir, slicesKeys(got), len(got["f"]), got["f"] == want["f"], slicesKeys(want), len(want["f"]))
 		}
 		r.verify()
 		r.repo.Close()
@@ -551,4 +566,48 @@ func TestIntentInAFullLogCheckpoints(t *testing.T) {
 	if got := r.state()["f"]; got != string(cur) {
 		t.Fatalf("after recovery f has %d bytes, equal %v; want the last intent's", len(got), got == string(cur))
 	}
+}
+
+// TestLargeIntentGrowsTheLog: an fsync of megabytes of scattered edits (a
+// database's checkpoint) is an intent too. The log grows to hold it,
+// carrying the intents it holds into the larger file, and both come back
+// after a power loss and after a crash of the process; an intent larger
+// than the largest log takes is refused, for the caller to commit, and
+// grows nothing.
+func TestLargeIntentGrowsTheLog(t *testing.T) {
+	t.Parallel()
+	e, _, f0, big, snap := syncedBeforeIntents(t, 6, 12<<20)
+
+	g := []byte("a new file, fsynced before the large one")
+	e.intent("g", btree.Entry{}, len(g), &store.LogSource{Extents: []store.Extent{{Data: g}}}, false)
+	// 1,200 pages of 4 KiB scattered over the file: 4.7 MiB, more than
+	// a quarter of the default log.
+	f1 := bytes.Clone(big)
+	var x []store.Extent
+	for i := range 1200 {
+		off := (i*7919%3000)<<12 + 512
+		next, ext := edit4k(f1, off, byte(i))
+		f1, x = next, append(x, ext...)
+	}
+	e.intent("f", f0.Entry, len(f1), &store.LogSource{Base: f0.Entry.Value.Digest, Keep: uint64(len(big)), Extents: x}, false)
+	if n := e.logSize(); n <= synclog.DefaultSize {
+		t.Fatalf("the log has %d bytes after a 4.7 MiB intent, want more than %d", n, synclog.DefaultSize)
+	}
+	// One more edit follows it, in the grown log.
+	f2, x2 := edit4k(f1, 5<<20, 'z')
+	e.intent("f", f0.Entry, len(f2), &store.LogSource{Keep: uint64(len(f1)), Extents: x2}, true)
+	grown := e.logSize()
+
+	// Beyond what the largest log takes: refused, and nothing grows.
+	huge := randomBytes(7, 17<<20)
+	row := EncodeOp(Op{Key: "h", Entry: btree.Entry{Key: "h", Value: f0.Entry.Value, Meta: btree.Meta{Size: uint64(len(big) + len(huge))}}})
+	mark, _, err := e.p.Durability().LogIntent("h", row, uint64(len(big)+len(huge)), &store.LogSource{Base: f0.Entry.Value.Digest,
+		Keep: uint64(len(big)), Extents: []store.Extent{{Off: uint64(len(big)), Data: huge}}}, false)
+	if err != nil || !mark.IsZero() {
+		t.Fatalf("an intent of 17 MiB: %v, %v; want refused", mark, err)
+	}
+	if n := e.logSize(); n != grown {
+		t.Fatalf("the log went from %d to %d bytes for an intent it refused", grown, n)
+	}
+	e.recovers(snap, map[string]string{"f": string(f2), "g": string(g), "kept": "unchanged"})
 }

@@ -815,8 +815,37 @@ func (d *Durability) SyncLog() error {
 }
 
 // maxIntents bounds the bytes of the intents a checkpoint carries into the
-// new epoch: half of what an epoch holds.
+// new epoch of a log of the default size: half of what an epoch holds. A
+// grown log carries a quarter of its size (intentCapLocked).
 const maxIntents = synclog.DefaultSize / 4
+
+// maxLogSize is the largest a page's log grows to hold an intent too large
+// for it (LogIntent): its quarter, what one intent and the intents carried
+// may hold, is then 16 MiB. A grown log keeps its size until the page
+// closes cleanly and removes it.
+const maxLogSize = 64 << 20
+
+// grownSize is the size of log whose quarter holds a record of n bytes:
+// the default size doubled as often as needed, or 0 if even maxLogSize's
+// quarter cannot hold it.
+func grownSize(n int) int64 {
+	size := int64(synclog.DefaultSize)
+	for size/4 < int64(n) {
+		if size *= 2; size > maxLogSize {
+			return 0
+		}
+	}
+	return size
+}
+
+// intentCapLocked is the bytes of intents the log may hold: a quarter of
+// its size, at least maxIntents.
+func (d *Durability) intentCapLocked() int {
+	if d.log == nil {
+		return maxIntents
+	}
+	return max(maxIntents, int(d.log.Size()/4))
+}
 
 // LogIntent makes a change of key durable ahead of its commit, the way an
 // fsync of a file being written does: a record of the content it puts
@@ -838,7 +867,16 @@ func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSour
 	if !follows {
 		r.Base = []byte(src.Base)
 	}
-	if r.Len() <= maxLogged && !d.room(r.Len()) {
+	switch grow := d.growFor(r.Len()); {
+	case grow > 0:
+		// Larger than the log holds (an edit of megabytes, as a
+		// database's checkpoint fsyncs): a checkpoint carries the live
+		// intents into a larger log, once; a commit of the change in
+		// the fsync would cost far more, each time.
+		if err := d.checkpointTo(grow); err != nil {
+			return Intent{}, false, err
+		}
+	case grow == 0 && r.Len() <= maxLogged && !d.room(r.Len()):
 		// The epoch is full, mostly of intents their commits superseded:
 		// a checkpoint carries the live ones into a new epoch, for the
 		// cost of a sync of the db rather than of a commit of the file.
@@ -848,7 +886,7 @@ func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSour
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.p.readOnly != nil {
+	if d.p.readOnly != nil || grownSize(r.Len()) == 0 {
 		return Intent{}, false, nil
 	}
 	chain := d.intents[key]
@@ -864,7 +902,7 @@ func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSour
 			n -= old.Len()
 		}
 	}
-	if d.intentBytes+n > maxIntents {
+	if d.intentBytes+n > d.intentCapLocked() {
 		return Intent{}, true, nil
 	}
 	if err := d.appendLocked(r); err != nil {
@@ -886,7 +924,35 @@ func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSour
 	if err := d.log.Sync(); err != nil {
 		return Intent{}, false, err
 	}
-	return Intent{r}, d.intentBytes > maxIntents/2, nil
+	return Intent{r}, d.intentBytes > d.intentCapLocked()/2, nil
+}
+
+// growFor returns the size the log must grow to, or start a new epoch at,
+// for an intent of n bytes: 0 if it takes one as it is (a change the
+// default log takes, as before), -1 if no log may. A larger one is made
+// room for beside the intents the log holds, which the checkpoint that
+// grows it carries: a database's WAL holds intents while its checkpoint
+// fsyncs the database file.
+func (d *Durability) growFor(n int) int64 {
+	if grownSize(n) == 0 {
+		return -1
+	}
+	if n <= maxLogged {
+		return 0
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	size := grownSize(n + d.intentBytes)
+	if size == 0 {
+		size = maxLogSize
+	}
+	if d.log != nil && d.log.Size() >= size {
+		if !d.log.Room(n) {
+			return d.log.Size() // a new epoch of the same size
+		}
+		return 0
+	}
+	return size
 }
 
 // Durable reports whether the latest change of key is on disk: synced with
@@ -930,13 +996,30 @@ func (d *Durability) Checkpoint() error {
 	if p.readOnly != nil {
 		return nil
 	}
-	if err := d.checkpoint(); err != nil {
+	if err := d.checkpoint(0); err != nil {
 		return fmt.Errorf("store: checkpoint the sync log: %w", err)
 	}
 	return nil
 }
 
-func (d *Durability) checkpoint() error {
+// checkpointTo checkpoints into a new log of size bytes, or of the size it
+// has if that is larger.
+func (d *Durability) checkpointTo(size int64) error {
+	if err := d.p.check(); err != nil {
+		return err
+	}
+	if d.p.readOnly != nil {
+		return nil
+	}
+	if err := d.checkpoint(size); err != nil {
+		return fmt.Errorf("store: grow the sync log to %d bytes: %w", size, err)
+	}
+	return nil
+}
+
+// checkpoint syncs the db and starts a new epoch of the log, in a new
+// file of grow bytes if that is more than the log has.
+func (d *Durability) checkpoint(grow int64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	// The db must hold every change the new epoch will not: the rows the
@@ -968,10 +1051,18 @@ func (d *Durability) checkpoint() error {
 		}
 		d.log = log
 	}
+	if d.log == nil && grow > 0 {
+		log, _, err := synclog.Open(d.path, grow)
+		if err != nil {
+			return err
+		}
+		d.log = log
+	}
 	if d.log == nil {
 		return nil
 	}
-	if len(d.results) == 0 && len(d.intents) == 0 && len(d.found) == 0 && d.log.Room(int(d.log.Size()/4)) {
+	size := max(grow, d.log.Size())
+	if grow == 0 && len(d.results) == 0 && len(d.intents) == 0 && len(d.found) == 0 && d.log.Room(int(d.log.Size()/4)) {
 		// The epoch holds queued records alone, whose rows are written
 		// now: recovery takes none of them again (their journals hold
 		// rows of their keys, or have landed), and a replay after a
@@ -983,7 +1074,11 @@ func (d *Durability) checkpoint() error {
 	for _, chain := range d.intents {
 		carry = append(carry, chain...)
 	}
-	if err := d.log.Reset(carry...); err != nil {
+	reset := d.log.Reset
+	if size > d.log.Size() {
+		reset = func(carry ...*synclog.Record) error { return d.log.Grow(size, carry...) }
+	}
+	if err := reset(carry...); err != nil {
 		return err
 	}
 	d.found = nil

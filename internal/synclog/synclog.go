@@ -408,11 +408,13 @@ func (l *Log) rewrite(carry []*Record) error {
 // Size is the log file's size.
 func (l *Log) Size() int64 { return l.size }
 
-// Grow replaces the log with a new file of size bytes and a new epoch, with
-// no record: those of the current epoch are dropped, so the caller must
-// need none of them (their changes are in the db, or no replay needs
-// them).
-func (l *Log) Grow(size int64) error { return l.replace(size, nil) }
+// Grow replaces the log with a new file of size bytes and a new epoch
+// holding only carry, as Reset does: the other records of the current
+// epoch are dropped, so the caller must need none of them (their changes
+// are in the db, or no replay needs them). The new file is written and
+// synced before it is renamed over the old one, so a crash leaves one or
+// the other whole.
+func (l *Log) Grow(size int64, carry ...*Record) error { return l.replace(size, carry) }
 
 // replace writes a new log file of size bytes holding carry in an epoch
 // past any of this one's, and renames it over this one.
