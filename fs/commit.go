@@ -104,7 +104,7 @@ func (f *fileNode) commitLocked(mode commitMode) syscall.Errno {
 	queues := f.pg.v.queues()
 	if d := f.c.p.Durability(); queues && (sync || d.Has(key)) {
 		var err error
-		if logged, err = f.logSource(d, key); err != nil {
+		if logged, err = f.logSource(d, key, maxLoggedChange); err != nil {
 			return errno("commit", err)
 		}
 	}

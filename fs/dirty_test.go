@@ -61,7 +61,7 @@ func TestSmallFileStaysInMemory(t *testing.T) {
 	}
 	before := repo.Stats().PiecesStored
 	f := &fileNode{c: c}
-	src, err := f.logSource(p.Durability(), "journal")
+	src, err := f.logSource(p.Durability(), "journal", maxLoggedChange)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,22 +12,23 @@ import (
 const maxLoggedChange = 1 << 20
 
 // logSource returns what the sync log's record of the change being
-// committed holds, or nil if the change is too large to log: the extents
+// committed holds, or nil if the change is more than limit bytes (a
+// commit's record: maxLoggedChange; an intent: maxEditIntent): the extents
 // written since the committed base, copied now, when the base is durable
 // or logged (store.Durability.CanLog); else the whole content, copied now
 // if it is all in the spool's memory, or read back from the value by the
 // record once its rows are written. Called with
 // f.mu held, before c.value(), which may move the base and close the
 // spool the extents are read from.
-func (f *fileNode) logSource(d *store.Durability, key string) (*store.LogSource, error) {
+func (f *fileNode) logSource(d *store.Durability, key string, limit int64) (*store.LogSource, error) {
 	c := f.c
 	if c.stream == nil && !c.fromStream() && c.baseSize > 0 && d.CanLog(key, c.baseID.Digest) {
-		if extentBytes(c.ext) > maxLoggedChange {
+		if extentBytes(c.ext) > limit {
 			return nil, nil
 		}
 		return c.sinceBase()
 	}
-	if c.size > maxLoggedChange {
+	if c.size > limit {
 		return nil, nil
 	}
 	if c.stream == nil && c.baseSize == 0 && c.size <= memSpool {

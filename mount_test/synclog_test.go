@@ -319,3 +319,54 @@ func TestRestingFileIsCommitted(t *testing.T) {
 		t.Errorf("the resting file's version is not what it holds (%v)", err)
 	}
 }
+
+// An fsync of megabytes of 4 KiB writes scattered over a large file (a
+// database's checkpoint) is an intent as a small one is, not a commit in
+// the fsync: the sync log grows to hold it, which the log of a commit
+// never does. A kill -9 right after the next such fsync loses none of it.
+func TestLargeScatteredFsyncGoesThroughTheSyncLog(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mountPlain(t, repo)
+	pg := s.page("s", "big")
+	path := filepath.Join(pg, "db")
+	data := content(31, 24<<20)
+	must(t, os.WriteFile(path, data, 0o644))
+	syncDir(t, pg)
+
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	must(t, err)
+	r := rand.New(rand.NewPCG(9, 9))
+	scatter := func(round int) {
+		// 700 pages, 2.7 MiB: more than the default log holds in one
+		// record (a quarter of it).
+		for i := range 700 {
+			off := r.Int64N(int64(len(data))/4096) * 4096
+			block := content(5000+round*1000+i, 4096)
+			_, err := f.WriteAt(block, off)
+			must(t, err)
+			copy(data[off:], block)
+		}
+		must(t, unix.Fdatasync(int(f.Fd())))
+	}
+	scatter(0)
+	logs := syncLogs(t, repo)
+	if len(logs) != 1 {
+		t.Fatalf("sync logs after a large fsync: %v", logs)
+	}
+	st, err := os.Stat(logs[0])
+	must(t, err)
+	if st.Size() <= 8<<20 {
+		t.Errorf("the sync log has %d bytes after a 2.7 MiB fsync; want it grown past 8 MiB to hold it", st.Size())
+	}
+	// The next one follows it (or starts a new chain, if the file was
+	// committed meanwhile), and is killed right after.
+	scatter(1)
+	s.kill()
+	f.Close() // fails: the mount is gone
+	s = mountPlain(t, repo)
+	if got, err := os.ReadFile(filepath.Join(s.page("s", "big"), "db")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after large fsyncs and kill -9: %d bytes, equal %v (%v)", len(got), bytes.Equal(got, data), err)
+	}
+	s.stop()
+}
