@@ -3,6 +3,7 @@ package journal
 import (
 	"bytes"
 	"maps"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -610,4 +611,43 @@ func TestLargeIntentGrowsTheLog(t *testing.T) {
 		t.Fatalf("the log went from %d to %d bytes for an intent it refused", grown, n)
 	}
 	e.recovers(snap, map[string]string{"f": string(f2), "g": string(g), "kept": "unchanged"})
+}
+
+// An intent the log cannot grow for (the disk full, here a directory where
+// the larger log's file is made) is refused without an error, for the
+// caller to commit the change, and the log goes on as it was.
+func TestIntentGrowthFailureFallsBack(t *testing.T) {
+	t.Parallel()
+	e, _, f0, big, _ := syncedBeforeIntents(t, 8, 12<<20)
+	g := []byte("a small intent")
+	e.intent("g", btree.Entry{}, len(g), &store.LogSource{Extents: []store.Extent{{Data: g}}}, false)
+	logPath := filepath.Join(e.p.Dir(), synclog.FileName)
+	if err := os.Mkdir(logPath+".new", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before := e.logSize()
+	patch := randomBytes(9, 3<<20)
+	size := uint64(len(big))
+	row := EncodeOp(Op{Key: "f", Entry: btree.Entry{Key: "f", Value: f0.Entry.Value, Meta: btree.Meta{Size: size}}})
+	mark, _, err := e.p.Durability().LogIntent("f", row, size, &store.LogSource{Base: f0.Entry.Value.Digest,
+		Keep: size, Extents: []store.Extent{{Off: 1 << 20, Data: patch}}}, false)
+	if err != nil || !mark.IsZero() {
+		t.Fatalf("an intent the log cannot grow for: %v, %v; want refused, no error", mark, err)
+	}
+	if n := e.logSize(); n != before {
+		t.Fatalf("the log went from %d to %d bytes", before, n)
+	}
+	// The small intent is still what the log holds.
+	e.intent("h", btree.Entry{}, 2, &store.LogSource{Extents: []store.Extent{{Data: []byte("hh")}}}, false)
+	if err := e.p.Durability().SyncLog(); err != nil {
+		t.Fatal(err)
+	}
+	e.repo.Close()
+	r := &env{t: t, dir: e.dir, eng: NewEngine()}
+	r.open()
+	defer r.repo.Close()
+	r.acquire()
+	if got := r.state(); got["g"] != string(g) || got["h"] != "hh" || got["f"] != string(big) {
+		t.Fatalf("after a crash: keys %v; want g and h from their intents, f as committed", slicesKeys(got))
+	}
 }

@@ -874,7 +874,11 @@ func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSour
 		// intents into a larger log, once; a commit of the change in
 		// the fsync would cost far more, each time.
 		if err := d.checkpointTo(grow); err != nil {
-			return Intent{}, false, err
+			// A full disk, most likely: the change is committed
+			// instead, as it would be without the larger log, and that
+			// commit reports what the disk says.
+			slog.Warn("cannot grow the sync log for an fsync; committing it instead", "page", d.p.Ledger+"/"+d.p.Name, "key", key, "size", grow, "err", err)
+			return Intent{}, false, nil
 		}
 	case grow == 0 && r.Len() <= maxLogged && !d.room(r.Len()):
 		// The epoch is full, mostly of intents their commits superseded:
