@@ -11,7 +11,8 @@
 #   bench/ab.sh OLD_REV NEW_REV [WORKDIR]     (as root, to drop caches)
 #
 # Prints a table: each figure's median for A and B and B/A. SIZE_MIB (1024),
-# SYNC_OPS (3000), SQL_OPS (300), SQL_MIB (100) and RUNS (3) scale it.
+# SYNC_OPS (3000), SQL_OPS (300), SQL_MIB (100) and RUNS (3) scale it;
+# ONLY=group,group runs only those groups: bench, fsync, sqlite, tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: bench/ab.sh OLD_REV NEW_REV [WORKDIR]" >&2; exit 2; }
@@ -42,6 +43,7 @@ else:
 out="$work/figures.tsv"
 : >"$out"
 put() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$out"; } # build run name value
+want() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 
 for run in $(seq "$RUNS"); do
   for b in A B; do
@@ -53,6 +55,7 @@ for run in $(seq "$RUNS"); do
     d="$mnt/bench/page"; mkdir -p "$d"
     echo "run $run, build $b" >&2
 
+    if want bench; then
     "$work/ledgerfs-$b" bench --json --big-file-size "${SIZE_MIB}M" "$d" >"$work/bench.json" 2>/dev/null
     put $b $run "bench: write ${SIZE_MIB} MiB, MB/s" "$(field "$work/bench.json" '^write' mb_per_s)"
     put $b $run "bench: read ${SIZE_MIB} MiB, MB/s" "$(field "$work/bench.json" '^read .* file, ' mb_per_s)"
@@ -60,7 +63,9 @@ for run in $(seq "$RUNS"); do
     put $b $run "bench: 4 KiB creates/s" "$(field "$work/bench.json" '^create .*4 KiB' ops_per_s)"
     put $b $run "bench: 4 KiB stats/s" "$(field "$work/bench.json" '^stat .*4 KiB' ops_per_s)"
     put $b $run "bench: 4 KiB deletes/s" "$(field "$work/bench.json" '^delete .*4 KiB' ops_per_s)"
+    fi
     for mib in 4 "$SIZE_MIB"; do
+      want fsync || break
       python3 bench/syncwrite.py pwrite "$d/sync$mib" "$mib" "$SYNC_OPS" >"$work/sync.json"
       put $b $run "4 KiB pwrite+fdatasync, $mib MiB file: p50 ms" "$(field "$work/sync.json" p50_ms)"
       put $b $run "4 KiB pwrite+fdatasync, $mib MiB file: p99 ms" "$(field "$work/sync.json" p99_ms)"
@@ -69,10 +74,14 @@ for run in $(seq "$RUNS"); do
       rm -f "$d/sync$mib"
     done
     for mode in delete wal; do
+      want sqlite || break
       python3 bench/syncwrite.py sqlite "$d/sql-$mode.db" "$mode" "$SQL_MIB" "$SQL_OPS" >"$work/sql.json"
       put $b $run "SQLite $SQL_MIB MiB, $mode, tx/s" "$(field "$work/sql.json" ops_per_s)"
+      put $b $run "SQLite $SQL_MIB MiB, $mode, p99 ms" "$(field "$work/sql.json" p99_ms)"
+      put $b $run "SQLite $SQL_MIB MiB, $mode, max ms" "$(field "$work/sql.json" max_ms)"
       rm -f "$d/sql-$mode.db"*
     done
+    if want tree; then
     drop_caches
     s=$(now); cp -a "$GOSRC" "$d/gosrc"; e=$(now)
     put $b $run "cp -a GOROOT/src, s" "$(echo "$e-$s" | bc -l)"
@@ -81,6 +90,7 @@ for run in $(seq "$RUNS"); do
     put $b $run "tar c of it, s" "$(echo "$e-$s" | bc -l)"
     s=$(now); rm -rf "$d/gosrc"; e=$(now)
     put $b $run "rm -rf of it, s" "$(echo "$e-$s" | bc -l)"
+    fi
 
     umount "$mnt"; wait "$pid"; pid=
   done
