@@ -992,7 +992,11 @@ func (d *Durability) SyncChanges() error {
 // Checkpoint syncs the db and starts a new epoch of the log: every change
 // written so far is durable, and no record is needed for it. A page
 // opened read-only has nothing to sync.
-func (d *Durability) Checkpoint() error {
+func (d *Durability) Checkpoint() error { return d.checkpointTo(0) }
+
+// checkpointTo checkpoints into a new log of size bytes if that is more
+// than the log has (0: the log as it is).
+func (d *Durability) checkpointTo(size int64) error {
 	p := d.p
 	if err := p.check(); err != nil {
 		return err
@@ -1000,23 +1004,11 @@ func (d *Durability) Checkpoint() error {
 	if p.readOnly != nil {
 		return nil
 	}
-	if err := d.checkpoint(0); err != nil {
-		return fmt.Errorf("store: checkpoint the sync log: %w", err)
-	}
-	return nil
-}
-
-// checkpointTo checkpoints into a new log of size bytes, or of the size it
-// has if that is larger.
-func (d *Durability) checkpointTo(size int64) error {
-	if err := d.p.check(); err != nil {
-		return err
-	}
-	if d.p.readOnly != nil {
-		return nil
-	}
 	if err := d.checkpoint(size); err != nil {
-		return fmt.Errorf("store: grow the sync log to %d bytes: %w", size, err)
+		if size > 0 {
+			return fmt.Errorf("store: grow the sync log to %d bytes: %w", size, err)
+		}
+		return fmt.Errorf("store: checkpoint the sync log: %w", err)
 	}
 	return nil
 }
