@@ -577,18 +577,19 @@ func TestIntentInAFullLogCheckpoints(t *testing.T) {
 // grows nothing.
 func TestLargeIntentGrowsTheLog(t *testing.T) {
 	t.Parallel()
-	e, _, f0, big, snap := syncedBeforeIntents(t, 6, 12<<20)
+	e, _, f0, big, snap := syncedBeforeIntents(t, 6, 6<<20)
 
 	g := []byte("a new file, fsynced before the large one")
 	e.intent("g", btree.Entry{}, len(g), &store.LogSource{Extents: []store.Extent{{Data: g}}}, false)
-	// 1,200 pages of 4 KiB scattered over the file: 4.7 MiB, more than
+	// 1,200 pages of 4 KiB scattered over the 6 MiB file: 4.7 MiB, more than
 	// a quarter of the default log.
 	f1 := bytes.Clone(big)
 	var x []store.Extent
 	for i := range 1200 {
-		off := (i*7919%3000)<<12 + 512
-		next, ext := edit4k(f1, off, byte(i))
-		f1, x = next, append(x, ext...)
+		off := (i*7919%1500)<<12 + 512
+		patch := bytes.Repeat([]byte{byte(i)}, 4096)
+		copy(f1[off:], patch) // in place: edit4k would copy the file each time
+		x = append(x, store.Extent{Off: uint64(off), Data: patch})
 	}
 	e.intent("f", f0.Entry, len(f1), &store.LogSource{Base: f0.Entry.Value.Digest, Keep: uint64(len(big)), Extents: x}, false)
 	if n := e.logSize(); n <= synclog.DefaultSize {
@@ -618,7 +619,7 @@ func TestLargeIntentGrowsTheLog(t *testing.T) {
 // caller to commit the change, and the log goes on as it was.
 func TestIntentGrowthFailureFallsBack(t *testing.T) {
 	t.Parallel()
-	e, _, f0, big, _ := syncedBeforeIntents(t, 8, 12<<20)
+	e, _, f0, big, _ := syncedBeforeIntents(t, 8, 4<<20)
 	g := []byte("a small intent")
 	e.intent("g", btree.Entry{}, len(g), &store.LogSource{Extents: []store.Extent{{Data: g}}}, false)
 	logPath := filepath.Join(e.p.Dir(), synclog.FileName)

@@ -330,7 +330,7 @@ func TestLargeScatteredFsyncGoesThroughTheSyncLog(t *testing.T) {
 	s := mountPlain(t, repo)
 	pg := s.page("s", "big")
 	path := filepath.Join(pg, "db")
-	data := content(31, 24<<20)
+	data := content(31, 12<<20)
 	must(t, os.WriteFile(path, data, 0o644))
 	syncDir(t, pg)
 
