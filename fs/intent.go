@@ -54,9 +54,7 @@ func (f *fileNode) logIntent(key string) (bool, error) {
 		}
 		src = &store.LogSource{Keep: uint64(c.intent.min), Extents: ext}
 	} else {
-		if extentBytes(c.ext) > maxEditIntent {
-			return false, nil
-		}
+		// logSource refuses changes over maxEditIntent.
 		var err error
 		if src, err = f.logSource(d, key, maxEditIntent); err != nil || src == nil {
 			return false, err

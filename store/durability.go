@@ -867,7 +867,10 @@ func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSour
 	if !follows {
 		r.Base = []byte(src.Base)
 	}
-	switch grow := d.growFor(r.Len()); {
+	n := r.Len()
+	switch grow := d.growFor(n); {
+	case grow < 0:
+		return Intent{}, false, nil // larger than any log takes: committed instead
 	case grow > 0:
 		// Larger than the log holds (an edit of megabytes, as a
 		// database's checkpoint fsyncs): a checkpoint carries the live
@@ -880,7 +883,7 @@ func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSour
 			slog.Warn("cannot grow the sync log for an fsync; committing it instead", "page", d.p.Ledger+"/"+d.p.Name, "key", key, "size", grow, "err", err)
 			return Intent{}, false, nil
 		}
-	case grow == 0 && r.Len() <= maxLogged && !d.room(r.Len()):
+	case n <= maxLogged && !d.room(n):
 		// The epoch is full, mostly of intents their commits superseded:
 		// a checkpoint carries the live ones into a new epoch, for the
 		// cost of a sync of the db rather than of a commit of the file.
@@ -890,7 +893,7 @@ func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSour
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.p.readOnly != nil || grownSize(r.Len()) == 0 {
+	if d.p.readOnly != nil {
 		return Intent{}, false, nil
 	}
 	chain := d.intents[key]
@@ -900,7 +903,6 @@ func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSour
 	case !follows && src.Base != "" && !d.canLogLocked(key, src.Base):
 		return Intent{}, false, nil
 	}
-	n := r.Len()
 	if !follows {
 		for _, old := range chain {
 			n -= old.Len()
