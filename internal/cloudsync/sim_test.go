@@ -528,7 +528,7 @@ func runSim(t *testing.T, seed uint64, steps int, closedWrites, pages, ledgers, 
 		}
 	}
 	for i := range ndev {
-		d := &simDevice{dir: t.TempDir(), online: true, late: i == lateDev || i == absentDev, absent: i == absentDev}
+		d := &simDevice{dir: testutil.MemDir(t), online: true, late: i == lateDev || i == absentDev, absent: i == absentDev}
 		d.device = &device{t: t, name: string(rune('a' + i))}
 		s.open(d)
 		s.devs = append(s.devs, d)
