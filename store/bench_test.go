@@ -14,19 +14,11 @@ import (
 
 	"github.com/ledgerfs/ledgerfs/cas"
 	"github.com/ledgerfs/ledgerfs/internal/btree"
+	"github.com/ledgerfs/ledgerfs/internal/testutil"
 )
 
-func benchBytes(n int) []byte {
-	b := make([]byte, n)
-	seed := uint64(7)
-	for i := 0; i+8 <= n; i += 8 {
-		seed = seed*6364136223846793005 + 1442695040888963407
-		for k := range 8 {
-			b[i+k] = byte(seed >> (8 * k))
-		}
-	}
-	return b
-}
+// benchBytes returns n bytes that neither compress nor repeat.
+func benchBytes(n int) []byte { return testutil.Random(7, 0, n) }
 
 // BenchmarkPut streams a 1 GiB value into a page db: chunking, hashing and
 // Badger writes.

@@ -284,20 +284,8 @@ func writeValue(t testing.TB, p *Page, data []byte) cas.ObjectIdentifier {
 
 func TestValueDedupAndEdit(t *testing.T) {
 	p := testPage(t)
-	data := make([]byte, 64<<20)
-	for i := range data {
-		data[i] = byte(i*7 + i>>13*31 + i>>17)
-	}
-	// Pseudo-random but cheap content with no long repeats.
-	seed := uint64(88172645463325252)
-	for i := 0; i+8 <= len(data); i += 8 {
-		seed ^= seed << 13
-		seed ^= seed >> 7
-		seed ^= seed << 17
-		for k := range 8 {
-			data[i+k] = byte(seed >> (8 * k))
-		}
-	}
+	// Random content, with no long repeats.
+	data := testutil.Random(88172645463325252, 0, 64<<20)
 	id := writeValue(t, p, data)
 	rows := countRows(t, p.db, PrefixObjects)
 	if id2 := writeValue(t, p, data); id2 != id || countRows(t, p.db, PrefixObjects) != rows {

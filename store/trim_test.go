@@ -21,15 +21,9 @@ func TestValueLogPagesAreTrimmed(t *testing.T) {
 	peak := before
 	w := p.NewValueWriter()
 	buf := make([]byte, 1<<20)
-	seed := uint64(1)
-	for range 300 {
+	for i := range 300 {
 		peak = max(peak, fileRSS())
-		for i := 0; i+8 <= len(buf); i += 8 {
-			seed = seed*6364136223846793005 + 1442695040888963407
-			for k := range 8 {
-				buf[i+k] = byte(seed >> (8 * k))
-			}
-		}
+		testutil.FillRandom(buf, 1, uint64(i))
 		if _, err := w.Write(buf); err != nil {
 			t.Fatal(err)
 		}
