@@ -41,7 +41,7 @@ import (
 //
 // runs that one again. -sim.seeds sets how many seeds run: by default 300,
 // 50 under the race detector (as the README's command runs it; .ci/run runs
-// 500 more without it), 20 with -short, 2000 with -long.
+// 1,000 more without it), 20 with -short, 2000 with -long.
 var (
 	simSeeds = flag.Int("sim.seeds", 0, "seeds of the sync simulation to run (0: 300, 50 under -race, 20 with -short, 2000 with -long)")
 	simSeed  = flag.Uint64("sim.seed", 0, "run only this seed of the sync simulation")
