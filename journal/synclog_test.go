@@ -415,10 +415,16 @@ func bigFile(t *testing.T, seed uint64) (*env, *Committer, Op, []byte) {
 
 // edit4k returns prev with 4 KiB of b at off, and the extent written.
 func edit4k(prev []byte, off int, b byte) ([]byte, []store.Extent) {
-	patch := bytes.Repeat([]byte{b}, 4096)
 	next := bytes.Clone(prev)
-	copy(next[off:], patch)
-	return next, []store.Extent{{Off: uint64(off), Data: patch}}
+	return next, []store.Extent{patch4k(next, off, b)}
+}
+
+// patch4k writes 4 KiB of b into buf at off, in place, and returns the
+// extent written.
+func patch4k(buf []byte, off int, b byte) store.Extent {
+	patch := bytes.Repeat([]byte{b}, 4096)
+	copy(buf[off:], patch)
+	return store.Extent{Off: uint64(off), Data: patch}
 }
 
 // TestCommitThroughIntentKeepsLaterIntents: a file's fsynced content is
@@ -586,10 +592,8 @@ func TestLargeIntentGrowsTheLog(t *testing.T) {
 	f1 := bytes.Clone(big)
 	var x []store.Extent
 	for i := range 1200 {
-		off := (i*7919%1500)<<12 + 512
-		patch := bytes.Repeat([]byte{byte(i)}, 4096)
-		copy(f1[off:], patch) // in place: edit4k would copy the file each time
-		x = append(x, store.Extent{Off: uint64(off), Data: patch})
+		// In place: edit4k would copy the file each time.
+		x = append(x, patch4k(f1, (i*7919%1500)<<12+512, byte(i)))
 	}
 	e.intent("f", f0.Entry, len(f1), &store.LogSource{Base: f0.Entry.Value.Digest, Keep: uint64(len(big)), Extents: x}, false)
 	if n := e.logSize(); n <= synclog.DefaultSize {
