@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -165,8 +166,10 @@ func merge(p *store.Page, g *graph, base *store.Commit, real []*store.Commit, a,
 	// version then at its file), and which of the two came last went by
 	// the order of a map's keys, unlike on another device.
 	type conflictFile struct {
-		key string
-		e   *btree.Entry
+		key   string // the file's
+		e     *btree.Entry
+		loser side
+		dev   string
 	}
 	var made []conflictFile
 	conflicts := 0
@@ -222,7 +225,7 @@ func merge(p *store.Page, g *graph, base *store.Commit, real []*store.Commit, a,
 				var dev string
 				if dev, err = writer(p, g, loser, key, lose, madeBy); err == nil {
 					conflicts++
-					made = append(made, conflictFile{conflictName(key, lose, loser, dev), lose})
+					made = append(made, conflictFile{key, lose, loser, dev})
 				}
 			}
 		}
@@ -231,7 +234,11 @@ func merge(p *store.Page, g *graph, base *store.Commit, real []*store.Commit, a,
 		}
 	}
 	for _, cf := range made {
-		if err := put(cf.key, cf.e); err != nil {
+		at, _, err := freeConflictName(tree, cf.key, cf.e, cf.loser, cf.dev)
+		if err == nil {
+			err = put(at, cf.e)
+		}
+		if err != nil {
 			return nil, nil, 0, fmt.Errorf("cloudsync: merge %q: %w", cf.key, err)
 		}
 	}
@@ -332,7 +339,10 @@ func splitConflict(key string) (file, dev string, ok bool) {
 	if j := strings.IndexByte(rest, '.'); j >= 0 {
 		rest, ext = rest[:j], rest[j:]
 	}
-	return dir + name[:i] + ext, rest[strings.LastIndexByte(rest, '-')+1:], true
+	// rest is YYYYMMDD-HHMMSS-DEVICE, and -N after it when the name was
+	// taken (freeConflictName).
+	f := strings.Split(rest, "-")
+	return dir + name[:i] + ext, f[min(2, len(f)-1)], true
 }
 
 // sameContent reports whether two sides' entries hold the same content as
@@ -463,8 +473,8 @@ func (s *Syncer) Unseen(p *store.Page, head *store.Commit, t *btree.Tree, key st
 	if err != nil || dev == s.device {
 		return err
 	}
-	at := conflictName(key, &e, hs, dev)
-	if _, taken, err := t.Get(at); err != nil || taken {
+	at, held, err := freeConflictName(t, key, &e, hs, dev)
+	if err != nil || held {
 		return err
 	}
 	slog.Info("kept a version another device wrote while this one was open", "page", p.Ledger+"/"+p.Name, "file", key, "as", at)
@@ -472,18 +482,42 @@ func (s *Syncer) Unseen(p *store.Page, head *store.Commit, t *btree.Tree, key st
 	return t.Put(e)
 }
 
-// conflictName is the key of the conflict file of key's losing version e,
-// of side s, written by device dev: NAME.sync-conflict-YYYYMMDD-HHMMSS-DEVICE.EXT
-// (the time e changed, UTC; DEVICE the first 7 characters of dev, in
-// capitals).
-func conflictName(key string, e *btree.Entry, s side, dev string) string {
+// conflictName is the n'th name of the conflict file of key's losing
+// version e, of side s, written by device dev:
+// NAME.sync-conflict-YYYYMMDD-HHMMSS-DEVICE.EXT (the time e changed, UTC;
+// DEVICE the first 7 characters of dev, in capitals), with -n after
+// DEVICE from the second on.
+func conflictName(key string, e *btree.Entry, s side, dev string, n int) string {
 	dir, stem, ext := splitName(key)
 	dev = strings.ToUpper(dev)
 	if len(dev) > 7 {
 		dev = dev[:7]
 	}
 	t := time.Unix(0, changed(e, s)).UTC().Format("20060102-150405")
+	if n > 1 {
+		dev += "-" + strconv.Itoa(n)
+	}
 	return dir + stem + conflictMark + t + "-" + dev + ext
+}
+
+// freeConflictName returns where tree t keeps the conflict file of key's
+// losing version e, of side s, written by device dev: conflictName's, or,
+// when t holds another version there (two versions one device wrote in one
+// second lost to others), the first of its names with -2, -3, … after
+// DEVICE that is free or holds e. Taking the name anyway replaced the
+// version it held, the one copy left of it. Held reports t holds e there
+// already.
+func freeConflictName(t *btree.Tree, key string, e *btree.Entry, s side, dev string) (at string, held bool, err error) {
+	for n := 1; ; n++ {
+		at = conflictName(key, e, s, dev, n)
+		o, ok, err := t.Get(at)
+		if err != nil || !ok {
+			return at, false, err
+		}
+		if o.Value == e.Value {
+			return at, true, nil
+		}
+	}
 }
 
 // splitName splits key into its directory, the stem of its name and its

@@ -3,6 +3,7 @@ package cloudsync
 import (
 	"context"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -209,6 +210,52 @@ func TestThreeWayConflictKeepsEveryLoser(t *testing.T) {
 				t.Fatalf("order %v: %s's version is kept as %s, not named by its device %s", order, d.name, losers[d.name+"'s"], dev)
 			}
 		}
+	}
+}
+
+// TestLosersOfOneSecondKeepTwoNames: two versions of one file that one
+// device wrote within a second, each losing to another device's, keep a
+// conflict file each, both named after their writer: the second's name
+// was the first's, and the second replaced it (the simulation's seed 1466
+// of -sim.pages, which lost a version so).
+func TestLosersOfOneSecondKeepTwoNames(t *testing.T) {
+	be, err := remote.NewDir(t.TempDir())
+	must(t, err)
+	a, b, c := newDevice(t, "a", be), newDevice(t, "b", be), newDevice(t, "c", be)
+	ctx := context.Background()
+	second := time.Now().Truncate(time.Second)
+	a.writeAt("l", "p", "f.txt", []byte("base"), second)
+	round(a, b, c)
+	b.writeAt("l", "p", "f.txt", []byte("b's first"), second.Add(1*time.Millisecond))
+	must(t, b.s.Push(ctx, &Stats{}))
+	// c's later version beats b's first, kept as a conflict file.
+	c.writeAt("l", "p", "f.txt", []byte("c's"), second.Add(2*time.Millisecond))
+	c.sync()
+	// b writes over c's, in the same second as its first.
+	b.sync()
+	b.writeAt("l", "p", "f.txt", []byte("b's second"), second.Add(3*time.Millisecond))
+	must(t, b.s.Push(ctx, &Stats{}))
+	// a's later version beats b's second, whose conflict file's name is
+	// its first's.
+	a.writeAt("l", "p", "f.txt", []byte("a's"), second.Add(4*time.Millisecond))
+	round(a, b, c)
+	same(t, a, b, c)
+	f := a.files("l", "p")
+	if f["f.txt"] != "a's" {
+		t.Fatalf("f.txt is %q, want the latest, a's", f["f.txt"])
+	}
+	dev := strings.ToUpper(b.s.device[:7])
+	kept := map[string]string{}
+	for k, v := range f {
+		if file, d, ok := splitConflict(k); ok {
+			if file != "f.txt" || d != dev || path.Ext(k) != ".txt" {
+				t.Errorf("conflict file %s of %s: want one of f.txt named after b (%s)", k, v, dev)
+			}
+			kept[v] = k
+		}
+	}
+	if len(kept) != 2 || kept["b's first"] == "" || kept["b's second"] == "" {
+		t.Fatalf("conflict files %v, want one of each of b's versions", kept)
 	}
 }
 

@@ -241,6 +241,7 @@ func TestSimulationRegressions(t *testing.T) {
 		{582, false, true, false, 0, "a page deleted here came back with a batch built on its deleted commits, grafted onto nothing: the merge named a conflict file after the device that made the graft's first commit", false},
 		{463, false, true, false, 0, "the same, where the commits came in a batch that landed nowhere, its device having deleted the page later in its log", false},
 		{487, false, true, false, 0, "a batch carrying another device's commits (a page merged into the sender's) had them taken for the sender's", false},
+		{1466, false, true, false, 0, "a version lost: two versions one device wrote within a second lost to others, and the second's conflict file took the first's name", false},
 	} {
 		t.Run(fmt.Sprint("seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
