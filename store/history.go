@@ -131,12 +131,40 @@ func (r *Repository) keepHistory(ledger, page string) ([]byte, error) {
 	return h, nil
 }
 
+// setHistory adds history h (syncedHistory's) to what is kept under
+// incarnations ids. It does not replace it: a page of one of them deleted
+// here before kept its own history, which tells who wrote the versions a
+// page they were joined into since holds (the simulation's seed 991 of
+// -sim.pages named a conflict file after the device that merged its
+// version, not the one that wrote it).
 func setHistory(txn *badger.Txn, ids []Incarnation, h []byte) error {
 	if h == nil {
 		return nil
 	}
+	add := map[CommitID]Made{}
+	if err := decodeHistory(h, add); err != nil {
+		return err
+	}
+	return addHistory(txn, ids, slices.Collect(maps.Values(add)))
+}
+
+// addHistory adds ms to the history kept of incarnations ids, each commit
+// once.
+func addHistory(txn *badger.Txn, ids []Incarnation, ms []Made) error {
 	for _, id := range ids {
-		if err := txn.Set(historyKey(id), h); err != nil {
+		all := map[CommitID]Made{}
+		_, _, err := getDecoded(txn, historyKey(id), func(b []byte) (struct{}, error) {
+			return struct{}{}, decodeHistory(b, all)
+		})
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if _, ok := all[m.Commit.ID]; !ok {
+				all[m.Commit.ID] = m
+			}
+		}
+		if err := txn.Set(historyKey(id), encodeHistory(slices.Collect(maps.Values(all)))); err != nil {
 			return err
 		}
 	}
@@ -169,26 +197,7 @@ func (r *Repository) AddDeletedHistory(ids []Incarnation, ms []Made) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	return r.db.Update(func(txn *badger.Txn) error {
-		for _, id := range ids {
-			all := map[CommitID]Made{}
-			_, _, err := getDecoded(txn, historyKey(id), func(b []byte) (struct{}, error) {
-				return struct{}{}, decodeHistory(b, all)
-			})
-			if err != nil {
-				return err
-			}
-			for _, m := range ms {
-				if _, ok := all[m.Commit.ID]; !ok {
-					all[m.Commit.ID] = m
-				}
-			}
-			if err := txn.Set(historyKey(id), encodeHistory(slices.Collect(maps.Values(all)))); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return r.db.Update(func(txn *badger.Txn) error { return addHistory(txn, ids, ms) })
 }
 
 // DropDeletedHistory removes the history kept of incarnations ids: their

@@ -80,3 +80,58 @@ func TestDeletedHistory(t *testing.T) {
 		r.Close()
 	}
 }
+
+// TestDeletedHistoryAddsUp: a page deleted here keeps its history under
+// its incarnation; a page that came to hold that incarnation too (another
+// device joined the two) and is deleted later adds its own history to it,
+// and the first page's commits, and who made them, stay (the simulation's
+// seed 991 of -sim.pages: the second delete replaced the first's, and a
+// conflict file was named after the device that merged its version).
+func TestDeletedHistoryAddsUp(t *testing.T) {
+	r := openRepo(t, t.TempDir(), Options{})
+	defer r.Close()
+	must := fatalOn(t)
+	must(r.SetDeviceID("0123456789abcdef0123456789abcdef"))
+	chain := func(p *Page, from int64, by string) []*Commit {
+		var cs []*Commit
+		parent := FirstCommit()
+		for i := range int64(2) {
+			c, err := NewCommit(from+i, btree.EmptyRoot, parent)
+			must(err)
+			cs, parent = append(cs, c), c
+		}
+		must(p.Adopt(cs, nil, cs[1]))
+		must(p.MarkSynced(nil, nil, map[string][]byte{MadeByKey(cs[0].ID): []byte(by)}))
+		return cs
+	}
+	p := newPage(t, r)
+	first := chain(p, 1, "other")
+	n, _, err := r.PageNaming("l", "p")
+	must(err)
+	r.Release(p)
+	must(r.DeletePage("l", "p"))
+
+	must(r.CreatePage("l", "q"))
+	q, err := r.Acquire("l", "q")
+	must(err)
+	second := chain(q, 10, "third")
+	qn, _, err := r.PageNaming("l", "q")
+	must(err)
+	must(r.SetPageNaming("l", "q", qn.Union(n)))
+	r.Release(q)
+	must(r.DeletePage("l", "q"))
+
+	kept, err := r.DeletedHistory(n.IDs)
+	must(err)
+	if len(kept) != 4 {
+		t.Fatalf("kept %d commits under the first page's incarnation, want its 2 and the second page's 2", len(kept))
+	}
+	for _, c := range append(first, second...) {
+		if _, ok := kept[c.ID]; !ok {
+			t.Fatalf("commit %x is not kept", c.ID[:4])
+		}
+	}
+	if kept[first[0].ID].By != "other" || kept[second[0].ID].By != "third" {
+		t.Fatalf("makers kept: %q and %q, want other and third", kept[first[0].ID].By, kept[second[0].ID].By)
+	}
+}

@@ -207,12 +207,16 @@ func (s *Syncer) nameByID(ctx context.Context, c store.NameChange, ids []store.I
 		// name, where it would join a page made there since (the
 		// simulation's seed 118, -sim.pages).
 		gone := false
+		var away time.Time // when its device first renamed it away
 		for lc := range after {
 			if shares(lc.Incarnations, c.Incarnations) {
 				switch lc.Op {
 				case store.NameDeletePage:
 					gone = true
 				case store.NameRenamePage:
+					if away.IsZero() {
+						away = lc.Time
+					}
 					for _, id := range ids {
 						if err := s.repo.NoteIncarnationNamed(id, lc.DestLedger(), lc.To, namedBy(lc)); err != nil {
 							return err
@@ -222,6 +226,9 @@ func (s *Syncer) nameByID(ctx context.Context, c store.NameChange, ids []store.I
 			}
 		}
 		if gone {
+			if !away.IsZero() {
+				return s.joinRenamedAway(ctx, c, ids, away, st)
+			}
 			return nil
 		}
 	}
@@ -270,6 +277,25 @@ func (s *Syncer) nameByID(ctx context.Context, c store.NameChange, ids []store.I
 		return err
 	}
 	_, _, err = s.adoptNaming(ctx, to[0], to[1], ids, at, st)
+	return err
+}
+
+// joinRenamedAway joins the incarnations ids of c, a page's create whose
+// device renamed the page away at time away and then deleted it, to the
+// page here under c's name if that page was named so no later than away:
+// pages of one name on two devices are one page, and the device that
+// renamed it took the other device's under its new name (renamedAway).
+// The page then moves where that rename put it, and the rename and the
+// delete that follow c apply to it. Skipped, the page stayed here under
+// the old name while the renaming device kept it under the new one, once
+// a write here outlived both deletes (the simulation's seed 815,
+// -sim.pages).
+func (s *Syncer) joinRenamedAway(ctx context.Context, c store.NameChange, ids []store.Incarnation, away time.Time, st *Stats) error {
+	n, ok, err := s.repo.PageNaming(c.Ledger, c.Page)
+	if err != nil || !ok || n.At.Time.After(away) {
+		return err
+	}
+	_, _, err = s.adoptNaming(ctx, c.Ledger, c.Page, ids, namedBy(c), st)
 	return err
 }
 
