@@ -394,7 +394,11 @@ func (s *Syncer) adoptBatch(ctx context.Context, name string) error {
 // batch whose response was lost, to the commits that a delete or rename
 // of the page made since and not pushed yet says were synced: they were,
 // and this device had them. Else the others would keep the page for
-// changes its deleter made itself, and bring it back.
+// changes its deleter made itself, and bring it back. The page is followed
+// through its renames since, by name and by incarnation: a delete after
+// them named it otherwise (the simulation's seed 950 of -sim.pages, whose
+// versions the deleting device had replaced came back in a page it had
+// moved three times).
 func (s *Syncer) seenLost(pb pageBatch) error {
 	id, ok := pb.newest()
 	if !ok {
@@ -409,9 +413,18 @@ func (s *Syncer) seenLost(pb pageBatch) error {
 		return err
 	}
 	h := hex.EncodeToString(id[:])
+	at := [2]string{pb.Ledger, pb.Page}
 	for i, nc := range changes {
-		if nc.Op != store.NameDeletePage && nc.Op != store.NameRenamePage || nc.Ledger != pb.Ledger || nc.Page != pb.Page ||
-			nc.Time.Before(time.Unix(0, c.Timestamp)) || slices.Contains(nc.Seen, h) {
+		if nc.Op != store.NameDeletePage && nc.Op != store.NameRenamePage || nc.Time.Before(time.Unix(0, c.Timestamp)) {
+			continue
+		}
+		if at != [2]string{nc.Ledger, nc.Page} && !shares(nc.Incarnations, pb.Incarnations) {
+			continue
+		}
+		if nc.Op == store.NameRenamePage {
+			at = [2]string{nc.DestLedger(), nc.To}
+		}
+		if slices.Contains(nc.Seen, h) {
 			continue
 		}
 		nc.Seen = append(nc.Seen, h)

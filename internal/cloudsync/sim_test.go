@@ -244,6 +244,7 @@ func TestSimulationRegressions(t *testing.T) {
 		{463, false, true, false, 0, "the same, where the commits came in a batch that landed nowhere, its device having deleted the page later in its log", false},
 		{487, false, true, false, 0, "a batch carrying another device's commits (a page merged into the sender's) had them taken for the sender's", false},
 		{1466, false, true, false, 0, "a version lost: two versions one device wrote within a second lost to others, and the second's conflict file took the first's name", false},
+		{950, false, true, false, 0, "versions a device replaced came back: its push's answer was lost, and the delete it made after moving the page three times named none of that push's commits, its batch adopted later matched by the page's first name alone", false},
 		{815, false, true, false, 0, "a page made under one name on two devices, renamed away and deleted on one, kept the name on the others: the create, its device's later delete read with it, joined nothing, and the rename that followed reached no page", false},
 	} {
 		t.Run(fmt.Sprint("seed=", c.seed), func(t *testing.T) {
