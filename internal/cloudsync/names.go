@@ -747,6 +747,15 @@ func (s *Syncer) noteLedgerNamed(c store.NameChange) error {
 	return s.repo.SetSyncState(map[string][]byte{key: t})
 }
 
+// noteLedgerMade notes c, a create of a ledger here, if it is later than
+// the create noted: ledgerCameAfter asks for the latest.
+func (s *Syncer) noteLedgerMade(c store.NameChange) error {
+	if t, ok, err := s.timeState(stateMade + c.Ledger + "/"); err != nil || ok && !c.Time.After(t) {
+		return err
+	}
+	return s.noteLedgerNamed(c)
+}
+
 // ledgerCameAfter reports whether ledger came under its name here after
 // time at, made or renamed onto it, by a change not pushed yet or as
 // recorded (noteLedgerNamed).
@@ -872,8 +881,14 @@ func (s *Syncer) applyName(ctx context.Context, device string, c store.NameChang
 		if gone, err := s.ledgerRenamedAway(c.Ledger, c.Time); err != nil || gone {
 			return err // made before it was renamed here: it is that ledger
 		}
-		if ok, err := r.HasLedger(c.Ledger); err != nil || ok {
+		if ok, err := r.HasLedger(c.Ledger); err != nil {
 			return err
+		} else if ok {
+			// Made again there, after another device's rename of the
+			// name that has not come yet, perhaps: the rename takes
+			// the pages and leaves the ledger, as where it came first
+			// (the simulation's seed 487 of every flag).
+			return s.noteLedgerMade(c)
 		}
 		if err := s.ensureLedger(c.Ledger); err != nil {
 			return err

@@ -143,6 +143,8 @@ func TestSimulationCollect(t *testing.T) {
 		{220, "a pull read the batch of a repack of small packs and the batches that named the packs it emptied, and fetched from an emptied pack the collection had deleted: the batches' places went into the pull's own index unchecked", false, false, false, false},
 		{184, "with the emptied packs left out of a pull's index, a piece the repack had not moved (in the emptied pack for the grace) was in no batch read", false, false, false, false},
 		{1051, "a pull that failed after a full scan of the logs took the scan as done: a quiet device's batches, a repack among them, came in no feed window, and a piece it moved was looked for in the pack it emptied, deleted since", false, false, false, true},
+		{487, "a ledger made again after another device's rename of its name, whose create came here before the rename, went with the rename here and stayed where the rename came first: the create of a ledger here noted no time", false, true, true, true},
+		{981, "the same, on another device", false, true, true, true},
 		{696, "a collection forgot where the pieces of the packs it recorded were, those no page here held too: a batch written before its device read the record reached one, still in its pack, and was in no batch read here", false, true, true, true},
 	} {
 		t.Run(fmt.Sprint("found/seed=", c.seed), func(t *testing.T) {
