@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 
 	"github.com/ledgerfs/ledgerfs/internal/testutil"
 )
@@ -201,6 +202,10 @@ func mountEnv(t testing.TB, bin string, env []string, repo, mnt string, args ...
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	if err := pollOnce(mnt); err != nil {
+		s.cmd.Process.Kill()
+		t.Fatalf("poll the mount at %s once: %v\n%s", mnt, err, s.log)
+	}
 	t.Cleanup(func() {
 		s.stop()
 		// A failure's cause is often in the server's log: a sync that
@@ -210,6 +215,26 @@ func mountEnv(t testing.TB, bin string, env []string, repo, mnt string, args ...
 		}
 	})
 	return s
+}
+
+// pollOnce asks the server of the mount at mnt, once, whether its files
+// can be polled, as go-fuse's WaitMount does (the server does not: see
+// internal/server). The kernel asks the first time a process adds a file
+// of a FUSE mount to an epoll set, and holds the set's lock until the
+// answer comes. Go's runtime adds every file it opens to its one set, so
+// until then every goroutine of this process that waits on a descriptor
+// waits too, those copying the servers' logs among them: the README's
+// command once hung so for 22 minutes, its timeout unable to fire, a
+// server answering nothing. poll(2) here asks from this goroutine's thread
+// alone; go-fuse answers ENOSYS, and the kernel asks no more.
+func pollOnce(mnt string) error {
+	fd, err := unix.Open(filepath.Join(mnt, ".go-fuse-epoll-hack"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	_, err = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+	return err
 }
 
 // logTail is how many lines of a server's log a failed test shows.
