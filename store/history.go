@@ -42,10 +42,8 @@ type Made struct {
 	By     string
 }
 
-// syncedHistory returns the page's synced commits, oldest first, and who
-// made them, encoded for its history row: at most maxKeptHistory, the
-// newest.
-func (p *Page) syncedHistory() ([]byte, error) {
+// syncedHistory returns the page's synced commits and who made them.
+func (p *Page) syncedHistory() ([]Made, error) {
 	var all []Made
 	err := p.Commits(func(c *Commit) error {
 		if _, unsynced, err := getRow(p.view, unsyncedCommitKey(c.ID)); err != nil || unsynced {
@@ -58,10 +56,7 @@ func (p *Page) syncedHistory() ([]byte, error) {
 		all = append(all, Made{Commit: c, By: string(by)})
 		return nil
 	})
-	if err != nil || len(all) == 0 {
-		return nil, err
-	}
-	return encodeHistory(all), nil
+	return all, err
 }
 
 // encodeHistory encodes ms for a history row, oldest first: at most
@@ -112,7 +107,7 @@ func decodeHistory(b []byte, into map[CommitID]Made) error {
 
 // keepHistory reads the synced history of ledger/page, about to be
 // deleted, when the repository syncs; nil otherwise.
-func (r *Repository) keepHistory(ledger, page string) ([]byte, error) {
+func (r *Repository) keepHistory(ledger, page string) ([]Made, error) {
 	if ok, err := r.Syncs(); err != nil || !ok {
 		return nil, err
 	}
@@ -131,26 +126,16 @@ func (r *Repository) keepHistory(ledger, page string) ([]byte, error) {
 	return h, nil
 }
 
-// setHistory adds history h (syncedHistory's) to what is kept under
-// incarnations ids. It does not replace it: a page of one of them deleted
+// addHistory adds ms to the history kept of incarnations ids, each commit
+// once. It does not replace what is kept: a page of one of them deleted
 // here before kept its own history, which tells who wrote the versions a
 // page they were joined into since holds (the simulation's seed 991 of
 // -sim.pages named a conflict file after the device that merged its
 // version, not the one that wrote it).
-func setHistory(txn *badger.Txn, ids []Incarnation, h []byte) error {
-	if h == nil {
+func addHistory(txn *badger.Txn, ids []Incarnation, ms []Made) error {
+	if len(ms) == 0 {
 		return nil
 	}
-	add := map[CommitID]Made{}
-	if err := decodeHistory(h, add); err != nil {
-		return err
-	}
-	return addHistory(txn, ids, slices.Collect(maps.Values(add)))
-}
-
-// addHistory adds ms to the history kept of incarnations ids, each commit
-// once.
-func addHistory(txn *badger.Txn, ids []Incarnation, ms []Made) error {
 	for _, id := range ids {
 		all := map[CommitID]Made{}
 		_, _, err := getDecoded(txn, historyKey(id), func(b []byte) (struct{}, error) {
@@ -194,9 +179,6 @@ func (r *Repository) DeletedHistory(ids []Incarnation) (map[CommitID]Made, error
 // skipped (the device deleted the page later) and a change that brings
 // the page back may build on.
 func (r *Repository) AddDeletedHistory(ids []Incarnation, ms []Made) error {
-	if len(ms) == 0 {
-		return nil
-	}
 	return r.db.Update(func(txn *badger.Txn) error { return addHistory(txn, ids, ms) })
 }
 

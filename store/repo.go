@@ -755,7 +755,7 @@ func (r *Repository) toTrash(dir string) (string, error) {
 
 // dropPageRows removes the rows of ledger/page from the repository db,
 // recording nc, and keeps history (keepHistory) under its incarnations.
-func (r *Repository) dropPageRows(ledger, page string, nc *NameChange, history []byte) error {
+func (r *Repository) dropPageRows(ledger, page string, nc *NameChange, history []Made) error {
 	return r.db.Update(func(txn *badger.Txn) error {
 		if err := r.recordName(txn, nc); err != nil {
 			return err
@@ -773,7 +773,7 @@ func (r *Repository) dropPageRows(ledger, page string, nc *NameChange, history [
 		if err := moveNaming(txn, ledger, page, "", "", NamedAt{}); err != nil {
 			return err
 		}
-		if err := setHistory(txn, n.IDs, history); err != nil {
+		if err := addHistory(txn, n.IDs, history); err != nil {
 			return err
 		}
 		if nc != nil {
