@@ -376,7 +376,7 @@ func (f *fileNode) beginChange() syscall.Errno {
 	if e.Meta.Mode&syscall.S_IFMT == syscall.S_IFLNK {
 		return syscall.EINVAL
 	}
-	p, err := f.pg.acquire()
+	p, err := f.pg.acquireForChange()
 	if err != nil {
 		return errno("open", err)
 	}
@@ -409,7 +409,7 @@ func (f *fileNode) endChange() {
 // create starts a new, empty file at key: it is visible at once, and
 // committed when closed.
 func (f *fileNode) create(ctx context.Context, key string, m btree.Meta) (gofs.FileHandle, syscall.Errno) {
-	p, err := f.pg.acquire()
+	p, err := f.pg.acquireForChange()
 	if err != nil {
 		return nil, errno("create", err)
 	}

@@ -119,6 +119,18 @@ func (pg *pageRef) acquire() (*store.Page, error) {
 	return pg.fs.repo.Acquire(l, n)
 }
 
+// acquireForChange is acquire for a change: a page opened read-only for
+// want of space is opened for changes again once there is room, after the
+// users on their way out, waited for up to reopenWait, have left.
+func (pg *pageRef) acquireForChange() (*store.Page, error) {
+	l, n := pg.names()
+	return pg.fs.repo.AcquireForChange(l, n, reopenWait)
+}
+
+// reopenWait bounds how long a change waits for a page read-only for want
+// of space to be left by its users, once there is room again.
+const reopenWait = time.Second
+
 func (pg *pageRef) release(p *store.Page) { pg.fs.repo.Release(p) }
 
 // rootInode returns the live page's root as the kernel knows it, or nil

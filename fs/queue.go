@@ -154,7 +154,7 @@ func (pg *pageRef) queueWith(w *store.ValueWriter, done func(error), ops ...jour
 	if w != nil {
 		commit = w.CommitJournal
 	}
-	p, err := pg.acquire()
+	p, err := pg.acquireForChange()
 	if err != nil {
 		return err
 	}

@@ -84,7 +84,7 @@ func (pg *pageRef) begin(name string) (*pageRef, error) {
 	if err := pg.settle(); err != nil {
 		return nil, err
 	}
-	p, err := pg.acquire()
+	p, err := pg.acquireForChange()
 	if err != nil {
 		return nil, err
 	}

@@ -288,11 +288,27 @@ func TestReadOnFullDisk(t *testing.T) {
 		t.Errorf("mkdir on a full disk: %v, want ENOSPC", err)
 	}
 
+	// A descriptor open when room comes back holds the page read-only; a
+	// change waits for its users to leave (a descriptor just closed is
+	// released after close returns), then reopens it for changes.
+	reader, err := os.Open(filepath.Join(pg, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close() // if the test ends early
 	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)
 	}
 	more := content(2, 2<<20)
-	if err := os.WriteFile(filepath.Join(pg, "c"), more, 0o644); err != nil {
+	wrote, done := make(chan error, 1), make(chan struct{})
+	go func() {
+		wrote <- os.WriteFile(filepath.Join(pg, "c"), more, 0o644)
+		close(done)
+	}()
+	// Closed once the change has seen the room (or has ended without).
+	s.log.untilAfter(0, "has room again", done)
+	reader.Close()
+	if err := <-wrote; err != nil {
 		t.Fatalf("write once there is room: %v", err)
 	}
 	s.stop()

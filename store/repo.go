@@ -1045,7 +1045,7 @@ func (r *Repository) Acquire(ledger, page string) (*Page, error) {
 				r.waitExclusive(p)
 				continue
 			}
-			if p.readOnly != nil && !p.damaged && p.refs == 0 && r.space.Claim(0, badgerdb.ForOpen) == nil {
+			if p.refs == 0 && r.roomAgain(p) {
 				// Opened read-only for want of space, idle, and there
 				// is room again: reopen it for changes.
 				r.idle.Remove(key)
@@ -1087,6 +1087,27 @@ func (r *Repository) Acquire(ledger, page string) (*Page, error) {
 	r.open[key] = p
 	r.unlock()
 	return p, nil
+}
+
+// AcquireForChange is Acquire for a user about to change the page. A page
+// opened read-only for want of space is reopened for changes only while
+// nobody holds it, so once there is room again the users on their way out
+// (a descriptor closed just before is released after close returns) are
+// waited for, up to d; a page still held after that stays read-only.
+func (r *Repository) AcquireForChange(ledger, page string, d time.Duration) (*Page, error) {
+	p, err := r.Acquire(ledger, page)
+	if err != nil || p.Writable() || !r.roomAgain(p) {
+		return p, err
+	}
+	r.Release(p)
+	r.WaitUnused(ledger, page, d)
+	return r.Acquire(ledger, page)
+}
+
+// roomAgain reports whether p was opened read-only for want of space and
+// could now be opened for changes.
+func (r *Repository) roomAgain(p *Page) bool {
+	return p.readOnly != nil && !p.damaged && r.space.Claim(0, badgerdb.ForOpen) == nil
 }
 
 // openExisting opens the db of a page that exists.
