@@ -208,8 +208,9 @@ func (f *fileNode) isBehind() bool {
 // the old file before a rename over it does; any other gets ESTALE, not
 // ENOENT, and the kernel walks the path again (LOOKUP_REVAL) and opens the
 // file that replaced it. A reader never sees a file that was there all
-// along as missing. Deleted or renamed over here, the kernel dropped its
-// name itself: ENOENT.
+// along as missing. So does a created file whose first commit failed,
+// whose name the kernel keeps until told (see handle.Release). Deleted or
+// renamed over here, the kernel dropped its name itself: ENOENT.
 func (f *fileNode) goneErrno() syscall.Errno {
 	if f.behind {
 		return syscall.ESTALE

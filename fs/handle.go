@@ -225,13 +225,21 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		// writer is gone: unlinked, or its first commit failed (the close
 		// reported it; ENOSPC, say).
 		if f.created {
-			if k, ok := f.key(); ok {
+			k, ok := f.key()
+			if ok {
 				f.pg.unpend(k, f)
 			}
 			if !f.unlinked {
-				// The kernel still has the name; an open of it would
-				// reach this node instead of creating a file. Not from
-				// this request, which the kernel may hold locks for.
+				// The kernel still has the name until the notice below
+				// lands; an open of it (a retried cp) reaching this node
+				// meanwhile gets ESTALE and walks the path again, and a
+				// create of the name makes a new node (see goneErrno).
+				if ok {
+					f.pg.fs.inos.release(f.pg.id('f', k))
+				}
+				f.unlinked, f.behind = true, true
+				// Not from this request, which the kernel may hold
+				// locks for.
 				name, parent := f.EmbeddedInode().Parent()
 				if parent != nil {
 					f.pg.fs.background.Go(func() { parent.NotifyEntry(name) })

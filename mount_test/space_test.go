@@ -181,6 +181,54 @@ func TestDiskFull(t *testing.T) {
 	check("remounted")
 }
 
+// A file whose first commit failed leaves no name, but the kernel keeps
+// its inode while anything refers to it (here a descriptor opened with
+// O_PATH, which sends nothing to the server), and its name until the
+// server's notice lands. Writing the name again at once, as a retried cp
+// does, must make a new file, not reach the failed one.
+func TestCreateAgainAfterFailedClose(t *testing.T) {
+	_, ballast, s, pg := fullDisk(t, 64<<20, 24<<20)
+	var name string
+	var held int
+	for i := 0; name == ""; i++ {
+		if i == 30 {
+			t.Fatalf("30 files of 4 MiB fit on a 64 MiB disk:\n%s", s.log)
+		}
+		n := filepath.Join(pg, fmt.Sprintf("f%02d", i))
+		f, err := os.Create(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd, err := unix.Open(n, unix.O_PATH, 0)
+		if err != nil {
+			f.Close()
+			t.Fatal(err)
+		}
+		_, werr := f.Write(content(i, 4<<20))
+		cerr := f.Close()
+		switch err := errors.Join(werr, cerr); {
+		case err == nil:
+			unix.Close(fd)
+		case errors.Is(err, syscall.ENOSPC):
+			name, held = n, fd
+		default:
+			unix.Close(fd)
+			t.Fatalf("write %s: %v, want ENOSPC once full", n, err)
+		}
+	}
+	defer unix.Close(held)
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	data := content(100, 1<<20)
+	if err := os.WriteFile(name, data, 0o644); err != nil {
+		t.Fatalf("write again once there is room: %v", err)
+	}
+	if got, err := os.ReadFile(name); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back: %d bytes (%v), want the %d written", len(got), err, len(data))
+	}
+}
+
 // A write that fails for want of space loses the bytes the file's stream
 // had taken. Writing on through the same descriptor once there is room
 // again must not commit the file with zeros in their place: the descriptor
