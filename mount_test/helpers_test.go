@@ -106,10 +106,12 @@ func cleanUp(root string) {
 	fmt.Fprintln(os.Stderr, "mount tests: the timeout is near; goroutines now:")
 	pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
 	fmt.Fprintln(os.Stderr, "mount tests: stopping every server and removing", root)
+	// A server still running may be what the tests wait on: SIGQUIT has
+	// Go print its goroutines to its log, and ends it.
 	var left []*server
 	servers.Range(func(k, _ any) bool {
 		s := k.(*server)
-		s.cmd.Process.Signal(syscall.SIGTERM)
+		s.cmd.Process.Signal(syscall.SIGQUIT)
 		left = append(left, s)
 		return true
 	})
@@ -119,6 +121,15 @@ func cleanUp(root string) {
 		case <-s.exited:
 		case <-time.After(time.Until(deadline)):
 		}
+		// Its stacks, or the end of its log if it printed none.
+		const most = 64 << 10
+		log := s.log.String()
+		if i := strings.Index(log, "SIGQUIT"); i >= 0 {
+			log = log[i:min(len(log), i+most)]
+		} else {
+			log = log[max(0, len(log)-most):]
+		}
+		fmt.Fprintf(os.Stderr, "mount tests: the server of %s at the timeout:\n%s\n", s.mnt, log)
 		if _, running := servers.Load(s); running {
 			s.cmd.Process.Kill()
 			if err := abort(s.mnt); err != nil {
