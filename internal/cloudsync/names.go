@@ -1067,10 +1067,19 @@ func (s *Syncer) deleteOver(ctx context.Context, device string, c store.NameChan
 		parents = parents[:0]
 		for _, id := range ids {
 			cm, err := g.commit(id)
+			if err == nil && cm == nil {
+				// Made after the device's last push of the page, and
+				// deleted before the next: what it pushed last is an
+				// ancestor, seen too (the simulation's seed 434 of
+				// every flag).
+				cm, err = lastPushed(p, device, c.Incarnations)
+			}
 			if err != nil || cm == nil {
 				return err
 			}
-			parents = append(parents, cm)
+			if !slices.ContainsFunc(parents, func(o *store.Commit) bool { return o.ID == cm.ID }) {
+				parents = append(parents, cm)
+			}
 		}
 	}
 	if len(parents) > 2 {
@@ -1091,6 +1100,28 @@ func (s *Syncer) deleteOver(ctx context.Context, device string, c store.NameChan
 		return fmt.Errorf("land the delete: %w", err)
 	}
 	return nil
+}
+
+// lastPushed returns the head of device's last batch of page p, of one of
+// incarnations, if p holds it: an ancestor of every head of the page the
+// device had since, as a device's head only moves forward.
+func lastPushed(p *store.Page, device string, incarnations []string) (*store.Commit, error) {
+	var last store.BatchHead
+	found := false
+	err := p.BatchHeadRows(func(dev, inc string, h store.BatchHead) error {
+		if dev != device || !slices.Contains(incarnations, inc) || found && h.Seq <= last.Seq {
+			return nil
+		}
+		held, err := p.HasCommit(h.Head)
+		if held {
+			last, found = h, true
+		}
+		return err
+	})
+	if err != nil || !found {
+		return nil, err
+	}
+	return p.Commit(last.Head)
 }
 
 // crossedRename settles c, a rename of a page this device renamed too
