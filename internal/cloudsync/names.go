@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
 	"slices"
 	"time"
 
@@ -1419,10 +1420,37 @@ func (s *Syncer) mergeInto(ctx context.Context, fromLedger, fromPage, ledger, pa
 			fresh = append(fresh, c)
 		}
 		return err
-	}); err != nil || len(fresh) == 0 {
+	}); err != nil {
 		return err
 	}
-	return s.copyCommits(ctx, src, dst, fresh, st)
+	if len(fresh) > 0 {
+		if err := s.copyCommits(ctx, src, dst, fresh, st); err != nil {
+			return err
+		}
+	}
+	return copyBatchHeads(src, dst)
+}
+
+// copyBatchHeads gives dst the batch heads src records whose commits dst
+// holds. The later batches of src's incarnations land in dst now, and
+// with history pruned only those rows show what they build on
+// (knownEdges): without them a device's delete, made where the page was
+// src, merged with no base in dst and the deleted file came back (the
+// simulation's seed 892 of every flag).
+func copyBatchHeads(src, dst *store.Page) error {
+	rows := map[string][]byte{}
+	err := src.BatchHeads(func(dev string, h store.BatchHead) error {
+		if held, err := dst.HasCommit(h.Head); err != nil || !held {
+			return err
+		}
+		r, err := store.BatchHeadRow(dev, h)
+		maps.Copy(rows, r)
+		return err
+	})
+	if err != nil || len(rows) == 0 {
+		return err
+	}
+	return dst.MarkSynced(nil, nil, rows)
 }
 
 // copyCommits lands commits fresh of page src, sorted parents first, in

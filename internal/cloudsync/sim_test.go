@@ -146,6 +146,8 @@ func TestSimulationCollect(t *testing.T) {
 		{487, "a ledger made again after another device's rename of its name, whose create came here before the rename, went with the rename here and stayed where the rename came first: the create of a ledger here noted no time", false, true, true, true},
 		{981, "the same, on another device", false, true, true, true},
 		{696, "a collection forgot where the pieces of the packs it recorded were, those no page here held too: a batch written before its device read the record reached one, still in its pack, and was in no batch read here", false, true, true, true},
+		{434, "a device's delete of a page saw commits it made after its last push of the page, which no other device holds: the delete landed nowhere, and the versions those commits replaced came back as conflict files", false, true, true, true},
+		{892, "a page merged into another of its name by a ledger's rename left its batch heads behind: its device's later batch, which deleted a file, merged with no base in the page it went to, and the file came back", false, true, true, true},
 	} {
 		t.Run(fmt.Sprint("found/seed=", c.seed), func(t *testing.T) {
 			t.Parallel()
