@@ -308,6 +308,7 @@ const evictWait = 5 * time.Second
 func (pg *pageRef) evictPage() error {
 	l, n := pg.names()
 	deadline := time.Now().Add(evictWait)
+	pg.commitDeferred(false)
 	if !pg.idleBy(deadline) {
 		return fmt.Errorf("page %s/%s is in use: %w", l, n, syscall.EBUSY)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/google/btree"
 
 	"github.com/ledgerfs/ledgerfs/cas"
+	lbtree "github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/store"
 )
 
@@ -58,6 +59,10 @@ type content struct {
 	// (fileNode.logIntent), nil before the first; lastIntent names it.
 	intent     *since
 	lastIntent store.Intent
+	// intentKey and intentMeta are the key and metadata of the last
+	// intent's row.
+	intentKey  string
+	intentMeta lbtree.Meta
 	// copied is what changed since a commit copied the content to compute
 	// its value without the file's lock (fileNode.commitFromCopy), nil
 	// when none is under way; copyDone is closed when that commit ends.

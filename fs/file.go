@@ -79,6 +79,10 @@ type fileNode struct {
 	// committed has no latest to move. Read only while the node is
 	// pending at its key with committed 0.
 	moved *btree.Entry
+	// deferred: closed with every change in intents, the node holds a
+	// writer of its own until the page's intents timer has committed it
+	// (see deferClose).
+	deferred bool
 	// queued counts this node's commits queued at close and not yet
 	// landed; guarded by pg.mu. While any is queued, the node stays in
 	// pg.ov.files and keeps its content, so that it shows what was closed.

@@ -274,6 +274,7 @@ func (f *FS) ledgerBusy(ledger string) bool {
 	}
 	f.mu.Unlock()
 	for _, p := range pages {
+		p.commitDeferred(false)
 		if p.busy() {
 			return true
 		}

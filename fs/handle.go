@@ -174,6 +174,9 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 		f.pg.noteUnflushed(f)
 		return 0
 	}
+	if f.writers == 1 && f.closeDeferrable() {
+		return 0 // the release leaves the commit to the intents timer
+	}
 	return f.commitLocked(commitQueue)
 }
 
@@ -203,6 +206,11 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	defer f.mu.Unlock()
 	if h.write {
 		f.writers--
+		if f.writers == 0 && f.closeDeferrable() {
+			f.pg.forgetUnflushed(f)
+			f.deferClose()
+			return 0
+		}
 	}
 	if f.c != nil && (f.c.dirty || f.changed) && (f.writers == 0 || h.write && f.onlyEmptied()) {
 		// Normally committed by Flush; this catches changes made after the
@@ -217,6 +225,14 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 			f.pg.fs.background.Go(func() { node.NotifyContent(0, 0) })
 		}
 	}
+	f.writerGone()
+	return 0
+}
+
+// writerGone ends what a writer's release ends once the file has none
+// left, or is unlinked: a never-committed file's name, and its content.
+// Called with f.pg.keys and f.mu held.
+func (f *fileNode) writerGone() {
 	if f.writers == 0 {
 		f.pg.forgetUnflushed(f)
 	}
@@ -248,7 +264,6 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		}
 		f.endChange()
 	}
-	return 0
 }
 
 func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {

@@ -2,6 +2,8 @@ package fs
 
 import (
 	"log/slog"
+	"maps"
+	"slices"
 	"syscall"
 	"time"
 
@@ -86,6 +88,7 @@ func (f *fileNode) logIntent(key string) (bool, error) {
 		return false, err
 	}
 	c.intentLogged(mark)
+	c.intentKey, c.intentMeta = key, m
 	if c.copied != nil {
 		// The copy's commit notes the file again when it lands.
 		c.soon = c.soon || full
@@ -134,11 +137,12 @@ func (pg *pageRef) commitIntents(force bool) {
 	pg.mu.Unlock()
 	for f := range files {
 		fsyncedCommitFailed(f.commitFromCopy(force))
+		f.endDeferred(force)
 	}
 }
 
 // stopIntents stops the page's timer and commits its files with intents
-// now, for Close.
+// now, and the files whose close it was to commit, for Close.
 func (pg *pageRef) stopIntents() {
 	pg.mu.Lock()
 	t := pg.intentTimer
@@ -147,6 +151,96 @@ func (pg *pageRef) stopIntents() {
 		pg.fs.background.Done()
 	}
 	pg.commitIntents(true)
+	pg.commitDeferred(true)
+}
+
+// A close whose every change is in the page's sync log already (a file
+// created, written and fsynced: a database's rollback journal, a file
+// written to a temporary name before its rename) is durable without a
+// commit, as an fsync of it was. Its commit is left to the intents timer,
+// which commits it with the page's other files with intents, or not at all
+// if it was deleted meanwhile: a rollback journal lives from one
+// transaction's start to its end, and committing each cost a transaction
+// of SQLite's DELETE mode 0.8 ms of its 5. Until then the file keeps its
+// content and a writer of its own, so that everything that handles a file
+// open for writing (a rename, an unlink, a lookup after the kernel forgot
+// it, a page that stays open while written) handles it too; views of
+// history commit it first (settle).
+
+// closeDeferrable reports whether the close of the file's last writer may
+// leave its commit to the intents timer: the file was created here and
+// never committed, and its last intent holds it as it is, at its key.
+// Called with f.pg.keys and f.mu held.
+func (f *fileNode) closeDeferrable() bool {
+	c := f.c
+	if !f.created || f.unlinked || f.fixed || c == nil || !c.dirty || c.intent == nil ||
+		!c.intent.none(c.size) || c.copied != nil || c.err() != nil || c.stream != nil ||
+		c.fromStream() || !f.pg.v.queues() {
+		return false
+	}
+	m := f.meta
+	m.Size = uint64(c.size)
+	if m != c.intentMeta {
+		return false
+	}
+	key, ok := f.key()
+	return ok && key == c.intentKey
+}
+
+// deferClose leaves the file's commit to the intents timer, the file
+// holding a writer until then (see endDeferred). Called with f.pg.keys and
+// f.mu held, after closeDeferrable.
+func (f *fileNode) deferClose() {
+	f.deferred = true
+	f.writers++
+	pg := f.pg
+	pg.mu.Lock()
+	if pg.deferred == nil {
+		pg.deferred = map[*fileNode]struct{}{}
+	}
+	pg.deferred[f] = struct{}{}
+	pg.mu.Unlock()
+	pg.noteIntent(f, false)
+}
+
+// endDeferred releases the writer a deferred close kept once the file's
+// commit is made (or was not needed: the file was deleted), as the close's
+// release would have. A commit that failed is tried again with the next
+// intents, unless force: the page is closing, and the file's intents are
+// in its log for the next start to commit.
+func (f *fileNode) endDeferred(force bool) {
+	f.pg.keys.RLock()
+	defer f.pg.keys.RUnlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.deferred {
+		return
+	}
+	if c := f.c; !force && c != nil && !f.unlinked && (c.dirty || f.changed || c.copied != nil) {
+		f.pg.noteIntent(f, false)
+		return
+	}
+	f.deferred = false
+	f.writers--
+	pg := f.pg
+	pg.mu.Lock()
+	delete(pg.deferred, f)
+	pg.mu.Unlock()
+	f.writerGone()
+}
+
+// commitDeferred commits the files whose close was left to the intents
+// timer, now. Called with no lock of this package held.
+func (pg *pageRef) commitDeferred(force bool) {
+	pg.mu.Lock()
+	files := slices.Collect(maps.Keys(pg.deferred))
+	pg.mu.Unlock()
+	for _, f := range files {
+		if eno := f.commit(commitQueue); eno != 0 {
+			fsyncedCommitFailed(eno)
+		}
+		f.endDeferred(force)
+	}
 }
 
 // fsyncedCommitFailed logs a failed commit of fsynced changes, if eno is

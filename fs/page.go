@@ -57,6 +57,9 @@ type pageRef struct {
 	// commit, which intentTimer runs (see intent.go).
 	intents     map[*fileNode]struct{}
 	intentTimer *time.Timer
+	// deferred are the files closed with every change in intents, whose
+	// commit the intents timer makes (see fileNode.deferClose).
+	deferred map[*fileNode]struct{}
 	// unflushed are the files whose last flush committed nothing (a
 	// close by another process than the opener, or an emptying whose
 	// writes come after it): their release commits them, and Close does

@@ -203,7 +203,7 @@ func (pg *pageRef) commitThenSettle(op string, files ...*fileNode) syscall.Errno
 			return eno
 		}
 	}
-	return errno(op, pg.settle())
+	return errno(op, pg.settleQueued())
 }
 
 // settle waits until the live page's queued commits have landed. A close
@@ -214,6 +214,16 @@ func (pg *pageRef) commitThenSettle(op string, files ...*fileNode) syscall.Errno
 // files, queued markers and queued deletes cover, and directory markers,
 // which a close never changes.
 func (pg *pageRef) settle() error {
+	if pg.v.queues() {
+		pg.commitDeferred(false)
+	}
+	return pg.settleQueued()
+}
+
+// settleQueued is settle without committing the closes left to the
+// intents timer, for a caller holding pg.keys: the files it commits
+// itself are what it reads.
+func (pg *pageRef) settleQueued() error {
 	if !pg.v.queues() {
 		return nil // a snapshot never changes; a transaction applies at once
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -369,4 +370,99 @@ func TestLargeScatteredFsyncGoesThroughTheSyncLog(t *testing.T) {
 		t.Fatalf("after large fsyncs and kill -9: %d bytes, equal %v (%v)", len(got), bytes.Equal(got, data), err)
 	}
 	s.stop()
+}
+
+// A file created, written and fsynced, then closed, is durable by its
+// intent: its close leaves the commit to the intents timer. It reads back
+// at once, a view of history shows it, a kill -9 keeps it as the changes
+// after its close left it (kept, renamed, deleted), a clean unmount
+// commits it, and one deleted before the timer came (a rollback journal)
+// has its content never stored as pieces.
+func TestFsyncedNewFileCloseLeftToTimer(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mount(t, repo)
+	pg := s.page("l", "p")
+	syncDir(t, pg)
+	write := func(name string) {
+		t.Helper()
+		f, err := os.OpenFile(filepath.Join(pg, name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		must(t, err)
+		_, err = f.Write([]byte("content of " + name))
+		must(t, err)
+		must(t, f.Sync())
+		must(t, f.Close())
+	}
+	read := func(name string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(pg, name))
+		if err != nil {
+			return err.Error()
+		}
+		return string(b)
+	}
+	gone := func(name string) bool {
+		_, err := os.Lstat(filepath.Join(pg, name))
+		return os.IsNotExist(err)
+	}
+
+	// Kill -9 right after the closes and the changes after them.
+	for _, name := range []string{"kept", "moved", "deleted"} {
+		write(name)
+	}
+	must(t, os.Rename(filepath.Join(pg, "moved"), filepath.Join(pg, "moved.final")))
+	must(t, os.Remove(filepath.Join(pg, "deleted")))
+	if got := read("kept"); got != "content of kept" {
+		t.Fatalf("kept reads %q right after its close", got)
+	}
+	s.kill()
+	s = mount(t, repo)
+	pg = s.page("l", "p")
+	if got := read("kept"); got != "content of kept" {
+		t.Errorf("after kill -9, kept reads %q", got)
+	}
+	if got := read("moved.final"); got != "content of moved" || !gone("moved") {
+		t.Errorf("after kill -9, moved.final reads %q; the old name gone: %v", got, gone("moved"))
+	}
+	if !gone("deleted") {
+		t.Errorf("after kill -9, the deleted file is back: %q", read("deleted"))
+	}
+
+	// A view of history right after the close shows it.
+	write("viewed")
+	if vs := ls(t, filepath.Join(pg, ".ledger", "versions", "viewed")); len(vs) != 1 {
+		t.Errorf("versions of a file just closed: %v, want one", vs)
+	}
+
+	// A journal deleted before the timer came is never committed: its
+	// content is stored nowhere but in the log.
+	before := statsOf(t, s.mnt)
+	const stored = `ledgerfs_piece_bytes_written_total{result="stored"}`
+	j, err := os.OpenFile(filepath.Join(pg, "journal"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	must(t, err)
+	_, err = j.Write(content(31, 16<<10))
+	must(t, err)
+	must(t, j.Sync())
+	must(t, j.Close())
+	must(t, os.Remove(filepath.Join(pg, "journal")))
+	ls(t, filepath.Join(pg, ".ledger", "commits")) // what was queued has landed
+	if n := statsOf(t, s.mnt)[stored] - before[stored]; n >= 16<<10 {
+		t.Errorf("a journal deleted right after its fsynced close: %v bytes of pieces stored", n)
+	}
+
+	// A clean unmount commits what the timer had still to.
+	write("unmounted")
+	s.stop()
+	versions := func(name string) []string {
+		out, err := exec.Command(binary, "log", repo, "l", "p", name).CombinedOutput()
+		if err != nil {
+			t.Logf("ledgerfs log %s: %v: %s", name, err, out)
+			return nil
+		}
+		return strings.Split(strings.TrimSpace(string(out)), "\n")
+	}
+	if vs := versions("unmounted"); len(vs) != 1 {
+		t.Errorf("versions of a file closed just before the unmount: %q, want one", vs)
+	}
+	verifySchema(t, repo)
 }
