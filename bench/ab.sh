@@ -11,13 +11,14 @@
 #   bench/ab.sh OLD_REV NEW_REV [WORKDIR]     (as root, to drop caches)
 #
 # Prints a table: each figure's median for A and B and B/A. SIZE_MIB (1024),
-# SYNC_OPS (3000), SQL_OPS (300), SQL_MIB (100) and RUNS (3) scale it;
+# SYNC_OPS (3000), SQL_OPS (300), SQL_SECS (3: transactions go on until then,
+# as in compare.sh), SQL_MIB (100) and RUNS (3) scale it;
 # ONLY=group,group runs only those groups: bench, fsync, sqlite, tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: bench/ab.sh OLD_REV NEW_REV [WORKDIR]" >&2; exit 2; }
 a_rev=$1 b_rev=$2
-SIZE_MIB=${SIZE_MIB:-1024} SYNC_OPS=${SYNC_OPS:-3000} SQL_OPS=${SQL_OPS:-300} SQL_MIB=${SQL_MIB:-100} RUNS=${RUNS:-3}
+SIZE_MIB=${SIZE_MIB:-1024} SYNC_OPS=${SYNC_OPS:-3000} SQL_OPS=${SQL_OPS:-300} SQL_SECS=${SQL_SECS:-3} SQL_MIB=${SQL_MIB:-100} RUNS=${RUNS:-3}
 GOSRC=$(go env GOROOT)/src
 # The work directory is kept: its figures and logs are the run's record.
 . bench/scratch.sh ab "${3:-$(mktemp -d /tmp/ledgerfs-ab.XXXXXX)}"
@@ -75,7 +76,7 @@ for run in $(seq "$RUNS"); do
     done
     for mode in delete wal; do
       want sqlite || break
-      python3 bench/syncwrite.py sqlite "$d/sql-$mode.db" "$mode" "$SQL_MIB" "$SQL_OPS" >"$work/sql.json"
+      python3 bench/syncwrite.py sqlite "$d/sql-$mode.db" "$mode" "$SQL_MIB" "$SQL_OPS" "$SQL_SECS" >"$work/sql.json"
       put $b $run "SQLite $SQL_MIB MiB, $mode, tx/s" "$(field "$work/sql.json" ops_per_s)"
       put $b $run "SQLite $SQL_MIB MiB, $mode, p99 ms" "$(field "$work/sql.json" p99_ms)"
       put $b $run "SQLite $SQL_MIB MiB, $mode, max ms" "$(field "$work/sql.json" max_ms)"
