@@ -40,10 +40,11 @@ import (
 //	go test ./internal/cloudsync -run TestSimulation -sim.seed=N
 //
 // runs that one again. -sim.seeds sets how many seeds run: by default 300,
-// 50 under the race detector (as the README's command runs it; .ci/run runs
-// 1,000 more without it), 20 with -short, 2000 with -long.
+// 25 under the race detector (as the README's command runs it, beside the
+// mount tests on two cores; .ci/run runs 600 more without it), 20 with
+// -short, 2000 with -long.
 var (
-	simSeeds = flag.Int("sim.seeds", 0, "seeds of the sync simulation to run (0: 300, 50 under -race, 20 with -short, 2000 with -long)")
+	simSeeds = flag.Int("sim.seeds", 0, "seeds of the sync simulation to run (0: 300, 25 under -race, 20 with -short, 2000 with -long)")
 	simSeed  = flag.Uint64("sim.seed", 0, "run only this seed of the sync simulation")
 	simSteps = flag.Int("sim.steps", 60, "operations per seed of the sync simulation")
 	simPages = flag.Bool("sim.pages", false, "the simulation renames, moves and deletes pages too")
@@ -68,7 +69,7 @@ func TestSimulation(t *testing.T) {
 	case seeds == 0 && testing.Short():
 		seeds = 20
 	case seeds == 0 && testutil.Race():
-		seeds = 50
+		seeds = 25
 	case seeds == 0:
 		seeds = 300
 	}
@@ -96,7 +97,7 @@ func TestSimulation(t *testing.T) {
 }
 
 // TestSimulationPages runs the simulation with pages renamed, moved and
-// deleted (-sim.pages), and with ledgers renamed too: 40 seeds of each, 20
+// deleted (-sim.pages), and with ledgers renamed too: 40 seeds of each, 10
 // under the race detector, 600 with -long (-sim.seeds and -sim.seed are
 // TestSimulation's).
 func TestSimulationPages(t *testing.T) {
@@ -120,7 +121,7 @@ func TestSimulationPages(t *testing.T) {
 // TestSimulationCollect runs the simulation with devices that keep two
 // versions of each page and collect the store now and then
 // (-sim.collect=keep-last=2): the seeds that found bugs, then 40 seeds,
-// 20 under the race detector, 600 with -long, with a device of half of
+// 10 under the race detector, 600 with -long, with a device of half of
 // them joining from a checkpoint (-sim.join).
 func TestSimulationCollect(t *testing.T) {
 	const keep = "keep-last=2"
@@ -164,15 +165,13 @@ func TestSimulationCollect(t *testing.T) {
 }
 
 // modeSeeds is how many seeds a mode of the simulation runs in the README's
-// command: 40, 20 under the race detector, 10 with -short, 600 with -long.
+// command: 40, 10 under the race detector or with -short, 600 with -long.
 func modeSeeds() int {
 	switch {
 	case *long:
 		return 600
-	case testing.Short():
+	case testing.Short(), testutil.Race():
 		return 10
-	case testutil.Race():
-		return 20
 	}
 	return 40
 }
