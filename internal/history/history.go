@@ -84,11 +84,16 @@ func Walk(p *store.Page, fn func(c *store.Commit, parents []*store.Commit) error
 // state, and reads the page given to each Next, so the page need not stay
 // open between steps.
 type Walker struct {
-	seen      map[store.CommitID]bool
-	done      map[store.CommitID]bool          // passed over (skip)
-	queued    map[store.CommitID]*store.Commit // read, not yet visited
-	h         commitHeap
+	seen   map[store.CommitID]bool
+	done   map[store.CommitID]bool          // passed over (skip)
+	queued map[store.CommitID]*store.Commit // read, not yet visited
+	h      commitHeap
+	// loadedAll: every stored commit is queued, or in doneKept if passed
+	// over, newest first: a commit whose parents were pruned is compared
+	// with the next older of either, as a walk that passed over none
+	// would.
 	loadedAll bool
+	doneKept  []*store.Commit
 	parents   []*store.Commit
 }
 
@@ -159,11 +164,15 @@ func (w *Walker) Next(p *store.Page) (*store.Commit, []*store.Commit, error) {
 	if pruned > 0 && !w.loadedAll {
 		w.loadedAll = true
 		err := p.CommitIDs(nil, func(id store.CommitID) error {
-			if w.seen[id] || w.done[id] {
+			if w.seen[id] {
 				return nil
 			}
 			sc, err := p.Commit(id)
-			if err == nil && !newer(sc, c) {
+			switch {
+			case err != nil || newer(sc, c):
+			case w.done[id]:
+				w.doneKept = append(w.doneKept, sc)
+			default:
 				w.push(sc)
 			}
 			return err
@@ -171,13 +180,35 @@ func (w *Walker) Next(p *store.Page) (*store.Commit, []*store.Commit, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("history: commits after %s: %w", c.ID, err)
 		}
+		slices.SortFunc(w.doneKept, func(a, b *store.Commit) int { return orderOf(b).compare(orderOf(a)) })
 		w.push(store.FirstCommit())
 	}
-	if pruned > 0 && len(parents) == 0 && w.h.Len() > 0 {
-		parents = append(parents, w.h[0]) // the next older commit kept
+	if pruned > 0 && len(parents) == 0 {
+		if older := w.olderKept(c); older != nil {
+			parents = append(parents, older)
+		}
 	}
 	w.parents = parents
 	return c, parents, nil
+}
+
+// olderKept returns the next older commit kept than c, c's parents being
+// pruned: the newest queued, or passed over, if newer; nil if none is.
+func (w *Walker) olderKept(c *store.Commit) *store.Commit {
+	i, _ := slices.BinarySearchFunc(w.doneKept, c, func(d, c *store.Commit) int {
+		if newer(d, c) || d.ID == c.ID {
+			return -1
+		}
+		return 1
+	})
+	var older *store.Commit
+	if w.h.Len() > 0 {
+		older = w.h[0]
+	}
+	if i < len(w.doneKept) && (older == nil || newer(w.doneKept[i], older)) {
+		older = w.doneKept[i]
+	}
+	return older
 }
 
 // Truncated reports whether history before c was pruned: a parent of c is

@@ -73,16 +73,7 @@ func build(t *rapid.T, p *store.Page, n int) []step {
 	state := map[string]string{}
 	var steps []step
 	keys := []string{"a", "b", "c/d", "c/e"}
-	commit := func(j *journal.Journal, ops []journal.Op) *store.Commit {
-		if err := j.Apply(ops...); err != nil {
-			t.Fatal(err)
-		}
-		c, err := j.Commit()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	commit := func(j *journal.Journal, ops []journal.Op) *store.Commit { return commitOps(t, j, ops...) }
 	randomOps := func(label string, st map[string]string) []journal.Op {
 		var ops []journal.Op
 		for _, k := range rapid.SliceOfNDistinct(rapid.SampledFrom(keys), 1, 3, rapid.ID[string]).Draw(t, label) {
@@ -151,6 +142,18 @@ func build(t *rapid.T, p *store.Page, n int) []step {
 		steps = append(steps, step{c: m, state: maps.Clone(state), head: true})
 	}
 	return steps
+}
+
+// commitOps applies ops to j and commits it.
+func commitOps(t fataler, j *journal.Journal, ops ...journal.Op) *store.Commit {
+	if err := j.Apply(ops...); err != nil {
+		t.Fatal(err)
+	}
+	c, err := j.Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func contents(t fataler, p *store.Page, c *store.Commit) map[string]string {
