@@ -40,11 +40,11 @@ import (
 //	go test ./internal/cloudsync -run TestSimulation -sim.seed=N
 //
 // runs that one again. -sim.seeds sets how many seeds run: by default 300,
-// 25 under the race detector (as the README's command runs it, beside the
+// 10 under the race detector (as the README's command runs it, beside the
 // mount tests on two cores; .ci/run runs 600 more without it), 20 with
 // -short, 2000 with -long.
 var (
-	simSeeds = flag.Int("sim.seeds", 0, "seeds of the sync simulation to run (0: 300, 25 under -race, 20 with -short, 2000 with -long)")
+	simSeeds = flag.Int("sim.seeds", 0, "seeds of the sync simulation to run (0: 300, 10 under -race, 20 with -short, 2000 with -long)")
 	simSeed  = flag.Uint64("sim.seed", 0, "run only this seed of the sync simulation")
 	simSteps = flag.Int("sim.steps", 60, "operations per seed of the sync simulation")
 	simPages = flag.Bool("sim.pages", false, "the simulation renames, moves and deletes pages too")
@@ -69,7 +69,7 @@ func TestSimulation(t *testing.T) {
 	case seeds == 0 && testing.Short():
 		seeds = 20
 	case seeds == 0 && testutil.Race():
-		seeds = 25
+		seeds = 10
 	case seeds == 0:
 		seeds = 300
 	}
