@@ -84,16 +84,11 @@ func Walk(p *store.Page, fn func(c *store.Commit, parents []*store.Commit) error
 // state, and reads the page given to each Next, so the page need not stay
 // open between steps.
 type Walker struct {
-	seen   map[store.CommitID]bool
-	done   map[store.CommitID]bool          // passed over (skip)
-	queued map[store.CommitID]*store.Commit // read, not yet visited
-	h      commitHeap
-	// loadedAll: every stored commit is queued, or in doneKept if passed
-	// over, newest first: a commit whose parents were pruned is compared
-	// with the next older of either, as a walk that passed over none
-	// would.
+	seen      map[store.CommitID]bool
+	done      map[store.CommitID]bool          // passed over (skip)
+	queued    map[store.CommitID]*store.Commit // read, not yet visited
+	h         commitHeap
 	loadedAll bool
-	doneKept  []*store.Commit
 	parents   []*store.Commit
 }
 
@@ -140,6 +135,11 @@ func (w *Walker) push(c *store.Commit) {
 // Next returns the walk's next commit and its parents (valid until the
 // next call), or io.EOF after the first commit.
 func (w *Walker) Next(p *store.Page) (*store.Commit, []*store.Commit, error) {
+	// Commits passed over are in the heap only as the next older commit
+	// kept (below), never visited.
+	for w.h.Len() > 0 && w.done[w.h[0].ID] {
+		heap.Pop(&w.h)
+	}
 	if w.h.Len() == 0 {
 		return nil, nil, io.EOF
 	}
@@ -171,7 +171,11 @@ func (w *Walker) Next(p *store.Page) (*store.Commit, []*store.Commit, error) {
 			switch {
 			case err != nil || newer(sc, c):
 			case w.done[id]:
-				w.doneKept = append(w.doneKept, sc)
+				// Passed over, yet what a commit whose parents were
+				// pruned is compared with, if it is the next older
+				// commit kept, as in a walk that passed over none.
+				w.seen[id] = true
+				heap.Push(&w.h, sc)
 			default:
 				w.push(sc)
 			}
@@ -180,35 +184,13 @@ func (w *Walker) Next(p *store.Page) (*store.Commit, []*store.Commit, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("history: commits after %s: %w", c.ID, err)
 		}
-		slices.SortFunc(w.doneKept, func(a, b *store.Commit) int { return orderOf(b).compare(orderOf(a)) })
 		w.push(store.FirstCommit())
 	}
-	if pruned > 0 && len(parents) == 0 {
-		if older := w.olderKept(c); older != nil {
-			parents = append(parents, older)
-		}
+	if pruned > 0 && len(parents) == 0 && w.h.Len() > 0 {
+		parents = append(parents, w.h[0]) // the next older commit kept
 	}
 	w.parents = parents
 	return c, parents, nil
-}
-
-// olderKept returns the next older commit kept than c, c's parents being
-// pruned: the newest queued, or passed over, if newer; nil if none is.
-func (w *Walker) olderKept(c *store.Commit) *store.Commit {
-	i, _ := slices.BinarySearchFunc(w.doneKept, c, func(d, c *store.Commit) int {
-		if newer(d, c) || d.ID == c.ID {
-			return -1
-		}
-		return 1
-	})
-	var older *store.Commit
-	if w.h.Len() > 0 {
-		older = w.h[0]
-	}
-	if i < len(w.doneKept) && (older == nil || newer(w.doneKept[i], older)) {
-		older = w.doneKept[i]
-	}
-	return older
 }
 
 // Truncated reports whether history before c was pruned: a parent of c is
