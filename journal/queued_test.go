@@ -339,11 +339,12 @@ func (e *env) logSize() int64 {
 	return st.Size()
 }
 
-// TestQueuedChangesStartASmallLog: a log made for a queued change is small
-// (no fsync waits on it, and making a full one writes and syncs 8 MiB); it
-// grows to full size at the first record of another kind, and when queued
-// changes fill it. Growing drops the queued records, having written their
-// rows into their journal: a kill -9 after it loses none of the changes.
+// TestQueuedChangesStartASmallLog: a new log is small (making a full one
+// writes and syncs 8 MiB) and takes records of every kind while they fit.
+// Full of queued changes alone, which no fsync waits on, it grows in
+// place, having written their rows into their journal; holding records an
+// fsync made, it grows through a checkpoint. A kill -9 after either loses
+// none of the changes.
 func TestQueuedChangesStartASmallLog(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -377,7 +378,8 @@ func TestQueuedChangesStartASmallLog(t *testing.T) {
 		t.Fatalf("after the log grew and a kill: %d keys, want %d", len(got), len(want))
 	}
 
-	// A record of another kind grows a small log at once.
+	// A logged put that fits goes into the small log, beside the queued
+	// change; one that does not fit grows it through a checkpoint.
 	e2 := newEnv(t)
 	j2, err := e2.eng.Begin(e2.p, false)
 	if err != nil {
@@ -386,24 +388,79 @@ func TestQueuedChangesStartASmallLog(t *testing.T) {
 	if err := j2.Apply(e2.marker("d/", 1)); err != nil {
 		t.Fatal(err)
 	}
-	if n := e2.logSize(); n >= synclog.DefaultSize {
-		t.Fatalf("a log made for a queued change has %d bytes, a full one's", n)
+	small := e2.logSize()
+	if small >= synclog.DefaultSize {
+		t.Fatalf("a log made for a queued change has %d bytes, a full one's", small)
 	}
 	content := []byte("written and fsynced")
 	if err := j2.Apply(e2.loggedPut("f", nil, nil, content, []store.Extent{{Data: content}})); err != nil {
 		t.Fatal(err)
 	}
-	if n := e2.logSize(); n != synclog.DefaultSize {
-		t.Fatalf("the log has %d bytes after a logged put, want %d", n, synclog.DefaultSize)
+	if n := e2.logSize(); n != small {
+		t.Fatalf("the log has %d bytes after a small logged put, want %d", n, small)
 	}
 	recs, err := synclog.ReadFile(filepath.Join(e2.p.Dir(), synclog.FileName))
-	if err != nil || len(recs) != 1 || recs[0].Key != "f" || len(recs[0].Journal) != 0 {
-		t.Fatalf("the grown log holds %+v (%v), want the put's record alone", recs, err)
+	if err != nil || len(recs) != 2 || recs[1].Key != "f" || len(recs[1].Journal) != 0 {
+		t.Fatalf("the small log holds %+v (%v), want the queued change's record and the put's", recs, err)
 	}
-	want2 := map[string]string{"d/": "", "f": string(content)}
+	syncs := e2.repo.Stats().DBSyncs
+	large := randomBytes(3, int(small)) // twice what an epoch of it holds
+	if err := j2.Apply(e2.loggedPut("g", nil, nil, large, []store.Extent{{Data: large}})); err != nil {
+		t.Fatal(err)
+	}
+	if n := e2.logSize(); n != synclog.DefaultSize {
+		t.Fatalf("the log has %d bytes after a logged put of %d, want %d", n, len(large), synclog.DefaultSize)
+	}
+	if e2.repo.Stats().DBSyncs == syncs {
+		t.Fatal("the log grew without a checkpoint while it held a put's record")
+	}
+	recs, err = synclog.ReadFile(filepath.Join(e2.p.Dir(), synclog.FileName))
+	if err != nil || len(recs) != 1 || recs[0].Key != "g" {
+		t.Fatalf("the grown log holds %d records (%v), want the large put's alone", len(recs), err)
+	}
+	want2 := map[string]string{"d/": "", "f": string(content), "g": string(large)}
 	if got := e2.killed().state(); !maps.Equal(got, want2) {
-		t.Fatalf("after the log grew and a kill: %v, want %v", got, want2)
+		t.Fatalf("after the log grew and a kill: keys %v, want %v", slicesKeys(got), slicesKeys(want2))
 	}
+}
+
+// TestIntentsStartASmallLog: a page's first fsyncs are logged in a small
+// log; intents past what it holds grow it, through a checkpoint that
+// carries them, and every fsynced edit comes back after a power loss and a
+// crash of the process.
+func TestIntentsStartASmallLog(t *testing.T) {
+	t.Parallel()
+	e, _, f0, big, snap := syncedBeforeIntents(t, 8, 1<<20)
+	syncs := e.repo.Stats().DBSyncs
+	cur, x := edit4k(big, 4096, 1)
+	e.intent("f", f0.Entry, len(cur), &store.LogSource{Base: f0.Entry.Value.Digest, Keep: uint64(len(big)), Extents: x}, false)
+	small := e.logSize()
+	if small >= synclog.DefaultSize {
+		t.Fatalf("a log made for an fsync of 4 KiB has %d bytes, a full one's", small)
+	}
+	for i := 1; e.logSize() == small; i++ {
+		if i == 200 {
+			t.Fatalf("%d intents of 4 KiB and the log did not grow past %d bytes", i, small)
+		}
+		next, x := edit4k(cur, (i*37%250)<<12, byte(i))
+		e.intent("f", f0.Entry, len(next), &store.LogSource{Keep: uint64(len(cur)), Extents: x}, true)
+		cur = next
+	}
+	if n := e.logSize(); n != synclog.DefaultSize {
+		t.Fatalf("the log grew to %d bytes, want %d", n, synclog.DefaultSize)
+	}
+	if n := e.repo.Stats().DBSyncs - syncs; n != 1 {
+		t.Fatalf("%d db syncs while the log grew, want 1 (the checkpoint carrying the intents)", n)
+	}
+	for i := range 3 {
+		next, x := edit4k(cur, (i*53%250)<<12, byte(100+i))
+		e.intent("f", f0.Entry, len(next), &store.LogSource{Keep: uint64(len(cur)), Extents: x}, true)
+		cur = next
+	}
+	if err := e.p.Durability().SyncLog(); err != nil {
+		t.Fatal(err)
+	}
+	e.recovers(snap, map[string]string{"f": string(cur), "kept": "unchanged"})
 }
 
 // logEpoch is the current epoch of the page's sync log.

@@ -183,12 +183,23 @@ const maxChanged = 1 << 16
 // by syncing the db, which costs less than copying them.
 const maxLogged = synclog.DefaultSize / 4
 
-// queuedLogSize is the size of a log made for queued changes alone (Queue),
-// which no fsync waits on: a full-sized log's creation writes and syncs 8
-// MiB, 15 % of the sync simulation's time when every page that saw an
-// unlink made one. The log grows to full size, in a new epoch, for the
-// first record of another kind or when queued ones fill it (growLocked).
-const queuedLogSize = 256 << 10
+// smallLogSize is the size of a new log whose first records fit it: a
+// full-sized log's creation writes and syncs 8 MiB, 15 % of the sync
+// simulation's time when every page that saw an unlink made one, and 9.5
+// MB of disk writes for each page a user fsyncs a small file in. A log
+// grows to full size when records do not fit it: in place while it holds
+// queued records alone, which no fsync waits on (growLocked), else through
+// a checkpoint that carries its intents (fit).
+const smallLogSize = 256 << 10
+
+// newLogSize is the size of a new log whose first epoch holds records of
+// n bytes, k of them: small while they fit.
+func newLogSize(n, k int) int64 {
+	if synclog.Holds(smallLogSize, n, k) {
+		return smallLogSize
+	}
+	return synclog.DefaultSize
+}
 
 // Durability returns the page's durability owner.
 func (p *Page) Durability() *Durability { return &p.dur }
@@ -284,7 +295,13 @@ func (d *Durability) Prepare(logs bool, changes []Logged) error {
 			checkpoint = checkpoint || d.Has(c.Key)
 		}
 	}
-	if checkpoint || need > 0 && !d.room(need) {
+	var grow int64
+	if !checkpoint && need > 0 {
+		var fits bool
+		fits, grow = d.fit(need)
+		checkpoint = !fits
+	}
+	if checkpoint {
 		if !logs {
 			// A transaction's changes supersede their keys' intents:
 			// the new epoch must not carry them, or a replay would put
@@ -294,7 +311,7 @@ func (d *Durability) Prepare(logs bool, changes []Logged) error {
 		// A logged change's intents are carried: until the change is
 		// written and recorded (or synced, Record), they are what
 		// makes its fsynced bytes durable.
-		return d.Checkpoint()
+		return d.checkpointTo(grow)
 	}
 	return nil
 }
@@ -361,24 +378,46 @@ func (d *Durability) DropIntents() {
 	d.intentBytes = 0
 }
 
-// room reports whether records of n bytes in all fit in the log before
-// its next checkpoint.
-func (d *Durability) room(n int) bool {
+// fit reports whether a record of n bytes can be appended before the
+// next checkpoint: the log takes it, or is made or grown for it as it is
+// written (writeLocked). If not, grow is the size of log the checkpoint
+// must make for it and the intents it carries: 0 keeps the log's size. A
+// record larger than maxLogged never fits.
+func (d *Durability) fit(n int) (fits bool, grow int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return n <= maxLogged && (d.log == nil || d.log.Room(n) || d.smallLocked())
+	switch {
+	case n > maxLogged:
+		return false, 0
+	case d.log == nil || d.log.Room(n) || d.growsLocked():
+		return true, 0
+	}
+	k := 1
+	for _, chain := range d.intents {
+		k += len(chain)
+	}
+	if size := newLogSize(n+d.intentBytes, k); size > d.log.Size() {
+		return false, size
+	}
+	return false, 0
 }
 
-// smallLocked reports whether the log was made for queued changes alone
-// and grows before it takes another record.
+// smallLocked reports whether the log is smaller than the default size.
 func (d *Durability) smallLocked() bool {
 	return d.log != nil && d.log.Size() < synclog.DefaultSize
 }
 
-// growLocked replaces a log made for queued changes alone with a
-// full-sized one: the rows its records stand in for are written to the db
-// first (foldLocked), which keeps them through a crash of the process, the
-// one thing those records were for.
+// growsLocked reports whether the log grows in place when full
+// (growLocked): it is small and holds queued records alone, which make
+// changes survive a crash of the process and no fsync waits on.
+func (d *Durability) growsLocked() bool {
+	return d.smallLocked() && len(d.results) == 0 && len(d.intents) == 0 && len(d.found) == 0
+}
+
+// growLocked replaces a small log of queued records alone (growsLocked)
+// with a full-sized one: the rows its records stand in for are written to
+// the db first (foldLocked), which keeps them through a crash of the
+// process, the one thing those records were for.
 func (d *Durability) growLocked() error {
 	if err := d.foldLocked(); err != nil {
 		return err
@@ -559,17 +598,14 @@ func (d *Durability) appendLocked(r *synclog.Record) error {
 	return nil
 }
 
-// writeLocked appends r to the log, made on first use.
+// writeLocked appends r to the log, made on first use and grown if it
+// can be (growsLocked). ErrFull: r does not fit before a checkpoint.
 func (d *Durability) writeLocked(r *synclog.Record) error {
-	queued := len(r.Journal) > 0
-	size := int64(synclog.DefaultSize)
-	if queued {
-		size = queuedLogSize
-	}
-	if err := d.openLocked(size); err != nil {
+	n := r.Len()
+	if err := d.openLocked(newLogSize(n, 1)); err != nil {
 		return err
 	}
-	if d.smallLocked() && !queued {
+	if !d.log.Room(n) && d.growsLocked() {
 		if err := d.growLocked(); err != nil {
 			return err
 		}
@@ -659,15 +695,23 @@ func (d *Durability) Queue(id JournalID, changes []Logged, es []JournalEntry) (b
 		recs[i], keys[i] = r, c.Key
 		n += r.Len()
 	}
+	if fits, grow := d.fit(n); !fits && grow > 0 {
+		// A small log that holds records an fsync made: it grows
+		// through a checkpoint, which carries its intents, and then
+		// takes the next journals' changes. This one's write rows.
+		if err := d.checkpointTo(grow); err != nil {
+			return false, err
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.failed != nil || d.p.readOnly != nil || d.folded[id] || n > maxLogged {
 		return false, nil
 	}
-	if err := d.openLocked(queuedLogSize); err != nil {
+	if err := d.openLocked(newLogSize(n, len(recs))); err != nil {
 		return false, nil // the rows go to the db
 	}
-	if d.smallLocked() && !d.log.Room(n) {
+	if !d.log.Room(n) && d.growsLocked() {
 		// Queued changes filled a small log: the next go to a full one.
 		// The journals it folded, id among them, write rows.
 		if err := d.growLocked(); err != nil {
@@ -883,11 +927,16 @@ func (d *Durability) LogIntent(key string, row []byte, size uint64, src *LogSour
 			slog.Warn("cannot grow the sync log for an fsync; committing it instead", "page", d.p.Ledger+"/"+d.p.Name, "key", key, "size", grow, "err", err)
 			return Intent{}, false, nil
 		}
-	case n <= maxLogged && !d.room(n):
-		// The epoch is full, mostly of intents their commits superseded:
-		// a checkpoint carries the live ones into a new epoch, for the
-		// cost of a sync of the db rather than of a commit of the file.
-		if err := d.Checkpoint(); err != nil {
+	case n <= maxLogged:
+		fits, grow := d.fit(n)
+		if fits {
+			break
+		}
+		// The epoch is full, mostly of intents their commits superseded
+		// (or the log is small): a checkpoint carries the live ones into
+		// a new epoch, for the cost of a sync of the db rather than of
+		// a commit of the file.
+		if err := d.checkpointTo(grow); err != nil {
 			return Intent{}, false, err
 		}
 	}
@@ -1043,7 +1092,7 @@ func (d *Durability) checkpoint(grow int64) error {
 	if d.log == nil && len(d.found) > 0 {
 		// Recovery replayed what a crash left: those records must not be
 		// replayed again over later changes.
-		log, _, err := synclog.Open(d.path, synclog.DefaultSize)
+		log, _, err := synclog.Open(d.path, max(grow, smallLogSize))
 		if err != nil {
 			return err
 		}

@@ -487,10 +487,12 @@ func TestValueCommitWithRows(t *testing.T) {
 
 // A db whose memtable cannot be flushed (its directory deleted) is given up
 // on after the close timeout, the other dbs still close, and trimming stops:
-// the abandoned close may unmap its files at any later time.
+// the abandoned close may unmap its files at any later time. The timeout is
+// one a loaded machine's healthy closes stay within (200 ms was not, beside
+// the mount tests).
 func TestCloseGivesUpOnStuckDB(t *testing.T) {
 	dir := t.TempDir()
-	r := openRepo(t, dir, Options{CloseTimeout: 200 * time.Millisecond})
+	r := openRepo(t, dir, Options{CloseTimeout: 2 * time.Second})
 	p := newPage(t, r)
 	writeValue(t, p, bytes.Repeat([]byte("x"), 4096))
 	pageDir := p.db.Opts().Dir

@@ -290,6 +290,13 @@ func checksum(epoch uint64, payload []byte) uint32 {
 // Room reports whether n more payload bytes fit before the next checkpoint.
 func (l *Log) Room(n int) bool { return l.off+2*frameSize+int64(n) <= l.end }
 
+// Holds reports whether an empty epoch of a log of size bytes takes
+// records of n payload bytes in all, k records: what a new log, or a
+// checkpoint's new epoch, must hold.
+func Holds(size int64, n, k int) bool {
+	return headerSize+int64(k+1)*frameSize+int64(n) <= size/2
+}
+
 // Empty reports whether the current epoch has no record.
 func (l *Log) Empty() bool { return l.off == l.start }
 
