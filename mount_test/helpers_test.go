@@ -59,6 +59,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Setenv("TMPDIR", root)
+	// A race-built process sleeps a second before it exits (the race
+	// runtime's atexit_sleep_ms): every command and every unmount the tests
+	// wait on would. Races are reported as they happen, and still fail the
+	// process with exit status 66.
+	if _, ok := os.LookupEnv("GORACE"); !ok {
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
 	// The tests mostly wait on servers, each a process of its own: run four
 	// at once unless -parallel says how many.
 	parallelSet := false
