@@ -175,7 +175,13 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 		return 0
 	}
 	if f.writers == 1 && f.closeDeferrable() {
-		return 0 // the release leaves the commit to the intents timer
+		// The commit is left to the intents timer, from here and not
+		// from the release: the kernel sends that after close returns,
+		// and a view of history in between would not know to commit the
+		// file first (settle), and miss it.
+		f.pg.forgetUnflushed(f)
+		f.deferClose()
+		return 0
 	}
 	return f.commitLocked(commitQueue)
 }

@@ -372,6 +372,39 @@ func TestLargeScatteredFsyncGoesThroughTheSyncLog(t *testing.T) {
 	s.stop()
 }
 
+// The kernel sends a file's release after close returns, and only once
+// no process holds the open file: a view of history right after the close
+// of an fsynced new file must commit it all the same. A child holding the
+// descriptor keeps the release from coming at all here, which a fast
+// release would otherwise hide (one run in twenty of
+// TestFsyncedNewFileCloseLeftToTimer missed the file so).
+func TestFsyncedCloseShowsInHistoryBeforeItsRelease(t *testing.T) {
+	t.Parallel()
+	s := mount(t, t.TempDir())
+	pg := s.page("l", "p")
+	f, err := os.OpenFile(filepath.Join(pg, "f"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	must(t, err)
+	_, err = f.Write([]byte("fsynced, then closed"))
+	must(t, err)
+	must(t, f.Sync())
+	child := exec.Command("cat")
+	child.ExtraFiles = []*os.File{f}
+	stdin, err := child.StdinPipe()
+	must(t, err)
+	must(t, child.Start())
+	defer child.Wait()
+	defer stdin.Close()
+	must(t, f.Close()) // the opener's close: a flush, and no release
+	if vs := ls(t, filepath.Join(pg, ".ledger", "versions", "f")); len(vs) != 1 {
+		t.Errorf("versions of a file whose close returned: %v, want one", vs)
+	}
+	must(t, stdin.Close())
+	must(t, child.Wait())
+	if got, err := os.ReadFile(filepath.Join(pg, "f")); err != nil || string(got) != "fsynced, then closed" {
+		t.Errorf("f reads %q (%v)", got, err)
+	}
+}
+
 // A file created, written and fsynced, then closed, is durable by its
 // intent: its close leaves the commit to the intents timer. It reads back
 // at once, a view of history shows it, a kill -9 keeps it as the changes
