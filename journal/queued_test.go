@@ -424,6 +424,43 @@ func TestQueuedChangesStartASmallLog(t *testing.T) {
 	}
 }
 
+// TestLargeFirstChangeMakesAFullLog: logged puts applied together, more
+// than a small log holds, make a full-sized log at once: no checkpoint (a
+// sync of the db) for their records, and all of them in the log.
+func TestLargeFirstChangeMakesAFullLog(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j, err := e.eng.Begin(e.p, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncs := e.repo.Stats().DBSyncs
+	var ops []Op
+	want := map[string]string{}
+	for i := range 4 {
+		b := randomBytes(uint64(10+i), 60<<10)
+		key := fmt.Sprintf("f%d", i)
+		ops = append(ops, e.loggedPut(key, nil, nil, b, []store.Extent{{Data: b}}))
+		want[key] = string(b)
+	}
+	if err := j.Apply(ops...); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.logSize(); n != synclog.DefaultSize {
+		t.Fatalf("the log has %d bytes after 240 KiB of logged puts, want %d", n, synclog.DefaultSize)
+	}
+	if n := e.repo.Stats().DBSyncs - syncs; n != 0 {
+		t.Fatalf("%d db syncs for logged puts that fit a full log, want none", n)
+	}
+	recs, err := synclog.ReadFile(filepath.Join(e.p.Dir(), synclog.FileName))
+	if err != nil || len(recs) != len(ops) {
+		t.Fatalf("the log holds %d records (%v), want %d", len(recs), err, len(ops))
+	}
+	if got := e.killed().state(); !maps.Equal(got, want) {
+		t.Fatalf("after a kill: keys %v, want %v", slicesKeys(got), slicesKeys(want))
+	}
+}
+
 // TestIntentsStartASmallLog: a page's first fsyncs are logged in a small
 // log; intents past what it holds grow it, through a checkpoint that
 // carries them, and every fsynced edit comes back after a power loss and a

@@ -389,7 +389,16 @@ func (d *Durability) fit(n int) (fits bool, grow int64) {
 	switch {
 	case n > maxLogged:
 		return false, 0
-	case d.log == nil || d.log.Room(n) || d.growsLocked():
+	case d.log == nil:
+		// Made now, of the size all of them need: writeLocked would
+		// size it for the first record alone, and the next ones could
+		// then fill it. Made or not, they fit (a log that cannot be
+		// made says so as they are written).
+		if d.p.readOnly == nil {
+			d.openLocked(newLogSize(n, 1))
+		}
+		return true, 0
+	case d.log.Room(n) || d.growsLocked():
 		return true, 0
 	}
 	k := 1
