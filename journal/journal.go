@@ -237,13 +237,9 @@ func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 	}
 	ops = j.mergeAtimes(ops)
 	es := make([]store.JournalEntry, len(ops))
-	keys := make([]string, 0, len(ops))
 	logged := make([]store.Logged, len(ops))
 	for i, op := range ops {
 		es[i] = store.JournalEntry{Key: op.Key, Value: EncodeOp(op)}
-		if op.Kind != store.OpAtime {
-			keys = append(keys, op.Key)
-		}
 		logged[i] = store.Logged{Key: op.Key, Kind: op.Kind, Row: es[i].Value,
 			Value: op.Entry.Value, Size: op.Entry.Meta.Size, Source: op.Log, Through: op.Through}
 	}
@@ -272,7 +268,7 @@ func (j *Journal) ApplyWith(commit CommitFunc, ops ...Op) error {
 	if unqueued := j.unqueue(ops); len(unqueued) > 0 {
 		d.Unqueue(j.ID, unqueued)
 	}
-	written := d.Note(keys, false)
+	written := d.Note(logged, logs, false)
 	err := commit(j.ID, es)
 	written()
 	if err != nil {
@@ -385,7 +381,7 @@ func (j *Journal) Clear() error {
 	if j.ops != nil {
 		clear(j.ops)
 	}
-	written := d.Note(nil, true)
+	written := d.Note(nil, false, true)
 	defer written()
 	return j.p.ClearJournal(j.ID)
 }

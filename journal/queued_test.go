@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -208,10 +209,11 @@ func TestQueuedThenWrittenKeepsTheLaterChange(t *testing.T) {
 	}
 }
 
-// TestQueuedChangesAreDurableByACheckpoint: an fsync after a queued
-// change syncs the db, not the log alone (the records are for a crash of
-// the process), and the db as synced then holds the change without the
-// log: what a power loss leaves.
+// TestQueuedChangesAreDurableByACheckpoint: an fsync after queued changes
+// one of which cannot be recorded whole (a value of more than maxWhole
+// bytes) syncs the db, not the log alone (the queued records are for a
+// crash of the process), and the db as synced then holds the changes
+// without the log: what a power loss leaves.
 func TestQueuedChangesAreDurableByACheckpoint(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -220,7 +222,8 @@ func TestQueuedChangesAreDurableByACheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	queued := e.repo.Stats().QueuedInLog
-	if err := c.Queue(nil, Op{Key: "f", Kind: store.OpDelete}); err != nil {
+	big := strings.Repeat("b", 100<<10)
+	if err := c.Queue(nil, Op{Key: "f", Kind: store.OpDelete}, e.put("big", big)); err != nil {
 		t.Fatal(err)
 	}
 	if e.repo.Stats().QueuedInLog == queued {
@@ -248,17 +251,18 @@ func TestQueuedChangesAreDurableByACheckpoint(t *testing.T) {
 	if err := os.Remove(filepath.Join(lost.p.Dir(), synclog.FileName)); err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}
-	if got, want := lost.state(), map[string]string{"g": "2"}; !maps.Equal(got, want) {
+	if got, want := lost.state(), map[string]string{"g": "2", "big": big}; !maps.Equal(got, want) {
 		t.Fatalf("after the power loss: %v, want %v", got, want)
 	}
 }
 
 // TestSyncReturnsBeforeTheCommit: an fsync with no change of its own (a
 // directory's) makes the changes queued so far durable without waiting
-// for their commit, which here is held at its first step: a checkpoint
-// writes the rows the log stood in for and syncs the db, so the db alone,
-// as a power loss leaves it, holds the changes in their journal, and
-// recovery commits them. The next change starts a journal of its own.
+// for their commit, which here is held at its first step: with one too
+// large to be recorded whole (promote), a checkpoint writes the rows the
+// log stood in for and syncs the db, so the db alone, as a power loss
+// leaves it, holds the changes in their journal, and recovery commits
+// them. The next change starts a journal of its own.
 func TestSyncReturnsBeforeTheCommit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -282,7 +286,8 @@ func TestSyncReturnsBeforeTheCommit(t *testing.T) {
 	if err := c.Queue(nil, Op{Key: "f", Kind: store.OpDelete}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Queue(nil, e.put("h", "3")); err != nil {
+	h := strings.Repeat("3", 100<<10)
+	if err := c.Queue(nil, e.put("h", h)); err != nil {
 		t.Fatal(err)
 	}
 	if e.repo.Stats().QueuedInLog < queued+2 {
@@ -309,7 +314,7 @@ func TestSyncReturnsBeforeTheCommit(t *testing.T) {
 	if err := c.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"g": "2", "h": "3"}
+	want := map[string]string{"g": "2", "h": h}
 	if got := e.state(); !maps.Equal(got, want) {
 		t.Fatalf("after the commit: %v, want %v", got, want)
 	}
@@ -541,7 +546,7 @@ func TestCheckpointKeepsAnEpochOfQueuedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	epoch := e.logEpoch()
-	if err := e.p.Durability().SyncChanges(); err != nil {
+	if err := e.p.Durability().Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.logEpoch(); got != epoch {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ledgerfs/ledgerfs/cas"
@@ -121,8 +122,9 @@ func TestSyncLogReplaysWhatTheDbLost(t *testing.T) {
 }
 
 // TestUnloggedChangeOfLoggedKeyCheckpoints: a change of a key the log
-// holds, made without a record (a rename's put, a chmod), syncs the db
-// and empties the log first, so that no replay can undo it.
+// holds, made without a record and too large to be recorded whole (a put
+// of more than maxWhole bytes), syncs the db and empties the log first,
+// so that no replay can undo it.
 func TestUnloggedChangeOfLoggedKeyCheckpoints(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -136,7 +138,7 @@ func TestUnloggedChangeOfLoggedKeyCheckpoints(t *testing.T) {
 	if !e.p.Durability().Has("a") {
 		t.Fatal("logged put not in the log")
 	}
-	if err := c.Queue(nil, e.put("a", "3")); err != nil {
+	if err := c.Queue(nil, e.put("a", strings.Repeat("3", 100<<10))); err != nil {
 		t.Fatal(err)
 	}
 	if e.p.Durability().Has("a") || !e.p.Durability().Empty() {
@@ -247,7 +249,7 @@ func TestRenameDeleteIsNeverLoggedAlone(t *testing.T) {
 	if err := c.Apply(true, e.put("a", "1")); err != nil {
 		t.Fatal(err)
 	}
-	moved := e.loggedPut("a", nil, nil, []byte("2"), nil)
+	moved := e.loggedPut("a", nil, nil, bytes.Repeat([]byte("2"), 100<<10), nil)
 	if err := c.Queue(nil, moved); err != nil {
 		t.Fatal(err)
 	}

@@ -85,6 +85,10 @@ type Logged struct {
 	// already describe it, so it needs no record while later intents
 	// follow, and never a checkpoint first.
 	Through Intent
+	// record is set by Prepare for a change it found recordable whole
+	// (see wholeRecord) that must have a record: one of a key with records
+	// in the epoch, or another change of the same group.
+	record bool
 }
 
 // An Intent names a record LogIntent appended. A commit of the content
@@ -99,7 +103,10 @@ func (i Intent) IsZero() bool { return i.r == nil }
 // recordLen bounds the encoded size of the record of c.
 func (c *Logged) recordLen() int {
 	n := len(c.Key) + len(c.Row) + 128
-	if c.Source == nil || c.Source.Base == "" {
+	if c.Source == nil {
+		return n + int(wholeSize(c))
+	}
+	if c.Source.Base == "" {
 		return n + int(c.Size)
 	}
 	for _, x := range c.Source.Extents {
@@ -166,10 +173,13 @@ type Durability struct {
 }
 
 // keyChange is the latest change of a key the page knows of: the
-// generation when it was written (unwritten: math.MaxUint64), and the
-// epoch of the log that holds a record of it (0: none).
+// generation when it was written (unwritten: math.MaxUint64), the epoch of
+// the log that holds a record of it (0: none), and, for a change of an
+// implicit journal, the change itself, which a sync of the page may record
+// (promote) rather than sync the db.
 type keyChange struct {
 	gen, epoch uint64
+	last       *Logged
 }
 
 // clearKey stands for a change of every key (a journal that clears the page).
@@ -275,9 +285,19 @@ func (d *Durability) syncedLocked(key string) bool {
 // logged at all (an implicit journal's; a transaction's are made durable
 // by syncing the db).
 func (d *Durability) Prepare(logs bool, changes []Logged) error {
+	// A change of a key with records in the epoch is recorded too, or a
+	// replay would undo it; and with it every change of its group (the
+	// other half of a rename, the times of its directories), which a
+	// replay makes as one commit.
+	whole := false
+	for i := range changes {
+		c := &changes[i]
+		whole = whole || logs && c.Kind != OpAtime && c.Through.IsZero() && !(c.Kind == OpPut && c.Source != nil) && d.Has(c.Key)
+	}
 	need, checkpoint := 0, false
 	for i := range changes {
 		c := &changes[i]
+		c.record = false
 		switch {
 		case c.Kind == OpAtime:
 			// An access time may be lost by a crash: a replay
@@ -287,6 +307,11 @@ func (d *Durability) Prepare(logs bool, changes []Logged) error {
 			// checkpoints after it is written (Record).
 		case logs && c.Kind == OpPut && c.Source != nil:
 			need += c.recordLen()
+		case whole && wholeRecordable(c):
+			c.record = true
+			need += c.recordLen()
+		case whole:
+			checkpoint = true
 		case logs && c.Kind == OpDelete:
 			if d.Has(c.Key) {
 				need += len(c.Key) + 16
@@ -302,6 +327,9 @@ func (d *Durability) Prepare(logs bool, changes []Logged) error {
 		checkpoint = !fits
 	}
 	if checkpoint {
+		for i := range changes {
+			changes[i].record = false
+		}
 		if !logs {
 			// A transaction's changes supersede their keys' intents:
 			// the new epoch must not carry them, or a replay would put
@@ -434,30 +462,37 @@ func (d *Durability) growLocked() error {
 	return d.log.Grow(synclog.DefaultSize)
 }
 
-// Note records that the entries at keys are about to change (all: every
-// key, a journal that clears the page); call the returned function once
-// the change is written.
-func (d *Durability) Note(keys []string, all bool) func() {
-	if all {
-		keys = append(keys, clearKey)
-	}
+// Note records that the entries changes change are about to change (all:
+// every key, a journal that clears the page); call the returned function
+// once the changes are written. logs is whether they are an implicit
+// journal's, which a sync of the page may record rather than sync the db.
+func (d *Durability) Note(changes []Logged, logs, all bool) func() {
 	d.mu.Lock()
 	if d.changed == nil {
 		d.changed = map[string]keyChange{}
 	}
-	for _, k := range keys {
-		d.changed[k] = keyChange{gen: math.MaxUint64}
+	for i := range changes {
+		if changes[i].Kind != OpAtime {
+			d.changed[changes[i].Key] = keyChange{gen: math.MaxUint64}
+		}
+	}
+	if all {
+		d.changed[clearKey] = keyChange{gen: math.MaxUint64}
 	}
 	d.mu.Unlock()
 	return func() {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		d.wroteLocked(keys)
+		d.wroteLocked(changes, logs)
+		if all {
+			d.changed[clearKey] = keyChange{gen: d.gen}
+		}
 	}
 }
 
-// wroteLocked records that the entries at keys were just written.
-func (d *Durability) wroteLocked(keys []string) {
+// wroteLocked records that changes were just written (logs: by an implicit
+// journal, each then kept for a promotion).
+func (d *Durability) wroteLocked(changes []Logged, logs bool) {
 	if d.changed == nil {
 		d.changed = map[string]keyChange{}
 	}
@@ -470,8 +505,16 @@ func (d *Durability) wroteLocked(keys []string) {
 		d.changedPeak = shrink.Peak{}
 		return
 	}
-	for _, k := range keys {
-		d.changed[k] = keyChange{gen: d.gen}
+	for i := range changes {
+		c := &changes[i]
+		if c.Kind == OpAtime {
+			continue
+		}
+		kc := keyChange{gen: d.gen}
+		if logs {
+			kc.last = &Logged{Key: c.Key, Kind: c.Kind, Row: c.Row, Value: c.Value, Size: c.Size}
+		}
+		d.changed[c.Key] = kc
 	}
 	d.changedPeak.Grew(len(d.changed))
 }
@@ -514,14 +557,18 @@ func (d *Durability) Record(logs bool, changes []Logged) error {
 // reports that c superseded intents with no record of its own.
 func (d *Durability) recordOne(c *Logged) (unsynced bool, err error) {
 	var r *synclog.Record
-	if c.Kind == OpPut && c.Source != nil {
-		// Built before the lock: it may read the value back.
-		if r, err = d.record(c); err != nil {
-			d.mu.Lock()
-			d.dropIntentLocked(c.Key)
-			d.mu.Unlock()
-			return false, err
-		}
+	// Built before the lock: it may read the value back.
+	switch {
+	case c.record:
+		r, err = d.wholeRecord(c)
+	case c.Kind == OpPut && c.Source != nil:
+		r, err = d.record(c)
+	}
+	if err != nil {
+		d.mu.Lock()
+		d.dropIntentLocked(c.Key)
+		d.mu.Unlock()
+		return false, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -576,16 +623,28 @@ func (d *Durability) record(c *Logged) (*synclog.Record, error) {
 	if c.Size == 0 || len(r.Extents) > 0 {
 		return r, nil // empty, or the whole value copied by the caller
 	}
+	b, err := d.valueBytes(c)
+	if err != nil {
+		return nil, err
+	}
+	r.Extents = []synclog.Extent{{Data: b}}
+	return r, nil
+}
+
+// valueBytes reads back the value c puts, c.Size bytes, from the page.
+func (d *Durability) valueBytes(c *Logged) ([]byte, error) {
 	v, err := d.p.OpenValue(c.Value)
 	if err != nil {
 		return nil, err
 	}
 	b := make([]byte, c.Size)
-	if _, err := v.ReadAt(b, 0); err != nil && err != io.EOF {
+	if n, err := v.ReadAt(b, 0); n < len(b) {
+		if err == nil || err == io.EOF {
+			err = fmt.Errorf("value %s holds %d bytes, not %d", c.Value, n, c.Size)
+		}
 		return nil, err
 	}
-	r.Extents = []synclog.Extent{{Data: b}}
-	return r, nil
+	return b, nil
 }
 
 // append appends r, a record of the change just written to its key.
@@ -670,10 +729,15 @@ func queueable(c *Logged) bool {
 // their journal rows es, which the caller then does not write: the log's
 // append is the changes' one write, and costs no db transaction. It
 // reports false, having recorded nothing, when the changes cannot all be
-// recorded so (see queueable), a key changed has records in the log's
-// epoch (its changes are recorded as before, so that a replay never
-// undoes one), the journal's rows were written since (fold), or the log
-// has no room or cannot be made; the caller then writes the rows.
+// recorded so (see queueable), the journal's rows were written since
+// (fold), or the log has no room or cannot be made; the caller then writes
+// the rows.
+//
+// When a key changed has records in the log's epoch (a sync promoted its
+// change), the changes are recorded whole (wholeRecord), all of them, as
+// a replay needs them: a replay of the key's earlier record must not undo
+// them. A change too large for that is refused, and its rows' writing
+// checkpoints first (Prepare).
 //
 // The records make the changes survive a crash of the process, which
 // leaves the log's appends in the page cache: recovery writes them into
@@ -689,19 +753,32 @@ func (d *Durability) Queue(id JournalID, changes []Logged, es []JournalEntry) (b
 	}
 	recs := make([]*synclog.Record, len(changes))
 	keys := make([]string, len(changes))
+	for i := range changes {
+		if !queueable(&changes[i]) {
+			return false, nil
+		}
+		keys[i] = changes[i].Key
+	}
+	// Built before the lock: a whole record may read its value back.
+	whole := slices.ContainsFunc(keys, d.Has)
 	n := 0
 	for i := range changes {
 		c := &changes[i]
-		if !queueable(c) {
+		var r *synclog.Record
+		switch {
+		case whole && !wholeRecordable(c):
 			return false, nil
+		case whole:
+			var err error
+			if r, err = d.wholeRecord(c); err != nil {
+				return false, nil // the rows go to the db
+			}
+		case c.Kind == OpDelete:
+			r = &synclog.Record{Key: c.Key, Journal: []byte(id), Delete: true}
+		default:
+			r = &synclog.Record{Key: c.Key, Journal: []byte(id), Op: c.Row, Result: []byte(c.Value.Digest)}
 		}
-		r := &synclog.Record{Key: c.Key, Journal: []byte(id)}
-		if c.Kind == OpDelete {
-			r.Delete = true
-		} else {
-			r.Op, r.Result = c.Row, []byte(c.Value.Digest)
-		}
-		recs[i], keys[i] = r, c.Key
+		recs[i] = r
 		n += r.Len()
 	}
 	if fits, grow := d.fit(n); !fits && grow > 0 {
@@ -730,12 +807,24 @@ func (d *Durability) Queue(id JournalID, changes []Logged, es []JournalEntry) (b
 	if d.folded[id] || !d.log.Room(n) {
 		return false, nil
 	}
-	if slices.ContainsFunc(keys, d.Has) {
-		return false, nil
+	if !whole && slices.ContainsFunc(keys, d.Has) {
+		return false, nil // promoted meanwhile
+	}
+	if whole && slices.ContainsFunc(keys, func(k string) bool { return len(d.intents[k]) > 0 }) {
+		return false, nil // their rows supersede the intents (Record)
+	}
+	if whole {
+		// Written first: a record marks the key's latest change.
+		d.wroteLocked(changes, true)
 	}
 	for i, r := range recs {
-		// No result, no epoch: the key has no record a replay makes.
-		if err := d.writeLocked(r); err != nil {
+		// A queued record: no result, no epoch: the key has no record
+		// a replay makes.
+		write := d.writeLocked
+		if whole {
+			write = d.appendLocked
+		}
+		if err := write(r); err != nil {
 			if i == 0 && errors.Is(err, synclog.ErrFull) {
 				return false, nil
 			}
@@ -744,7 +833,9 @@ func (d *Durability) Queue(id JournalID, changes []Logged, es []JournalEntry) (b
 			return false, err
 		}
 	}
-	d.wroteLocked(keys)
+	if !whole {
+		d.wroteLocked(changes, true)
+	}
 	if d.queued == nil {
 		d.queued = map[JournalID]map[string][]byte{}
 	}
@@ -1032,18 +1123,10 @@ func (d *Durability) durableLocked(key string) bool {
 }
 
 // SyncChanges makes every change of the page's entries durable: through
-// the log when each has a record there, else by a checkpoint.
+// the log when each has a record there or can be given one (promote), else
+// by a checkpoint.
 func (d *Durability) SyncChanges() error {
-	d.mu.Lock()
-	logged := true
-	for k := range d.changed {
-		if !d.durableLocked(k) {
-			logged = false
-			break
-		}
-	}
-	d.mu.Unlock()
-	if !logged {
+	if !d.promote() {
 		return d.Checkpoint()
 	}
 	return d.SyncLog()

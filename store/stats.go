@@ -28,13 +28,17 @@ type Stats struct {
 	// QueuedInLog are the journal changes of names and metadata
 	// recorded in their page's sync log in place of a journal row.
 	QueuedInLog uint64
+	// Promoted are the changes a sync of their page recorded in its sync
+	// log, whole, rather than sync its db (a directory's fsync after
+	// creates, renames and unlinks).
+	Promoted uint64
 }
 
 type counters struct {
 	piecesStored, bytesStored, piecesDedup, bytesDedup atomic.Uint64
 	edits, editChunked, editProbed                     atomic.Uint64
 	dbSyncs, logSyncs                                  atomic.Uint64
-	copyCommits, queuedInLog                           atomic.Uint64
+	copyCommits, queuedInLog, promoted                 atomic.Uint64
 }
 
 // CacheStats are the hits and misses of the repository's caches of decoded
@@ -60,6 +64,7 @@ func (r *Repository) Stats() Stats {
 		Edits: c.edits.Load(), EditChunked: c.editChunked.Load(), EditProbed: c.editProbed.Load(),
 		DBSyncs: c.dbSyncs.Load(), LogSyncs: c.logSyncs.Load(),
 		CopyCommits: c.copyCommits.Load(), QueuedInLog: c.queuedInLog.Load(),
+		Promoted: c.promoted.Load(),
 	}
 }
 

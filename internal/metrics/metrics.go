@@ -180,6 +180,7 @@ var (
 	syncsDesc    = prometheus.NewDesc("ledgerfs_syncs_total", "Syncs that made changes durable, by what was synced (db: a page's db, checkpointing its sync log; log: a page's sync log alone).", []string{"what"}, nil)
 	copiesDesc   = prometheus.NewDesc("ledgerfs_fsynced_commits_from_copy_total", "Commits of fsynced changes whose value was computed from a copy of them while the file went on being written and fsynced.", nil, nil)
 	queuedDesc   = prometheus.NewDesc("ledgerfs_queued_in_log_total", "Journal changes of names and metadata (unlinks, renames, mkdirs, chmods) recorded in their page's sync log in place of a journal row in its db.", nil, nil)
+	promotedDesc = prometheus.NewDesc("ledgerfs_promoted_in_log_total", "Changes a sync of their page (a directory's fsync after creates, renames and unlinks) recorded whole in its sync log rather than sync its db.", nil, nil)
 	openDesc     = prometheus.NewDesc("ledgerfs_open_pages", "Page dbs open.", nil, nil)
 	cacheDesc    = prometheus.NewDesc("ledgerfs_cache_lookups_total", "Lookups in the caches of decoded tree nodes (node) and value index pieces (index), by whether they found what they looked for.", []string{"cache", "result"}, nil)
 	pageSizeDesc = prometheus.NewDesc("ledgerfs_page_db_bytes", "Size on disk of an open page's db, by part (lsm: tables; vlog: value log).", []string{"ledger", "page", "part"}, nil)
@@ -193,6 +194,7 @@ func (c repoCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- syncsDesc
 	ch <- copiesDesc
 	ch <- queuedDesc
+	ch <- promotedDesc
 	ch <- openDesc
 	ch <- cacheDesc
 	ch <- pageSizeDesc
@@ -211,6 +213,7 @@ func (c repoCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(syncsDesc, prometheus.CounterValue, float64(s.LogSyncs), "log")
 	ch <- prometheus.MustNewConstMetric(copiesDesc, prometheus.CounterValue, float64(s.CopyCommits))
 	ch <- prometheus.MustNewConstMetric(queuedDesc, prometheus.CounterValue, float64(s.QueuedInLog))
+	ch <- prometheus.MustNewConstMetric(promotedDesc, prometheus.CounterValue, float64(s.Promoted))
 	ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(c.repo.OpenPages()))
 	cs := c.repo.CacheStats()
 	for _, v := range []struct {
