@@ -15,10 +15,8 @@ import (
 // managers then costs no commit of its own, where waiting for the close's
 // commit and then its own took 2 ms a file, and a file moved to another
 // directory of the page no more. It applies to the plain case only, and
-// reports whether it did: no hard links, no directory at either name, no
-// record of either key in the sync log (an fsynced file is renamed through
-// the head, as before), the live page. Called with the page's keys held
-// exclusively.
+// reports whether it did: no hard links, no directory at either name, the
+// live page. Called with the page's keys held exclusively.
 func (d *dirNode) queueRename(moved *gofs.Inode, name, src string, nd *dirNode, newName, dst string, noReplace bool, parent string) (syscall.Errno, bool) {
 	if !d.pg.v.queues() || moved == nil {
 		return 0, false
@@ -42,10 +40,6 @@ func (d *dirNode) queueRename(moved *gofs.Inode, name, src string, nd *dirNode, 
 	var se btree.Entry
 	var srcInTree, plain bool
 	err := pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
-		dur := p.Durability()
-		if dur.Has(src) || dur.Has(dst) {
-			return nil
-		}
 		var err error
 		if se, srcInTree, err = t.Get(src); err != nil {
 			return err

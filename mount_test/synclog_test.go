@@ -3,6 +3,7 @@ package mount_test
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -498,4 +499,86 @@ func TestFsyncedNewFileCloseLeftToTimer(t *testing.T) {
 		t.Errorf("versions of a file closed just before the unmount: %q, want one", vs)
 	}
 	verifySchema(t, repo)
+}
+
+// A directory's fsync after creates, renames and unlinks records those
+// changes in the page's sync log and flushes it, rather than syncing the
+// page's db (the changes are promoted); what the fsyncs made durable, and
+// the renames and unlinks queued after them, read back after a kill -9.
+// The patterns are those careful programs use: an empty file created and
+// its directory fsynced; a file renamed and its directory fsynced; a file
+// written under a temporary name, fsynced, renamed over the final name,
+// its directory fsynced.
+func TestDirectoryFsyncGoesThroughTheSyncLog(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	s := mountPlain(t, repo)
+	pg := s.page("s", "p")
+	path := func(name string) string { return filepath.Join(pg, name) }
+	must(t, os.Mkdir(path("d"), 0o755))
+	syncDir(t, pg) // a page's first sync checkpoints
+	before := statsOf(t, s.mnt)
+	const rounds = 30
+	want := map[string]string{}
+	for i := range rounds {
+		empty := path(fmt.Sprintf("d/empty-%d", i))
+		must(t, os.WriteFile(empty, nil, 0o644))
+		fsyncDir(t, path("d"))
+		moved := path(fmt.Sprintf("d/moved-%d", i))
+		must(t, os.Rename(empty, moved))
+		fsyncDir(t, path("d"))
+		tmp := path("d/final.tmp")
+		body := fmt.Sprintf("version %d", i)
+		f, err := os.Create(tmp)
+		must(t, err)
+		_, err = f.WriteString(body)
+		must(t, err)
+		must(t, f.Sync())
+		must(t, f.Close())
+		must(t, os.Rename(tmp, path("d/final")))
+		fsyncDir(t, path("d"))
+		want[fmt.Sprintf("moved-%d", i)] = ""
+		want["final"] = body
+	}
+	after := statsOf(t, s.mnt)
+	logSyncs := after[`ledgerfs_syncs_total{what="log"}`] - before[`ledgerfs_syncs_total{what="log"}`]
+	dbSyncs := after[`ledgerfs_syncs_total{what="db"}`] - before[`ledgerfs_syncs_total{what="db"}`]
+	promoted := after["ledgerfs_promoted_in_log_total"] - before["ledgerfs_promoted_in_log_total"]
+	t.Logf("%d directory fsyncs: %v syncs of the log, %v of the db, %v changes promoted", 3*rounds, logSyncs, dbSyncs, promoted)
+	// The first fsync promotes; from then on the directory's marker has
+	// records, and each change in it is recorded whole as it is made.
+	if logSyncs < 3*rounds || dbSyncs > 2 || promoted < 1 {
+		t.Errorf("%d directory fsyncs synced the log %v times and the db %v times, promoting %v changes; want the log each time", 3*rounds, logSyncs, dbSyncs, promoted)
+	}
+	// Queued after the last fsync: a rename and an unlink, whose keys
+	// have records.
+	must(t, os.Rename(path("d/moved-0"), path("d/renamed")))
+	must(t, os.Remove(path("d/moved-1")))
+	delete(want, "moved-0")
+	delete(want, "moved-1")
+	want["renamed"] = ""
+	s.kill()
+	s = mountPlain(t, repo)
+	got := map[string]string{}
+	entries, err := os.ReadDir(filepath.Join(s.page("s", "p"), "d"))
+	must(t, err)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(s.page("s", "p"), "d", e.Name()))
+		must(t, err)
+		got[e.Name()] = string(b)
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("after a kill -9 the directory holds %v, want %v", got, want)
+	}
+	s.stop()
+}
+
+// fsyncDir fsyncs the directory dir, and waits for nothing more (see
+// syncDir).
+func fsyncDir(t testing.TB, dir string) {
+	t.Helper()
+	d, err := os.Open(dir)
+	must(t, err)
+	defer d.Close()
+	must(t, d.Sync())
 }
