@@ -29,9 +29,11 @@
 # QUICK=1 shrinks all of them for a smoke run; APPS=0 leaves out the
 # applications (git, go build, tar xzf, rsync). ONLY=group,group runs only
 # those groups of workloads, side by side as in a full run: seq (dd and the
-# storage rows), bench (ledgerfs bench), fio, fsync, sqlite, creates, ls,
-# tree (cp -a, tar c, rm -rf), rename, stress (stress-ng), apps, sparse
-# (truncate -s BIG_MIB, a write in the middle), rss. FS=ledgerfs,lb-nopt
+# storage rows), bench (ledgerfs bench), fio, fsync, save (SAVE_OPS, 1,000,
+# safe saves: 4 KiB to a temporary, fsynced, renamed over the final name,
+# the directory fsynced), sqlite, creates, ls, tree (cp -a, tar c, rm -rf),
+# rename, stress (stress-ng), apps, sparse (truncate -s BIG_MIB, a write in
+# the middle), rss. FS=ledgerfs,lb-nopt
 # measures only those filesystems. Needs bc, python3, fio,
 # stress-ng, git and rsync.
 #
@@ -57,7 +59,7 @@ if [ "${RUNS:-1}" -gt 1 ] && [ -z "${COMPARE_RUN:-}" ]; then
   exit 0
 fi
 if [ "${QUICK:-}" = 1 ]; then
-  : "${SIZE_MIB:=64}" "${BIG_MIB:=256}" "${SMALL_FILES:=500}" "${LS_FILES:=2000}" "${PAGES:=50}" "${SYNC_OPS:=300}" "${SQL_OPS:=100}" "${SQL_MIB:=16}" "${SQL_SECS:=0}"
+  : "${SIZE_MIB:=64}" "${BIG_MIB:=256}" "${SMALL_FILES:=500}" "${LS_FILES:=2000}" "${PAGES:=50}" "${SYNC_OPS:=300}" "${SQL_OPS:=100}" "${SAVE_OPS:=200}" "${SQL_MIB:=16}" "${SQL_SECS:=0}"
 fi
 SIZE_MIB=${SIZE_MIB:-1024}
 BIG_MIB=${BIG_MIB:-4096}
@@ -66,6 +68,7 @@ LS_FILES=${LS_FILES:-100000}
 PAGES=${PAGES:-1000}
 SYNC_OPS=${SYNC_OPS:-3000}
 SQL_OPS=${SQL_OPS:-300}
+SAVE_OPS=${SAVE_OPS:-1000}
 SQL_SECS=${SQL_SECS:-3}
 SQL_MIB=${SQL_MIB:-100}
 LEDGERFS_FLAGS=${LEDGERFS_FLAGS---collect-after 0 --collect-every 0 --prune-below 0}
@@ -314,6 +317,14 @@ for t in "${order[@]}"; do
     measure "4 KiB pwrite+fdatasync, ${mib} MiB file: calls" calls/s "$t" "$(syncfield "$work/sync-$t-$mib.json" ops_per_s)"
     rm -f "$d/sync$mib"
   done
+  if want save; then
+    mkdir -p "$d/save"
+    python3 bench/syncwrite.py save "$d/save" "$SAVE_OPS" >"$work/save-$t.json"
+    measure "safe save (4 KiB to a temporary, fsync, rename over, fsync the directory): p50" ms "$t" "$(syncfield "$work/save-$t.json" p50_ms)"
+    measure "safe save (4 KiB to a temporary, fsync, rename over, fsync the directory): p99" ms "$t" "$(syncfield "$work/save-$t.json" p99_ms)"
+    measure "safe save (4 KiB to a temporary, fsync, rename over, fsync the directory)" saves/s "$t" "$(syncfield "$work/save-$t.json" ops_per_s)"
+    rm -rf "$d/save"
+  fi
   for mode in delete wal; do
     want sqlite || break
     python3 bench/syncwrite.py sqlite "$d/sql-$mode.db" "$mode" "$SQL_MIB" "$SQL_OPS" "$SQL_SECS" >"$work/sql-$t-$mode.json"

@@ -12,6 +12,11 @@
       take a fraction of a second on a fast filesystem, and whether one
       background flush or compaction of the server's lands in so short a
       window decides the figure; a window of seconds holds its share.
+  syncwrite.py save DIR COUNT
+      COUNT times a safe save, timed whole: 4 KiB written to a new
+      temporary name in DIR, fsynced, closed, renamed over DIR/saved, and
+      DIR fsynced (how editors, git with core.fsync and package managers
+      replace a file)
 
 Prints one JSON object: ops_per_s (over the timed operations only), p50_ms,
 p99_ms, max_ms. A stall that comes once every few hundred calls (a commit
@@ -81,11 +86,31 @@ def sqlite(path, mode, size_mib, count, seconds):
     report(lat)
 
 
+def save(d, count):
+    final, tmp = os.path.join(d, "saved"), os.path.join(d, "saved.tmp")
+    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    lat = []
+    for _ in range(count):
+        data = os.urandom(4096)
+        t = time.perf_counter()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, data)
+        os.fsync(fd)
+        os.close(fd)
+        os.rename(tmp, final)
+        os.fsync(dfd)
+        lat.append(time.perf_counter() - t)
+    os.close(dfd)
+    report(lat)
+
+
 if __name__ == "__main__":
     a = sys.argv[1:]
     if len(a) == 4 and a[0] == "pwrite":
         pwrite(a[1], int(a[2]), int(a[3]))
     elif len(a) in (5, 6) and a[0] == "sqlite" and a[2] in ("delete", "wal"):
         sqlite(a[1], a[2], int(a[3]), int(a[4]), float(a[5]) if len(a) == 6 else 0)
+    elif len(a) == 3 and a[0] == "save":
+        save(a[1], int(a[2]))
     else:
         sys.exit(__doc__)
