@@ -5,20 +5,21 @@
 # does) and runs the workloads compare.sh runs on ledgerfs that a change of
 # the engine moves: ledgerfs bench (a big file written and read, 128 KiB
 # and 4 KiB files created, stat'ed, deleted), 4 KiB pwrite+fdatasync in a
-# 4 MiB and a SIZE_MIB file, SQLite transactions, cp -a, tar c and rm -rf of
+# 4 MiB and a SIZE_MIB file, safe saves (a temporary fsynced, renamed over,
+# its directory fsynced), SQLite transactions, cp -a, tar c and rm -rf of
 # GOROOT/src.
 #
 #   bench/ab.sh OLD_REV NEW_REV [WORKDIR]     (as root, to drop caches)
 #
 # Prints a table: each figure's median for A and B and B/A. SIZE_MIB (1024),
-# SYNC_OPS (3000), SQL_OPS (300), SQL_SECS (3: transactions go on until then,
-# as in compare.sh), SQL_MIB (100) and RUNS (3) scale it;
-# ONLY=group,group runs only those groups: bench, fsync, sqlite, tree.
+# SYNC_OPS (3000), SAVE_OPS (1000), SQL_OPS (300), SQL_SECS (3: transactions
+# go on until then, as in compare.sh), SQL_MIB (100) and RUNS (3) scale it;
+# ONLY=group,group runs only those groups: bench, fsync, save, sqlite, tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: bench/ab.sh OLD_REV NEW_REV [WORKDIR]" >&2; exit 2; }
 a_rev=$1 b_rev=$2
-SIZE_MIB=${SIZE_MIB:-1024} SYNC_OPS=${SYNC_OPS:-3000} SQL_OPS=${SQL_OPS:-300} SQL_SECS=${SQL_SECS:-3} SQL_MIB=${SQL_MIB:-100} RUNS=${RUNS:-3}
+SIZE_MIB=${SIZE_MIB:-1024} SYNC_OPS=${SYNC_OPS:-3000} SAVE_OPS=${SAVE_OPS:-1000} SQL_OPS=${SQL_OPS:-300} SQL_SECS=${SQL_SECS:-3} SQL_MIB=${SQL_MIB:-100} RUNS=${RUNS:-3}
 GOSRC=$(go env GOROOT)/src
 # The work directory is kept: its figures and logs are the run's record.
 . bench/scratch.sh ab "${3:-$(mktemp -d /tmp/ledgerfs-ab.XXXXXX)}"
@@ -74,6 +75,14 @@ for run in $(seq "$RUNS"); do
       put $b $run "4 KiB pwrite+fdatasync, $mib MiB file: calls/s" "$(field "$work/sync.json" ops_per_s)"
       rm -f "$d/sync$mib"
     done
+    if want save; then
+      mkdir -p "$d/save"
+      python3 bench/syncwrite.py save "$d/save" "$SAVE_OPS" >"$work/save.json"
+      put $b $run "safe save, 4 KiB: p50 ms" "$(field "$work/save.json" p50_ms)"
+      put $b $run "safe save, 4 KiB: p99 ms" "$(field "$work/save.json" p99_ms)"
+      put $b $run "safe save, 4 KiB: saves/s" "$(field "$work/save.json" ops_per_s)"
+      rm -rf "$d/save"
+    fi
     for mode in delete wal; do
       want sqlite || break
       python3 bench/syncwrite.py sqlite "$d/sql-$mode.db" "$mode" "$SQL_MIB" "$SQL_OPS" "$SQL_SECS" >"$work/sql.json"
