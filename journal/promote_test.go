@@ -183,3 +183,43 @@ func (e *env) meta(key string) btree.Meta {
 	}
 	return en.Meta
 }
+
+// TestRecordsFillingASmallLogGrowIt: a small log filled with records a
+// replay makes (here whole records of a promoted key's changes, promoted
+// again by a sync every 100 changes) grows to the default size at the
+// checkpoint that empties it, once, rather than checkpointing again each
+// time a small log's worth is appended.
+func TestRecordsFillingASmallLogGrowIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.eng.CommitterFor(e.p)
+	if err := c.Apply(true, e.marker("d/", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Queue(nil, e.put("d/f", "x"), e.marker("d/", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Apply(true); err != nil {
+		t.Fatal(err)
+	}
+	if !e.p.Durability().Has("d/") || e.logSize() >= synclog.DefaultSize {
+		t.Fatalf("after the promotion: marker recorded %v, log of %d bytes; want a small log holding it", e.p.Durability().Has("d/"), e.logSize())
+	}
+	syncs := e.repo.Stats().DBSyncs
+	for i := range 6000 { // records of about 100 bytes: over two small logs' worth
+		if err := c.Queue(nil, e.marker("d/", int64(3+i))); err != nil {
+			t.Fatal(err)
+		}
+		if i%100 == 99 { // as an fsync now and then does
+			if err := c.Apply(true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if n, got := e.repo.Stats().DBSyncs-syncs, e.logSize(); n != 1 || got != synclog.DefaultSize {
+		t.Fatalf("6,000 changes recorded whole: %d db syncs, a log of %d bytes; want 1 and %d", n, got, synclog.DefaultSize)
+	}
+}

@@ -436,6 +436,12 @@ func (d *Durability) fit(n int) (fits bool, grow int64) {
 	if size := newLogSize(n+d.intentBytes, k); size > d.log.Size() {
 		return false, size
 	}
+	if d.smallLocked() {
+		// Filled with records a replay makes (intents, promoted and
+		// whole records): a busy page, whose next checkpoint makes it
+		// the default size rather than another small log to fill.
+		return false, synclog.DefaultSize
+	}
 	return false, 0
 }
 
@@ -717,12 +723,13 @@ func (d *Durability) setResult(key, result string) {
 }
 
 // queueable reports whether change c can be recorded in the log in place
-// of its journal row (Queue): any change but an access time's, unless the
-// caller asked for a record a replay makes (a Source, an intent's commit
-// through Through). Its value is in the db already: the change comes with
-// no pieces of its own to write.
+// of its journal row (Queue): any change but an access time's or an
+// intent's commit through Through. Its value is in the db already: the
+// change comes with no pieces of its own to write. A put that asks for a
+// record a replay makes (a Source: a chmod of a file the log holds) gets
+// that record, as a change recorded whole does.
 func queueable(c *Logged) bool {
-	return c.Kind != OpAtime && c.Source == nil && c.Through.IsZero()
+	return c.Kind != OpAtime && c.Through.IsZero() && (c.Source == nil || c.Kind == OpPut)
 }
 
 // Queue records changes of implicit journal id in the log in place of
@@ -734,10 +741,11 @@ func queueable(c *Logged) bool {
 // the rows.
 //
 // When a key changed has records in the log's epoch (a sync promoted its
-// change), the changes are recorded whole (wholeRecord), all of them, as
-// a replay needs them: a replay of the key's earlier record must not undo
-// them. A change too large for that is refused, and its rows' writing
-// checkpoints first (Prepare).
+// change), or a change asks for a record a replay makes (a Source), the
+// changes are recorded as a replay needs them, all of them: from their
+// Source, else whole (wholeRecord). A replay of a key's earlier record
+// must not undo them. A change too large to be recorded whole is refused,
+// and its rows' writing checkpoints first (Prepare).
 //
 // The records make the changes survive a crash of the process, which
 // leaves the log's appends in the page cache: recovery writes them into
@@ -759,17 +767,21 @@ func (d *Durability) Queue(id JournalID, changes []Logged, es []JournalEntry) (b
 		}
 		keys[i] = changes[i].Key
 	}
-	// Built before the lock: a whole record may read its value back.
-	whole := slices.ContainsFunc(keys, d.Has)
+	// Built before the lock: a record may read its value back.
+	whole := slices.ContainsFunc(keys, d.Has) || slices.ContainsFunc(changes, func(c Logged) bool { return c.Source != nil })
 	n := 0
 	for i := range changes {
 		c := &changes[i]
 		var r *synclog.Record
+		var err error
 		switch {
+		case whole && c.Source != nil:
+			if r, err = d.record(c); err != nil {
+				return false, nil // the rows go to the db
+			}
 		case whole && !wholeRecordable(c):
 			return false, nil
 		case whole:
-			var err error
 			if r, err = d.wholeRecord(c); err != nil {
 				return false, nil // the rows go to the db
 			}
