@@ -62,10 +62,10 @@ func (d *Durability) wholeRecord(c *Logged) (*synclog.Record, error) {
 // them durable: a directory's fsync after creates, renames and unlinks
 // (queued in the log for a crash of the process alone, or written to the
 // db), which a checkpoint's sync of the db cost three to four times as
-// much. It reports false, having appended no record, when a change
-// cannot be so recorded (being written, a transaction's, a page cleared,
-// a value larger than maxWhole, or too many of them): the caller then
-// checkpoints.
+// much. It reports false when a change cannot be so recorded (being
+// written, a transaction's, a page cleared, a value larger than maxWhole,
+// or too many of them) or the log cannot take the records: the caller then
+// checkpoints, which drops any it appended.
 //
 // The records are whole (wholeRecord), and every key they name has
 // records in the epoch from then on: its later changes are recorded too,
