@@ -86,7 +86,7 @@ type Logged struct {
 	// follow, and never a checkpoint first.
 	Through Intent
 	// record is set by Prepare for a change it found recordable whole
-	// (see wholeRecord) that must have a record: one of a key with records
+	// (see wholeRecordable) that must have a record: one of a key with records
 	// in the epoch, or another change of the same group.
 	record bool
 }
@@ -563,11 +563,8 @@ func (d *Durability) Record(logs bool, changes []Logged) error {
 // reports that c superseded intents with no record of its own.
 func (d *Durability) recordOne(c *Logged) (unsynced bool, err error) {
 	var r *synclog.Record
-	// Built before the lock: it may read the value back.
-	switch {
-	case c.record:
-		r, err = d.wholeRecord(c)
-	case c.Kind == OpPut && c.Source != nil:
+	if c.record || c.Kind == OpPut && c.Source != nil {
+		// Built before the lock: it may read the value back.
 		r, err = d.record(c)
 	}
 	if err != nil {
@@ -618,13 +615,31 @@ func (d *Durability) markLoggedLocked(key string) {
 	}
 }
 
-// record builds the record of c, a put with a Source.
+// record builds the record of c, a change written to the db or about to be
+// queued: a delete, or a put from its Source. A put with no Source is
+// recorded whole (wholeRecordable): the record holds its value's every
+// byte, an inline value's own or read back from the page, and its replay
+// needs nothing of what the db held.
 func (d *Durability) record(c *Logged) (*synclog.Record, error) {
-	s := c.Source
-	r := &synclog.Record{Key: c.Key, Op: c.Row, Size: c.Size, Result: []byte(c.Value.Digest), Extents: recordExtents(s.Extents)}
-	if s.Base != "" {
-		r.Base, r.Keep = []byte(s.Base), s.Keep
+	if c.Kind.IsDelete() {
+		return &synclog.Record{Key: c.Key, Delete: true}, nil
+	}
+	r := &synclog.Record{Key: c.Key, Op: c.Row, Size: c.Size, Result: []byte(c.Value.Digest)}
+	switch s := c.Source; {
+	case s == nil && c.Value.Digest.IsInline():
+		// A directory's marker, a link, an empty or tiny file: the
+		// value is its digest's bytes, whatever the entry's size says.
+		r.Size = wholeSize(c)
+		if r.Size > 0 {
+			r.Extents = []synclog.Extent{{Data: c.Value.Digest.InlineData()}}
+		}
 		return r, nil
+	case s == nil:
+	case s.Base != "":
+		r.Base, r.Keep, r.Extents = []byte(s.Base), s.Keep, recordExtents(s.Extents)
+		return r, nil
+	default:
+		r.Extents = recordExtents(s.Extents)
 	}
 	if c.Size == 0 || len(r.Extents) > 0 {
 		return r, nil // empty, or the whole value copied by the caller
@@ -743,7 +758,7 @@ func queueable(c *Logged) bool {
 // When a key changed has records in the log's epoch (a sync promoted its
 // change), or a change asks for a record a replay makes (a Source), the
 // changes are recorded as a replay needs them, all of them: from their
-// Source, else whole (wholeRecord). A replay of a key's earlier record
+// Source, else whole (record). A replay of a key's earlier record
 // must not undo them. A change too large to be recorded whole is refused,
 // and its rows' writing checkpoints first (Prepare).
 //
@@ -761,28 +776,26 @@ func (d *Durability) Queue(id JournalID, changes []Logged, es []JournalEntry) (b
 	}
 	recs := make([]*synclog.Record, len(changes))
 	keys := make([]string, len(changes))
+	whole := false
 	for i := range changes {
-		if !queueable(&changes[i]) {
+		c := &changes[i]
+		if !queueable(c) {
 			return false, nil
 		}
-		keys[i] = changes[i].Key
+		keys[i] = c.Key
+		whole = whole || c.Source != nil || d.Has(c.Key)
 	}
-	// Built before the lock: a record may read its value back.
-	whole := slices.ContainsFunc(keys, d.Has) || slices.ContainsFunc(changes, func(c Logged) bool { return c.Source != nil })
 	n := 0
 	for i := range changes {
 		c := &changes[i]
 		var r *synclog.Record
-		var err error
 		switch {
-		case whole && c.Source != nil:
-			if r, err = d.record(c); err != nil {
-				return false, nil // the rows go to the db
-			}
-		case whole && !wholeRecordable(c):
+		case whole && c.Source == nil && !wholeRecordable(c):
 			return false, nil
 		case whole:
-			if r, err = d.wholeRecord(c); err != nil {
+			// Built before the lock: it may read the value back.
+			var err error
+			if r, err = d.record(c); err != nil {
 				return false, nil // the rows go to the db
 			}
 		case c.Kind == OpDelete:
@@ -825,17 +838,15 @@ func (d *Durability) Queue(id JournalID, changes []Logged, es []JournalEntry) (b
 	if whole && slices.ContainsFunc(keys, func(k string) bool { return len(d.intents[k]) > 0 }) {
 		return false, nil // their rows supersede the intents (Record)
 	}
+	// A queued record: no result, no epoch: the key has no record a
+	// replay makes. A record a replay makes marks its key's latest change,
+	// which is noted first.
+	write := d.writeLocked
 	if whole {
-		// Written first: a record marks the key's latest change.
 		d.wroteLocked(changes, true)
+		write = d.appendLocked
 	}
 	for i, r := range recs {
-		// A queued record: no result, no epoch: the key has no record
-		// a replay makes.
-		write := d.writeLocked
-		if whole {
-			write = d.appendLocked
-		}
 		if err := write(r); err != nil {
 			if i == 0 && errors.Is(err, synclog.ErrFull) {
 				return false, nil

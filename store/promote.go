@@ -6,7 +6,7 @@ import (
 	"github.com/ledgerfs/ledgerfs/internal/synclog"
 )
 
-// maxWhole bounds the value a whole record copies (wholeRecord): a larger
+// maxWhole bounds the value a whole record copies (record): a larger
 // change is made durable by syncing the db, which then costs less.
 const maxWhole = 64 << 10
 
@@ -29,32 +29,10 @@ func wholeSize(c *Logged) uint64 {
 }
 
 // wholeRecordable reports whether c, a change written without a record,
-// can have one made after it on its own: a delete, or a put of a value of
-// at most maxWhole bytes.
+// can have one made after it on its own (record, with no Source): a
+// delete, or a put of a value of at most maxWhole bytes.
 func wholeRecordable(c *Logged) bool {
 	return c.Kind.IsDelete() || (c.Kind == OpPut || c.Kind == OpMarker) && wholeSize(c) <= maxWhole
-}
-
-// wholeRecord builds the record of c, a change written to the db or about
-// to be queued, that needs nothing of what the db held when it is replayed:
-// a delete, or a put that holds its whole value, read back from the page.
-func (d *Durability) wholeRecord(c *Logged) (*synclog.Record, error) {
-	if c.Kind.IsDelete() {
-		return &synclog.Record{Key: c.Key, Delete: true}, nil
-	}
-	r := &synclog.Record{Key: c.Key, Op: c.Row, Result: []byte(c.Value.Digest)}
-	if c.Value.Digest.IsInline() {
-		if data := c.Value.Digest.InlineData(); len(data) > 0 {
-			r.Size, r.Extents = uint64(len(data)), []synclog.Extent{{Data: data}}
-		}
-		return r, nil
-	}
-	b, err := d.valueBytes(c)
-	if err != nil {
-		return nil, err
-	}
-	r.Size, r.Extents = c.Size, []synclog.Extent{{Data: b}}
-	return r, nil
 }
 
 // promote appends a record of each change of the page's entries that the
@@ -67,10 +45,10 @@ func (d *Durability) wholeRecord(c *Logged) (*synclog.Record, error) {
 // or too many of them) or the log cannot take the records: the caller then
 // checkpoints, which drops any it appended.
 //
-// The records are whole (wholeRecord), and every key they name has
-// records in the epoch from then on: its later changes are recorded too,
-// or checkpoint first (Prepare), and are queued no more (Queue), so no
-// replay undoes one of them.
+// The records are whole (record, with no Source), and every key they name
+// has records in the epoch from then on: its later changes are recorded
+// too, queued (Queue) or with their rows (Prepare, Record), or checkpoint
+// first, so no replay undoes one of them.
 func (d *Durability) promote() bool {
 	d.mu.Lock()
 	var todo []*Logged
@@ -96,7 +74,7 @@ func (d *Durability) promote() bool {
 	// Built without the lock: they read values back.
 	recs := make([]*synclog.Record, len(todo))
 	for i, c := range todo {
-		r, err := d.wholeRecord(c)
+		r, err := d.record(c)
 		if err != nil {
 			return false
 		}
