@@ -239,6 +239,16 @@ func (p *Page) adopt(commits []*Commit, unsynced bool, merge, head *Commit) erro
 	if err := p.check(); err != nil {
 		return err
 	}
+	if head != nil && !p.dur.Empty() {
+		// A record in the sync log replays its change over the head
+		// after a crash: over a remote change of the same entry, which
+		// it would undo. The checkpoint drops them (the db holds their
+		// changes); with the page's lock held (cloudsync holds it), no
+		// commit lands meanwhile that a promotion could record.
+		if err := p.dur.Checkpoint(); err != nil {
+			return fmt.Errorf("store: adopt commits: %w", err)
+		}
+	}
 	old, err := p.headsReplaced(head)
 	if err != nil {
 		return err

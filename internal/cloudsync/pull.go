@@ -763,19 +763,7 @@ func (s *Syncer) arrive(p *store.Page, fresh []*store.Commit, device string, mak
 	// The page's lock keeps commits of a mount's journals from landing
 	// between the reading of the head and its move.
 	p.Lock()
-	// A record in the page's sync log replays its change over the head
-	// after a crash: over the remote's change of the same entry, which it
-	// would undo. The checkpoint drops them (the db holds their changes),
-	// and none is made meanwhile for a change that landed: no commit lands
-	// while the lock is held.
-	var err error
-	if d := p.Durability(); !d.Empty() {
-		err = d.Checkpoint()
-	}
-	var from *store.Commit
-	if err == nil {
-		from, err = p.Head()
-	}
+	from, err := p.Head()
 	var mergeNew []cas.Digest
 	if err == nil {
 		mergeNew, err = s.land(p, fresh, remoteHead, ln, device, st)
