@@ -144,6 +144,12 @@ type Durability struct {
 	gen, durable uint64
 	changed      map[string]keyChange
 	changedPeak  shrink.Peak // tells when changed has mostly emptied
+	// unrecorded holds every key of changed whose latest change the log
+	// may not make durable yet (durableLocked false), and perhaps some
+	// it does: promote looks at these alone, not at each of the up to
+	// maxChanged keys changed since the last checkpoint at every fsync
+	// of a directory.
+	unrecorded map[string]struct{}
 	// results holds the Result of each key's latest record in the
 	// current epoch (empty for a delete; for an intent, its Base: the
 	// next record of the key builds on that). It changes with mu held and
@@ -223,6 +229,7 @@ func (d *Durability) open(p *Page) error {
 	// first checkpoint.
 	d.gen = 1
 	d.changed = map[string]keyChange{clearKey: {gen: 1}}
+	d.unrecorded = map[string]struct{}{clearKey: {}}
 	recs, err := synclog.ReadFile(d.path)
 	if err != nil {
 		return err
@@ -465,6 +472,7 @@ func (d *Durability) growLocked() error {
 	if err := d.foldLocked(); err != nil {
 		return err
 	}
+	defer d.epochEndedLocked()
 	return d.log.Grow(synclog.DefaultSize)
 }
 
@@ -480,10 +488,12 @@ func (d *Durability) Note(changes []Logged, logs, all bool) func() {
 	for i := range changes {
 		if changes[i].Kind != OpAtime {
 			d.changed[changes[i].Key] = keyChange{gen: math.MaxUint64}
+			d.unrecordLocked(changes[i].Key)
 		}
 	}
 	if all {
 		d.changed[clearKey] = keyChange{gen: math.MaxUint64}
+		d.unrecordLocked(clearKey)
 	}
 	d.mu.Unlock()
 	return func() {
@@ -509,6 +519,7 @@ func (d *Durability) wroteLocked(changes []Logged, logs bool) {
 		// not.
 		d.changed = map[string]keyChange{clearKey: {gen: d.gen}}
 		d.changedPeak = shrink.Peak{}
+		d.unrecorded = map[string]struct{}{clearKey: {}}
 		return
 	}
 	for i := range changes {
@@ -521,6 +532,7 @@ func (d *Durability) wroteLocked(changes []Logged, logs bool) {
 			kc.last = &Logged{Key: c.Key, Kind: c.Kind, Row: c.Row, Value: c.Value, Size: c.Size}
 		}
 		d.changed[c.Key] = kc
+		d.unrecordLocked(c.Key)
 	}
 	d.changedPeak.Grew(len(d.changed))
 }
@@ -612,6 +624,28 @@ func (d *Durability) markLoggedLocked(key string) {
 	if c, ok := d.changed[key]; ok && c.gen != math.MaxUint64 && d.log != nil {
 		c.epoch = d.log.Epoch()
 		d.changed[key] = c
+		delete(d.unrecorded, key)
+	}
+}
+
+// unrecordLocked notes that the latest change of key may lack a record
+// the log makes durable.
+func (d *Durability) unrecordLocked(key string) {
+	if d.unrecorded == nil {
+		d.unrecorded = map[string]struct{}{}
+	}
+	d.unrecorded[key] = struct{}{}
+}
+
+// epochEndedLocked notes that the records of the log's last epoch no
+// longer count (a new epoch, or the log closed): each change not synced
+// with the db may lack a record again.
+func (d *Durability) epochEndedLocked() {
+	d.unrecorded = nil
+	for k, c := range d.changed {
+		if c.gen > d.durable {
+			d.unrecordLocked(k)
+		}
 	}
 }
 
@@ -1142,7 +1176,14 @@ func (d *Durability) Durable(key string) bool {
 }
 
 func (d *Durability) durableLocked(key string) bool {
-	return d.syncedLocked(key) || d.log != nil && d.changed[key].epoch == d.log.Epoch()
+	c, ok := d.changed[key]
+	return !ok || d.isDurableLocked(c)
+}
+
+// isDurableLocked reports whether c, a key's latest change, is durable:
+// synced with the db, or described by records in the log's epoch.
+func (d *Durability) isDurableLocked(c keyChange) bool {
+	return c.gen <= d.durable || d.log != nil && c.epoch == d.log.Epoch()
 }
 
 // SyncChanges makes every change of the page's entries durable: through
@@ -1204,6 +1245,8 @@ func (d *Durability) checkpoint(grow int64) error {
 	if d.changedPeak.Due(len(d.changed)) {
 		d.changed = maps.Collect(maps.All(d.changed))
 	}
+	// What is left is being written; the epoch may end below.
+	d.epochEndedLocked()
 	if d.log == nil && len(d.found) > 0 {
 		// Recovery replayed what a crash left: those records must not be
 		// replayed again over later changes.
@@ -1262,6 +1305,7 @@ func (d *Durability) close(remove bool) error {
 	if d.log != nil {
 		err = d.log.Close()
 		d.log = nil
+		d.epochEndedLocked()
 	}
 	if len(d.queued) > 0 {
 		// Rows neither landed nor written (a failed commit, a fold that

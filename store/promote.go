@@ -53,8 +53,10 @@ func (d *Durability) promote() bool {
 	d.mu.Lock()
 	var todo []*Logged
 	n := 0
-	for k, c := range d.changed {
-		if d.durableLocked(k) {
+	for k := range d.unrecorded {
+		c, ok := d.changed[k]
+		if !ok || d.isDurableLocked(c) {
+			delete(d.unrecorded, k)
 			continue
 		}
 		if c.last == nil || c.gen == math.MaxUint64 || len(todo) == maxPromoted || !wholeRecordable(c.last) || len(d.intents[k]) > 0 {
@@ -85,7 +87,7 @@ func (d *Durability) promote() bool {
 	for _, c := range todo {
 		// Each must still be its key's latest change, and not durable:
 		// a record of an earlier one would undo the later on replay.
-		if kc, ok := d.changed[c.Key]; !ok || kc.last != c || d.durableLocked(c.Key) {
+		if kc, ok := d.changed[c.Key]; !ok || kc.last != c || d.isDurableLocked(kc) {
 			return false
 		}
 	}
