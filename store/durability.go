@@ -710,22 +710,30 @@ func (d *Durability) append(r *synclog.Record) error {
 	return d.appendLocked(r)
 }
 
-func (d *Durability) appendLocked(r *synclog.Record) error {
-	if err := d.writeLocked(r); err != nil {
+// appendLocked appends rs, records of changes just written to their keys,
+// all or none of them (writeLocked).
+func (d *Durability) appendLocked(rs ...*synclog.Record) error {
+	if err := d.writeLocked(rs...); err != nil {
 		return err
 	}
-	if !r.Intent { // an intent's chain goes on from its base (LogIntent)
-		d.setResult(r.Key, string(r.Result))
+	for _, r := range rs {
+		if !r.Intent { // an intent's chain goes on from its base (LogIntent)
+			d.setResult(r.Key, string(r.Result))
+		}
+		d.markLoggedLocked(r.Key)
 	}
-	d.markLoggedLocked(r.Key)
 	return nil
 }
 
-// writeLocked appends r to the log, made on first use and grown if it
-// can be (growsLocked). ErrFull: r does not fit before a checkpoint.
-func (d *Durability) writeLocked(r *synclog.Record) error {
-	n := r.Len()
-	if err := d.openLocked(newLogSize(n, 1)); err != nil {
+// writeLocked appends rs to the log in one write, the log made on first
+// use and grown if it can be (growsLocked). ErrFull: they do not fit
+// before a checkpoint, and none was written.
+func (d *Durability) writeLocked(rs ...*synclog.Record) error {
+	n := 0
+	for _, r := range rs {
+		n += r.Len()
+	}
+	if err := d.openLocked(newLogSize(n, len(rs))); err != nil {
 		return err
 	}
 	if !d.log.Room(n) && d.growsLocked() {
@@ -733,7 +741,7 @@ func (d *Durability) writeLocked(r *synclog.Record) error {
 			return err
 		}
 	}
-	return d.log.Append(r)
+	return d.log.Append(rs...)
 }
 
 // openLocked makes the log, of size bytes, if the page has none open.
@@ -880,15 +888,11 @@ func (d *Durability) Queue(id JournalID, changes []Logged, es []JournalEntry) (b
 		d.wroteLocked(changes, true)
 		write = d.appendLocked
 	}
-	for i, r := range recs {
-		if err := write(r); err != nil {
-			if i == 0 && errors.Is(err, synclog.ErrFull) {
-				return false, nil
-			}
-			// Records of some: the rows go to the db all the same, and
-			// recovery writes a row its journal holds no more.
-			return false, err
+	if err := write(recs...); err != nil {
+		if errors.Is(err, synclog.ErrFull) {
+			return false, nil // none written: the rows go to the db
 		}
+		return false, err
 	}
 	if !whole {
 		d.wroteLocked(changes, true)

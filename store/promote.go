@@ -94,12 +94,8 @@ func (d *Durability) promote() bool {
 	if d.failed != nil || d.p.readOnly != nil || d.openLocked(newLogSize(n, len(recs))) != nil || !d.log.Room(n) && !d.growsLocked() {
 		return false
 	}
-	for _, r := range recs {
-		if err := d.appendLocked(r); err != nil {
-			// Those appended are whole, and the checkpoint that
-			// follows drops them.
-			return false
-		}
+	if err := d.appendLocked(recs...); err != nil {
+		return false // the caller checkpoints, which drops any written
 	}
 	d.p.repo.counters.promoted.Add(uint64(len(recs)))
 	return true

@@ -303,9 +303,14 @@ func (l *Log) Empty() bool { return l.off == l.start }
 // Epoch is the current epoch: it changes at each Reset.
 func (l *Log) Epoch() uint64 { return l.epoch }
 
-// Append writes r after the records so far; Sync makes it durable.
-func (l *Log) Append(r *Record) error {
-	frame, err := l.frame(r)
+// Append writes rs after the records so far, all or none of them, in one
+// write (a rename's records cost one system call, not three); Sync makes
+// them durable.
+func (l *Log) Append(rs ...*Record) error {
+	// The records of the current epoch, followed by an empty frame: the
+	// log ends there, whatever an earlier use of the same bytes left
+	// after it.
+	frame, err := frames(l.epoch, rs)
 	if err != nil {
 		return err
 	}
@@ -319,11 +324,6 @@ func (l *Log) Append(r *Record) error {
 	l.unsynced = true
 	return nil
 }
-
-// frame encodes r as a record of the current epoch, followed by an empty
-// frame: the log ends there, whatever an earlier use of the same bytes
-// left after it.
-func (l *Log) frame(r *Record) ([]byte, error) { return frames(l.epoch, []*Record{r}) }
 
 // Unsynced reports whether records were appended since the last Sync.
 func (l *Log) Unsynced() bool { return l.unsynced }

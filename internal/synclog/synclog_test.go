@@ -199,6 +199,39 @@ func TestFull(t *testing.T) {
 	}
 }
 
+// Records appended together are read back in order, after those before
+// them; a batch that does not fit writes none of its records.
+func TestAppendMany(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	l, _ := openLog(t, path)
+	rng := rand.New(rand.NewPCG(3, 4))
+	var want []Record
+	for _, n := range []int{1, 3, 2} {
+		batch := make([]*Record, n)
+		for i := range batch {
+			r := randRecord(rng)
+			batch[i] = &r
+			want = append(want, r)
+		}
+		must(t, l.Append(batch...))
+	}
+	big := Record{Key: "big", Size: 20 << 10, Extents: []Extent{{Data: make([]byte, 20<<10)}}}
+	small := randRecord(rng)
+	if err := l.Append(&small, &big, &big); err != ErrFull {
+		t.Fatalf("40 KiB of records in a 64 KiB log: %v, want ErrFull", err)
+	}
+	must(t, l.Sync())
+	_, got := openLog(t, path)
+	if len(got) != len(want) {
+		t.Fatalf("read back %d records, want the %d appended before the batch that did not fit", len(got), len(want))
+	}
+	for i := range want {
+		if !equal(want[i], got[i]) {
+			t.Fatalf("record %d differs", i)
+		}
+	}
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
