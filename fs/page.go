@@ -90,7 +90,9 @@ func (pg *pageRef) dirsChanged() { pg.dirGen.Add(1) }
 
 // dirShownLocked says, as the directory at child shows made (delta 1) or
 // removed (-1) by a queued mkdir or rmdir, that the count of its parent
-// moves by delta and its own goes; the other counts stay. A mkdir beside
+// moves by delta and its own is none (made empty) or goes; the other
+// counts stay. stress-ng --dir counted each new directory again when
+// READDIRPLUS listed it: 36,000 counts in 8 s. A mkdir beside
 // readers of a large directory recounted it, and every subdirectory's
 // count, at each change. Counts under way are stale (the generation
 // moves): they read before the change showed. Called with pg.mu held, in
@@ -105,7 +107,11 @@ func (pg *pageRef) dirShownLocked(parent, child string, delta int) {
 	} else {
 		delete(pg.subdirs, parent)
 	}
-	delete(pg.subdirs, child)
+	if delta > 0 {
+		pg.subdirs[child] = 0 // made empty: READDIRPLUS lists it next
+	} else {
+		delete(pg.subdirs, child)
+	}
 	pg.subdirsAt = gen
 }
 

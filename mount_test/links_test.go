@@ -215,6 +215,24 @@ func TestDirectoryLinkCount(t *testing.T) {
 	want(3)
 	syncDir(t, pg)
 	want(3)
+	// A directory just made counts none, then those made in it: the
+	// counts a mkdir keeps (the parent's, the new directory's) are read
+	// back, listed or not.
+	s4 := filepath.Join(d, "s4")
+	must(t, os.Mkdir(s4, 0o755))
+	for i, sub := range []string{"a", "b"} {
+		if _, got := linkOf(t, s4); got != uint64(2+i) {
+			t.Fatalf("s4 has %d links with %d subdirectories", got, i)
+		}
+		if _, err := os.ReadDir(d); err != nil {
+			t.Fatal(err)
+		}
+		must(t, os.Mkdir(filepath.Join(s4, sub), 0o755))
+	}
+	if _, got := linkOf(t, s4); got != 4 {
+		t.Fatalf("s4 has %d links with 2 subdirectories, want 4", got)
+	}
+	want(4)
 }
 
 // linkTree describes a tree's files: each one's content digest and the
