@@ -186,6 +186,57 @@ func TestListedFactsAreTheTreesFacts(t *testing.T) {
 	})
 }
 
+// A listing of more names than a chunk of its notes holds answers for
+// every one of them, as the tree does.
+func TestListedFactsPastAChunk(t *testing.T) {
+	s := btree.NewStore(memPieces{}, chunker.Pol(0x3DA3358B4DC173), nil)
+	tr := s.Open(btree.EmptyRoot)
+	n := 2*factsChunk + 7
+	for i := range n {
+		e := btree.Entry{Key: fmt.Sprintf("d/f%04d", i), Value: cas.ObjectIdentifier{Digest: cas.ComputeDigest(cas.KindBlob, false, []byte(fmt.Sprint(i)))}}
+		if i%3 == 0 {
+			e.Key += "/" // a directory's marker
+		}
+		if err := tr.Put(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, _, err := tr.Write(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr = s.Open(root)
+	l := &listed{}
+	l.start(tr)
+	if err := walkDir(tr, "d/", func(e btree.Entry) string {
+		skip := ""
+		if i := strings.IndexByte(e.Key[len("d/"):], '/'); i >= 0 {
+			skip = e.Key[:len("d/")+i] + "0"
+		}
+		l.see("d/", e, skip)
+		return skip
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !l.ok || int(l.n) != n {
+		t.Fatalf("the listing noted %d names (usable %v), want %d", l.n, l.ok, n)
+	}
+	for i := range n {
+		key := fmt.Sprintf("d/f%04d", i)
+		want, err := lookFor(tr, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.factsOf(tr, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want || !got.isFile && !got.markerFound {
+			t.Fatalf("%q: the listing says %+v, the tree %+v", key, got, want)
+		}
+	}
+}
+
 func noted(l *listed, key string) bool {
 	_, ok := l.names[key]
 	return ok
