@@ -78,9 +78,14 @@ def sqlite(path, mode, size_mib, count, seconds):
     while len(lat) < count or time.perf_counter() - start < seconds:
         v, row = os.urandom(1000), rng.randrange(rows) + 1
         t = time.perf_counter()
-        db.execute("BEGIN")
-        db.execute("UPDATE t SET v = ? WHERE id = ?", (v, row))
-        db.execute("COMMIT")
+        try:
+            db.execute("BEGIN")
+            db.execute("UPDATE t SET v = ? WHERE id = ?", (v, row))
+            db.execute("COMMIT")
+        except sqlite3.Error as e:
+            # The extended code (SQLITE_IOERR_FSYNC, _WRITE, _SHMMAP...)
+            # names the call that failed; "disk I/O error" alone does not.
+            sys.exit("sqlite %s: transaction %d failed: %s (%s)" % (mode, len(lat) + 1, e, getattr(e, "sqlite_errorname", "?")))
         lat.append(time.perf_counter() - t)
     db.close()
     report(lat)
