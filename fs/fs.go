@@ -410,6 +410,10 @@ func errno(op string, err error) syscall.Errno {
 	var e syscall.Errno
 	switch {
 	case errors.As(err, &e):
+		if e == syscall.EIO && err != error(e) {
+			// A failure below named as EIO: the caller sees only that.
+			slog.Error("filesystem operation failed", "op", op, "err", err)
+		}
 		return e
 	case errors.Is(err, store.ErrNotFound):
 		return syscall.ENOENT
