@@ -134,36 +134,13 @@ func TestListedFactsAreTheTreesFacts(t *testing.T) {
 		}
 		tr = s.Open(root)
 
-		// The walk listDir makes: past a subdirectory after its first key.
-		l := &listed{}
-		l.start(tr)
-		if err := walkDir(tr, "d/", func(e btree.Entry) string {
-			skip := ""
-			if i := strings.IndexByte(e.Key[len("d/"):], '/'); i >= 0 && e.Key != "d/" {
-				skip = e.Key[:len("d/")+i] + "0"
-			}
-			l.see("d/", e, skip)
-			return skip
-		}); err != nil {
-			t.Fatal(err)
-		}
+		l := listWalk(t, tr)
 		if !l.ok {
 			t.Fatal("the listing noted nothing usable of a stored tree")
 		}
 		check := func(tr *btree.Tree) {
 			for _, name := range append(names, "absent", "a/") {
-				key := "d/" + name
-				want, err := lookFor(tr, key)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := l.factsOf(tr, key)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got != want {
-					t.Fatalf("%q: the listing says %+v, the tree %+v", key, got, want)
-				}
+				sameFacts(t, l, tr, "d/"+name)
 			}
 		}
 		for _, name := range names {
@@ -206,11 +183,26 @@ func TestListedFactsPastAChunk(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr = s.Open(root)
+	l := listWalk(t, tr)
+	if !l.ok || int(l.n) != n {
+		t.Fatalf("the listing noted %d names (usable %v), want %d", l.n, l.ok, n)
+	}
+	for i := range n {
+		key := fmt.Sprintf("d/f%04d", i)
+		if got := sameFacts(t, l, tr, key); !got.isFile && !got.markerFound {
+			t.Fatalf("%q: the listing has nothing for it", key)
+		}
+	}
+}
+
+// listWalk walks d/ of tr as listDir does, past a subdirectory after its
+// first key, noting what it finds.
+func listWalk(t interface{ Fatal(...any) }, tr *btree.Tree) *listed {
 	l := &listed{}
 	l.start(tr)
 	if err := walkDir(tr, "d/", func(e btree.Entry) string {
 		skip := ""
-		if i := strings.IndexByte(e.Key[len("d/"):], '/'); i >= 0 {
+		if i := strings.IndexByte(e.Key[len("d/"):], '/'); i >= 0 && e.Key != "d/" {
 			skip = e.Key[:len("d/")+i] + "0"
 		}
 		l.see("d/", e, skip)
@@ -218,23 +210,27 @@ func TestListedFactsPastAChunk(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if !l.ok || int(l.n) != n {
-		t.Fatalf("the listing noted %d names (usable %v), want %d", l.n, l.ok, n)
+	return l
+}
+
+// sameFacts checks that l answers for key in tr as tr does, and returns
+// the answer.
+func sameFacts(t interface {
+	Fatal(...any)
+	Fatalf(string, ...any)
+}, l *listed, tr *btree.Tree, key string) nameFacts {
+	want, err := lookFor(tr, key)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i := range n {
-		key := fmt.Sprintf("d/f%04d", i)
-		want, err := lookFor(tr, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := l.factsOf(tr, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != want || !got.isFile && !got.markerFound {
-			t.Fatalf("%q: the listing says %+v, the tree %+v", key, got, want)
-		}
+	got, err := l.factsOf(tr, key)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if got != want {
+		t.Fatalf("%q: the listing says %+v, the tree %+v", key, got, want)
+	}
+	return got
 }
 
 func noted(l *listed, key string) bool {

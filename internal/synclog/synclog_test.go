@@ -120,15 +120,7 @@ func TestAppendReopenReset(t *testing.T) {
 		want = append(want, r)
 	}
 	must(t, l.Sync())
-	_, got := openLog(t, path)
-	if len(got) != len(want) {
-		t.Fatalf("reopened: %d records, want %d", len(got), len(want))
-	}
-	for i := range want {
-		if !equal(want[i], got[i]) {
-			t.Fatalf("record %d differs after reopening", i)
-		}
-	}
+	wantRecords(t, path, want)
 	// A reset drops them all, though their bytes are still in the file;
 	// a record appended after is the only one read back.
 	must(t, l.Reset())
@@ -221,13 +213,19 @@ func TestAppendMany(t *testing.T) {
 		t.Fatalf("40 KiB of records in a 64 KiB log: %v, want ErrFull", err)
 	}
 	must(t, l.Sync())
+	wantRecords(t, path, want) // none of the batch that did not fit
+}
+
+// wantRecords reopens the log at path and checks it holds want.
+func wantRecords(t *testing.T, path string, want []Record) {
+	t.Helper()
 	_, got := openLog(t, path)
 	if len(got) != len(want) {
-		t.Fatalf("read back %d records, want the %d appended before the batch that did not fit", len(got), len(want))
+		t.Fatalf("reopened: %d records, want %d", len(got), len(want))
 	}
 	for i := range want {
 		if !equal(want[i], got[i]) {
-			t.Fatalf("record %d differs", i)
+			t.Fatalf("record %d differs after reopening", i)
 		}
 	}
 }
