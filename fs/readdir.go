@@ -137,7 +137,6 @@ type listed struct {
 	// 5 % of the server's CPU under stress-ng --dir. The first chunk grows
 	// as a slice does.
 	facts [][]nameFacts
-	n     int32 // facts noted
 }
 
 // factsChunk is the number of names' facts a chunk of listed.facts holds.
@@ -167,7 +166,7 @@ func (l *listed) start(t *btree.Tree) {
 }
 
 // drop forgets what l noted: it cannot answer for the tree.
-func (l *listed) drop() { l.ok, l.names, l.facts, l.n = false, nil, nil, 0 }
+func (l *listed) drop() { l.ok, l.names, l.facts = false, nil, nil }
 
 // see notes the entry e under prefix that a walk of the tree gave, and
 // skipTo, the key the walk goes on from. It reads keys as lookFor does, by
@@ -194,20 +193,19 @@ func (l *listed) see(prefix string, e btree.Entry, skipTo string) {
 	}
 	i, ok := l.names[key]
 	if !ok {
-		if l.n >= maxListed {
+		i = int32(len(l.names)) // each name noted has its facts
+		if i >= maxListed {
 			l.drop()
 			return
 		}
 		switch {
-		case len(l.facts) == 0:
+		case i == 0:
 			l.facts = [][]nameFacts{nil} // grown as needed: most listings are short
-		case l.n%factsChunk == 0:
+		case i%factsChunk == 0:
 			l.facts = append(l.facts, make([]nameFacts, 0, factsChunk))
 		}
 		last := &l.facts[len(l.facts)-1]
 		*last = append(*last, nameFacts{})
-		i = l.n
-		l.n++
 		l.names[key] = i
 	}
 	nf := l.fact(i)

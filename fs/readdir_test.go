@@ -184,8 +184,8 @@ func TestListedFactsPastAChunk(t *testing.T) {
 	}
 	tr = s.Open(root)
 	l := listWalk(t, tr)
-	if !l.ok || int(l.n) != n {
-		t.Fatalf("the listing noted %d names (usable %v), want %d", l.n, l.ok, n)
+	if !l.ok || len(l.names) != n {
+		t.Fatalf("the listing noted %d names (usable %v), want %d", len(l.names), l.ok, n)
 	}
 	for i := range n {
 		key := fmt.Sprintf("d/f%04d", i)

@@ -91,9 +91,11 @@ func (d *Durability) promote() bool {
 			return false
 		}
 	}
-	if d.failed != nil || d.p.readOnly != nil || d.openLocked(newLogSize(n, len(recs))) != nil || !d.log.Room(n) && !d.growsLocked() {
+	if d.p.readOnly != nil {
 		return false
 	}
+	// All or none: a log that failed, or cannot take them all even
+	// grown, takes none.
 	if err := d.appendLocked(recs...); err != nil {
 		return false // the caller checkpoints, which drops any written
 	}
