@@ -339,12 +339,36 @@ type contentCopy struct {
 // during the edit stay durable by their own intents. A file the copy does
 // not suit (small, changed too much to edit, a link, a stream) is committed
 // under its lock, as a close commits it.
+//
+// With force (the filesystem is closing) a commit from a copy under way is
+// waited for first: it leaves the intents logged meanwhile to the timer,
+// which a closing filesystem no longer runs.
 func (f *fileNode) commitFromCopy(force bool) syscall.Errno {
-	cp, eno := f.copyForTimer(force)
-	if cp == nil {
-		return eno
+	for {
+		if wait := f.copyUnderWay(); wait != nil {
+			if !force {
+				return 0 // that commit notes the file again
+			}
+			<-wait
+			continue
+		}
+		cp, eno := f.copyForTimer(force)
+		if cp == nil {
+			return eno
+		}
+		return f.commitCopy(cp)
 	}
-	return f.commitCopy(cp)
+}
+
+// copyUnderWay returns what is closed when the commit from a copy of the
+// file under way ends, or nil if none is.
+func (f *fileNode) copyUnderWay() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.c; c != nil && c.copied != nil {
+		return c.copyDone
+	}
+	return nil
 }
 
 // copyForTimer takes the copy commitFromCopy commits, or commits the file
@@ -498,7 +522,10 @@ func (f *fileNode) landCopy(cp *contentCopy, id cas.ObjectIdentifier, w *store.V
 		f.pg.unpend(cp.key, f)
 	}
 	if c.lastIntent != cp.through {
-		// Fsynced during the edit: their intents wait for a commit.
+		// Fsynced during the edit: their intents wait for a commit,
+		// the first now a record rebased on id, which the next commit
+		// through the last must find.
+		c.lastIntent = c.p.Durability().LastIntent(cp.key)
 		f.pg.noteIntent(f, c.soon)
 	} else {
 		// The commit ended the key's intents: the next starts a chain

@@ -1171,6 +1171,21 @@ func (d *Durability) growFor(n int) int64 {
 	return size
 }
 
+// LastIntent names key's latest intent in the log, or none. A commit
+// through an intent that leaves later ones rebases the first of those on
+// the value committed, as a new record (dropThroughLocked): a mark taken
+// when it was logged no longer names it, and a commit through that mark
+// would find nothing to drop.
+func (d *Durability) LastIntent(key string) Intent {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	chain := d.intents[key]
+	if len(chain) == 0 {
+		return Intent{}
+	}
+	return Intent{chain[len(chain)-1]}
+}
+
 // Durable reports whether the latest change of key is on disk: synced with
 // the db, or in a synced record of the log (after SyncLog).
 func (d *Durability) Durable(key string) bool {

@@ -1,0 +1,142 @@
+package fs
+
+import (
+	"bytes"
+	"io"
+	"runtime"
+	"syscall"
+	"testing"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ledgerfs/ledgerfs/internal/testutil"
+)
+
+// open opens node with flags and returns its handle.
+func (b *bridge) open(node uint64, flags uint32) uint64 {
+	b.t.Helper()
+	var out fuse.OpenOut
+	if st := b.raw.Open(nil, &fuse.OpenIn{InHeader: fuse.InHeader{NodeId: node}, Flags: flags}, &out); !st.Ok() {
+		b.t.Fatalf("open: %v", st)
+	}
+	return out.Fh
+}
+
+// writeSync writes data at off through handle fh of node and fsyncs it.
+func (b *bridge) writeSync(node, fh uint64, data []byte, off int64) {
+	b.t.Helper()
+	w := &fuse.WriteIn{InHeader: fuse.InHeader{NodeId: node}, Fh: fh, Offset: uint64(off)}
+	if n, st := b.raw.Write(nil, w, data); !st.Ok() || int(n) != len(data) {
+		b.t.Fatalf("write: %d bytes, %v", n, st)
+	}
+	if st := b.raw.Fsync(nil, &fuse.FsyncIn{InHeader: fuse.InHeader{NodeId: node}, Fh: fh}); !st.Ok() {
+		b.t.Fatalf("fsync: %v", st)
+	}
+}
+
+// committed returns the content of key in the head of page l/p once its
+// queued commits landed.
+func (b *bridge) committed(key string) []byte {
+	b.t.Helper()
+	pg := b.fs.page("l", "p")
+	if err := pg.settle(); err != nil {
+		b.t.Fatal(err)
+	}
+	p, err := pg.acquire()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer b.fs.repo.Release(p)
+	head, err := p.Head()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	e, ok, err := p.Tree(head).Get(key)
+	if err != nil || !ok {
+		b.t.Fatalf("%s in the head: %v, %v", key, ok, err)
+	}
+	r, err := p.OpenValue(e.Value)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	got, err := io.ReadAll(io.NewSectionReader(r, 0, int64(e.Meta.Size)))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return got
+}
+
+// The unmount commits every fsynced change (FS.Close: stopIntents), a
+// large file's included while the intents timer commits it from a copy:
+// an fsync during that commit logs an intent the copy does not hold, which
+// the copy's landing leaves for the timer, and a closing filesystem runs no
+// timer. The final commit waits for the copy's, then commits the rest.
+// That rest is an intent the landing rebased on the copy's value, a new
+// record the file's mark no longer named: the commit through it found no
+// intent to drop, checkpointed the log, and left the intent there, for the
+// next mount to replay ("page closed with fsynced changes not committed").
+func TestForcedCommitTakesWhatACopyLeft(t *testing.T) {
+	b := newBridge(t)
+	page := b.mkdir(b.mkdir(1, "l"), "p")
+	data := testutil.Random(1, 0, minCopyFile)
+	node := b.create(page, "big", string(data))
+	pg := b.fs.page("l", "p")
+	b.committed("big") // landed
+	p, err := pg.acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.fs.repo.Release(p)
+	d := p.Durability()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(d.Checkpoint()) // a durable base an intent may name
+	fh := b.open(node, syscall.O_RDWR)
+	defer b.close(node, fh)
+	first, second := testutil.Random(2, 0, 4096), testutil.Random(3, 0, 4096)
+	b.writeSync(node, fh, first, 1<<20)
+	pg.mu.Lock()
+	var f *fileNode
+	for g := range pg.intents {
+		f = g
+	}
+	pg.mu.Unlock()
+	if f == nil {
+		t.Fatal("the fsync logged no intent")
+	}
+	cp, eno := f.copyForTimer(true) // the timer's commit from a copy, under way
+	if cp == nil {
+		t.Fatalf("no copy taken (%v): the file is not one commitFromCopy commits", eno)
+	}
+	b.writeSync(node, fh, second, 9<<20)
+	// The unmount's commit of the page's files with intents starts while
+	// the copy's is under way: once it has taken the files, the copy lands.
+	forced := make(chan struct{})
+	go func() {
+		defer close(forced)
+		pg.commitIntents(true)
+	}()
+	for taken := false; !taken; {
+		pg.mu.Lock()
+		taken = pg.intents == nil
+		pg.mu.Unlock()
+		runtime.Gosched()
+	}
+	if eno := f.commitCopy(cp); eno != 0 {
+		t.Fatalf("commit from the copy: %v", eno)
+	}
+	<-forced
+	want := bytes.Clone(data)
+	copy(want[1<<20:], first)
+	copy(want[9<<20:], second)
+	if got := b.committed("big"); !bytes.Equal(got, want) {
+		t.Fatal("after the forced commit the head lacks the write fsynced during the copy's commit")
+	}
+	if !d.LastIntent("big").IsZero() {
+		t.Fatal("after the forced commit the page's sync log still holds an intent of the file")
+	}
+}
