@@ -245,8 +245,11 @@ func (f *fileNode) writerGone() {
 	if f.unlinked || f.writers == 0 {
 		// A file never committed leaves no name behind once its last
 		// writer is gone: unlinked, or its first commit failed (the close
-		// reported it; ENOSPC, say).
-		if f.created {
+		// reported it; ENOSPC, say). While a writer is left (a close
+		// left to the intents timer keeps one), the name is the unlink's
+		// to drop: its mark comes before it looks for the name, and an
+		// unlink that finds none clears it again.
+		if f.created && f.writers == 0 {
 			k, ok := f.key()
 			if ok {
 				f.pg.unpend(k, f)
