@@ -174,6 +174,16 @@ func (f *fileNode) stillAt(key string) bool {
 
 // setUnlinked marks the file deleted or replaced, or not after all (the
 // unlink or rename failed).
+// markUnlinked marks the file unlinked and reports whether it was, until
+// then, a file created here and not yet unlinked: a name that exists.
+func (f *fileNode) markUnlinked() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	live := f.created && !f.unlinked
+	f.unlinked = true
+	return live
+}
+
 func (f *fileNode) setUnlinked(v bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -143,46 +143,51 @@ func TestForcedCommitTakesWhatACopyLeft(t *testing.T) {
 
 // A rollback journal's unlink (SQLite's DELETE mode: created, fsynced,
 // closed, unlinked) can reach the server while the kernel's release of
-// that close is served. The unlink marks the file unlinked before it looks
-// for the name; a release that saw the mark dropped the never-committed
-// file's pending name, though the close had left the file a writer of its
-// own (deferClose), and the unlink then found no name: ENOENT, which
+// that close is served, or while the intents timer ends the close left to
+// it (endDeferred). The unlink marks the file unlinked before it looks for
+// the name; either of those, seeing the mark, dropped the never-committed
+// file's pending name, the unlink found none and answered ENOENT, which
 // SQLite reports as SQLITE_IOERR_DELETE_NOENT ("disk I/O error"). The
-// interleaving, step by step: the release must leave the name to the
-// unlink.
-func TestReleaseDuringUnlinkLeavesTheName(t *testing.T) {
-	b := newBridge(t)
-	page := b.mkdir(b.mkdir(1, "l"), "p")
-	var out fuse.CreateOut
-	in := &fuse.CreateIn{InHeader: fuse.InHeader{NodeId: page}, Flags: syscall.O_RDWR, Mode: 0o644}
-	if st := b.raw.Create(nil, in, "db-journal", &out); !st.Ok() {
-		t.Fatalf("create: %v", st)
-	}
-	b.writeSync(out.NodeId, out.Fh, []byte("journal"), 0)
-	if st := b.raw.Flush(nil, &fuse.FlushIn{InHeader: fuse.InHeader{NodeId: out.NodeId}, Fh: out.Fh}); !st.Ok() {
-		t.Fatalf("flush: %v", st)
-	}
-	pageInode := b.fs.root.EmbeddedInode().GetChild("l").GetChild("p")
-	d := pageInode.Operations().(*dirNode)
-	f := pageInode.GetChild("db-journal").Operations().(*fileNode)
-	if !f.deferred {
-		t.Fatal("the close did not leave the journal's commit to the intents timer")
-	}
-	key, _, err := d.childKey("db-journal")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix, _, err := d.prefix()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// unlinkShared's first step, then the release, then its lookup.
-	f.setUnlinked(true)
-	b.raw.Release(nil, &fuse.ReleaseIn{InHeader: fuse.InHeader{NodeId: out.NodeId}, Fh: out.Fh})
-	d.pg.keys.RLock()
-	eno, _ := d.unlink(key, prefix)
-	d.pg.keys.RUnlock()
-	if eno != 0 {
-		t.Fatalf("unlink after a release that raced it: %v", eno)
+// interleavings, step by step: the unlink must succeed.
+func TestWriterEndDuringUnlinkLeavesTheName(t *testing.T) {
+	for _, timer := range []bool{false, true} {
+		b := newBridge(t)
+		page := b.mkdir(b.mkdir(1, "l"), "p")
+		var out fuse.CreateOut
+		in := &fuse.CreateIn{InHeader: fuse.InHeader{NodeId: page}, Flags: syscall.O_RDWR, Mode: 0o644}
+		if st := b.raw.Create(nil, in, "db-journal", &out); !st.Ok() {
+			t.Fatalf("create: %v", st)
+		}
+		b.writeSync(out.NodeId, out.Fh, []byte("journal"), 0)
+		if st := b.raw.Flush(nil, &fuse.FlushIn{InHeader: fuse.InHeader{NodeId: out.NodeId}, Fh: out.Fh}); !st.Ok() {
+			t.Fatalf("flush: %v", st)
+		}
+		pageInode := b.fs.root.EmbeddedInode().GetChild("l").GetChild("p")
+		d := pageInode.Operations().(*dirNode)
+		f := pageInode.GetChild("db-journal").Operations().(*fileNode)
+		if !f.deferred {
+			t.Fatal("the close did not leave the journal's commit to the intents timer")
+		}
+		key, _, err := d.childKey("db-journal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix, _, err := d.prefix()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// unlinkShared's mark, then the release (and the timer's end of
+		// the deferred close), then its lookup.
+		live := f.markUnlinked()
+		b.raw.Release(nil, &fuse.ReleaseIn{InHeader: fuse.InHeader{NodeId: out.NodeId}, Fh: out.Fh})
+		if timer {
+			f.endDeferred(false)
+		}
+		d.pg.keys.RLock()
+		eno, _ := d.unlink(key, prefix, live)
+		d.pg.keys.RUnlock()
+		if eno != 0 {
+			t.Fatalf("unlink after a release (and the timer's end: %v) that raced it: %v", timer, eno)
+		}
 	}
 }

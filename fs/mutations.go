@@ -232,13 +232,14 @@ func (d *dirNode) unlinkShared(name, key, prefix string) (syscall.Errno, bool) {
 	d.pg.keys.RLock()
 	defer d.pg.keys.RUnlock()
 	var unlinked *fileNode
+	live := false
 	if ch := d.GetChild(name); ch != nil {
 		if f, ok := ch.Operations().(*fileNode); ok {
-			f.setUnlinked(true)
+			live = f.markUnlinked()
 			unlinked = f
 		}
 	}
-	eno, linked := d.unlink(key, prefix)
+	eno, linked := d.unlink(key, prefix, live)
 	switch {
 	case eno == 0 && !linked:
 		d.pg.fs.inos.release(d.pg.id('f', key))
@@ -249,8 +250,13 @@ func (d *dirNode) unlinkShared(name, key, prefix string) (syscall.Errno, bool) {
 }
 
 // unlink deletes the file at key in the directory at prefix, unless it is
-// a name of a file with hard links, which it reports.
-func (d *dirNode) unlink(key, prefix string) (eno syscall.Errno, linked bool) {
+// a name of a file with hard links, which it reports. live: the name's
+// node is a file created here and not yet unlinked, which the caller has
+// marked unlinked. Its name is pending until its first commit lands, but
+// the mark lets what ends a writer (a release, the intents timer's end of
+// a close left to it) drop that name before it is looked for here: the
+// file is there all the same.
+func (d *dirNode) unlink(key, prefix string, live bool) (eno syscall.Errno, linked bool) {
 	pending := d.pg.pendingFile(key) != nil // before the tree; see listDir
 	kept := d.pg.keepsItself(prefix)
 	var keep []journal.Op
@@ -259,7 +265,7 @@ func (d *dirNode) unlink(key, prefix string) (eno syscall.Errno, linked bool) {
 		if err != nil {
 			return err
 		}
-		if !inTree && !pending {
+		if !inTree && !pending && !live {
 			return syscall.ENOENT
 		}
 		if linked = inTree && e.Meta.Link != ""; linked || kept {
