@@ -172,8 +172,6 @@ func (f *fileNode) stillAt(key string) bool {
 	return err == nil
 }
 
-// setUnlinked marks the file deleted or replaced, or not after all (the
-// unlink or rename failed).
 // markUnlinked marks the file unlinked and reports whether it was, until
 // then, a file created here and not yet unlinked: a name that exists.
 func (f *fileNode) markUnlinked() bool {
@@ -184,6 +182,8 @@ func (f *fileNode) markUnlinked() bool {
 	return live
 }
 
+// setUnlinked marks the file deleted or replaced, or not after all (the
+// unlink or rename failed).
 func (f *fileNode) setUnlinked(v bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

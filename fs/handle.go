@@ -247,8 +247,7 @@ func (f *fileNode) writerGone() {
 		// writer is gone: unlinked, or its first commit failed (the close
 		// reported it; ENOSPC, say). While a writer is left (a close
 		// left to the intents timer keeps one), the name is the unlink's
-		// to drop: its mark comes before it looks for the name, and an
-		// unlink that finds none clears it again.
+		// to drop: its mark comes before it looks for the name.
 		if f.created && f.writers == 0 {
 			k, ok := f.key()
 			if ok {
