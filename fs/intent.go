@@ -345,46 +345,33 @@ type contentCopy struct {
 // which a closing filesystem no longer runs.
 func (f *fileNode) commitFromCopy(force bool) syscall.Errno {
 	for {
-		if wait := f.copyUnderWay(); wait != nil {
-			if !force {
-				return 0 // that commit notes the file again
-			}
-			<-wait
-			continue
-		}
-		cp, eno := f.copyForTimer(force)
-		if cp == nil {
+		cp, underWay, eno := f.copyForTimer(force)
+		switch {
+		case underWay == nil && cp == nil:
 			return eno
+		case underWay == nil:
+			return f.commitCopy(cp)
+		case !force:
+			return 0 // that commit notes the file again
 		}
-		return f.commitCopy(cp)
+		<-underWay
 	}
-}
-
-// copyUnderWay returns what is closed when the commit from a copy of the
-// file under way ends, or nil if none is.
-func (f *fileNode) copyUnderWay() <-chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if c := f.c; c != nil && c.copied != nil {
-		return c.copyDone
-	}
-	return nil
 }
 
 // copyForTimer takes the copy commitFromCopy commits, or commits the file
 // under its lock if a copy does not suit it (eno is that commit's), or
 // neither if the file is not due (intentsDue) or a copy's commit is under
-// way: that commit notes the file again.
-func (f *fileNode) copyForTimer(force bool) (cp *contentCopy, eno syscall.Errno) {
+// way: then underWay is closed when that commit ends.
+func (f *fileNode) copyForTimer(force bool) (cp *contentCopy, underWay <-chan struct{}, eno syscall.Errno) {
 	f.pg.keys.RLock()
 	defer f.pg.keys.RUnlock()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if c := f.c; c != nil && c.copied != nil {
-		return nil, 0
+		return nil, c.copyDone, 0
 	}
 	if !force && !f.intentsDue() {
-		return nil, 0
+		return nil, nil, 0
 	}
 	rest := f.c != nil && f.c.due // due, and found at rest
 	cp, eno = f.copyOrCommitLocked()
@@ -393,7 +380,7 @@ func (f *fileNode) copyForTimer(force bool) (cp *contentCopy, eno syscall.Errno)
 		l, n := f.pg.names()
 		slog.Debug("committed a file at rest since its last fsync", "page", l+"/"+n)
 	}
-	return cp, eno
+	return cp, nil, eno
 }
 
 // copyOrCommitLocked takes the copy commitCopy commits, or commits the file

@@ -108,7 +108,7 @@ func TestForcedCommitTakesWhatACopyLeft(t *testing.T) {
 	if f == nil {
 		t.Fatal("the fsync logged no intent")
 	}
-	cp, eno := f.copyForTimer(true) // the timer's commit from a copy, under way
+	cp, _, eno := f.copyForTimer(true) // the timer's commit from a copy, under way
 	if cp == nil {
 		t.Fatalf("no copy taken (%v): the file is not one commitFromCopy commits", eno)
 	}
