@@ -87,6 +87,7 @@ func (f *fileNode) logIntent(key string) (bool, error) {
 	if mark.IsZero() {
 		return false, err
 	}
+	full = full && f.pg.crowded(d)
 	c.intentLogged(mark)
 	c.intentKey, c.intentMeta = key, m
 	if c.copied != nil {
@@ -285,7 +286,7 @@ func (f *fileNode) commitDue() syscall.Errno {
 		return eno
 	}
 	if !f.pg.fs.startBackground() {
-		close(cp.done)
+		f.endCopy(cp)
 		f.c.copied = nil
 		return f.commitLocked(commitQueue)
 	}
@@ -401,7 +402,7 @@ func (f *fileNode) copyOrCommitLocked() (*contentCopy, syscall.Errno) {
 // commitCopy computes the value of cp, taken by takeCopyLocked, without
 // the file's lock, and lands it.
 func (f *fileNode) commitCopy(cp *contentCopy) syscall.Errno {
-	defer close(cp.done)
+	defer f.endCopy(cp)
 	w, id, err := cp.c.p.EditExtents(cp.base, cp.src.Keep, uint64(cp.size), cp.src.Extents)
 	if err != nil {
 		f.mu.Lock()
@@ -466,7 +467,46 @@ func (f *fileNode) takeCopyLocked() (cp *contentCopy, locked bool, err error) {
 		through: c.lastIntent, done: make(chan struct{}),
 	}
 	c.copyDone = cp.done
+	f.pg.mu.Lock()
+	if f.pg.copying == nil {
+		f.pg.copying = map[*fileNode]copyMark{}
+	}
+	f.pg.copying[f] = copyMark{cp.key, cp.through}
+	f.pg.mu.Unlock()
 	return cp, false, nil
+}
+
+// A copyMark names the intents a commit from a copy under way drops when
+// it lands: the key's, up to the one it commits through.
+type copyMark struct {
+	key     string
+	through store.Intent
+}
+
+// endCopy ends the commit from the copy cp of the file, landed or not.
+func (f *fileNode) endCopy(cp *contentCopy) {
+	f.pg.mu.Lock()
+	delete(f.pg.copying, f)
+	f.pg.mu.Unlock()
+	close(cp.done)
+}
+
+// crowded reports whether the page's intents, but for those a commit from
+// a copy under way will drop, fill half of what they may (d.Crowded): only
+// then are its files committed at once. Called after d.LogIntent found
+// them full, with f.mu of the file logging held.
+func (pg *pageRef) crowded(d *store.Durability) bool {
+	pg.mu.Lock()
+	if len(pg.copying) == 0 {
+		pg.mu.Unlock()
+		return true
+	}
+	pending := make(map[string]store.Intent, len(pg.copying))
+	for _, m := range pg.copying {
+		pending[m.key] = m.through
+	}
+	pg.mu.Unlock()
+	return d.Crowded(pending)
 }
 
 // landCopy queues the commit of id, the value of cp, and makes it the base

@@ -112,6 +112,12 @@ func TestForcedCommitTakesWhatACopyLeft(t *testing.T) {
 	if cp == nil {
 		t.Fatalf("no copy taken (%v): the file is not one commitFromCopy commits", eno)
 	}
+	pg.mu.Lock()
+	mark, copying := pg.copying[f]
+	pg.mu.Unlock()
+	if !copying || mark.key != "big" || mark.through != cp.through {
+		t.Fatalf("the page does not know of the commit from a copy under way (%v, %+v): its intents would hurry other files", copying, mark)
+	}
 	b.writeSync(node, fh, second, 9<<20)
 	// The unmount's commit of the page's files with intents starts while
 	// the copy's is under way: once it has taken the files, the copy lands.
@@ -130,6 +136,12 @@ func TestForcedCommitTakesWhatACopyLeft(t *testing.T) {
 		t.Fatalf("commit from the copy: %v", eno)
 	}
 	<-forced
+	pg.mu.Lock()
+	left := len(pg.copying)
+	pg.mu.Unlock()
+	if left != 0 {
+		t.Fatal("a commit from a copy, landed, is still counted under way")
+	}
 	want := bytes.Clone(data)
 	copy(want[1<<20:], first)
 	copy(want[9<<20:], second)
