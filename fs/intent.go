@@ -469,24 +469,20 @@ func (f *fileNode) takeCopyLocked() (cp *contentCopy, locked bool, err error) {
 	c.copyDone = cp.done
 	f.pg.mu.Lock()
 	if f.pg.copying == nil {
-		f.pg.copying = map[*fileNode]copyMark{}
+		f.pg.copying = map[*fileNode]*contentCopy{}
 	}
-	f.pg.copying[f] = copyMark{cp.key, cp.through}
+	f.pg.copying[f] = cp
 	f.pg.mu.Unlock()
 	return cp, false, nil
 }
 
-// A copyMark names the intents a commit from a copy under way drops when
-// it lands: the key's, up to the one it commits through.
-type copyMark struct {
-	key     string
-	through store.Intent
-}
-
 // endCopy ends the commit from the copy cp of the file, landed or not.
+// Once landCopy let go of the file, a next copy of it may have begun.
 func (f *fileNode) endCopy(cp *contentCopy) {
 	f.pg.mu.Lock()
-	delete(f.pg.copying, f)
+	if f.pg.copying[f] == cp {
+		delete(f.pg.copying, f)
+	}
 	f.pg.mu.Unlock()
 	close(cp.done)
 }
@@ -502,8 +498,8 @@ func (pg *pageRef) crowded(d *store.Durability) bool {
 		return true
 	}
 	pending := make(map[string]store.Intent, len(pg.copying))
-	for _, m := range pg.copying {
-		pending[m.key] = m.through
+	for _, cp := range pg.copying {
+		pending[cp.key] = cp.through
 	}
 	pg.mu.Unlock()
 	return d.Crowded(pending)

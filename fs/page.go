@@ -61,8 +61,9 @@ type pageRef struct {
 	// commit the intents timer makes (see fileNode.deferClose).
 	deferred map[*fileNode]struct{}
 	// copying are the files whose commit from a copy is under way, each
-	// with the intent it commits through (see pageRef.crowded).
-	copying map[*fileNode]copyMark
+	// with its copy, which names the intent it commits through (see
+	// pageRef.crowded).
+	copying map[*fileNode]*contentCopy
 	// unflushed are the files whose last flush committed nothing (a
 	// close by another process than the opener, or an emptying whose
 	// writes come after it): their release commits them, and Close does
