@@ -9,7 +9,9 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/ledgerfs/ledgerfs/internal/btree"
 	"github.com/ledgerfs/ledgerfs/internal/testutil"
+	"github.com/ledgerfs/ledgerfs/store"
 )
 
 // open opens node with flags and returns its handle.
@@ -201,5 +203,71 @@ func TestWriterEndDuringUnlinkLeavesTheName(t *testing.T) {
 		if eno != 0 {
 			t.Fatalf("unlink after a release (and the timer's end: %v) that raced it: %v", timer, eno)
 		}
+	}
+}
+
+// A file created and never committed has no name but its pending one. When
+// an unlink's mark comes first and the release of the last writer then
+// drops that name, the unlink has nothing left to delete: it succeeds and
+// writes nothing. It used to queue a delete of the absent key, whose failure
+// (a page broken under it, say) returned an error and left the kernel's
+// entry of a name that no longer existed.
+func TestUnlinkOfANameAReleaseDroppedWritesNothing(t *testing.T) {
+	b := newBridge(t)
+	page := b.mkdir(b.mkdir(1, "l"), "p")
+	b.create(page, "kept", "so that the page has a head")
+	pageInode := b.fs.root.EmbeddedInode().GetChild("l").GetChild("p")
+	d := pageInode.Operations().(*dirNode)
+	if err := d.pg.settle(); err != nil {
+		t.Fatal(err)
+	}
+	var out fuse.CreateOut
+	in := &fuse.CreateIn{InHeader: fuse.InHeader{NodeId: page}, Flags: syscall.O_RDWR, Mode: 0o644}
+	if st := b.raw.Create(nil, in, "tmp", &out); !st.Ok() {
+		t.Fatalf("create: %v", st)
+	}
+	f := pageInode.GetChild("tmp").Operations().(*fileNode)
+	key, _, err := d.childKey("tmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix, _, err := d.prefix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before *store.Commit
+	if err := d.pg.view(func(_ *store.Page, head *store.Commit, _ *btree.Tree) error {
+		before = head
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// unlinkShared's mark, then the release of the only writer, then the
+	// unlink's lookup.
+	live := f.markUnlinked()
+	b.raw.Release(nil, &fuse.ReleaseIn{InHeader: fuse.InHeader{NodeId: out.NodeId}, Fh: out.Fh})
+	if d.pg.pendingFile(key) != nil {
+		t.Fatal("the release of a file marked unlinked left its never-committed name")
+	}
+	d.pg.keys.RLock()
+	eno, _ := d.unlink(key, prefix, live)
+	inflight := d.pg.ov.inflight
+	d.pg.keys.RUnlock()
+	if eno != 0 {
+		t.Fatalf("unlink of a name the release dropped: %v", eno)
+	}
+	if inflight != 0 {
+		t.Fatalf("unlink of a name the release dropped queued %d changes", inflight)
+	}
+	if err := d.pg.settle(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.pg.view(func(_ *store.Page, head *store.Commit, _ *btree.Tree) error {
+		if head.ID != before.ID {
+			t.Errorf("unlink of a name the release dropped made a commit")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

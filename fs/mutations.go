@@ -260,11 +260,13 @@ func (d *dirNode) unlink(key, prefix string, live bool) (eno syscall.Errno, link
 	pending := d.pg.pendingFile(key) != nil // before the tree; see listDir
 	kept := d.pg.keepsItself(prefix)
 	var keep []journal.Op
+	inTree := false
 	err := d.pg.view(func(p *store.Page, head *store.Commit, t *btree.Tree) error {
-		e, inTree, err := t.Get(key)
+		e, in, err := t.Get(key)
 		if err != nil {
 			return err
 		}
+		inTree = in
 		if !inTree && !pending && !live {
 			return syscall.ENOENT
 		}
@@ -276,6 +278,14 @@ func (d *dirNode) unlink(key, prefix string, live bool) (eno syscall.Errno, link
 	})
 	if err != nil || linked {
 		return errno("unlink", err), linked
+	}
+	if !inTree && !pending {
+		// live: the name was only the pending one of a file never
+		// committed, which its last writer's end dropped after the mark.
+		// There is nothing to delete, and so no delete to fail and
+		// leave the kernel a name that is gone.
+		d.pg.touch(prefix)
+		return 0, false
 	}
 	d.pg.dropPending(key)
 	if d.pg.v.queues() && len(keep) == 0 {
