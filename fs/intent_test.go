@@ -36,6 +36,21 @@ func (b *bridge) writeSync(node, fh uint64, data []byte, off int64) {
 	}
 }
 
+// keyIn returns the key of name in directory d and d's key prefix, the
+// arguments of d.unlink.
+func (b *bridge) keyIn(d *dirNode, name string) (key, prefix string) {
+	b.t.Helper()
+	key, _, err := d.childKey(name)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	prefix, _, err = d.prefix()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return key, prefix
+}
+
 // committed returns the content of key in the head of page l/p once its
 // queued commits landed.
 func (b *bridge) committed(key string) []byte {
@@ -182,14 +197,7 @@ func TestWriterEndDuringUnlinkLeavesTheName(t *testing.T) {
 		if !f.deferred {
 			t.Fatal("the close did not leave the journal's commit to the intents timer")
 		}
-		key, _, err := d.childKey("db-journal")
-		if err != nil {
-			t.Fatal(err)
-		}
-		prefix, _, err := d.prefix()
-		if err != nil {
-			t.Fatal(err)
-		}
+		key, prefix := b.keyIn(d, "db-journal")
 		// unlinkShared's mark, then the release (and the timer's end of
 		// the deferred close), then its lookup.
 		live := f.markUnlinked()
@@ -227,14 +235,7 @@ func TestUnlinkOfANameAReleaseDroppedWritesNothing(t *testing.T) {
 		t.Fatalf("create: %v", st)
 	}
 	f := pageInode.GetChild("tmp").Operations().(*fileNode)
-	key, _, err := d.childKey("tmp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix, _, err := d.prefix()
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, prefix := b.keyIn(d, "tmp")
 	var before *store.Commit
 	if err := d.pg.view(func(_ *store.Page, head *store.Commit, _ *btree.Tree) error {
 		before = head
